@@ -1,0 +1,49 @@
+"""ortpipe: stream batches through ONNX Runtime with copies and compute overlapped.
+
+``import pipeline`` works on a machine with no GPU and no CuPy: the CUDA
+device is imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from . import models
+from ._batching import Layout
+from ._engine import BatchTrace
+from ._errors import (
+    DeviceError,
+    DeviceUnavailableError,
+    ModelError,
+    PipelineClosedError,
+    PipelineError,
+    PipelineInputError,
+    PipelineStageError,
+)
+from ._pipeline import Pipeline, PipelineOptions
+from ._session import OrtSession, SessionConfig, TensorSpec
+from .devices import ChaosOptions, Device, HostDevice, LinkModel, cuda_unavailable_reason, resolve_device
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchTrace",
+    "ChaosOptions",
+    "Device",
+    "DeviceError",
+    "DeviceUnavailableError",
+    "HostDevice",
+    "Layout",
+    "LinkModel",
+    "ModelError",
+    "OrtSession",
+    "Pipeline",
+    "PipelineClosedError",
+    "PipelineError",
+    "PipelineInputError",
+    "PipelineOptions",
+    "PipelineStageError",
+    "SessionConfig",
+    "TensorSpec",
+    "cuda_unavailable_reason",
+    "models",
+    "resolve_device",
+]

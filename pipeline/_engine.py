@@ -1,0 +1,424 @@
+"""The engine: producer and execute threads, and the consumer's iterator.
+
+::
+
+    source ──▶ producer thread ──▶ execute thread ──▶ consumer (caller's thread)
+               check batch         compute waits h2d  waits d2h event,
+               stage → pinned-in   run ORT (bound)    takes outputs out of
+               h2d on copy stream  d2h waits run,     pinned-out, releases it
+               record h2d event    copy → pinned-out
+
+NOTE [ threads are not stages ]: the d2h is enqueued by the execute thread
+(its stream does the waiting), so a run needs two host threads beside the
+consumer.  On CUDA both only enqueue; on the host device with no link model
+their stream operations run inline, so the producer does the h2d memcpy and
+the execute thread runs ORT and the d2h memcpy.
+
+NOTE [ one error path ]: a failure anywhere travels down the same queues as
+results, so the consumer first receives every earlier batch, then raises the
+failure with its batch index and stage.  Every blocking wait polls a stop
+event; ``close()`` sets it, joins both threads and synchronizes the streams
+so no in-flight copy still references a buffer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from ._batching import InputChecker, Layout
+from ._errors import PipelineError, PipelineInputError, PipelineStageError
+from ._rings import DeviceSlot, PinnedOutSlot, Rings, host_view
+from ._session import OrtSession, Shape
+from .devices import Device, Event, Stream
+
+T = TypeVar("T")
+THREAD_PREFIX = "ortpipe-"
+_JOIN_S = 2.0
+
+
+@dataclass(frozen=True)
+class Streams:
+    h2d: Stream
+    compute: Stream
+    d2h: Stream
+
+    def all(self) -> tuple[Stream, Stream, Stream]:
+        return (self.h2d, self.compute, self.d2h)
+
+
+@dataclass(eq=False)
+class BatchEvents:
+    """The device-side marks of one batch (start marks only when timing is on)."""
+
+    h2d_done: Event
+    run_done: Event
+    d2h_done: Event
+    h2d_start: Event | None = None
+    run_start: Event | None = None
+    d2h_start: Event | None = None
+
+    @classmethod
+    def new(cls, device: Device, timing: bool) -> BatchEvents:
+        make = device.event
+        if not timing:
+            return cls(make(False), make(False), make(False))
+        return cls(make(), make(), make(), make(), make(), make())
+
+
+@dataclass(eq=False)
+class BatchTrace:
+    """What the stats layer sees of one batch after the consumer took it."""
+
+    index: int
+    rows: int
+    bound_rows: int
+    h2d_bytes: int
+    d2h_bytes: int
+    t_submit: float  # perf_counter when the source produced it
+    t_staged: float  # after the host copy into pinned-in
+    stage_s: float  # host staging copy
+    wait_in_s: float  # producer waiting for a free pinned-in / device slot
+    t_done: float  # consumer has the outputs
+    events: BatchEvents
+
+
+@dataclass(eq=False)
+class _Work:
+    index: int
+    rows: int
+    bound_rows: int
+    slot: DeviceSlot
+    events: BatchEvents
+    h2d_bytes: int
+    t_submit: float
+    t_staged: float
+    stage_s: float
+    wait_in_s: float
+    out_layout: dict[str, tuple[np.dtype, Shape]] = field(default_factory=dict)
+    pinned_out: PinnedOutSlot | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: BaseException
+
+
+_END = object()
+
+Take = Callable[[int, int, dict[str, np.ndarray]], T]
+
+
+def copy_outputs(index: int, rows: int, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The default ``take``: results that stay valid after the slot is reused."""
+    return {name: view.copy() for name, view in views.items()}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    depth: int
+    timing: bool
+    poll_s: float
+
+
+class EngineRun(Generic[T]):
+    """One pass of a source through the engine; iterate :meth:`results` once."""
+
+    def __init__(
+        self,
+        *,
+        device: Device,
+        streams: Streams,
+        session: OrtSession,
+        rings: Rings,
+        checker: InputChecker,
+        source: Iterable[object],
+        config: RunConfig,
+        take: Take[T],
+        on_batch: Callable[[BatchTrace], None] | None = None,
+    ) -> None:
+        self._device = device
+        self._streams = streams
+        self._session = session
+        self._rings = rings
+        self._layout: Layout = rings.layout
+        self._checker = checker
+        self._source = source
+        self._config = config
+        self._take = take
+        self._on_batch = on_batch
+        self._stop = threading.Event()
+        self._work_q: queue.Queue[object] = queue.Queue(maxsize=config.depth + 1)
+        self._result_q: queue.Queue[object] = queue.Queue(maxsize=config.depth + 1)
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True),
+            threading.Thread(target=self._guarded(self._execute, "compute"), name=THREAD_PREFIX + "execute", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- plumbing -----------------------------------------------------------
+    def _guarded(self, loop: Callable[[], None], stage: str) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                self._device.activate()
+                loop()
+            except BaseException as exc:  # noqa: BLE001 - a bug in a loop still reaches the consumer
+                self._put(self._result_q, _Failure(PipelineStageError(stage, None, exc)))
+
+        return run
+
+    def _put(self, target: queue.Queue[object], item: object) -> bool:
+        while True:
+            try:
+                target.put(item, timeout=self._config.poll_s)
+                return True
+            except queue.Full:
+                if self._stop.is_set():
+                    return False
+
+    def _get(self, source: queue.Queue[object]) -> object | None:
+        while True:
+            try:
+                return source.get(timeout=self._config.poll_s)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return None
+
+    def _wait_event(self, event: Event) -> bool:
+        while not event.synchronize(self._config.poll_s):
+            if self._stop.is_set():
+                return False
+        return True
+
+    # -- producer -----------------------------------------------------------
+    def _produce(self) -> None:
+        iterator = iter(self._source)
+        index = 0
+        while not self._stop.is_set():
+            t_submit = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
+                self._put(self._work_q, _Failure(PipelineStageError("source", index, exc)))
+                return
+            try:
+                feeds = self._checker.feeds(index, batch)
+                rows = self._layout.rows_of(index, feeds)
+            except PipelineInputError as exc:
+                self._put(self._work_q, _Failure(exc))
+                return
+            try:
+                work = self._stage_and_send(index, feeds, rows, t_submit)
+            except BaseException as exc:  # noqa: BLE001
+                self._put(self._work_q, _Failure(PipelineStageError("stage", index, exc)))
+                return
+            if work is None or not self._put(self._work_q, work):
+                return
+            index += 1
+        self._put(self._work_q, _END)
+
+    def _stage_and_send(self, index: int, feeds: dict[str, np.ndarray], rows: int, t_submit: float) -> _Work | None:
+        layout = self._layout
+        bound = layout.bound_rows(rows)
+        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+        t_wait = time.perf_counter()
+        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+            return None
+        t_stage = time.perf_counter()
+        for name, dtype, row in layout.row_shapes:
+            view = host_view(pinned.arrays[name], dtype, (bound, *row))
+            np.copyto(view[:rows], feeds[name], casting="equiv")
+            if bound > rows:
+                view[rows:] = 0
+        t_staged = time.perf_counter()
+        slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
+        if slot is None:
+            return None
+        t_slot = time.perf_counter()
+        events = BatchEvents.new(self._device, self._config.timing)
+        copy = self._streams.h2d
+        if slot.inputs_free is not None:
+            copy.wait_event(slot.inputs_free)
+        if events.h2d_start is not None:
+            events.h2d_start.record(copy)
+        nbytes = layout.input_nbytes(bound)
+        for name, size in nbytes.items():
+            copy.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
+        events.h2d_done.record(copy)
+        pinned.last_copy = events.h2d_done
+        return _Work(
+            index=index,
+            rows=rows,
+            bound_rows=bound,
+            slot=slot,
+            events=events,
+            h2d_bytes=sum(nbytes.values()),
+            t_submit=t_submit,
+            t_staged=t_staged,
+            stage_s=t_staged - t_stage,
+            wait_in_s=(t_stage - t_wait) + (t_slot - t_staged),
+        )
+
+    # -- execute (compute + enqueue d2h) -----------------------------------
+    def _execute(self) -> None:
+        while True:
+            item = self._get(self._work_q)
+            if item is None:
+                return
+            if not isinstance(item, _Work):  # _END or a _Failure: pass it on, in order
+                self._put(self._result_q, item)
+                return
+            try:
+                if not self._run_and_drain(item):
+                    return
+            except BaseException as exc:  # noqa: BLE001
+                self._put(self._result_q, _Failure(PipelineStageError("compute", item.index, exc)))
+                return
+            if not self._put(self._result_q, item):
+                return
+
+    def _run_and_drain(self, work: _Work) -> bool:
+        slot, events = work.slot, work.events
+        compute = self._streams.compute
+        compute.wait_event(events.h2d_done)
+        if slot.outputs_free is not None:
+            compute.wait_event(slot.outputs_free)
+        work.out_layout = self._outputs_for(work)
+        self._bind(slot, work)
+        if events.run_start is not None:
+            events.run_start.record(compute)
+        compute.launch(lambda: self._run_bound(slot, work))
+        events.run_done.record(compute)
+        slot.inputs_free = events.run_done
+        self._rings.device_slots.release(slot)  # the copy stream waits on run_done before reuse
+
+        pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
+        if pinned_out is None:
+            return False
+        work.pinned_out = pinned_out
+        drain = self._streams.d2h
+        drain.wait_event(events.run_done)
+        if events.d2h_start is not None:
+            events.d2h_start.record(drain)
+        for name, (dtype, shape) in work.out_layout.items():
+            drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        events.d2h_done.record(drain)
+        slot.outputs_free = events.d2h_done
+        return True
+
+    def _outputs_for(self, work: _Work) -> dict[str, tuple[np.dtype, Shape]]:
+        if work.bound_rows == self._layout.batch_size:
+            return self._rings.output_layout
+        found = self._session.output_layout(self._layout.input_shapes(work.bound_rows))
+        for name, (dtype, shape) in found.items():
+            need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            have = work.slot.outputs[name].nbytes
+            if need > have:
+                raise PipelineError(
+                    f"output {name!r} for {work.bound_rows} rows needs {need} bytes, more than the {have} "
+                    f"of a full batch of {self._layout.batch_size}"
+                )
+        return found
+
+    def _bind(self, slot: DeviceSlot, work: _Work) -> None:
+        key = (work.bound_rows,)
+        if slot.bound_key == key:
+            return  # steady state: same pointers, same shapes, no rebinding
+        layout = self._layout
+        shapes = layout.input_shapes(work.bound_rows)
+        inputs = {name: (slot.inputs[name], dtype, shapes[name]) for name, dtype, _ in layout.row_shapes}
+        outputs = {name: (slot.outputs[name], dtype, shape) for name, (dtype, shape) in work.out_layout.items()}
+        slot.binding.clear_binding_inputs()
+        slot.binding.clear_binding_outputs()
+        self._session.bind(slot.binding, inputs, outputs)
+        slot.bound_key = key
+
+    def _run_bound(self, slot: DeviceSlot, work: _Work) -> None:
+        try:
+            self._session.run_bound(slot.binding)
+        except BaseException as exc:  # noqa: BLE001 - reported for this batch by the consumer
+            work.error = exc
+
+    # -- consumer -----------------------------------------------------------
+    def results(self) -> Iterator[T]:
+        """Outputs in submission order; raises the first failure after earlier results."""
+        try:
+            while True:
+                item = self._next_result()
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                assert isinstance(item, _Work)
+                yield self._deliver(item)
+        finally:
+            self.close()
+
+    def _next_result(self) -> object:
+        while True:
+            try:
+                return self._result_q.get(timeout=self._config.poll_s)
+            except queue.Empty:
+                if not any(thread.is_alive() for thread in self._threads) and self._result_q.empty():
+                    raise PipelineError("the pipeline's threads ended without a result (internal error)") from None
+
+    def _deliver(self, work: _Work) -> T:
+        events = work.events
+        while not events.d2h_done.synchronize(self._config.poll_s):
+            pass  # our own wait: the consumer is the thread the user can interrupt
+        if work.error is not None:
+            raise PipelineStageError("compute", work.index, work.error) from work.error
+        pinned_out = work.pinned_out
+        assert pinned_out is not None
+        views = {}
+        for name, (dtype, shape) in work.out_layout.items():
+            view = host_view(pinned_out.arrays[name], dtype, shape)
+            if work.bound_rows != work.rows and view.ndim and view.shape[0] == work.bound_rows:
+                view = view[: work.rows]  # padding rows of a fixed-batch model
+            views[name] = view
+        try:
+            result = self._take(work.index, work.rows, views)
+        finally:
+            self._rings.pinned_out.release(pinned_out)
+        if self._on_batch is not None:
+            d2h_bytes = sum(v.nbytes for v in views.values())
+            self._on_batch(
+                BatchTrace(
+                    work.index, work.rows, work.bound_rows, work.h2d_bytes, d2h_bytes, work.t_submit,
+                    work.t_staged, work.stage_s, work.wait_in_s, time.perf_counter(), events,
+                )
+            )
+        return result
+
+    # -- shutdown -----------------------------------------------------------
+    def close(self) -> None:
+        """Stop both threads, join them, and let in-flight device work finish."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=_JOIN_S)
+        alive = [t.name for t in self._threads if t.is_alive()]
+        for stream in self._streams.all():
+            stream.synchronize(timeout=10.0)
+        self._rings.reset()
+        if alive:
+            raise PipelineError(f"threads still running after close: {alive} (is the source blocking?)")
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        return list(self._threads)
+
+

@@ -1,0 +1,72 @@
+"""The exceptions ortpipe raises, in one place.
+
+Every error names where it happened (which batch, which input or stage), what
+was expected and what came, so a user can fix the call without a debugger.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(RuntimeError):
+    """Base class of every error ortpipe raises on purpose."""
+
+
+class DeviceUnavailableError(PipelineError):
+    """The requested device cannot be used here (no GPU, no CuPy, no CUDA EP...)."""
+
+
+class DeviceError(PipelineError):
+    """A stream operation failed on the device (the analogue of a sticky CUDA error)."""
+
+
+class ModelError(PipelineError):
+    """The model cannot be loaded or bound the way the pipeline needs."""
+
+
+class PipelineInputError(PipelineError, ValueError):
+    """A batch does not fit the model: raised before the batch touches any buffer.
+
+    Attributes mirror the message so callers can react programmatically.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        batch_index: int | None = None,
+        input_name: str | None = None,
+        expected: object = None,
+        got: object = None,
+    ) -> None:
+        where = []
+        if batch_index is not None:
+            where.append(f"batch {batch_index}")
+        if input_name is not None:
+            where.append(f"input {input_name!r}")
+        prefix = (", ".join(where) + ": ") if where else ""
+        detail = ""
+        if expected is not None or got is not None:
+            detail = f" (expected {expected}, got {got})"
+        super().__init__(f"{prefix}{message}{detail}")
+        self.batch_index = batch_index
+        self.input_name = input_name
+        self.expected = expected
+        self.got = got
+
+
+class PipelineStageError(PipelineError):
+    """A failure inside a stage (source, stage, compute, drain...) for one batch.
+
+    The original exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, stage: str, batch_index: int | None, cause: BaseException) -> None:
+        at = f"batch {batch_index}" if batch_index is not None else "before the first batch"
+        super().__init__(f"{stage} stage failed at {at}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.batch_index = batch_index
+        self.cause = cause
+
+
+class PipelineClosedError(PipelineError):
+    """The pipeline was used after ``close()``."""

@@ -1,0 +1,212 @@
+"""The ``Pipeline`` front end: a model, a device, three streams and the rings.
+
+::
+
+    with Pipeline("model.onnx", device="auto", depth=3) as pipe:
+        for out in pipe.map(batches):      # {output name: ndarray}, in order
+            ...
+        outs = pipe.run(x, batch_size=64)  # whole arrays in, whole arrays out
+
+Buffers are sized from the first batch of a ``map()`` (or ``run()``) and kept
+for the next call with the same layout.  Cleanup is layered: ``close()`` is
+idempotent, the context manager calls it, and a ``weakref.finalize`` backup
+closes the streams if a pipeline is dropped unclosed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._batching import InputChecker, Layout, layout_for, split_rows
+from ._engine import BatchTrace, EngineRun, RunConfig, Streams, Take, copy_outputs
+from ._errors import PipelineClosedError, PipelineError, PipelineInputError
+from ._rings import Rings, allocate_rings
+from ._session import ModelSource, OrtSession, SessionConfig
+from .devices import Device, resolve_device
+
+Batch = np.ndarray | dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Everything beyond model, device, depth and batch size."""
+
+    #: ORT intra-op threads (None: ORT's default, all cores)
+    intra_op_threads: int | None = None
+    #: record start events so that every stage can be timed (the stats need them)
+    timing: bool = True
+    #: how often a blocked wait re-checks the stop flag, in seconds
+    poll_s: float = 0.05
+    #: called with each batch's trace as the consumer takes it (stats hook)
+    on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
+
+
+def _close_streams(streams: tuple[Any, ...]) -> None:
+    for stream in streams:
+        stream.close()
+
+
+class Pipeline:
+    """Streams batches through ONNX Runtime with copies and compute overlapped."""
+
+    def __init__(
+        self,
+        model: ModelSource,
+        device: str | Device = "auto",
+        depth: int = 3,
+        batch_size: int | None = None,
+        *,
+        options: PipelineOptions | None = None,
+    ) -> None:
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
+        self.options = options or PipelineOptions()
+        self.depth = depth
+        self.batch_size = batch_size
+        self.device = resolve_device(device)
+        self._owns_device = not isinstance(device, Device)
+        self.streams = Streams(self.device.stream("h2d"), self.device.stream("compute"), self.device.stream("d2h"))
+        self._finalizer = weakref.finalize(self, _close_streams, self.streams.all())
+        try:
+            self.session = OrtSession(
+                model, self.device, self.streams.compute, SessionConfig(intra_op_threads=self.options.intra_op_threads)
+            )
+        except BaseException:
+            self._finalizer()
+            raise
+        self.checker = InputChecker(self.session.inputs)
+        self._rings: Rings | None = None
+        self._active: EngineRun[Any] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop any running ``map()``, join its threads, release streams. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        active, self._active = self._active, None
+        try:
+            if active is not None:
+                active.close()
+        finally:
+            self._finalizer()
+            self._rings = None
+            if self._owns_device:
+                self.device.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- the API ------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return self.session.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.session.output_names
+
+    def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
+        """Outputs ``{name: ndarray}`` for each batch, in submission order."""
+        return self.map_with(batches, copy_outputs)
+
+    def map_with(self, batches: Iterable[Batch], take: Take[Any]) -> Iterator[Any]:
+        """Like :meth:`map`, but ``take(index, rows, views)`` turns each batch's
+        pinned output views into the value yielded; the views are only valid
+        during the call (their slot is reused after it returns)."""
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        return self._iterate(iter(batches), take)
+
+    def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
+        """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        feeds = self.checker.feeds(None, inputs)
+        size = batch_size or self.batch_size or self.session.fixed_batch() or 64
+        total = next(iter(feeds.values())).shape[0]
+        gathered = _Gather(total)
+        for _ in self._iterate(split_rows(feeds, size), gathered.take, batch_size=size):
+            pass
+        return gathered.arrays
+
+    # -- internals ----------------------------------------------------------
+    def _iterate(self, iterator: Iterator[Batch], take: Take[Any], batch_size: int | None = None) -> Iterator[Any]:
+        try:
+            first = next(iterator)
+        except StopIteration:
+            return
+        feeds = self.checker.feeds(0, first)
+        layout = layout_for(feeds, self.session.inputs, self.session.fixed_batch(), batch_size or self.batch_size)
+        with self._lock:
+            if self._active is not None:
+                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            rings = self._rings_for(layout)
+            run = EngineRun(
+                device=self.device,
+                streams=self.streams,
+                session=self.session,
+                rings=rings,
+                checker=self.checker,
+                source=itertools.chain([first], iterator),
+                config=RunConfig(self.depth, self.options.timing, self.options.poll_s),
+                take=take,
+                on_batch=self.options.on_batch,
+            )
+            self._active = run
+        try:
+            yield from run.results()
+        finally:
+            run.close()
+            with self._lock:
+                if self._active is run:
+                    self._active = None
+
+    def _rings_for(self, layout: Layout) -> Rings:
+        if self._rings is None or self._rings.layout != layout:
+            self._rings = None  # free the old buffers first
+            self._rings = allocate_rings(self.device, self.session, layout, self.depth)
+        return self._rings
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, device={self.device.name!r}, depth={self.depth}, {state})"
+
+
+class _Gather:
+    """``take`` for ``run()``: writes each batch straight into the final arrays."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.arrays: dict[str, np.ndarray] = {}
+        self._row = 0
+
+    def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        if not self.arrays:
+            for name, view in views.items():
+                if view.ndim == 0 or view.shape[0] != rows:
+                    raise PipelineInputError(
+                        f"output {name!r} has no batch dim to concatenate along", expected=f"[{rows}, ...]", got=list(view.shape)
+                    )
+                self.arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
+        for name, view in views.items():
+            self.arrays[name][self._row : self._row + rows] = view
+        self._row += rows

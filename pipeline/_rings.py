@@ -1,0 +1,124 @@
+"""Buffer rings: the four kinds of buffer each batch passes through.
+
+NOTE [ buffer reuse ]: every buffer is handed back at the earliest event that
+allows it, and no buffer is written while an operation that reads it may be
+in flight:
+
+* pinned-in  (host): free once its h2d copy is done -> the producer, which is
+  the only thread that writes it, waits on that event on the host;
+* device-in  (device): free once the run that read it is done -> the copy
+  stream waits on that event (``wait_event``), no host thread blocks;
+* device-out (device): free once its d2h copy is done -> the compute stream
+  waits on that event;
+* pinned-out (host): free once the consumer has taken the result -> the
+  execute thread waits for the consumer's release before the d2h writes it.
+
+Device-in and device-out of one slot are bound to one IOBinding, so they form
+one :class:`DeviceSlot` with two guard events, one per stream.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from ._batching import Layout
+from ._session import OrtSession, Shape
+from .devices import Device, DeviceBuffer, Event
+
+T = TypeVar("T")
+
+
+def host_view(flat: np.ndarray, dtype: np.dtype, shape: Shape) -> np.ndarray:
+    """A typed view of the first bytes of a flat uint8 buffer."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return flat[:nbytes].view(dtype).reshape(shape)
+
+
+@dataclass(eq=False)
+class PinnedInSlot:
+    arrays: dict[str, np.ndarray]
+    last_copy: Event | None = None  # h2d that reads it
+
+
+@dataclass(eq=False)
+class DeviceSlot:
+    inputs: dict[str, DeviceBuffer]
+    outputs: dict[str, DeviceBuffer]
+    binding: Any
+    bound_key: tuple | None = None
+    inputs_free: Event | None = None  # the run that read the inputs
+    outputs_free: Event | None = None  # the d2h that read the outputs
+
+
+@dataclass(eq=False)
+class PinnedOutSlot:
+    arrays: dict[str, np.ndarray]
+
+
+class Pool(Generic[T]):
+    """A free list handed between threads; ``acquire`` can be interrupted."""
+
+    def __init__(self, items: list[T]) -> None:
+        self._items = list(items)
+        self._free: queue.Queue[T] = queue.Queue()
+        self.reset()
+
+    def reset(self) -> None:
+        self._free = queue.Queue()
+        for item in self._items:
+            self._free.put(item)
+
+    def acquire(self, stop: threading.Event, poll_s: float) -> T | None:
+        while True:
+            try:
+                return self._free.get(timeout=poll_s)
+            except queue.Empty:
+                if stop.is_set():
+                    return None
+
+    def release(self, item: T) -> None:
+        self._free.put(item)
+
+
+@dataclass(eq=False)
+class Rings:
+    """All buffers of a pipeline for one layout."""
+
+    layout: Layout
+    output_layout: dict[str, tuple[np.dtype, Shape]]  # at layout.batch_size rows
+    pinned_in: list[PinnedInSlot]
+    device_slots: Pool[DeviceSlot]
+    pinned_out: Pool[PinnedOutSlot]
+    _all_device_slots: list[DeviceSlot] = field(default_factory=list)
+
+    def reset(self) -> None:
+        """Forget guards after the streams were synchronized (between runs)."""
+        for slot in self.pinned_in:
+            slot.last_copy = None
+        for slot in self._all_device_slots:
+            slot.inputs_free = slot.outputs_free = None
+        self.device_slots.reset()
+        self.pinned_out.reset()
+
+
+def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: int) -> Rings:
+    """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows."""
+    in_bytes = layout.input_nbytes(layout.batch_size)
+    output_layout = session.output_layout(layout.input_shapes(layout.batch_size))
+    out_bytes = {name: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for name, (dtype, shape) in output_layout.items()}
+    pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
+    slots = [
+        DeviceSlot(
+            inputs={n: device.device_empty(b) for n, b in in_bytes.items()},
+            outputs={n: device.device_empty(b) for n, b in out_bytes.items()},
+            binding=session.new_binding(),
+        )
+        for _ in range(depth)
+    ]
+    pinned_out = [PinnedOutSlot({n: device.pinned_empty(b) for n, b in out_bytes.items()}) for _ in range(depth)]
+    return Rings(layout, output_layout, pinned_in, Pool(slots), Pool(pinned_out), slots)

@@ -1,0 +1,183 @@
+"""ORT sessions built for a device, with IOBindings to the engine's buffers.
+
+On CUDA the session's CUDA EP is bound to the compute stream
+(``user_compute_stream``) and every bound run is told not to synchronize the
+device at its end (run option ``disable_synchronize_execution_providers``):
+the engine orders work by events instead.  ``IOBinding.synchronize_inputs`` /
+``synchronize_outputs`` are never called: they synchronize the whole device.
+
+Output shapes are found by running (one probe run per input shape, cached),
+never guessed from dim names: real models name output dims unrelated to the
+input's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ._errors import ModelError
+from .devices import Device, DeviceBuffer, Stream
+
+ORT_TO_NUMPY: dict[str, np.dtype] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(uint32)": np.dtype(np.uint32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+Shape = tuple[int, ...]
+ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as ORT declares it; symbolic dims are str or None."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | str | None, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def describe_shape(self) -> str:
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+
+def model_bytes(model: ModelSource) -> bytes:
+    """The serialized model from a path, bytes, or an onnx.ModelProto."""
+    if isinstance(model, bytes | bytearray | memoryview):
+        return bytes(model)
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise ModelError(f"model file not found: {str(path)!r}")
+        return path.read_bytes()
+    serialize = getattr(model, "SerializeToString", None)
+    if serialize is None:
+        raise ModelError(f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+    return serialize()
+
+
+def _spec(arg: Any, kind: str) -> TensorSpec:
+    dtype = ORT_TO_NUMPY.get(arg.type)
+    if dtype is None:
+        raise ModelError(
+            f"{kind} {arg.name!r} has type {arg.type}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}"
+        )
+    return TensorSpec(arg.name, dtype, tuple(arg.shape))
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How to build the ORT session (the device decides the providers)."""
+
+    intra_op_threads: int | None = None
+    log_severity: int = 3  # errors only: ORT's warnings are noise in a pipeline
+
+
+class OrtSession:
+    """One ORT session on a device, bound to a compute stream when one is given."""
+
+    def __init__(
+        self,
+        model: ModelSource,
+        device: Device,
+        compute_stream: Stream | None = None,
+        config: SessionConfig | None = None,
+    ) -> None:
+        config = config or SessionConfig()
+        self.device = device
+        self.compute_stream = compute_stream
+        options = ort.SessionOptions()
+        options.log_severity_level = config.log_severity
+        if config.intra_op_threads is not None:
+            options.intra_op_num_threads = config.intra_op_threads
+        try:
+            self.session = ort.InferenceSession(
+                model_bytes(model), sess_options=options, providers=device.ort_providers(compute_stream)
+            )
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"ONNX Runtime could not load the model: {exc}") from exc
+        device.verify_session(self.session, compute_stream)
+        self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
+        self.outputs = tuple(_spec(arg, "output") for arg in self.session.get_outputs())
+        self.run_options = ort.RunOptions()
+        if device.kind == "cuda":
+            # NOTE [ no device sync in Run ]: the engine records an event after
+            # Run returns and the d2h stream waits on it.
+            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
+        self._probe_lock = threading.Lock()
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]
+
+    def fixed_batch(self) -> int | None:
+        """The batch dim (axis 0) when the model fixes it, else None."""
+        dims = {spec.shape[0] for spec in self.inputs if spec.rank and isinstance(spec.shape[0], int)}
+        if len(dims) > 1:
+            raise ModelError(f"the model's inputs fix different batch dims: {sorted(dims)}")
+        return dims.pop() if dims else None
+
+    def output_layout(self, input_shapes: dict[str, Shape]) -> dict[str, tuple[np.dtype, Shape]]:
+        """dtype and shape of every output for these input shapes, found by a probe run."""
+        key = tuple(sorted(input_shapes.items()))
+        with self._probe_lock:
+            known = self._probes.get(key)
+            if known is None:
+                feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
+                try:
+                    results = self.session.run(None, feeds)
+                except Exception as exc:
+                    shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
+                    raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
+                known = {name: (value.dtype, value.shape) for name, value in zip(self.output_names, results, strict=True)}
+                self._probes[key] = known
+            return known
+
+    def new_binding(self) -> ort.IOBinding:
+        return self.session.io_binding()
+
+    def bind(
+        self,
+        binding: ort.IOBinding,
+        inputs: dict[str, tuple[DeviceBuffer, np.dtype, Shape]],
+        outputs: dict[str, tuple[DeviceBuffer, np.dtype, Shape]],
+    ) -> None:
+        """Point ``binding`` at these buffers (ORT wraps the pointers, never owns them)."""
+        device_type, device_id = self.device.ort_device
+        for name, (buffer, dtype, shape) in inputs.items():
+            binding.bind_input(name, device_type, device_id, dtype, list(shape), buffer.ptr)
+        for name, (buffer, dtype, shape) in outputs.items():
+            binding.bind_output(name, device_type, device_id, dtype, list(shape), buffer.ptr)
+
+    def run_bound(self, binding: ort.IOBinding) -> None:
+        self.session.run_with_iobinding(binding, self.run_options)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A plain ``session.run`` (numpy in, numpy out): the reference and the naive baseline."""
+        return dict(zip(self.output_names, self.session.run(None, feeds), strict=True))

@@ -1,0 +1,68 @@
+"""Devices: the only layer that knows CUDA from CPU.
+
+``resolve_device(spec)`` turns what a user writes ("auto", "cpu", "cuda",
+"cuda:1", or a device object) into a :class:`Device`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import Device, DeviceBuffer, Event, Stream
+from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel
+
+__all__ = [
+    "ChaosOptions",
+    "CudaDevice",
+    "Device",
+    "DeviceBuffer",
+    "Event",
+    "HostDevice",
+    "HostEvent",
+    "HostStream",
+    "LinkModel",
+    "Stream",
+    "cuda_unavailable_reason",
+    "resolve_device",
+]
+
+
+def cuda_unavailable_reason(device_id: int = 0) -> str | None:
+    """None when CUDA device ``device_id`` can run ORT here, else the reason it cannot."""
+    from .cuda import cuda_unavailable_reason as reason
+
+    return reason(device_id)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CudaDevice":  # lazy: keeps cupy out of `import pipeline`
+        from .cuda import CudaDevice
+
+        return CudaDevice
+    raise AttributeError(name)
+
+
+def resolve_device(spec: str | Device = "auto") -> Device:
+    """A device from a spec: "auto" (CUDA if usable, else host), "cpu", "cuda", "cuda:N"."""
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a Device, got {spec!r}")
+    text = spec.strip().lower()
+    if text in ("cpu", "host"):
+        return HostDevice()
+    if text == "auto":
+        if cuda_unavailable_reason(0) is None:
+            from .cuda import CudaDevice
+
+            return CudaDevice(0)
+        return HostDevice()
+    if text == "cuda" or text.startswith("cuda:"):
+        index_text = text.partition(":")[2] or "0"
+        if not index_text.isdigit():
+            raise ValueError(f"device {spec!r}: the CUDA index must be a whole number, as in 'cuda:0'")
+        from .cuda import CudaDevice
+
+        return CudaDevice(int(index_text))
+    raise ValueError(f"unknown device {spec!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or a Device object")
+

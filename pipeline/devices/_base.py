@@ -1,0 +1,139 @@
+"""The device interface: the only vocabulary the rest of ortpipe uses.
+
+It mirrors CUDA's own semantics so that the host implementation can stand in
+for a GPU in tests:
+
+* a :class:`Stream` runs its operations in the order they were enqueued;
+* an :class:`Event` recorded on a stream completes when the stream reaches it;
+  a later ``record`` re-arms it, and waits always refer to the latest record
+  made *before* the wait was enqueued (``cudaStreamWaitEvent`` semantics);
+* ``stream.wait_event(e)`` makes the stream (not the host) wait;
+* copies are asynchronous with respect to the host.
+
+NOTE [ buffer ownership ]: a :class:`DeviceBuffer` is a raw pointer plus the
+object that keeps its memory alive.  Streams and ORT bindings only see the
+pointer, so whoever enqueues work on a buffer must keep the buffer referenced
+until the event of that work has completed.  The engine's rings do this.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    """``nbytes`` of device memory at ``ptr``; ``owner`` keeps it alive."""
+
+    ptr: int
+    nbytes: int
+    owner: Any
+
+
+class Event(abc.ABC):
+    """A point in a stream's order; completes when the stream reaches it."""
+
+    @abc.abstractmethod
+    def record(self, stream: Stream) -> None:
+        """Enqueue this event on ``stream`` (re-arming it)."""
+
+    @abc.abstractmethod
+    def query(self) -> bool:
+        """True if the latest record has completed (or the event was never recorded)."""
+
+    @abc.abstractmethod
+    def synchronize(self, timeout: float | None = None) -> bool:
+        """Block the host until the latest record completes; False on timeout."""
+
+    @abc.abstractmethod
+    def elapsed_s(self, since: Event) -> float:
+        """Seconds from ``since`` to this event; both must have completed."""
+
+
+class Stream(abc.ABC):
+    """An in-order queue of device work."""
+
+    name: str
+
+    @abc.abstractmethod
+    def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:
+        """Copy the first ``nbytes`` of host array ``src`` (page-locked) into ``dst``."""
+
+    @abc.abstractmethod
+    def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
+        """Copy the first ``nbytes`` of ``src`` into host array ``dst`` (page-locked)."""
+
+    @abc.abstractmethod
+    def launch(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in stream order.
+
+        On CUDA ``fn`` is called at once and must only *enqueue* GPU work on
+        this stream (an ORT run bound to it); on the host device ``fn`` is the
+        work itself.
+        """
+
+    @abc.abstractmethod
+    def wait_event(self, event: Event) -> None:
+        """Make later work on this stream wait for ``event``'s latest record."""
+
+    @abc.abstractmethod
+    def synchronize(self, timeout: float | None = None) -> bool:
+        """Block until all enqueued work is done. Shutdown and baselines only."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the stream's resources (idempotent)."""
+
+
+class Device(abc.ABC):
+    """Allocates buffers, streams and events, and tells ORT how to run on it."""
+
+    #: "cpu" or "cuda"
+    kind: str
+    #: ORT memory location for bindings: ("cpu", 0) or ("cuda", N)
+    ort_device: tuple[str, int]
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Human-readable name, e.g. "NVIDIA H200 (cuda:0)"."""
+
+    @abc.abstractmethod
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        """A flat uint8 host array of ``nbytes`` in page-locked memory."""
+
+    @abc.abstractmethod
+    def device_empty(self, nbytes: int) -> DeviceBuffer:
+        """``nbytes`` of device memory."""
+
+    @abc.abstractmethod
+    def stream(self, name: str) -> Stream:
+        """A new stream (never a default/legacy stream)."""
+
+    @abc.abstractmethod
+    def event(self, timing: bool = True) -> Event:
+        """A new event; ``timing=False`` is cheaper where no time is read."""
+
+    @abc.abstractmethod
+    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+        """The ``providers`` argument for an ORT session on this device.
+
+        With ``compute_stream`` the session's work is bound to that stream.
+        """
+
+    def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
+        """Raise if ORT did not take this device's provider as asked."""
+
+    def activate(self) -> None:  # noqa: B027 - optional hook
+        """Make this device current in the calling thread."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the device for reports."""
+        return {"kind": self.kind, "name": self.name}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release device resources (idempotent)."""

@@ -1,0 +1,229 @@
+"""The CUDA device, on CuPy: the only module of ortpipe that imports cupy.
+
+Streams are non-blocking (never the legacy default stream: ORT reads stream
+pointer 0 as "no user stream" and would then run on a stream of its own,
+racing our copies).  Copies are ``cudaMemcpyAsync`` between page-locked host
+memory and device memory on an explicit stream.  ``launch(fn)`` calls ``fn``
+at once: ``fn`` enqueues GPU work (an ORT run bound to this stream) and
+returns.  Events time with CUDA's own clock.
+
+CuPy is imported lazily, so that ``import pipeline`` works on a machine with
+neither a GPU nor CuPy; a missing driver or GPU only shows when a device is
+made, and is reported as :class:`DeviceUnavailableError` with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import DeviceError, DeviceUnavailableError
+from ._base import Device, DeviceBuffer, Event, Stream
+
+_SPIN_CHECKS = 64
+_SLEEP_S = 50e-6
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise DeviceUnavailableError(
+            "CUDA needs CuPy: pip install 'ortpipe[cuda]' (cupy-cuda13x, matching onnxruntime-gpu 1.31's CUDA 13)"
+        ) from exc
+    return cupy
+
+
+def cuda_unavailable_reason(device_id: int = 0) -> str | None:
+    """None when a CUDA device ``device_id`` and ORT's CUDA EP can be used, else why not."""
+    try:
+        cupy = _import_cupy()
+    except DeviceUnavailableError as exc:
+        return str(exc)
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError: no driver, no device
+        return f"no usable CUDA device: {exc}"
+    if device_id >= count:
+        return f"cuda:{device_id} requested but {count} CUDA device(s) found"
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return (
+            "this onnxruntime has no CUDAExecutionProvider (available: "
+            f"{ort.get_available_providers()}); install onnxruntime-gpu, not onnxruntime"
+        )
+    return None
+
+
+class CudaEvent(Event):
+    __slots__ = ("_event",)
+
+    def __init__(self, cupy: Any, timing: bool) -> None:
+        self._event = cupy.cuda.Event(block=False, disable_timing=not timing)
+
+    def record(self, stream: Stream) -> None:
+        if not isinstance(stream, CudaStream):
+            raise TypeError(f"a CUDA event can only be recorded on a CUDA stream, got {stream!r}")
+        self._event.record(stream.raw)
+
+    def query(self) -> bool:
+        return bool(self._event.done)
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        # Poll instead of cudaEventSynchronize so that the wait has a timeout and
+        # the caller can re-check its stop flag (and Ctrl-C gets through).
+        event = self._event
+        for _ in range(_SPIN_CHECKS):
+            if event.done:
+                return True
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while not event.done:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return False
+            time.sleep(_SLEEP_S)
+        return True
+
+    def elapsed_s(self, since: Event) -> float:
+        if not isinstance(since, CudaEvent):
+            raise TypeError(f"elapsed_s needs two CUDA events, got {since!r}")
+        import cupy
+
+        return cupy.cuda.get_elapsed_time(since._event, self._event) * 1e-3
+
+
+class CudaStream(Stream):
+    def __init__(self, cupy: Any, device_id: int, name: str) -> None:
+        self.name = name
+        self._cupy = cupy
+        with cupy.cuda.Device(device_id):
+            self.raw = cupy.cuda.Stream(non_blocking=True)
+        if self.raw.ptr == 0:  # pragma: no cover - guarded by CuPy itself
+            raise DeviceError("CuPy returned the default stream; ORT would treat it as 'no user stream'")
+        self.ptr: int = self.raw.ptr
+
+    def _memcpy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
+        self._cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, self.ptr)
+
+    def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:
+        if nbytes > dst.nbytes or nbytes > src.nbytes:
+            raise DeviceError(f"h2d copy of {nbytes} bytes overruns a buffer ({src.nbytes} -> {dst.nbytes})")
+        self._memcpy(dst.ptr, src.ctypes.data, nbytes, self._cupy.cuda.runtime.memcpyHostToDevice)
+
+    def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
+        if nbytes > dst.nbytes or nbytes > src.nbytes:
+            raise DeviceError(f"d2h copy of {nbytes} bytes overruns a buffer ({src.nbytes} -> {dst.nbytes})")
+        self._memcpy(dst.ctypes.data, src.ptr, nbytes, self._cupy.cuda.runtime.memcpyDeviceToHost)
+
+    def launch(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def wait_event(self, event: Event) -> None:
+        if not isinstance(event, CudaEvent):
+            raise TypeError(f"a CUDA stream can only wait on a CUDA event, got {event!r}")
+        self.raw.wait_event(event._event)
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        marker = CudaEvent(self._cupy, timing=False)
+        marker.record(self)
+        return marker.synchronize(timeout)
+
+    def __repr__(self) -> str:
+        return f"CudaStream({self.name!r}, ptr=0x{self.ptr:x})"
+
+
+class CudaDevice(Device):
+    """An NVIDIA GPU through CuPy, with ORT's CUDA execution provider."""
+
+    kind = "cuda"
+
+    def __init__(self, device_id: int = 0, provider_options: dict[str, str] | None = None) -> None:
+        reason = cuda_unavailable_reason(device_id)
+        if reason is not None:
+            raise DeviceUnavailableError(f"cuda:{device_id} is not usable: {reason}")
+        self._cupy = _import_cupy()
+        self.device_id = device_id
+        self.ort_device = ("cuda", device_id)
+        self.provider_options = dict(provider_options or {})
+        _preload_cuda_libraries()
+        props = self._cupy.cuda.runtime.getDeviceProperties(device_id)
+        raw_name = props.get("name", b"GPU")
+        self._gpu_name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+        self._props = props
+
+    @property
+    def name(self) -> str:
+        return f"{self._gpu_name} (cuda:{self.device_id})"
+
+    def activate(self) -> None:
+        self._cupy.cuda.Device(self.device_id).use()
+
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        import cupyx
+
+        return cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+
+    def device_empty(self, nbytes: int) -> DeviceBuffer:
+        with self._cupy.cuda.Device(self.device_id):
+            memory = self._cupy.cuda.alloc(max(nbytes, 1))
+        return DeviceBuffer(ptr=memory.ptr, nbytes=nbytes, owner=memory)
+
+    def stream(self, name: str) -> CudaStream:
+        return CudaStream(self._cupy, self.device_id, name)
+
+    def event(self, timing: bool = True) -> CudaEvent:
+        with self._cupy.cuda.Device(self.device_id):
+            return CudaEvent(self._cupy, timing)
+
+    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+        options = {"device_id": str(self.device_id), **self.provider_options}
+        if compute_stream is not None:
+            if not isinstance(compute_stream, CudaStream):
+                raise TypeError(f"the compute stream of a CUDA session must be a CUDA stream, got {compute_stream!r}")
+            # Decimal string of the pointer; has_user_compute_stream is implied.
+            options["user_compute_stream"] = str(compute_stream.ptr)
+        return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
+
+    def verify_session(self, session: Any, compute_stream: Stream | None) -> None:
+        providers = session.get_providers()
+        if not providers or providers[0] != "CUDAExecutionProvider":
+            raise DeviceUnavailableError(
+                f"ORT did not take CUDAExecutionProvider for {self.name} (session providers: {providers}); "
+                "it falls back to CPU silently when the CUDA libraries are missing: "
+                "check the ORT log above, and onnxruntime.preload_dlls()"
+            )
+        if compute_stream is not None:
+            taken = session.get_provider_options().get("CUDAExecutionProvider", {}).get("user_compute_stream")
+            expected = str(compute_stream.ptr)  # type: ignore[attr-defined]
+            if taken != expected:
+                raise DeviceUnavailableError(
+                    f"ORT did not accept the compute stream: user_compute_stream is {taken!r}, expected {expected!r}"
+                )
+
+    def describe(self) -> dict[str, Any]:
+        props = self._props
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "compute_capability": f"{props.get('major')}.{props.get('minor')}",
+            "memory_gib": round(props.get("totalGlobalMem", 0) / 2**30, 1),
+            "cuda_runtime": self._cupy.cuda.runtime.runtimeGetVersion(),
+        }
+
+    def __repr__(self) -> str:
+        return f"CudaDevice({self.name!r})"
+
+
+def _preload_cuda_libraries() -> None:
+    """Load the CUDA/cuDNN libraries of the nvidia-* wheels before ORT needs them."""
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        try:
+            preload()
+        except Exception:  # noqa: BLE001 - best effort; verify_session reports the outcome
+            pass

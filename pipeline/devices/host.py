@@ -1,0 +1,328 @@
+"""The host device: CUDA's stream/event semantics implemented with threads.
+
+Two uses:
+
+* **CPU backend.**  With no link model and no chaos, every stream runs its
+  operations inline in the calling thread (NOTE [ threads are not stages ]:
+  the engine's stage threads already overlap loading, ORT's CPU run and
+  post-processing; a worker per stream would only add hand-offs).
+* **A GPU stand-in for tests and studies.**  With a :class:`LinkModel`, or
+  with chaos on, each stream gets a worker thread that runs its operations in
+  FIFO order.  Copies take as long as the modelled PCIe link would (one copy
+  engine per direction, shared by all streams of the device), and chaos
+  sleeps a random time before any operation, so that a missing event wait
+  shows up as a wrong result instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import DeviceError
+from ._base import Device, DeviceBuffer, Event, Stream
+
+_POLL_S = 0.05
+_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """A PCIe-like link: bandwidth per direction (GB/s, 1e9 bytes) and latency."""
+
+    h2d_gbps: float
+    d2h_gbps: float
+    latency_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        for field, value in (("h2d_gbps", self.h2d_gbps), ("d2h_gbps", self.d2h_gbps)):
+            if not value > 0:
+                raise ValueError(f"LinkModel.{field} must be > 0 GB/s, got {value!r}")
+        if self.latency_us < 0:
+            raise ValueError(f"LinkModel.latency_us must be >= 0, got {self.latency_us!r}")
+
+    def seconds(self, nbytes: int, direction: str) -> float:
+        """How long a copy of ``nbytes`` takes in ``direction`` ("h2d" or "d2h")."""
+        gbps = self.h2d_gbps if direction == "h2d" else self.d2h_gbps
+        return self.latency_us * 1e-6 + nbytes / (gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """Random delays before stream operations (tests of buffer-reuse safety)."""
+
+    probability: float = 0.5
+    max_delay_s: float = 0.0004
+    seed: int = 0
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGN
+    return raw[offset : offset + nbytes]
+
+
+def _as_bytes(array: np.ndarray) -> np.ndarray:
+    if not array.flags.c_contiguous:
+        raise DeviceError(f"host copy needs a C-contiguous array, got strides {array.strides}")
+    return array.reshape(-1).view(np.uint8)
+
+
+class HostEvent(Event):
+    """A completion flag with a generation count and a perf_counter timestamp."""
+
+    __slots__ = ("_cond", "_recorded", "_completed", "_time", "_fault")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._recorded = 0
+        self._completed = 0
+        self._time: float | None = None
+        self._fault: BaseException | None = None
+
+    def record(self, stream: Stream) -> None:
+        if not isinstance(stream, HostStream):
+            raise TypeError(f"a host event can only be recorded on a host stream, got {stream!r}")
+        with self._cond:
+            self._recorded += 1
+            generation = self._recorded
+        stream._enqueue(lambda: self._complete(generation, stream._fault))
+
+    def _complete(self, generation: int, fault: BaseException | None) -> None:
+        with self._cond:
+            if generation > self._completed:
+                self._completed = generation
+                self._time = time.perf_counter()
+                self._fault = fault
+            self._cond.notify_all()
+
+    def _target(self) -> int:
+        with self._cond:
+            return self._recorded
+
+    def _wait_for(self, generation: int, timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._completed >= generation, timeout)
+
+    def query(self) -> bool:
+        with self._cond:
+            return self._completed >= self._recorded
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        if not self._wait_for(self._target(), timeout):
+            return False
+        if self._fault is not None:
+            raise DeviceError(f"an earlier operation on the stream failed: {self._fault!r}") from self._fault
+        return True
+
+    def elapsed_s(self, since: Event) -> float:
+        if not isinstance(since, HostEvent):
+            raise TypeError(f"elapsed_s needs two host events, got {since!r}")
+        if self._time is None or since._time is None:
+            raise DeviceError("elapsed_s on an event that has not completed")
+        return self._time - since._time
+
+    @property
+    def timestamp(self) -> float | None:
+        """perf_counter() when the latest record completed."""
+        return self._time
+
+
+class HostStream(Stream):
+    """Runs operations in order: inline, or on a worker thread of its own."""
+
+    def __init__(self, device: HostDevice, name: str, threaded: bool, seed: int) -> None:
+        self.name = name
+        self._device = device
+        self._threaded = threaded
+        self._fault: BaseException | None = None
+        self._closed = False
+        self._rng = random.Random(seed)
+        self._chaos = device.chaos
+        self._lock = threading.Condition(threading.Lock())
+        self._submitted = 0
+        self._done = 0
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        if threaded:
+            self._worker = threading.Thread(target=self._work, name=f"ortpipe-stream-{name}", daemon=True)
+            self._worker.start()
+
+    # -- running operations -------------------------------------------------
+    def _enqueue(self, op: Callable[[], None]) -> None:
+        if self._closed:
+            raise DeviceError(f"stream {self.name!r} is closed")
+        if not self._threaded:
+            op()
+            return
+        with self._lock:
+            self._submitted += 1
+        self._queue.put(op)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                op = self._queue.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self._closed:
+                    return
+                continue
+            if op is None:
+                return
+            try:
+                self._maybe_delay()
+                op()
+            except BaseException as exc:  # noqa: BLE001 - kept as the stream's sticky fault
+                if self._fault is None:
+                    self._fault = exc
+            finally:
+                with self._lock:
+                    self._done += 1
+                    self._lock.notify_all()
+
+    def _maybe_delay(self) -> None:
+        chaos = self._chaos
+        if chaos is not None and self._rng.random() < chaos.probability:
+            time.sleep(self._rng.uniform(0.0, chaos.max_delay_s))
+
+    # -- the Stream interface ----------------------------------------------
+    def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:
+        self._enqueue(lambda: self._device._copy(_as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d"))
+
+    def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
+        self._enqueue(lambda: self._device._copy(_as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h"))
+
+    def launch(self, fn: Callable[[], None]) -> None:
+        self._enqueue(fn)
+
+    def wait_event(self, event: Event) -> None:
+        if not isinstance(event, HostEvent):
+            raise TypeError(f"a host stream can only wait on a host event, got {event!r}")
+        generation = event._target()  # captured now: cudaStreamWaitEvent semantics
+        self._enqueue(lambda: self._block_on(event, generation))
+
+    def _block_on(self, event: HostEvent, generation: int) -> None:
+        while not event._wait_for(generation, _POLL_S):
+            if self._closed:
+                raise DeviceError(f"stream {self.name!r} closed while waiting on an event")
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            target = self._submitted
+            return self._lock.wait_for(lambda: self._done >= target, timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=5.0)
+
+    def __repr__(self) -> str:
+        mode = "worker" if self._threaded else "inline"
+        return f"HostStream({self.name!r}, {mode})"
+
+
+class HostDevice(Device):
+    """The CPU as a device, optionally behind an emulated PCIe link.
+
+    ``HostDevice()`` is the CPU backend.  ``HostDevice(link_gbps=12.0,
+    latency_us=10)`` makes every copy take as long as a 12 GB/s link would
+    (h2d and d2h are independent copy engines); ``h2d_gbps``/``d2h_gbps``
+    set the directions apart.  ``chaos=True`` (or a :class:`ChaosOptions`)
+    adds random delays before every stream operation.
+    """
+
+    kind = "cpu"
+    ort_device = ("cpu", 0)
+
+    def __init__(
+        self,
+        link_gbps: float | None = None,
+        latency_us: float = 0.0,
+        *,
+        h2d_gbps: float | None = None,
+        d2h_gbps: float | None = None,
+        chaos: bool | ChaosOptions = False,
+    ) -> None:
+        h2d = h2d_gbps if h2d_gbps is not None else link_gbps
+        d2h = d2h_gbps if d2h_gbps is not None else link_gbps
+        if (h2d is None) != (d2h is None):
+            raise ValueError("give link_gbps, or both h2d_gbps and d2h_gbps")
+        self.link: LinkModel | None = None if h2d is None else LinkModel(h2d, d2h, latency_us)
+        if chaos is True:
+            chaos = ChaosOptions()
+        self.chaos: ChaosOptions | None = chaos or None
+        self.threaded = self.link is not None or self.chaos is not None
+        self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
+        self._streams: list[HostStream] = []
+
+    @property
+    def name(self) -> str:
+        parts = ["host"]
+        if self.link is not None:
+            link = self.link
+            parts.append(f"emulated link h2d {link.h2d_gbps:g} GB/s, d2h {link.d2h_gbps:g} GB/s")
+            if link.latency_us:
+                parts.append(f"{link.latency_us:g} us latency")
+        if self.chaos is not None:
+            parts.append("chaos")
+        return parts[0] if len(parts) == 1 else f"{parts[0]} ({', '.join(parts[1:])})"
+
+    def _copy(self, dst: np.ndarray, src: np.ndarray, nbytes: int, direction: str) -> None:
+        if nbytes > dst.nbytes or nbytes > src.nbytes:
+            raise DeviceError(f"{direction} copy of {nbytes} bytes overruns a buffer ({src.nbytes} -> {dst.nbytes})")
+        if self.link is None:
+            np.copyto(dst[:nbytes], src[:nbytes])
+            return
+        with self._engines[direction]:  # one copy engine per direction
+            start = time.perf_counter()
+            np.copyto(dst[:nbytes], src[:nbytes])
+            remaining = self.link.seconds(nbytes, direction) - (time.perf_counter() - start)
+            if remaining > 0:
+                time.sleep(remaining)
+
+    def link_seconds(self, nbytes: int, direction: str) -> float:
+        """What a transfer of ``nbytes`` costs on the emulated link (0 with none)."""
+        return 0.0 if self.link is None else self.link.seconds(nbytes, direction)
+
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        return _aligned_bytes(nbytes)
+
+    def device_empty(self, nbytes: int) -> DeviceBuffer:
+        owner = _aligned_bytes(nbytes)
+        return DeviceBuffer(ptr=owner.ctypes.data, nbytes=nbytes, owner=owner)
+
+    def stream(self, name: str) -> HostStream:
+        stream = HostStream(self, name, self.threaded, seed=(self.chaos.seed if self.chaos else 0) + len(self._streams))
+        self._streams.append(stream)
+        return stream
+
+    def event(self, timing: bool = True) -> HostEvent:
+        return HostEvent()
+
+    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+        return ["CPUExecutionProvider"]
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.link is not None:
+            info["link"] = {"h2d_gbps": self.link.h2d_gbps, "d2h_gbps": self.link.d2h_gbps,
+                            "latency_us": self.link.latency_us}
+        return info
+
+    def close(self) -> None:
+        for stream in self._streams:
+            stream.close()
+        self._streams.clear()
+
+    def __repr__(self) -> str:
+        return f"HostDevice({self.name!r})"
