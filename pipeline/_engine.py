@@ -155,8 +155,12 @@ class EngineRun(Generic[T]):
         self._take = take
         self._on_batch = on_batch
         self._stop = threading.Event()
-        self._work_q: queue.Queue[object] = queue.Queue(maxsize=config.depth + 1)
-        self._result_q: queue.Queue[object] = queue.Queue(maxsize=config.depth + 1)
+        # Unbounded C queues are enough: the rings bound how far a stage can run
+        # ahead (a batch needs a device slot to enter _work_q and a pinned-out
+        # slot to enter _result_q), and SimpleQueue hands off several times
+        # faster than queue.Queue.
+        self._work_q: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._threads = [
             threading.Thread(target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True),
@@ -176,16 +180,13 @@ class EngineRun(Generic[T]):
 
         return run
 
-    def _put(self, target: queue.Queue[object], item: object) -> bool:
-        while True:
-            try:
-                target.put(item, timeout=self._config.poll_s)
-                return True
-            except queue.Full:
-                if self._stop.is_set():
-                    return False
+    def _put(self, target: queue.SimpleQueue[object], item: object) -> bool:
+        if self._stop.is_set():
+            return False
+        target.put(item)
+        return True
 
-    def _get(self, source: queue.Queue[object]) -> object | None:
+    def _get(self, source: queue.SimpleQueue[object]) -> object | None:
         while True:
             try:
                 return source.get(timeout=self._config.poll_s)

@@ -65,11 +65,11 @@ class Pool(Generic[T]):
 
     def __init__(self, items: list[T]) -> None:
         self._items = list(items)
-        self._free: queue.Queue[T] = queue.Queue()
+        self._free: queue.SimpleQueue[T] = queue.SimpleQueue()
         self.reset()
 
     def reset(self) -> None:
-        self._free = queue.Queue()
+        self._free = queue.SimpleQueue()
         for item in self._items:
             self._free.put(item)
 

@@ -121,6 +121,9 @@ class OrtSession:
         self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
         self.outputs = tuple(_spec(arg, "output") for arg in self.session.get_outputs())
         self.run_options = ort.RunOptions()
+        # ORT's Python run_with_iobinding looks this key up on every call and a
+        # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
+        self.run_options.add_run_config_entry("gpu_graph_id", "-1")
         if device.kind == "cuda":
             # NOTE [ no device sync in Run ]: the engine records an event after
             # Run returns and the d2h stream waits on it.

@@ -128,6 +128,10 @@ class Device(abc.ABC):
     def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
         """Raise if ORT did not take this device's provider as asked."""
 
+    def charge_transfer(self, nbytes: int, direction: str) -> None:  # noqa: B027 - optional hook
+        """Make the host pay what an emulated link would charge for a copy the
+        baselines do outside our streams (a no-op on real hardware)."""
+
     def activate(self) -> None:  # noqa: B027 - optional hook
         """Make this device current in the calling thread."""
 

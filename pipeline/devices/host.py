@@ -63,6 +63,9 @@ class ChaosOptions:
     seed: int = 0
 
 
+_SHARED_COND = threading.Condition(threading.Lock())
+
+
 def _aligned_bytes(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
@@ -76,12 +79,17 @@ def _as_bytes(array: np.ndarray) -> np.ndarray:
 
 
 class HostEvent(Event):
-    """A completion flag with a generation count and a perf_counter timestamp."""
+    """A completion flag with a generation count and a perf_counter timestamp.
+
+    Events of one device share one condition variable: creating a Condition
+    per event would cost more than the rest of a batch's bookkeeping, and the
+    few waiters a pipeline has make a shared notify_all cheap.
+    """
 
     __slots__ = ("_cond", "_recorded", "_completed", "_time", "_fault")
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+    def __init__(self, cond: threading.Condition | None = None) -> None:
+        self._cond = cond if cond is not None else _SHARED_COND
         self._recorded = 0
         self._completed = 0
         self._time: float | None = None
@@ -264,6 +272,7 @@ class HostDevice(Device):
         self.threaded = self.link is not None or self.chaos is not None
         self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
         self._streams: list[HostStream] = []
+        self._event_cond = threading.Condition(threading.Lock())
 
     @property
     def name(self) -> str:
@@ -294,6 +303,12 @@ class HostDevice(Device):
         """What a transfer of ``nbytes`` costs on the emulated link (0 with none)."""
         return 0.0 if self.link is None else self.link.seconds(nbytes, direction)
 
+    def charge_transfer(self, nbytes: int, direction: str) -> None:
+        seconds = self.link_seconds(nbytes, direction)
+        if seconds > 0:
+            with self._engines[direction]:
+                time.sleep(seconds)
+
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         return _aligned_bytes(nbytes)
 
@@ -307,7 +322,7 @@ class HostDevice(Device):
         return stream
 
     def event(self, timing: bool = True) -> HostEvent:
-        return HostEvent()
+        return HostEvent(self._event_cond)
 
     def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
         return ["CPUExecutionProvider"]
