@@ -296,7 +296,6 @@ class EngineRun(Generic[T]):
         if slot.outputs_free is not None:
             compute.wait_event(slot.outputs_free)
         work.out_layout = self._outputs_for(work)
-        self._bind(slot, work)
         if events.run_start is not None:
             events.run_start.record(compute)
         compute.launch(lambda: self._run_bound(slot, work))
@@ -346,7 +345,12 @@ class EngineRun(Generic[T]):
         slot.bound_key = key
 
     def _run_bound(self, slot: DeviceSlot, work: _Work) -> None:
+        # Runs in the compute stream's order. NOTE [ bind in stream order ]: the
+        # binding is (re)pointed here, not by the enqueuing thread, because on a
+        # host stream with a worker an earlier run of this slot may still be
+        # queued and must see the shapes it was enqueued with.
         try:
+            self._bind(slot, work)
             self._session.run_bound(slot.binding)
         except BaseException as exc:  # noqa: BLE001 - reported for this batch by the consumer
             work.error = exc

@@ -1,0 +1,100 @@
+"""Shared fixtures: devices every device-generic test runs on, and a thread-leak check.
+
+Device-generic tests take the ``device`` fixture: the host device (plain, with
+an emulated link, and in chaos mode) always runs; ``cuda`` runs where a GPU,
+CuPy and onnxruntime-gpu are present and otherwise skips with the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from pipeline import ChaosOptions, HostDevice, cuda_unavailable_reason
+from pipeline._engine import THREAD_PREFIX
+
+DEVICE_KINDS = ["host", "host-link", "host-chaos", "cuda"]
+
+
+def make_device(kind: str):
+    if kind == "host":
+        return HostDevice()
+    if kind == "host-link":
+        return HostDevice(link_gbps=20.0, latency_us=5.0)
+    if kind == "host-chaos":
+        return HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=2e-4, seed=7))
+    if kind == "cuda":
+        reason = cuda_unavailable_reason(0)
+        if reason is not None:
+            pytest.skip(f"no CUDA here: {reason}")
+        from pipeline.devices import CudaDevice
+
+        return CudaDevice(0)
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=DEVICE_KINDS)
+def device(request):
+    dev = make_device(request.param)
+    yield dev
+    dev.close()
+
+
+@pytest.fixture(params=["host", "cuda"])
+def fast_device(request):
+    """One host device and CUDA: for tests whose point is not the stream machinery."""
+    dev = make_device(request.param)
+    yield dev
+    dev.close()
+
+
+def ortpipe_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+
+
+def wait_no_threads(timeout: float = 1.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while ortpipe_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [t.name for t in ortpipe_threads()]
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    """Every test must leave no thread of ortpipe's behind (streams' workers included)."""
+    before = {t.ident for t in ortpipe_threads()}
+    yield
+    import gc
+
+    gc.collect()  # pipelines dropped without close() are finalized
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        leaked = [t.name for t in ortpipe_threads() if t.ident not in before]
+        if not leaked:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"threads left behind: {leaked}")
+
+
+def reference(model, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A plain session.run on ORT's CPU EP: the truth every pipeline output is compared to."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, batch), strict=True))
+
+
+def assert_outputs_equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray], device=None) -> None:
+    assert set(got) == set(want)
+    exact = device is None or device.kind == "cpu"
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        assert got[name].shape == want[name].shape, name
+        if exact:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64),
+                                       rtol=2e-3, atol=2e-3, err_msg=name)

@@ -1,0 +1,48 @@
+"""Test-only models and sources (real ONNX graphs and real iterators)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.models import IR_VERSION, OPSET
+
+
+def gather_model(rows: int = 10):
+    """out[N, 3] = table[idx]: ORT raises at run time when an index is out of range."""
+    table = numpy_helper.from_array(np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "idx"], ["out"], axis=0)],
+        "gather",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])],
+        [table],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def renamed_dims_model():
+    """Output dims named unrelated to the input's: y[B*2, K] from x[N, 4] (Reshape + Concat)."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["y"], axis=0)],
+        "concat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["twice_n", "k"])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def failing_source(batches: list, fail_at: int) -> Iterator:
+    for index, batch in enumerate(batches):
+        if index == fail_at:
+            raise OSError(f"disk went away at {index}")
+        yield batch
+
+
+def slow_source(batch, delay_s: float, count: int = 10**9) -> Iterator:
+    for _ in range(count):
+        time.sleep(delay_s)
+        yield batch

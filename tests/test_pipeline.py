@@ -1,0 +1,171 @@
+"""Every batch's outputs equal a plain session.run on the same batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import Pipeline, PipelineClosedError, PipelineError, models
+
+from .conftest import assert_outputs_equal, reference
+from .helpers import renamed_dims_model
+
+
+def _rows(seed: int, rows: int, name: str = "mlp") -> dict[str, np.ndarray]:
+    return models.example_batch(name, rows, seed=seed)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_map_matches_session_run_at_every_depth(device, depth):
+    model = models.mlp()
+    batches = [_rows(i, 16) for i in range(12)] + [_rows(99, 5)]  # a partial last batch
+    with Pipeline(model, device=device, depth=depth) as pipe:
+        outs = list(pipe.map(batches))
+    assert len(outs) == len(batches)
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, batch), device)
+
+
+def test_multi_input_multi_output_every_dtype(device):
+    model = models.multi_io()
+    batches = [models.example_batch("multi_io", 8, seed=i) for i in range(10)] + [models.example_batch("multi_io", 3, 50)]
+    with Pipeline(model, device=device, depth=3) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        want = reference(model, batch)
+        assert {v.dtype for v in out.values()} == {np.dtype(t) for t in ("float32", "int64", "uint8", "float16")}
+        assert_outputs_equal(out, want, device)
+
+
+def test_convnet_frames(fast_device):
+    model = models.convnet()
+    batches = [models.example_batch("convnet", 4, seed=i) for i in range(5)]
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, batch), fast_device)
+
+
+def test_run_splits_and_concatenates_dynamic_batch(device):
+    model = models.mlp()
+    x = _rows(1, 203)["x"]
+    with Pipeline(model, device=device, depth=3) as pipe:
+        out = pipe.run(x, batch_size=32)  # 6 full batches + 11 rows bound at their real size
+    assert_outputs_equal(out, reference(model, {"x": x}), device)
+
+
+def test_run_pads_the_last_batch_of_a_fixed_batch_model(device):
+    model = models.mlp(batch=16)
+    x = _rows(2, 40)["x"]  # 16 + 16 + 8 (padded to 16, sliced back)
+    with Pipeline(model, device=device, depth=2) as pipe:
+        out = pipe.run(x)
+    want = np.concatenate([reference(model, {"x": _pad(x[i : i + 16], 16)})["scores"][: len(x[i : i + 16])]
+                           for i in range(0, 40, 16)])
+    assert out["scores"].shape == (40, 16)
+    assert_outputs_equal(out, {"scores": want}, device)
+
+
+def _pad(x: np.ndarray, rows: int) -> np.ndarray:
+    padded = np.zeros((rows, *x.shape[1:]), x.dtype)
+    padded[: len(x)] = x
+    return padded
+
+
+def test_map_pads_partial_batches_of_a_fixed_batch_model(fast_device):
+    model = models.multi_io(batch=8)
+    batches = [models.example_batch("multi_io", n, seed=n) for n in (8, 3, 8, 1)]
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        rows = len(batch["a"])
+        padded = {k: _pad(v, 8) for k, v in batch.items()}
+        want = {k: v[:rows] for k, v in reference(model, padded).items()}
+        assert_outputs_equal(out, want, fast_device)
+
+
+def test_map_accepts_varying_batch_sizes_up_to_the_first(fast_device):
+    model = models.mlp()
+    batches = [_rows(i, n) for i, n in enumerate([20, 7, 20, 1, 13])]
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, batch), fast_device)
+
+
+def test_configured_batch_size_allows_a_small_first_batch(fast_device):
+    model = models.mlp()
+    batches = [_rows(0, 4), _rows(1, 30)]
+    with Pipeline(model, device=fast_device, depth=2, batch_size=32) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, batch), fast_device)
+
+
+def test_output_shapes_come_from_running_not_from_dim_names(fast_device):
+    model = renamed_dims_model()  # y is [2N, 4] though named [twice_n, k]
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        outs = list(pipe.map([x, x[:2]]))
+    assert outs[0]["y"].shape == (12, 4) and outs[1]["y"].shape == (4, 4)
+    np.testing.assert_array_equal(outs[1]["y"], np.concatenate([x[:2], x[:2]]))
+
+
+def test_non_contiguous_and_big_endian_inputs_are_accepted(fast_device):
+    model = models.mlp()
+    base = _rows(3, 32)["x"]
+    strided = np.asfortranarray(base)[::2]  # neither C-contiguous nor dense
+    big_endian = base[:8].astype(">f4")
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        outs = list(pipe.map([strided, big_endian]))
+    assert_outputs_equal(outs[0], reference(model, {"x": np.ascontiguousarray(strided)}), fast_device)
+    assert_outputs_equal(outs[1], reference(model, {"x": big_endian.astype("<f4")}), fast_device)
+
+
+def test_results_stay_valid_after_their_slot_is_reused(device):
+    model = models.identity(features=8)
+    batches = [np.full((4, 8), i, np.float32) for i in range(20)]
+    with Pipeline(model, device=device, depth=2) as pipe:
+        outs = list(pipe.map(batches))  # all kept: each must be a copy, not a view of a slot
+    for i, out in enumerate(outs):
+        assert (out["y"] == i).all()
+
+
+def test_pipeline_is_reusable_across_calls_and_layouts(fast_device):
+    model = models.convnet()
+    with Pipeline(model, device=fast_device, depth=2) as pipe:
+        for size in (32, 16, 32):
+            batch = models.BUILTIN["convnet"].example(2, np.random.default_rng(size))
+            batch = {"frames": batch["frames"][:, :, :size, :size].copy()}
+            (out,) = list(pipe.map([batch]))
+            assert_outputs_equal(out, reference(model, batch), fast_device)
+
+
+def test_empty_source_yields_nothing():
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        assert list(pipe.map([])) == []
+
+
+def test_closed_pipeline_refuses_work():
+    pipe = Pipeline(models.mlp(), device="cpu")
+    pipe.close()
+    pipe.close()  # idempotent
+    with pytest.raises(PipelineClosedError):
+        pipe.map([_rows(0, 2)])
+    with pytest.raises(PipelineClosedError):
+        pipe.run(_rows(0, 2)["x"])
+
+
+def test_one_map_at_a_time():
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        first = pipe.map([_rows(i, 4) for i in range(5)])
+        next(first)
+        with pytest.raises(PipelineError, match="still running"):
+            next(pipe.map([_rows(0, 4)]))
+        first.close()
+        assert len(list(pipe.map([_rows(0, 4)]))) == 1
+
+
+@pytest.mark.parametrize("depth, batch_size", [(0, None), (2, 0), ("3", None)])
+def test_bad_constructor_arguments(depth, batch_size):
+    with pytest.raises(ValueError, match="depth|batch_size"):
+        Pipeline(models.mlp(), device="cpu", depth=depth, batch_size=batch_size)
