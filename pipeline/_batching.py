@@ -49,7 +49,10 @@ class InputChecker:
             unknown = sorted(str(n) for n in names - set(self._names))
             if unknown:
                 raise PipelineInputError(
-                    f"unknown input name(s) {unknown}", batch_index=index, expected=self._names, got=sorted(map(str, names))
+                    f"unknown input name(s) {unknown}",
+                    batch_index=index,
+                    expected=self._names,
+                    got=sorted(map(str, names)),
                 )
             missing = [n for n in self._names if n not in names]
             if missing:
@@ -71,7 +74,11 @@ class InputChecker:
         if not isinstance(value, np.ndarray):
             if not hasattr(value, "__array__") and not isinstance(value, list | tuple):
                 raise PipelineInputError(
-                    "not an array", batch_index=index, input_name=spec.name, expected="numpy.ndarray", got=type(value).__name__
+                    "not an array",
+                    batch_index=index,
+                    input_name=spec.name,
+                    expected="numpy.ndarray",
+                    got=type(value).__name__,
                 )
             value = np.asarray(value)
         if not _same_dtype(value.dtype, spec.dtype):

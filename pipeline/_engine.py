@@ -33,7 +33,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from ._batching import InputChecker, Layout
-from ._errors import PipelineError, PipelineInputError, PipelineStageError
+from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._rings import DeviceSlot, PinnedOutSlot, Rings, host_view
 from ._session import OrtSession, Shape
 from .devices import Device, Event, Stream
@@ -163,8 +163,12 @@ class EngineRun(Generic[T]):
         self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._threads = [
-            threading.Thread(target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True),
-            threading.Thread(target=self._guarded(self._execute, "compute"), name=THREAD_PREFIX + "execute", daemon=True),
+            threading.Thread(
+                target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True
+            ),
+            threading.Thread(
+                target=self._guarded(self._execute, "compute"), name=THREAD_PREFIX + "execute", daemon=True
+            ),
         ]
         for thread in self._threads:
             thread.start()
@@ -312,7 +316,9 @@ class EngineRun(Generic[T]):
         if events.d2h_start is not None:
             events.d2h_start.record(drain)
         for name, (dtype, shape) in work.out_layout.items():
-            drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+            drain.copy_d2h(
+                pinned_out.arrays[name], slot.outputs[name], int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            )
         events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
         return True
@@ -360,6 +366,8 @@ class EngineRun(Generic[T]):
         """Outputs in submission order; raises the first failure after earlier results."""
         try:
             while True:
+                if self._closed:
+                    raise PipelineClosedError("the pipeline was closed while this map() was running")
                 item = self._next_result()
                 if item is _END:
                     return
@@ -400,8 +408,17 @@ class EngineRun(Generic[T]):
             d2h_bytes = sum(v.nbytes for v in views.values())
             self._on_batch(
                 BatchTrace(
-                    work.index, work.rows, work.bound_rows, work.h2d_bytes, d2h_bytes, work.t_submit,
-                    work.t_staged, work.stage_s, work.wait_in_s, time.perf_counter(), events,
+                    work.index,
+                    work.rows,
+                    work.bound_rows,
+                    work.h2d_bytes,
+                    d2h_bytes,
+                    work.t_submit,
+                    work.t_staged,
+                    work.stage_s,
+                    work.wait_in_s,
+                    time.perf_counter(),
+                    events,
                 )
             )
         return result
@@ -425,5 +442,3 @@ class EngineRun(Generic[T]):
     @property
     def threads(self) -> list[threading.Thread]:
         return list(self._threads)
-
-

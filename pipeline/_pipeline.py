@@ -188,7 +188,10 @@ class Pipeline:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, device={self.device.name!r}, depth={self.depth}, {state})"
+        return (
+            f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, "
+            f"device={self.device.name!r}, depth={self.depth}, {state})"
+        )
 
 
 class _Gather:
@@ -204,7 +207,9 @@ class _Gather:
             for name, view in views.items():
                 if view.ndim == 0 or view.shape[0] != rows:
                     raise PipelineInputError(
-                        f"output {name!r} has no batch dim to concatenate along", expected=f"[{rows}, ...]", got=list(view.shape)
+                        f"output {name!r} has no batch dim to concatenate along",
+                        expected=f"[{rows}, ...]",
+                        got=list(view.shape),
                     )
                 self.arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
         for name, view in views.items():

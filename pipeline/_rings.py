@@ -110,7 +110,9 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
     """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows."""
     in_bytes = layout.input_nbytes(layout.batch_size)
     output_layout = session.output_layout(layout.input_shapes(layout.batch_size))
-    out_bytes = {name: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for name, (dtype, shape) in output_layout.items()}
+    out_bytes = {
+        name: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for name, (dtype, shape) in output_layout.items()
+    }
     pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
     slots = [
         DeviceSlot(

@@ -78,9 +78,7 @@ def model_bytes(model: ModelSource) -> bytes:
 def _spec(arg: Any, kind: str) -> TensorSpec:
     dtype = ORT_TO_NUMPY.get(arg.type)
     if dtype is None:
-        raise ModelError(
-            f"{kind} {arg.name!r} has type {arg.type}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}"
-        )
+        raise ModelError(f"{kind} {arg.name!r} has type {arg.type}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}")
     return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
@@ -158,7 +156,9 @@ class OrtSession:
                 except Exception as exc:
                     shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
                     raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
-                known = {name: (value.dtype, value.shape) for name, value in zip(self.output_names, results, strict=True)}
+                known = {
+                    name: (value.dtype, value.shape) for name, value in zip(self.output_names, results, strict=True)
+                }
                 self._probes[key] = known
             return known
 

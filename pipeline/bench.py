@@ -73,7 +73,10 @@ def _timed(loop: Any, warmup: Sequence[Any], batches: Sequence[Any]) -> float:
 
 
 def bench_naive(
-    model: ModelSource, device: Device, batches: Sequence[dict[str, np.ndarray]], warmup: Sequence[dict[str, np.ndarray]],
+    model: ModelSource,
+    device: Device,
+    batches: Sequence[dict[str, np.ndarray]],
+    warmup: Sequence[dict[str, np.ndarray]],
     config: SessionConfig | None = None,
 ) -> ModeResult:
     session = OrtSession(model, device, None, config)
@@ -88,7 +91,10 @@ def bench_naive(
 
 
 def bench_iobinding(
-    model: ModelSource, device: Device, batches: Sequence[dict[str, np.ndarray]], warmup: Sequence[dict[str, np.ndarray]],
+    model: ModelSource,
+    device: Device,
+    batches: Sequence[dict[str, np.ndarray]],
+    warmup: Sequence[dict[str, np.ndarray]],
     config: SessionConfig | None = None,
 ) -> ModeResult:
     session = OrtSession(model, device, None, config)
@@ -112,8 +118,12 @@ def bench_iobinding(
 
 
 def bench_pipelined(
-    model: ModelSource, device: Device, batches: Sequence[dict[str, np.ndarray]], warmup: Sequence[dict[str, np.ndarray]],
-    depth: int, options: PipelineOptions | None = None,
+    model: ModelSource,
+    device: Device,
+    batches: Sequence[dict[str, np.ndarray]],
+    warmup: Sequence[dict[str, np.ndarray]],
+    depth: int,
+    options: PipelineOptions | None = None,
 ) -> ModeResult:
     with Pipeline(model, device=device, depth=depth, options=options) as pipe:
         for _ in pipe.map_with(warmup, _discard):

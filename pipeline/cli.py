@@ -47,16 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ortpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="throughput of naive, IOBinding and pipelined runs of one model")
-    bench.add_argument("model", nargs="?", default=DEFAULT_MODEL,
-                       help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}")
+    bench.add_argument(
+        "model",
+        nargs="?",
+        default=DEFAULT_MODEL,
+        help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
+    )
     bench.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     bench.add_argument("--batch-size", type=_positive(int), default=32)
     bench.add_argument("--depth", type=_depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3")
     bench.add_argument("--batches", type=_positive(int), default=40, help="timed batches per mode")
     bench.add_argument("--warmup", type=int, default=3, help="untimed batches per mode")
     bench.add_argument("--modes", default=",".join(MODES), help=f"subset of {','.join(MODES)}")
-    bench.add_argument("--link-gbps", type=_positive(float), default=None,
-                       help=f"emulated link on the host device (default {DEFAULT_LINK_GBPS:g} GB/s with no GPU)")
+    bench.add_argument(
+        "--link-gbps",
+        type=_positive(float),
+        default=None,
+        help=f"emulated link on the host device (default {DEFAULT_LINK_GBPS:g} GB/s with no GPU)",
+    )
     bench.add_argument("--latency-us", type=float, default=10.0, help="emulated link latency per copy")
     bench.add_argument("--threads", type=_positive(int), default=None, help="ORT intra-op threads")
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
@@ -107,14 +115,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     warm, timed = batches[: args.warmup], batches[args.warmup :]
     print(f"device: {device.name}  [{why}]")
     print(f"model: {args.model}  batch size {args.batch_size}, {len(timed)} timed batches, {len(warm)} warm-up")
-    results = run_modes(model, device, warm + timed, warmup=len(warm), depths=args.depth, modes=modes,
-                        intra_op_threads=args.threads)
+    results = run_modes(
+        model, device, warm + timed, warmup=len(warm), depths=args.depth, modes=modes, intra_op_threads=args.threads
+    )
     for row in results:  # run_modes times warm-up separately; report the timed count
         row.batches = len(timed)
     print(format_table(results))
     if args.json is not None:
-        payload = {"device": device.describe(), "model": str(args.model), "batch_size": args.batch_size,
-                   "results": [row.to_dict() for row in results]}
+        payload = {
+            "device": device.describe(),
+            "model": str(args.model),
+            "batch_size": args.batch_size,
+            "results": [row.to_dict() for row in results],
+        }
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     device.close()

@@ -52,15 +52,24 @@ def fast_device(request):
     dev.close()
 
 
-def ortpipe_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+def ortpipe_threads(streams: bool = True) -> list[threading.Thread]:
+    """Live threads ortpipe started; ``streams=False`` leaves out host stream workers
+    (they belong to an open pipeline, not to a run)."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith(THREAD_PREFIX)
+        and t.is_alive()
+        and (streams or not t.name.startswith(THREAD_PREFIX + "stream"))
+    ]
 
 
-def wait_no_threads(timeout: float = 1.0) -> list[str]:
+def wait_no_threads(timeout: float = 1.0, streams: bool = True) -> list[str]:
+    """Names of ortpipe threads still alive after waiting up to ``timeout`` for them to end."""
     deadline = time.monotonic() + timeout
-    while ortpipe_threads() and time.monotonic() < deadline:
+    while ortpipe_threads(streams) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return [t.name for t in ortpipe_threads()]
+    return [t.name for t in ortpipe_threads(streams)]
 
 
 @pytest.fixture(autouse=True)
@@ -96,5 +105,6 @@ def assert_outputs_equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray]
         if exact:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         else:
-            np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64),
-                                       rtol=2e-3, atol=2e-3, err_msg=name)
+            np.testing.assert_allclose(
+                got[name].astype(np.float64), want[name].astype(np.float64), rtol=2e-3, atol=2e-3, err_msg=name
+            )

@@ -28,7 +28,9 @@ def test_map_matches_session_run_at_every_depth(device, depth):
 
 def test_multi_input_multi_output_every_dtype(device):
     model = models.multi_io()
-    batches = [models.example_batch("multi_io", 8, seed=i) for i in range(10)] + [models.example_batch("multi_io", 3, 50)]
+    batches = [models.example_batch("multi_io", 8, seed=i) for i in range(10)] + [
+        models.example_batch("multi_io", 3, 50)
+    ]
     with Pipeline(model, device=device, depth=3) as pipe:
         outs = list(pipe.map(batches))
     for batch, out in zip(batches, outs, strict=True):
@@ -59,8 +61,9 @@ def test_run_pads_the_last_batch_of_a_fixed_batch_model(device):
     x = _rows(2, 40)["x"]  # 16 + 16 + 8 (padded to 16, sliced back)
     with Pipeline(model, device=device, depth=2) as pipe:
         out = pipe.run(x)
-    want = np.concatenate([reference(model, {"x": _pad(x[i : i + 16], 16)})["scores"][: len(x[i : i + 16])]
-                           for i in range(0, 40, 16)])
+    want = np.concatenate(
+        [reference(model, {"x": _pad(x[i : i + 16], 16)})["scores"][: len(x[i : i + 16])] for i in range(0, 40, 16)]
+    )
     assert out["scores"].shape == (40, 16)
     assert_outputs_equal(out, {"scores": want}, device)
 

@@ -65,4 +65,3 @@ def resolve_device(spec: str | Device = "auto") -> Device:
 
         return CudaDevice(int(index_text))
     raise ValueError(f"unknown device {spec!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or a Device object")
-

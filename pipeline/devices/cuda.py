@@ -14,6 +14,7 @@ made, and is reported as :class:`DeviceUnavailableError` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +46,7 @@ def cuda_unavailable_reason(device_id: int = 0) -> str | None:
         return str(exc)
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDARuntimeError: no driver, no device
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError: no driver, no device
         return f"no usable CUDA device: {exc}"
     if device_id >= count:
         return f"cuda:{device_id} requested but {count} CUDA device(s) found"
@@ -223,7 +224,5 @@ def _preload_cuda_libraries() -> None:
 
     preload = getattr(ort, "preload_dlls", None)
     if preload is not None:
-        try:
+        with contextlib.suppress(Exception):  # best effort; verify_session reports the outcome
             preload()
-        except Exception:  # noqa: BLE001 - best effort; verify_session reports the outcome
-            pass

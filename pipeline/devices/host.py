@@ -86,7 +86,7 @@ class HostEvent(Event):
     few waiters a pipeline has make a shared notify_all cheap.
     """
 
-    __slots__ = ("_cond", "_recorded", "_completed", "_time", "_fault")
+    __slots__ = ("_completed", "_cond", "_fault", "_recorded", "_time")
 
     def __init__(self, cond: threading.Condition | None = None) -> None:
         self._cond = cond if cond is not None else _SHARED_COND
@@ -330,8 +330,11 @@ class HostDevice(Device):
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"kind": self.kind, "name": self.name}
         if self.link is not None:
-            info["link"] = {"h2d_gbps": self.link.h2d_gbps, "d2h_gbps": self.link.d2h_gbps,
-                            "latency_us": self.link.latency_us}
+            info["link"] = {
+                "h2d_gbps": self.link.h2d_gbps,
+                "d2h_gbps": self.link.d2h_gbps,
+                "latency_us": self.link.latency_us,
+            }
         return info
 
     def close(self) -> None:

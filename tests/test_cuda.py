@@ -1,0 +1,54 @@
+"""CUDA-only checks of the ORT binding (skip with the reason where there is no GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import Pipeline, cuda_unavailable_reason, models
+
+from .conftest import assert_outputs_equal, reference
+
+REASON = cuda_unavailable_reason(0)
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(REASON is not None, reason=f"no CUDA here: {REASON}")]
+
+
+@pytest.fixture
+def cuda():
+    from pipeline.devices import CudaDevice
+
+    device = CudaDevice(0)
+    yield device
+    device.close()
+
+
+def test_session_is_bound_to_our_non_default_compute_stream(cuda):
+    with Pipeline(models.mlp(), device=cuda) as pipe:
+        ptr = pipe.streams.compute.ptr
+        assert ptr != 0
+        session = pipe.session.session
+        assert session.get_providers()[0] == "CUDAExecutionProvider"
+        assert session.get_provider_options()["CUDAExecutionProvider"]["user_compute_stream"] == str(ptr)
+        assert pipe.session.run_options.get_run_config_entry("disable_synchronize_execution_providers") == "1"
+
+
+def test_pinned_buffers_are_page_locked(cuda):
+    import cupy
+
+    host = cuda.pinned_empty(4096)
+    attributes = cupy.cuda.runtime.pointerGetAttributes(host.ctypes.data)
+    assert attributes.type == cupy.cuda.runtime.memoryTypeHost
+
+
+def test_convnet_many_batches_on_the_gpu(cuda):
+    model = models.convnet()
+    batches = [models.example_batch("convnet", 16, seed=i) for i in range(64)]
+    with Pipeline(model, device=cuda, depth=3) as pipe:
+        for batch, out in zip(batches, pipe.map(batches), strict=True):
+            assert_outputs_equal(out, reference(model, batch), cuda)
+
+
+def test_identity_is_bit_exact_through_the_gpu(cuda):
+    x = np.random.default_rng(0).standard_normal((1000, 1024)).astype(np.float32)
+    with Pipeline(models.identity(), device=cuda, depth=3) as pipe:
+        np.testing.assert_array_equal(pipe.run(x, batch_size=64)["y"], x)

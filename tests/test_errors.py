@@ -1,0 +1,207 @@
+"""Bad input and faults: a clear error, nothing lost, nothing hung, no thread left."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pipeline import (
+    HostDevice,
+    ModelError,
+    Pipeline,
+    PipelineClosedError,
+    PipelineInputError,
+    PipelineStageError,
+    models,
+)
+
+from .conftest import wait_no_threads
+from .helpers import failing_source, gather_model, slow_source
+
+
+def _mlp_rows(rows: int, seed: int = 0) -> np.ndarray:
+    return models.example_batch("mlp", rows, seed)["x"]
+
+
+def _multi(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    return models.example_batch("multi_io", rows, seed)
+
+
+def _collect(pipe: Pipeline, batches) -> tuple[list, BaseException | None]:
+    got = []
+    try:
+        for out in pipe.map(batches):
+            got.append(out)
+    except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        return got, exc
+    return got, None
+
+
+BAD_BATCHES = [
+    # (description, bad batch, words the message must contain)
+    ("unknown name", lambda: {**_multi(4), "e": np.zeros((4, 1), np.float32)}, ["batch 3", "unknown input", "'e'"]),
+    ("missing name", lambda: {k: v for k, v in _multi(4).items() if k != "b"}, ["batch 3", "missing", "'b'"]),
+    (
+        "wrong dtype",
+        lambda: {**_multi(4), "b": _multi(4)["b"].astype(np.int32)},
+        ["batch 3", "input 'b'", "wrong dtype", "expected int64", "got int32"],
+    ),
+    (
+        "wrong rank",
+        lambda: {**_multi(4), "a": np.zeros((4, 4, 1), np.float32)},
+        ["batch 3", "input 'a'", "rank", "expected 2 dims", "got 3 dims"],
+    ),
+    (
+        "wrong non-batch dim",
+        lambda: {**_multi(4), "c": np.zeros((4, 2, 6), np.uint8)},
+        ["batch 3", "input 'c'", "dim 2", "[N, 2, 5]", "[4, 2, 6]"],
+    ),
+    ("too many rows", lambda: _multi(9), ["batch 3", "larger than the slots", "<= 8 rows", "9 rows"]),
+    ("rows disagree", lambda: {**_multi(4), "a": np.zeros((3, 4), np.float32)}, ["batch 3", "disagree"]),
+]
+
+
+@pytest.mark.parametrize("what, make_bad, words", BAD_BATCHES, ids=[b[0] for b in BAD_BATCHES])
+def test_bad_batch_raises_after_earlier_results(what, make_bad, words):
+    model = models.multi_io()
+    good = [_multi(8, seed=i) for i in range(3)]
+    with Pipeline(model, device=HostDevice(link_gbps=50), depth=2) as pipe:
+        got, error = _collect(pipe, [*good, make_bad(), _multi(8)])
+    assert isinstance(error, PipelineInputError), error
+    assert len(got) == 3, "every batch before the bad one is delivered"
+    for word in words:
+        assert word in str(error), f"{word!r} not in {error}"
+    assert error.batch_index == 3
+    assert wait_no_threads() == []
+
+
+def test_bad_first_batch_is_raised_at_once():
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        with pytest.raises(PipelineInputError, match="batch 0.*wrong dtype.*expected float32, got float64"):
+            next(pipe.map([np.zeros((4, 64))]))
+
+
+def test_multi_input_model_needs_a_dict():
+    with Pipeline(models.multi_io(), device="cpu") as pipe:
+        with pytest.raises(PipelineInputError, match="4 inputs: pass a dict"):
+            pipe.run(np.zeros((4, 4), np.float32))
+
+
+def test_not_an_array():
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        with pytest.raises(PipelineInputError, match="not an array.*expected numpy.ndarray, got str"):
+            pipe.run("frames.mp4")
+
+
+def test_a_batch_larger_than_a_fixed_batch_dim():
+    with Pipeline(models.mlp(batch=8), device="cpu") as pipe:
+        with pytest.raises(PipelineInputError, match="larger than the slots.*fixes its batch dim"):
+            list(pipe.map([_mlp_rows(9)]))
+        with pytest.raises(PipelineInputError, match="larger than the model's fixed batch dim"):
+            pipe.run(_mlp_rows(20), batch_size=16)
+
+
+def test_bad_batch_touches_no_buffer():
+    """The bad batch is refused before staging: its rows never reach a pinned slot."""
+    with Pipeline(models.identity(features=4), device="cpu", depth=1) as pipe:
+        good = np.full((2, 4), 1.0, np.float32)
+        list(pipe.map([good]))
+        staged_before = pipe._rings.pinned_in[0].arrays["x"].copy()
+        bad = np.full((2, 5), 9.0, np.float32)
+        with pytest.raises(PipelineInputError):
+            list(pipe.map([good, bad]))
+        np.testing.assert_array_equal(pipe._rings.pinned_in[0].arrays["x"], staged_before)
+
+
+def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_device):
+    model = gather_model(rows=10)
+    batches = [np.array([i % 10, (i + 1) % 10], np.int64) for i in range(6)]
+    batches[4] = np.array([3, 42], np.int64)  # out of range: ORT fails in Run
+    with Pipeline(model, device=fast_device, depth=3) as pipe:
+        got, error = _collect(pipe, batches)
+    assert isinstance(error, PipelineStageError), error
+    assert error.stage == "compute" and error.batch_index == 4
+    assert "compute stage failed at batch 4" in str(error)
+    assert len(got) == 4
+    for i, out in enumerate(got):
+        np.testing.assert_array_equal(out["out"][:, 0], batches[i] * 3)
+    assert wait_no_threads() == []
+
+
+def test_failure_in_the_source_iterator(device):
+    batches = [_mlp_rows(4, seed=i) for i in range(6)]
+    with Pipeline(models.mlp(), device=device, depth=2) as pipe:
+        got, error = _collect(pipe, failing_source(batches, fail_at=3))
+    assert isinstance(error, PipelineStageError)
+    assert error.stage == "source" and error.batch_index == 3
+    assert isinstance(error.__cause__, OSError) or isinstance(error.cause, OSError)
+    assert "disk went away" in str(error)
+    assert len(got) == 3
+    assert wait_no_threads() == []
+
+
+def test_breaking_out_of_map_stops_every_thread(device):
+    with Pipeline(models.mlp(), device=device, depth=3) as pipe:
+        for index, _ in enumerate(pipe.map(slow_source(_mlp_rows(4), 0.001))):
+            if index == 5:
+                break
+        assert wait_no_threads(timeout=1.0, streams=False) == []
+        # the pipeline still works afterwards
+        assert len(list(pipe.map([_mlp_rows(4)]))) == 1
+
+
+def test_close_while_a_map_is_running_stops_it():
+    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3)
+    iterator = pipe.map(slow_source(_mlp_rows(4), 0.001))
+    next(iterator)
+    started = time.monotonic()
+    pipe.close()
+    assert time.monotonic() - started < 1.0
+    assert wait_no_threads() == []
+    with pytest.raises(PipelineClosedError, match="closed while this map"):
+        next(iterator)
+
+
+def test_leaving_the_with_block_mid_iteration():
+    with Pipeline(models.mlp(), device=HostDevice(chaos=True), depth=2) as pipe:
+        iterator = pipe.map(slow_source(_mlp_rows(4), 0.001))
+        next(iterator)
+        next(iterator)
+    assert wait_no_threads() == []
+
+
+def test_keyboard_interrupt_stops_the_pipeline_within_a_second():
+    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    started = None
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            timer.start()
+            for _ in pipe.map(slow_source(_mlp_rows(4), 0.002)):
+                pass
+        finally:
+            started = time.monotonic()
+    assert wait_no_threads(timeout=1.0, streams=False) == []
+    pipe.close()
+    assert time.monotonic() - started < 1.5
+    assert wait_no_threads() == []
+
+
+def test_missing_model_file():
+    with pytest.raises(ModelError, match="model file not found: 'nope.onnx'"):
+        Pipeline("nope.onnx", device="cpu")
+
+
+def test_garbage_model_bytes():
+    with pytest.raises(ModelError, match="could not load"):
+        Pipeline(b"not a model", device="cpu")
+
+
+def test_model_that_cannot_take_the_shapes():
+    # convnet needs 3 channels; the graph fixes that, so a 4-channel batch is refused up front
+    with Pipeline(models.convnet(), device="cpu") as pipe, pytest.raises(PipelineInputError, match="dim 1"):
+        pipe.run(np.zeros((2, 4, 8, 8), np.float32))
