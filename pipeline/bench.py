@@ -144,16 +144,17 @@ def run_modes(
     device: Device,
     batches: Sequence[dict[str, np.ndarray]],
     *,
-    warmup: int = 3,
+    warmup: Sequence[dict[str, np.ndarray]] = (),
     depths: Sequence[int] = (1, 2, 3),
     modes: Sequence[str] = MODES,
     intra_op_threads: int | None = None,
 ) -> list[ModeResult]:
-    """Every requested mode over the same batches; the first ``warmup`` batches warm each mode up."""
+    """Every requested mode over the same timed ``batches``, each warmed up on ``warmup`` first
+    (the first timed batch when none are given)."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    warm = list(batches[: max(warmup, 0)]) or list(batches[:1])
+    warm = list(warmup) or list(batches[:1])
     config = SessionConfig(intra_op_threads=intra_op_threads)
     results: list[ModeResult] = []
     if "naive" in modes:

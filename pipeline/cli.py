@@ -116,10 +116,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"device: {device.name}  [{why}]")
     print(f"model: {args.model}  batch size {args.batch_size}, {len(timed)} timed batches, {len(warm)} warm-up")
     results = run_modes(
-        model, device, warm + timed, warmup=len(warm), depths=args.depth, modes=modes, intra_op_threads=args.threads
+        model, device, timed, warmup=warm, depths=args.depth, modes=modes, intra_op_threads=args.threads
     )
-    for row in results:  # run_modes times warm-up separately; report the timed count
-        row.batches = len(timed)
     print(format_table(results))
     if args.json is not None:
         payload = {
