@@ -30,6 +30,7 @@ from ._errors import PipelineClosedError, PipelineError, PipelineInputError
 from ._rings import Rings, allocate_rings
 from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device, resolve_device
+from .stats import Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]
 
@@ -86,6 +87,7 @@ class Pipeline:
         self.checker = InputChecker(self.session.inputs)
         self._rings: Rings | None = None
         self._active: EngineRun[Any] | None = None
+        self._stats = Stats()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -116,6 +118,12 @@ class Pipeline:
         return self._closed
 
     # -- the API ------------------------------------------------------------
+    @property
+    def stats(self) -> Stats:
+        """Figures of the running (or last) ``map()``/``run()``: throughput, stage times,
+        latency, bound, efficiency, bottleneck. Prints as a table; ``to_dict()``."""
+        return self._stats
+
     @property
     def input_names(self) -> list[str]:
         return self.session.input_names
@@ -160,6 +168,7 @@ class Pipeline:
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             rings = self._rings_for(layout)
+            self._stats = stats = Stats()
             run = EngineRun(
                 device=self.device,
                 streams=self.streams,
@@ -169,7 +178,7 @@ class Pipeline:
                 source=itertools.chain([first], iterator),
                 config=RunConfig(self.depth, self.options.timing, self.options.poll_s),
                 take=take,
-                on_batch=self.options.on_batch,
+                on_batch=_both(stats.add_trace, self.options.on_batch),
             )
             self._active = run
         try:
@@ -192,6 +201,19 @@ class Pipeline:
             f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, "
             f"device={self.device.name!r}, depth={self.depth}, {state})"
         )
+
+
+def _both(
+    first: Callable[[BatchTrace], None], second: Callable[[BatchTrace], None] | None
+) -> Callable[[BatchTrace], None]:
+    if second is None:
+        return first
+
+    def call(trace: BatchTrace) -> None:
+        first(trace)
+        second(trace)
+
+    return call
 
 
 class _Gather:

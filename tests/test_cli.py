@@ -42,7 +42,13 @@ def test_bench_writes_json(tmp_path, capsys):
     )
     data = json.loads(path.read_text())
     assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined"]
-    assert all(r["items_per_s"] > 0 for r in data["results"])
+    for row in data["results"]:  # the documented schema
+        assert row["items_per_s"] > 0 and row["bound_items_per_s"] > 0
+        assert 0 < row["efficiency"] < 2
+        assert {"h2d", "compute", "d2h"} <= set(row["stage_ms"])
+        assert {"p50", "p99"} <= set(row["latency_ms"])
+        assert row["bottleneck"] in ("stage", "h2d", "compute", "d2h")
+    assert data["results"][2]["depth"] == 2
     assert data["device"]["link"]["h2d_gbps"] == 8
 
 

@@ -1,0 +1,113 @@
+"""The statistics with known timestamps in and known figures out (no clocks involved)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline import HostDevice, Pipeline, models
+from pipeline.stats import BatchTiming, Stats
+
+
+def _timing(index, *, rows=10, submitted, done, stage=0.001, h2d=0.002, compute=0.004, d2h=0.003, nbytes=2_000_000):
+    return BatchTiming(
+        index=index,
+        rows=rows,
+        h2d_bytes=nbytes,
+        d2h_bytes=nbytes // 2,
+        submitted=submitted,
+        done=done,
+        stage_s=stage,
+        wait_s=0.0005,
+        h2d_s=h2d,
+        compute_s=compute,
+        d2h_s=d2h,
+    )
+
+
+def test_throughput_bound_efficiency_bottleneck_on_a_hand_made_run():
+    # 5 batches of 10 rows, one every 5 ms, the first submitted at 1.000 and done at 1.010
+    stats = Stats(_timing(i, submitted=1.0 + 0.005 * i, done=1.010 + 0.005 * i) for i in range(5))
+    assert stats.batches == 5 and stats.items == 50
+    assert stats.wall_s == pytest.approx(0.030)  # 1.000 -> 1.030
+    assert stats.items_per_s == pytest.approx(50 / 0.030)
+    assert stats.batches_per_s == pytest.approx(5 / 0.030)
+    assert stats.bottleneck == "compute"
+    assert stats.bound_items_per_s == pytest.approx(10 / 0.004)  # 2500 items/s
+    assert stats.efficiency == pytest.approx((50 / 0.030) / 2500)
+    means = stats.stage_mean_s()
+    assert means == pytest.approx({"stage": 0.001, "h2d": 0.002, "compute": 0.004, "d2h": 0.003})
+    gbps = stats.link_gbps()
+    assert gbps["h2d"] == pytest.approx(2e6 / 0.002 / 1e9)  # 1 GB/s
+    assert gbps["d2h"] == pytest.approx(1e6 / 0.003 / 1e9)
+
+
+def test_latency_percentiles():
+    stats = Stats(_timing(i, submitted=0.0, done=(i + 1) * 0.001) for i in range(100))  # 1..100 ms
+    lat = stats.latency_ms()
+    assert lat["p50"] == pytest.approx(np.percentile(np.arange(1, 101), 50))
+    assert lat["p99"] == pytest.approx(np.percentile(np.arange(1, 101), 99))
+    assert lat["p95"] == pytest.approx(95.05)
+
+
+def test_the_slowest_stage_sets_the_bound_whichever_it_is():
+    stats = Stats([_timing(0, submitted=0, done=1, stage=0.010, h2d=0.001, compute=0.002, d2h=0.001)])
+    assert stats.bottleneck == "stage"
+    assert stats.bound_items_per_s == pytest.approx(10 / 0.010)
+
+
+def test_a_perfectly_overlapped_run_has_efficiency_one():
+    # balanced 2 ms stages, one batch delivered every 2 ms after the pipeline filled
+    timings = [
+        _timing(i, submitted=0.002 * i, done=0.006 + 0.002 * i, stage=0.0, h2d=0.002, compute=0.002, d2h=0.002)
+        for i in range(1000)
+    ]
+    stats = Stats(timings)
+    assert stats.efficiency == pytest.approx(1.0, rel=0.01)
+
+
+def test_untimed_device_stages_leave_only_host_figures():
+    timing = BatchTiming(0, 4, 100, 100, submitted=0.0, done=0.01, stage_s=0.001, wait_s=0.0)
+    stats = Stats([timing])
+    assert stats.stage_mean_s()["compute"] is None
+    assert stats.bottleneck == "stage"
+    assert stats.link_gbps() == {"h2d": None, "d2h": None}
+
+
+def test_empty_stats_are_nan_not_errors():
+    stats = Stats()
+    assert stats.items == 0 and stats.wall_s == 0.0
+    assert math.isnan(stats.items_per_s) and math.isnan(stats.efficiency)
+    assert stats.bottleneck is None
+    str(stats)
+
+
+def test_to_dict_and_table():
+    stats = Stats([_timing(0, submitted=0, done=0.01)])
+    d = stats.to_dict()
+    for key in ("items_per_s", "bound_items_per_s", "efficiency", "bottleneck", "stage_ms", "latency_ms", "link_gbps"):
+        assert key in d
+    assert set(d["stage_ms"]) == {"stage", "h2d", "compute", "d2h"}
+    text = str(stats)
+    assert "items/s" in text and "bottleneck compute" in text and "efficiency" in text
+
+
+def test_pipeline_stats_come_from_the_events_and_agree_with_the_wall_clock():
+    import time
+
+    model = models.busy(layers=2)
+    batches = [models.example_batch("busy", 64, seed=i) for i in range(40)]
+    with Pipeline(model, device=HostDevice(link_gbps=1.0), depth=3) as pipe:
+        start = time.perf_counter()
+        items = sum(len(out["y"]) for out in pipe.map(batches))
+        wall = time.perf_counter() - start
+        stats = pipe.stats
+    assert stats.batches == 40 and stats.items == items == 40 * 64
+    # the link makes each copy take >= 64*256*4 bytes / 1 GB/s
+    assert stats.stage_mean_s()["h2d"] >= 64 * 256 * 4 / 1e9
+    assert stats.link_gbps()["h2d"] <= 1.0
+    # stats' wall (first submission -> last delivery) lies inside the loop's wall
+    assert stats.items_per_s >= items / wall * 0.999
+    assert 0 < stats.efficiency <= 1.2
