@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._errors import PipelineInputError
-from ._session import Shape, TensorSpec
+from ._session import Shape, TensorSpec, nbytes_of
 
 
 def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:
@@ -127,7 +127,7 @@ class Layout:
         return {name: (rows, *row) for name, _, row in self.row_shapes}
 
     def input_nbytes(self, rows: int) -> dict[str, int]:
-        return {name: rows * int(np.prod(row, dtype=np.int64)) * dtype.itemsize for name, dtype, row in self.row_shapes}
+        return {name: nbytes_of(dtype, (rows, *row)) for name, dtype, row in self.row_shapes}
 
     def rows_of(self, index: int | None, feeds: dict[str, np.ndarray]) -> int:
         """Check a batch against the slots; its number of rows."""

@@ -35,7 +35,7 @@ import numpy as np
 from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._rings import DeviceSlot, PinnedOutSlot, Rings, host_view
-from ._session import OrtSession, Shape
+from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, Event, Stream
 
 T = TypeVar("T")
@@ -317,7 +317,7 @@ class EngineRun(Generic[T]):
             events.d2h_start.record(drain)
         for name, (dtype, shape) in work.out_layout.items():
             drain.copy_d2h(
-                pinned_out.arrays[name], slot.outputs[name], int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape)
             )
         events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
@@ -328,7 +328,7 @@ class EngineRun(Generic[T]):
             return self._rings.output_layout
         found = self._session.output_layout(self._layout.input_shapes(work.bound_rows))
         for name, (dtype, shape) in found.items():
-            need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            need = nbytes_of(dtype, shape)
             have = work.slot.outputs[name].nbytes
             if need > have:
                 raise PipelineError(

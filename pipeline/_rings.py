@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ._batching import Layout
-from ._session import OrtSession, Shape
+from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, DeviceBuffer, Event
 
 T = TypeVar("T")
@@ -35,8 +35,7 @@ T = TypeVar("T")
 
 def host_view(flat: np.ndarray, dtype: np.dtype, shape: Shape) -> np.ndarray:
     """A typed view of the first bytes of a flat uint8 buffer."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return flat[:nbytes].view(dtype).reshape(shape)
+    return flat[: nbytes_of(dtype, shape)].view(dtype).reshape(shape)
 
 
 @dataclass(eq=False)
@@ -111,7 +110,7 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
     in_bytes = layout.input_nbytes(layout.batch_size)
     output_layout = session.output_layout(layout.input_shapes(layout.batch_size))
     out_bytes = {
-        name: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for name, (dtype, shape) in output_layout.items()
+        name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()
     }
     pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
     slots = [
