@@ -316,9 +316,7 @@ class EngineRun(Generic[T]):
         if events.d2h_start is not None:
             events.d2h_start.record(drain)
         for name, (dtype, shape) in work.out_layout.items():
-            drain.copy_d2h(
-                pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape)
-            )
+            drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape))
         events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
         return True

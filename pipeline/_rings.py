@@ -109,9 +109,7 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
     """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows."""
     in_bytes = layout.input_nbytes(layout.batch_size)
     output_layout = session.output_layout(layout.input_shapes(layout.batch_size))
-    out_bytes = {
-        name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()
-    }
+    out_bytes = {name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()}
     pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
     slots = [
         DeviceSlot(

@@ -48,6 +48,7 @@ def nbytes_of(dtype: np.dtype, shape: Shape) -> int:
     """Bytes of a dense tensor (math.prod: np.prod costs microseconds per call)."""
     return math.prod(shape) * dtype.itemsize
 
+
 ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto
 
 
@@ -95,6 +96,9 @@ class SessionConfig:
 
     intra_op_threads: int | None = None
     log_severity: int = 3  # errors only: ORT's warnings are noise in a pipeline
+    #: let ORT's intra-op threads spin after a run (ORT's default); in a pipeline
+    #: they would spin on the cores the other stages need
+    spin: bool = False
 
 
 class OrtSession:
@@ -114,6 +118,8 @@ class OrtSession:
         options.log_severity_level = config.log_severity
         if config.intra_op_threads is not None:
             options.intra_op_num_threads = config.intra_op_threads
+        if not config.spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
                 model_bytes(model), sess_options=options, providers=device.ort_providers(compute_stream)

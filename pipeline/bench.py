@@ -6,15 +6,19 @@
   one batch at a time;
 * ``pipelined`` - ortpipe's engine, at each requested depth.
 
-Warm-up batches are run first and not timed.  On the host device with an
-emulated link the baselines pay that link for their copies too
-(``Device.charge_transfer``), so the comparison stays honest.
+Every mode gets the same :class:`Workload`: warm-up batches first (not
+timed), then a fixed number of batches or as many as fit in a duration.  On
+the host device with an emulated link the baselines pay that link for their
+copies too (``Device.charge_transfer``), so the comparison stays honest.
+Each row carries :class:`~pipeline.stats.Stats`: the pipelined rows from the
+engine's events, the baselines from perf_counter marks around their steps.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +31,42 @@ from .devices import Device
 from .stats import BatchTiming, Stats
 
 MODES = ("naive", "iobinding", "pipelined")
+Batch = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every mode runs: ``pool`` cycled, ``count`` batches or ``duration`` seconds."""
+
+    pool: Sequence[Batch]
+    count: int | None = 40
+    duration: float | None = None
+    warmup: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.pool:
+            raise ValueError("a workload needs at least one batch")
+        if (self.count is None) == (self.duration is None):
+            raise ValueError("give a workload either count or duration")
+
+    def warm(self) -> list[Batch]:
+        return list(itertools.islice(itertools.cycle(self.pool), max(self.warmup, 1)))
+
+    def timed(self, on_batch: Callable[[], None] | None = None) -> Iterator[Batch]:
+        """The timed batches; with a duration, the clock starts at the first one."""
+        source = itertools.cycle(self.pool)
+        if self.count is not None:
+            source = itertools.islice(source, self.count)
+        deadline = None
+        for batch in source:
+            now = time.perf_counter()
+            if self.duration is not None:
+                deadline = deadline or now + self.duration
+                if now >= deadline:
+                    return
+            if on_batch is not None:
+                on_batch()
+            yield batch
 
 
 @dataclass
@@ -50,42 +90,40 @@ class ModeResult:
 
     def to_dict(self) -> dict[str, Any]:
         """One entry of the JSON ``results`` list (schema in the README)."""
-        row: dict[str, Any] = {
-            "mode": self.mode,
-            "depth": self.depth,
-            "batches": self.batches,
-            "items": self.items,
-            "seconds": self.seconds,
-        }
+        row: dict[str, Any] = {"mode": self.mode, "depth": self.depth}
         if self.stats is not None:
             row.update(self.stats.to_dict())
-        row.update(items_per_s=self.items_per_s, batches_per_s=self.batches_per_s)  # over perf_counter
+        # throughput over perf_counter around the whole loop (stats' figure is beside it)
+        row.update(
+            batches=self.batches,
+            items=self.items,
+            seconds=self.seconds,
+            items_per_s=self.items_per_s,
+            batches_per_s=self.batches_per_s,
+        )
+        if self.stats is not None:
+            row["stats_items_per_s"] = self.stats.items_per_s
         return row
 
 
-def _rows(batch: dict[str, np.ndarray]) -> int:
+def _rows(batch: Batch) -> int:
     return next(iter(batch.values())).shape[0]
 
 
-def _nbytes(arrays: Sequence[np.ndarray] | dict[str, np.ndarray]) -> int:
+def _nbytes(arrays: Sequence[np.ndarray] | Batch) -> int:
     values = arrays.values() if isinstance(arrays, dict) else arrays
     return sum(int(a.nbytes) for a in values)
 
 
 class _StepClock:
-    """perf_counter marks of a synchronous loop's steps, as BatchTimings."""
+    """perf_counter marks around a synchronous loop's steps, kept as BatchTimings."""
 
     def __init__(self) -> None:
         self.stats = Stats()
-        self._index = 0
         self._marks: dict[str, float] = {}
-        self._batch: dict[str, np.ndarray] = {}
+        self._batch: Batch = {}
 
-    def reset(self) -> None:
-        self.stats = Stats()
-        self._index = 0
-
-    def start(self, batch: dict[str, np.ndarray]) -> None:
+    def start(self, batch: Batch) -> None:
         self._batch = batch
         self._marks = {"start": time.perf_counter()}
 
@@ -96,7 +134,7 @@ class _StepClock:
         m = self._marks
         self.stats.add(
             BatchTiming(
-                index=self._index,
+                index=self.stats.batches,
                 rows=_rows(self._batch),
                 h2d_bytes=_nbytes(self._batch),
                 d2h_bytes=d2h_bytes,
@@ -109,30 +147,28 @@ class _StepClock:
                 d2h_s=m["d2h"] - m["compute"],
             )
         )
-        self._index += 1
 
 
-def _timed(loop: Any, warmup: Sequence[Any], batches: Sequence[Any], clock: _StepClock) -> float:
-    for batch in warmup:
-        loop(batch)
-    clock.reset()
+def _loop(mode: str, step: Callable[[Batch], None], clock: _StepClock, work: Workload, tick: Any) -> ModeResult:
+    for batch in work.warm():
+        step(batch)
+    clock.stats = Stats()
+    batches = items = 0
     start = time.perf_counter()
-    for batch in batches:
-        loop(batch)
-    return time.perf_counter() - start
+    for batch in work.timed(tick):
+        step(batch)
+        batches += 1
+        items += _rows(batch)
+    return ModeResult(mode, None, batches, items, time.perf_counter() - start, clock.stats)
 
 
 def bench_naive(
-    model: ModelSource,
-    device: Device,
-    batches: Sequence[dict[str, np.ndarray]],
-    warmup: Sequence[dict[str, np.ndarray]],
-    config: SessionConfig | None = None,
+    model: ModelSource, device: Device, work: Workload, config: SessionConfig | None = None, tick: Any = None
 ) -> ModeResult:
     session = OrtSession(model, device, None, config)
     clock = _StepClock()
 
-    def step(batch: dict[str, np.ndarray]) -> None:
+    def step(batch: Batch) -> None:
         clock.start(batch)
         device.charge_transfer(_nbytes(batch), "h2d")
         clock.mark("h2d")
@@ -142,23 +178,18 @@ def bench_naive(
         clock.mark("d2h")
         clock.finish(_nbytes(outputs))
 
-    seconds = _timed(step, warmup, batches, clock)
-    return ModeResult("naive", None, len(batches), sum(map(_rows, batches)), seconds, clock.stats)
+    return _loop("naive", step, clock, work, tick)
 
 
 def bench_iobinding(
-    model: ModelSource,
-    device: Device,
-    batches: Sequence[dict[str, np.ndarray]],
-    warmup: Sequence[dict[str, np.ndarray]],
-    config: SessionConfig | None = None,
+    model: ModelSource, device: Device, work: Workload, config: SessionConfig | None = None, tick: Any = None
 ) -> ModeResult:
     session = OrtSession(model, device, None, config)
     device_type, device_id = device.ort_device
     binding = session.new_binding()
     clock = _StepClock()
 
-    def step(batch: dict[str, np.ndarray]) -> None:
+    def step(batch: Batch) -> None:
         clock.start(batch)
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
@@ -175,27 +206,41 @@ def bench_iobinding(
         clock.mark("d2h")
         clock.finish(_nbytes(outputs))
 
-    seconds = _timed(step, warmup, batches, clock)
-    return ModeResult("iobinding", None, len(batches), sum(map(_rows, batches)), seconds, clock.stats)
+    return _loop("iobinding", step, clock, work, tick)
 
 
 def bench_pipelined(
     model: ModelSource,
     device: Device,
-    batches: Sequence[dict[str, np.ndarray]],
-    warmup: Sequence[dict[str, np.ndarray]],
+    work: Workload,
     depth: int,
     options: PipelineOptions | None = None,
+    tick: Any = None,
+    keep: Callable[[Pipeline], None] | None = None,
 ) -> ModeResult:
     with Pipeline(model, device=device, depth=depth, options=options) as pipe:
-        for _ in pipe.map_with(warmup, _discard):
+        for _ in pipe.map_with(work.warm(), _discard):
             pass
+        counted = _Counted(work.timed(tick))
         start = time.perf_counter()
-        for _ in pipe.map_with(batches, _discard):
+        for _ in pipe.map_with(counted, _discard):
             pass
         seconds = time.perf_counter() - start
-        stats = pipe.stats
-    return ModeResult("pipelined", depth, len(batches), sum(map(_rows, batches)), seconds, stats)
+        if keep is not None:
+            keep(pipe)
+        return ModeResult("pipelined", depth, counted.batches, counted.items, seconds, pipe.stats)
+
+
+class _Counted:
+    def __init__(self, batches: Iterator[Batch]) -> None:
+        self._batches = batches
+        self.batches = self.items = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        for batch in self._batches:
+            self.batches += 1
+            self.items += _rows(batch)
+            yield batch
 
 
 def _discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
@@ -205,30 +250,54 @@ def _discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
 def run_modes(
     model: ModelSource,
     device: Device,
-    batches: Sequence[dict[str, np.ndarray]],
+    work: Workload,
     *,
-    warmup: Sequence[dict[str, np.ndarray]] = (),
     depths: Sequence[int] = (1, 2, 3),
     modes: Sequence[str] = MODES,
     intra_op_threads: int | None = None,
+    tick: Any = None,
+    keep: Callable[[Pipeline], None] | None = None,
 ) -> list[ModeResult]:
-    """Every requested mode over the same timed ``batches``, each warmed up on ``warmup`` first
-    (the first timed batch when none are given)."""
+    """Every requested mode over the same workload; ``keep(pipe)`` sees each pipelined run."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    warm = list(warmup) or list(batches[:1])
-    config = SessionConfig(intra_op_threads=intra_op_threads)
+    # The baselines are what a user would write: ORT's defaults (spinning on).
+    config = SessionConfig(intra_op_threads=intra_op_threads, spin=True)
     results: list[ModeResult] = []
     if "naive" in modes:
-        results.append(bench_naive(model, device, batches, warm, config))
+        results.append(bench_naive(model, device, work, config, tick))
     if "iobinding" in modes:
-        results.append(bench_iobinding(model, device, batches, warm, config))
+        results.append(bench_iobinding(model, device, work, config, tick))
     if "pipelined" in modes:
         options = PipelineOptions(intra_op_threads=intra_op_threads)
         for depth in depths:
-            results.append(bench_pipelined(model, device, batches, warm, depth, options))
+            results.append(bench_pipelined(model, device, work, depth, options, tick, keep))
     return results
+
+
+def measure_copy_gbps(device: Device, nbytes: int = 64 << 20, repeats: int = 3) -> dict[str, float]:
+    """Pinned host<->device copy bandwidth, best of ``repeats``, timed with the device's events."""
+    host = device.pinned_empty(nbytes)
+    host[:] = 1
+    buffer = device.device_empty(nbytes)
+    stream = device.stream("bandwidth")
+    try:
+        best = {"h2d": 0.0, "d2h": 0.0}
+        for _ in range(repeats):
+            for direction in ("h2d", "d2h"):
+                start, end = device.event(), device.event()
+                start.record(stream)
+                if direction == "h2d":
+                    stream.copy_h2d(buffer, host, nbytes)
+                else:
+                    stream.copy_d2h(host, buffer, nbytes)
+                end.record(stream)
+                end.synchronize(timeout=60)
+                best[direction] = max(best[direction], nbytes / end.elapsed_s(start) / 1e9)
+        return best
+    finally:
+        stream.close()
 
 
 def format_table(results: Sequence[ModeResult]) -> str:
@@ -240,17 +309,23 @@ def format_table(results: Sequence[ModeResult]) -> str:
     )
     lines = [header, "-" * len(header)]
     for row in results:
-        speedup = f"{row.items_per_s / naive:.2f}x" if naive else "-"
-        depth = "-" if row.depth is None else str(row.depth)
-        stats = row.stats.to_dict() if row.stats is not None else None
-        if stats is None:
-            tail = f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>7} {'-':>5}  -"
-        else:
-            lat, st = stats["latency_ms"], stats["stage_ms"]
-            fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-            tail = (
-                f"{lat['p50']:>8.3f} {lat['p99']:>8.3f} {fmt(st['h2d']):>7} {fmt(st['compute']):>7} "
-                f"{fmt(st['d2h']):>7} {stats['efficiency']:>5.2f}  {stats['bottleneck']}"
-            )
-        lines.append(f"{row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {speedup:>9} {tail}")
+        lines.append(_format_row(row, naive))
     return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _format_row(row: ModeResult, naive: float | None) -> str:
+    speedup = f"{row.items_per_s / naive:.2f}x" if naive else "-"
+    depth = "-" if row.depth is None else str(row.depth)
+    head = f"{row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {speedup:>9}"
+    if row.stats is None or row.stats.batches == 0:
+        return head
+    stats = row.stats.to_dict()
+    lat, st = stats["latency_ms"], stats["stage_ms"]
+    return (
+        f"{head} {lat['p50']:>8.3f} {lat['p99']:>8.3f} {_ms(st['h2d']):>7} {_ms(st['compute']):>7} "
+        f"{_ms(st['d2h']):>7} {stats['efficiency']:>5.2f}  {stats['bottleneck']}"
+    )

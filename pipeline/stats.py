@@ -40,6 +40,8 @@ class BatchTiming:
     done: float
     stage_s: float
     wait_s: float
+    #: perf_counter when the host staging copy ended (the h2d is enqueued right after)
+    staged: float | None = None
     h2d_s: float | None = None
     compute_s: float | None = None
     d2h_s: float | None = None
@@ -80,6 +82,7 @@ def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
         done=trace.t_done,
         stage_s=trace.stage_s,
         wait_s=trace.wait_in_s,
+        staged=trace.t_staged,
         h2d_s=durations["h2d"],
         compute_s=durations["compute"],
         d2h_s=durations["d2h"],
@@ -100,7 +103,9 @@ class Stats:
         self._lock = threading.Lock()
         self._timings: list[BatchTiming] = list(timings)
         self._origin: Any | None = None
-        self.host_origin: float | None = None
+        #: perf_counter time of device time 0 (the first h2d start): exact on the
+        #: host device, the first h2d's enqueue time on CUDA (clocks differ)
+        self.device_origin: float | None = None
 
     # -- collecting ---------------------------------------------------------
     def add(self, timing: BatchTiming) -> None:
@@ -111,7 +116,8 @@ class Stats:
         """The engine's ``on_batch`` hook."""
         if self._origin is None:
             self._origin = trace.events.h2d_start
-            self.host_origin = trace.t_submit
+            host_stamp = getattr(self._origin, "timestamp", None)
+            self.device_origin = host_stamp if host_stamp is not None else trace.t_staged
         self.add(timing_from_trace(trace, self._origin))
 
     @property

@@ -80,3 +80,86 @@ def test_console_script_with_no_arguments_runs_the_main_job():
 def test_info(capsys):
     assert main(["info"]) == 0
     assert "onnxruntime" in capsys.readouterr().out
+
+
+def test_bench_duration_trace_plot_and_modes(tmp_path, capsys):
+    trace, plot = tmp_path / "t.json", tmp_path / "t.png"
+    argv = [
+        "bench",
+        "mlp",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "1",
+        "--depth",
+        "2",
+        "--modes",
+        "naive,pipelined",
+        "--trace",
+        str(trace),
+        "--plot",
+        str(plot),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "iobinding" not in out and "0.2 s per mode" in out
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert plot.stat().st_size > 1000
+
+
+def test_bench_input_shapes_for_free_dims(capsys):
+    assert (
+        main(
+            [
+                "bench",
+                "convnet",
+                "--input",
+                "frames:3x16x16",
+                "--batches",
+                "2",
+                "--warmup",
+                "1",
+                "--depth",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert main(["bench", "convnet", "--batches", "2", "--input", "pixels:3x16x16"]) == 2
+    assert "not inputs of the model" in capsys.readouterr().err
+
+
+def test_bench_free_dims_without_input_say_how(tmp_path, capsys):
+    from pipeline import models
+
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(models.convnet().SerializeToString())
+    assert main(["bench", str(path), "--batches", "2"]) == 2
+    assert "--input frames:224x224x224" in capsys.readouterr().err
+
+
+def test_bench_argument_errors_exit_2():
+    import pytest
+
+    for argv in (["bench", "--depth", "0"], ["bench", "--input", "x"], ["bench", "--batches", "3", "--duration", "1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+
+
+def test_progress_bar_draws_when_enabled():
+    import io
+
+    from pipeline._progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress("bench", total=4, enabled=True, stream=stream, fps=1e9)
+    for _ in range(4):
+        progress.tick(10)
+    progress.close()
+    assert "4/4" in stream.getvalue() and "items/s" in stream.getvalue()
+    quiet = io.StringIO()
+    Progress("bench", enabled=False, stream=quiet).tick(1)
+    assert quiet.getvalue() == ""

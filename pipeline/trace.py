@@ -1,0 +1,117 @@
+"""A run's timeline: Chrome trace-event JSON (opens in Perfetto) and a PNG Gantt chart.
+
+One track per device stream (h2d, compute, d2h) and per host stage (the
+producer's staging copy, the consumer's delivery), one slice per batch per
+stage.  Device slices are placed on the host clock through
+``Stats.device_origin``: exact on the host device; on CUDA, device time 0 is
+pinned to the first h2d's enqueue, so the two clocks may be off by the
+launch latency.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .stats import BatchTiming, Stats
+
+DEVICE_TRACKS = ("h2d", "compute", "d2h")
+HOST_TRACKS = ("stage", "consumer")
+_PID_DEVICE, _PID_HOST = 1, 2
+
+
+def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, float, float]]:
+    """(track, start s, duration s) of one batch, relative to ``zero``."""
+    out = []
+    if timing.staged is not None:
+        out.append(("stage", timing.staged - timing.stage_s - zero, timing.stage_s))
+    out.append(("consumer", timing.done - zero, 0.0))
+    if stats.device_origin is not None:
+        for track, at, dur in (
+            ("h2d", timing.h2d_at, timing.h2d_s),
+            ("compute", timing.compute_at, timing.compute_s),
+            ("d2h", timing.d2h_at, timing.d2h_s),
+        ):
+            if at is not None and dur is not None:
+                out.append((track, stats.device_origin + at - zero, dur))
+    return out
+
+
+def timeline(stats: Stats) -> list[dict[str, Any]]:
+    """Every slice as {track, batch, start_s, dur_s}, time 0 = the first submission."""
+    timings = stats.timings
+    if not timings:
+        return []
+    zero = min(t.submitted for t in timings)
+    return [
+        {"track": track, "batch": t.index, "start_s": start, "dur_s": dur}
+        for t in timings
+        for track, start, dur in _slices(t, stats, zero)
+    ]
+
+
+def chrome_trace(stats: Stats, title: str = "ortpipe") -> dict[str, Any]:
+    """Trace-event JSON (the 'JSON Object Format'): complete events, µs."""
+    tracks = {name: (_PID_DEVICE, i + 1) for i, name in enumerate(DEVICE_TRACKS)}
+    tracks.update({name: (_PID_HOST, i + 1) for i, name in enumerate(HOST_TRACKS)})
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": _PID_DEVICE, "tid": 0, "args": {"name": f"{title}: device streams"}},
+        {"ph": "M", "name": "process_name", "pid": _PID_HOST, "tid": 0, "args": {"name": f"{title}: host stages"}},
+    ]
+    for name, (pid, tid) in tracks.items():
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+    for item in timeline(stats):
+        pid, tid = tracks[item["track"]]
+        event = {
+            "name": f"{item['track']} {item['batch']}",
+            "cat": item["track"],
+            "pid": pid,
+            "tid": tid,
+            "ts": item["start_s"] * 1e6,
+            "args": {"batch": item["batch"]},
+        }
+        if item["dur_s"] > 0:
+            event.update(ph="X", dur=item["dur_s"] * 1e6)
+        else:
+            event.update(ph="i", s="t")
+        events.append(event)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"summary": stats.to_dict()}}
+
+
+def write_chrome_trace(stats: Stats, path: str | Path, title: str = "ortpipe") -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(chrome_trace(stats, title)))
+    return path
+
+
+def plot_timeline(stats: Stats, path: str | Path, title: str = "ortpipe timeline", max_batches: int = 40) -> Path:
+    """A PNG Gantt chart of the first ``max_batches`` batches (needs matplotlib: ortpipe[plot])."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError("the timeline picture needs matplotlib: pip install 'ortpipe[plot]'") from exc
+    rows = ["stage", "h2d", "compute", "d2h", "consumer"]
+    items = [i for i in timeline(stats) if i["batch"] < max_batches]
+    figure, axes = plt.subplots(figsize=(12, 3.2))
+    colours = plt.get_cmap("tab10")
+    for item in items:
+        y = rows.index(item["track"])
+        start_ms, dur_ms = item["start_s"] * 1e3, max(item["dur_s"] * 1e3, 0.02)
+        axes.broken_barh([(start_ms, dur_ms)], (y - 0.4, 0.8), facecolors=colours(item["batch"] % 10))
+    axes.set_yticks(range(len(rows)), rows)
+    axes.invert_yaxis()
+    axes.set_xlabel("ms since the first batch was submitted")
+    summary = stats.to_dict()
+    axes.set_title(
+        f"{title}: {summary['items_per_s']:,.0f} items/s, efficiency {summary['efficiency']:.2f}, "
+        f"bottleneck {summary['bottleneck']} (colour = batch)"
+    )
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,60 @@
+"""The benchmark harness: workloads, rows, copy bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import HostDevice, models
+from pipeline.bench import Workload, measure_copy_gbps, run_modes
+
+
+def _pool(n=3):
+    return [models.example_batch("mlp", 4, seed=i) for i in range(n)]
+
+
+def test_workload_count_cycles_the_pool():
+    work = Workload(_pool(3), count=7, warmup=2)
+    assert len(list(work.timed())) == 7
+    assert len(work.warm()) == 2
+
+
+def test_workload_duration_stops_on_time():
+    import time
+
+    work = Workload(_pool(), count=None, duration=0.05)
+    start = time.perf_counter()
+    n = sum(1 for _ in work.timed(lambda: time.sleep(0.001)))
+    assert n > 3 and time.perf_counter() - start < 1.0
+
+
+def test_workload_needs_one_limit():
+    with pytest.raises(ValueError, match="either count or duration"):
+        Workload(_pool(), count=None, duration=None)
+    with pytest.raises(ValueError, match="at least one batch"):
+        Workload([], count=1)
+
+
+def test_every_mode_runs_the_same_batches_and_reports_stats():
+    results = run_modes(models.mlp(), HostDevice(), Workload(_pool(), count=6, warmup=1), depths=(1, 2))
+    assert [(r.mode, r.depth) for r in results] == [
+        ("naive", None),
+        ("iobinding", None),
+        ("pipelined", 1),
+        ("pipelined", 2),
+    ]
+    for row in results:
+        assert row.batches == 6 and row.items == 24
+        assert row.stats is not None and row.stats.batches == 6
+        assert row.to_dict()["bottleneck"] in ("stage", "h2d", "compute", "d2h")
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="unknown mode"):
+        run_modes(models.mlp(), HostDevice(), Workload(_pool(), count=1), modes=["turbo"])
+
+
+def test_measured_copy_bandwidth_respects_the_emulated_link():
+    device = HostDevice(link_gbps=2.0)
+    gbps = measure_copy_gbps(device, nbytes=4 << 20, repeats=1)
+    assert 0 < gbps["h2d"] <= 2.0 and 0 < gbps["d2h"] <= 2.0
+    device.close()
