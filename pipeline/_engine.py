@@ -253,14 +253,15 @@ class EngineRun(Generic[T]):
         t_slot = time.perf_counter()
         events = BatchEvents.new(self._device, self._config.timing)
         copy = self._streams.h2d
-        if slot.inputs_free is not None:
-            copy.wait_event(slot.inputs_free)
-        if events.h2d_start is not None:
-            events.h2d_start.record(copy)
         nbytes = layout.input_nbytes(bound)
-        for name, size in nbytes.items():
-            copy.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
-        events.h2d_done.record(copy)
+        with self._device.annotate(f"h2d {index}"):
+            if slot.inputs_free is not None:
+                copy.wait_event(slot.inputs_free)
+            if events.h2d_start is not None:
+                events.h2d_start.record(copy)
+            for name, size in nbytes.items():
+                copy.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
+            events.h2d_done.record(copy)
         pinned.last_copy = events.h2d_done
         return _Work(
             index=index,
@@ -300,10 +301,11 @@ class EngineRun(Generic[T]):
         if slot.outputs_free is not None:
             compute.wait_event(slot.outputs_free)
         work.out_layout = self._outputs_for(work)
-        if events.run_start is not None:
-            events.run_start.record(compute)
-        compute.launch(lambda: self._run_bound(slot, work))
-        events.run_done.record(compute)
+        with self._device.annotate(f"run {work.index}"):
+            if events.run_start is not None:
+                events.run_start.record(compute)
+            compute.launch(lambda: self._run_bound(slot, work))
+            events.run_done.record(compute)
         slot.inputs_free = events.run_done
         self._rings.device_slots.release(slot)  # the copy stream waits on run_done before reuse
 
@@ -312,12 +314,13 @@ class EngineRun(Generic[T]):
             return False
         work.pinned_out = pinned_out
         drain = self._streams.d2h
-        drain.wait_event(events.run_done)
-        if events.d2h_start is not None:
-            events.d2h_start.record(drain)
-        for name, (dtype, shape) in work.out_layout.items():
-            drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape))
-        events.d2h_done.record(drain)
+        with self._device.annotate(f"d2h {work.index}"):
+            drain.wait_event(events.run_done)
+            if events.d2h_start is not None:
+                events.d2h_start.record(drain)
+            for name, (dtype, shape) in work.out_layout.items():
+                drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape))
+            events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
         return True
 

@@ -19,6 +19,7 @@ until the event of that work has completed.  The engine's rings do this.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +133,10 @@ class Device(abc.ABC):
         """Make the host pay what an emulated link would charge for a copy the
         baselines do outside our streams (a no-op on real hardware)."""
 
+    def annotate(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """A named range for profilers (NVTX on CUDA when ``nvtx`` is installed)."""
+        return _NO_RANGE
+
     def activate(self) -> None:  # noqa: B027 - optional hook
         """Make this device current in the calling thread."""
 
@@ -141,3 +146,6 @@ class Device(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release device resources (idempotent)."""
+
+
+_NO_RANGE = contextlib.nullcontext()

@@ -24,6 +24,11 @@ import numpy as np
 from .._errors import DeviceError, DeviceUnavailableError
 from ._base import Device, DeviceBuffer, Event, Stream
 
+try:  # NVTX ranges show the stages in Nsight Systems; optional
+    import nvtx as _nvtx
+except ImportError:  # pragma: no cover - depends on the machine
+    _nvtx = None
+
 _SPIN_CHECKS = 64
 _SLEEP_S = 50e-6
 
@@ -161,6 +166,11 @@ class CudaDevice(Device):
 
     def activate(self) -> None:
         self._cupy.cuda.Device(self.device_id).use()
+
+    def annotate(self, name: str) -> contextlib.AbstractContextManager[None]:
+        if _nvtx is None:
+            return contextlib.nullcontext()
+        return _nvtx.annotate(name, domain="ortpipe")
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         import cupyx

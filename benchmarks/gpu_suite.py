@@ -1,0 +1,117 @@
+"""The GPU check: GPU tests plus a fixed benchmark set, in under 5 minutes.
+
+    python benchmarks/gpu_suite.py OUTDIR [--quick]
+
+Writes into OUTDIR: ``tests.log`` (the CUDA tests and the whole suite's
+result), ``results.json`` (every model x mode x depth, the README's JSON
+schema), ``trace.json`` (Chrome trace of the balanced model at the deepest
+depth) and ``timeline.png``.  Models: copy-bound (identity over wide rows),
+compute-bound (a deep MatMul chain) and balanced (the conv net on frames).
+Without a GPU it runs on the host device with an emulated link, so the script
+itself is tested on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device  # noqa: E402
+from pipeline.bench import Workload, format_table, measure_copy_gbps, run_modes  # noqa: E402
+from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
+
+
+def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
+    """(name, model, batch maker) sized for a GPU, or small for CPU / --quick."""
+    big = gpu and not quick
+    rows = 256 if big else 16
+    wide = 65536 if big else 4096  # identity: 64 MiB a batch each way on the GPU
+    features, layers = (4096, 24) if big else (256, 4)  # ~200 GFLOP a batch on the GPU
+    frames, size = (64, 224) if big else (16, 32)
+
+    def rand(i: int, shape: tuple[int, ...]) -> np.ndarray:
+        return np.random.default_rng(i).random(shape, np.float32)
+
+    return [
+        {
+            "name": "copy-bound identity",
+            "model": models.identity(features=wide),
+            "batch": lambda i: {"x": rand(i, (rows, wide))},
+        },
+        {
+            "name": "compute-bound busy",
+            "model": models.busy(features=features, layers=layers),
+            "batch": lambda i: {"x": rand(i, (rows, features))},
+        },
+        {
+            "name": "balanced convnet",
+            "model": models.convnet(),
+            "batch": lambda i: {"frames": rand(i, (frames, 3, size, size))},
+        },
+    ]
+
+
+def run_tests(out: Path) -> int:
+    with (out / "tests.log").open("w") as log:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rs", str(ROOT / "tests")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            timeout=240,
+        )
+    return result.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
+    parser.add_argument("--no-tests", action="store_true")
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per mode (default 3, quick 0.3)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    gpu = cuda_unavailable_reason(0) is None
+    device = resolve_device("cuda") if gpu else HostDevice(link_gbps=4.0, latency_us=10)
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": device.describe(),
+        "copy_gbps": measure_copy_gbps(device, (256 if gpu else 16) << 20),
+        "models": [],
+    }
+    if not args.no_tests:
+        report["tests_exit_code"] = run_tests(args.out)
+    seconds = args.seconds or (0.3 if args.quick or not gpu else 3.0)
+    for entry in _set(args.quick, gpu):
+        pool = [entry["batch"](i) for i in range(4)]
+        kept: list[Any] = []
+        results = run_modes(
+            entry["model"],
+            device,
+            Workload(pool, count=None, duration=seconds, warmup=3),
+            keep=lambda pipe, kept=kept: kept.append(pipe.stats),
+        )
+        print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
+        report["models"].append({"name": entry["name"], "results": [r.to_dict() for r in results]})
+        if entry["name"].startswith("balanced") and kept:
+            write_chrome_trace(kept[-1], args.out / "trace.json", title=entry["name"])
+            plot_timeline(kept[-1], args.out / "timeline.png", title=entry["name"])
+    report["wall_s"] = time.perf_counter() - started
+    (args.out / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {args.out}/results.json, trace.json, timeline.png in {report['wall_s']:.0f} s")
+    return int(report.get("tests_exit_code", 0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
