@@ -19,6 +19,7 @@ from ._errors import (
     PipelineStageError,
 )
 from ._pipeline import Pipeline, PipelineOptions
+from ._preprocess import Preprocess
 from ._session import OrtSession, SessionConfig, TensorSpec
 from .devices import ChaosOptions, Device, HostDevice, LinkModel, cuda_unavailable_reason, resolve_device
 
@@ -41,6 +42,7 @@ __all__ = [
     "PipelineInputError",
     "PipelineOptions",
     "PipelineStageError",
+    "Preprocess",
     "SessionConfig",
     "TensorSpec",
     "cuda_unavailable_reason",

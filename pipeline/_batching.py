@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._errors import PipelineInputError
+from ._preprocess import Preprocess
 from ._session import Shape, TensorSpec, nbytes_of
 
 
@@ -117,14 +118,30 @@ class InputChecker:
 
 @dataclass(frozen=True)
 class Layout:
-    """What the slots are sized for: rows per slot and each input's row shape."""
+    """What the slots are sized for: rows per slot and each input's row shape.
+
+    ``row_shapes`` are what the source sends (staged, copied h2d); inputs in
+    ``preprocess`` are converted on the device into the model's dtype/layout.
+    """
 
     batch_size: int
     pad: bool
     row_shapes: tuple[tuple[str, np.dtype, Shape], ...]  # (name, dtype, shape without dim 0)
+    preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = ()  # (name, how, model dtype)
 
     def input_shapes(self, rows: int) -> dict[str, Shape]:
+        """Shapes of what the source sends (the pinned and device-in buffers)."""
         return {name: (rows, *row) for name, _, row in self.row_shapes}
+
+    def model_inputs(self, rows: int) -> dict[str, tuple[np.dtype, Shape]]:
+        """dtype and shape of every model input as bound to ORT."""
+        found = {name: (dtype, (rows, *row)) for name, dtype, row in self.row_shapes}
+        for name, how, model_dtype in self.preprocess:
+            found[name] = (model_dtype, how.model_shape(found[name][1]))
+        return found
+
+    def model_shapes(self, rows: int) -> dict[str, Shape]:
+        return {name: shape for name, (_, shape) in self.model_inputs(rows).items()}
 
     def input_nbytes(self, rows: int) -> dict[str, int]:
         return {name: nbytes_of(dtype, (rows, *row)) for name, dtype, row in self.row_shapes}
@@ -159,7 +176,11 @@ class Layout:
 
 
 def layout_for(
-    feeds: dict[str, np.ndarray], inputs: tuple[TensorSpec, ...], fixed_batch: int | None, batch_size: int | None
+    feeds: dict[str, np.ndarray],
+    inputs: tuple[TensorSpec, ...],
+    fixed_batch: int | None,
+    batch_size: int | None,
+    preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = (),
 ) -> Layout:
     """The layout implied by the first batch and the configured batch size."""
     rows = next(iter(feeds.values())).shape[0]
@@ -174,7 +195,7 @@ def layout_for(
     if size < 1:
         raise PipelineInputError("batch_size must be >= 1", got=size)
     row_shapes = tuple((spec.name, spec.dtype, tuple(feeds[spec.name].shape[1:])) for spec in inputs)
-    return Layout(batch_size=size, pad=pad, row_shapes=row_shapes)
+    return Layout(batch_size=size, pad=pad, row_shapes=row_shapes, preprocess=preprocess)
 
 
 def split_rows(feeds: dict[str, np.ndarray], batch_size: int) -> Iterator[dict[str, np.ndarray]]:

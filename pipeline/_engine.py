@@ -162,6 +162,7 @@ class EngineRun(Generic[T]):
         self._work_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
+        self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
         self._threads = [
             threading.Thread(
                 target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True
@@ -304,6 +305,7 @@ class EngineRun(Generic[T]):
         with self._device.annotate(f"run {work.index}"):
             if events.run_start is not None:
                 events.run_start.record(compute)
+            self._preprocess(slot, work.bound_rows)
             compute.launch(lambda: self._run_bound(slot, work))
             events.run_done.record(compute)
         slot.inputs_free = events.run_done
@@ -324,10 +326,31 @@ class EngineRun(Generic[T]):
         slot.outputs_free = events.d2h_done
         return True
 
+    def _preprocess(self, slot: DeviceSlot, rows: int) -> None:
+        """Device-side conversion of sent inputs into the model's, on the compute stream."""
+        if not self._layout.preprocess:
+            return
+        sent = self._layout.input_shapes(rows)
+        model = self._layout.model_inputs(rows)
+        for name, how, model_dtype in self._layout.preprocess:
+            mul, add = self._coefficients[name]
+            self._device.normalize(
+                self._streams.compute,
+                slot.inputs[name],
+                np.dtype(how.source_dtype),
+                sent[name],
+                slot.model_inputs[name],
+                model_dtype,
+                model[name][1],
+                mul,
+                add,
+                how.to_nchw,
+            )
+
     def _outputs_for(self, work: _Work) -> dict[str, tuple[np.dtype, Shape]]:
         if work.bound_rows == self._layout.batch_size:
             return self._rings.output_layout
-        found = self._session.output_layout(self._layout.input_shapes(work.bound_rows))
+        found = self._session.output_layout(self._layout.model_shapes(work.bound_rows))
         for name, (dtype, shape) in found.items():
             need = nbytes_of(dtype, shape)
             have = work.slot.outputs[name].nbytes
@@ -342,9 +365,11 @@ class EngineRun(Generic[T]):
         key = (work.bound_rows,)
         if slot.bound_key == key:
             return  # steady state: same pointers, same shapes, no rebinding
-        layout = self._layout
-        shapes = layout.input_shapes(work.bound_rows)
-        inputs = {name: (slot.inputs[name], dtype, shapes[name]) for name, dtype, _ in layout.row_shapes}
+        model = self._layout.model_inputs(work.bound_rows)
+        inputs = {
+            name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
+            for name, (dtype, shape) in model.items()
+        }
         outputs = {name: (slot.outputs[name], dtype, shape) for name, (dtype, shape) in work.out_layout.items()}
         slot.binding.clear_binding_inputs()
         slot.binding.clear_binding_outputs()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,9 @@ import numpy as np
 from ._batching import InputChecker, Layout, layout_for, split_rows
 from ._engine import BatchTrace, EngineRun, RunConfig, Streams, Take, copy_outputs
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError
+from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
-from ._session import ModelSource, OrtSession, SessionConfig
+from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
 from .devices import Device, resolve_device
 from .stats import Stats
 
@@ -64,6 +65,7 @@ class Pipeline:
         depth: int = 3,
         batch_size: int | None = None,
         *,
+        preprocess: Preprocess | str | Sequence[Preprocess | str] | None = None,
         options: PipelineOptions | None = None,
     ) -> None:
         if not isinstance(depth, int) or depth < 1:
@@ -84,7 +86,18 @@ class Pipeline:
         except BaseException:
             self._finalizer()
             raise
-        self.checker = InputChecker(self.session.inputs)
+        self.preprocess = _preprocess_by_input(preprocess, self.session.inputs)
+        # What the source sends: the model's inputs, except the preprocessed ones.
+        self.source_inputs = tuple(
+            self.preprocess[spec.name].source_spec(spec) if spec.name in self.preprocess else spec
+            for spec in self.session.inputs
+        )
+        self._transforms = tuple(
+            (spec.name, self.preprocess[spec.name], spec.dtype)
+            for spec in self.session.inputs
+            if spec.name in self.preprocess
+        )
+        self.checker = InputChecker(self.source_inputs)
         self._rings: Rings | None = None
         self._active: EngineRun[Any] | None = None
         self._stats = Stats()
@@ -163,7 +176,9 @@ class Pipeline:
         except StopIteration:
             return
         feeds = self.checker.feeds(0, first)
-        layout = layout_for(feeds, self.session.inputs, self.session.fixed_batch(), batch_size or self.batch_size)
+        layout = layout_for(
+            feeds, self.source_inputs, self.session.fixed_batch(), batch_size or self.batch_size, self._transforms
+        )
         with self._lock:
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
@@ -201,6 +216,31 @@ class Pipeline:
             f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, "
             f"device={self.device.name!r}, depth={self.depth}, {state})"
         )
+
+
+def _preprocess_by_input(
+    given: Preprocess | str | Sequence[Preprocess | str] | None, inputs: tuple[TensorSpec, ...]
+) -> dict[str, Preprocess]:
+    """Name each Preprocess by its model input, checking that it can apply there."""
+    if given is None:
+        return {}
+    items = [given] if isinstance(given, Preprocess | str) else list(given)
+    names = [spec.name for spec in inputs]
+    found: dict[str, Preprocess] = {}
+    for item in items:
+        how = Preprocess.parse(item) if isinstance(item, str) else item
+        name = how.input
+        if name is None:
+            if len(names) != 1:
+                raise ValueError(f"the model has inputs {names}: say which one to preprocess (input=NAME)")
+            name = names[0]
+        if name not in names:
+            raise ValueError(f"preprocess input {name!r} is not an input of the model: {names}")
+        dtype = inputs[names.index(name)].dtype
+        if dtype.kind != "f":
+            raise ValueError(f"preprocess makes float tensors, but model input {name!r} is {dtype.name}")
+        found[name] = how
+    return found
 
 
 def _both(

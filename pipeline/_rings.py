@@ -49,6 +49,8 @@ class DeviceSlot:
     inputs: dict[str, DeviceBuffer]
     outputs: dict[str, DeviceBuffer]
     binding: Any
+    #: preprocessed inputs in the model's dtype/layout, written and read on the compute stream
+    model_inputs: dict[str, DeviceBuffer] = field(default_factory=dict)
     bound_key: tuple | None = None
     inputs_free: Event | None = None  # the run that read the inputs
     outputs_free: Event | None = None  # the d2h that read the outputs
@@ -108,7 +110,9 @@ class Rings:
 def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: int) -> Rings:
     """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows."""
     in_bytes = layout.input_nbytes(layout.batch_size)
-    output_layout = session.output_layout(layout.input_shapes(layout.batch_size))
+    output_layout = session.output_layout(layout.model_shapes(layout.batch_size))
+    full = layout.model_inputs(layout.batch_size)
+    model_bytes = {name: nbytes_of(*full[name]) for name, _, _ in layout.preprocess}
     out_bytes = {name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()}
     pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
     slots = [
@@ -116,6 +120,7 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
             inputs={n: device.device_empty(b) for n, b in in_bytes.items()},
             outputs={n: device.device_empty(b) for n, b in out_bytes.items()},
             binding=session.new_binding(),
+            model_inputs={n: device.device_empty(b) for n, b in model_bytes.items()},
         )
         for _ in range(depth)
     ]

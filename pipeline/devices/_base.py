@@ -129,6 +129,23 @@ class Device(abc.ABC):
     def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
         """Raise if ORT did not take this device's provider as asked."""
 
+    def normalize(
+        self,
+        stream: Stream,
+        src: DeviceBuffer,
+        src_dtype: np.dtype,
+        src_shape: tuple[int, ...],
+        dst: DeviceBuffer,
+        dst_dtype: np.dtype,
+        dst_shape: tuple[int, ...],
+        mul: np.ndarray,
+        add: np.ndarray,
+        to_nchw: bool,
+    ) -> None:
+        """Enqueue ``dst = float(src) * mul[c] + add[c]`` on ``stream`` (NHWC -> NCHW if
+        ``to_nchw``); see ``devices/_normalize.py`` for the exact arithmetic."""
+        raise NotImplementedError(f"{type(self).__name__} has no device-side preprocessing")
+
     def charge_transfer(self, nbytes: int, direction: str) -> None:  # noqa: B027 - optional hook
         """Make the host pay what an emulated link would charge for a copy the
         baselines do outside our streams (a no-op on real hardware)."""

@@ -15,6 +15,7 @@ made, and is reported as :class:`DeviceUnavailableError` with the reason.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from .._errors import DeviceError, DeviceUnavailableError
 from ._base import Device, DeviceBuffer, Event, Stream
+from ._normalize import CUDA_SOURCE
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
     import nvtx as _nvtx
@@ -159,6 +161,7 @@ class CudaDevice(Device):
         raw_name = props.get("name", b"GPU")
         self._gpu_name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
         self._props = props
+        self._constants: dict[bytes, Any] = {}
 
     @property
     def name(self) -> str:
@@ -171,6 +174,42 @@ class CudaDevice(Device):
         if _nvtx is None:
             return contextlib.nullcontext()
         return _nvtx.annotate(name, domain="ortpipe")
+
+    def normalize(
+        self,
+        stream: Stream,
+        src: DeviceBuffer,
+        src_dtype: np.dtype,
+        src_shape: tuple[int, ...],
+        dst: DeviceBuffer,
+        dst_dtype: np.dtype,
+        dst_shape: tuple[int, ...],
+        mul: np.ndarray,
+        add: np.ndarray,
+        to_nchw: bool,
+    ) -> None:
+        if not isinstance(stream, CudaStream):
+            raise TypeError(f"normalize needs a CUDA stream, got {stream!r}")
+        cp = self._cupy
+        with cp.cuda.Device(self.device_id), stream.raw:
+            source = self._wrap(src, src_dtype, src_shape)
+            out = self._wrap(dst, dst_dtype, dst_shape)
+            mul_d, add_d = self._coefficients(mul), self._coefficients(add)
+            channels, height, width = _chw(dst_shape)
+            _normalize_kernel(cp)(source, mul_d, add_d, channels, height, width, bool(to_nchw), mul.size > 1, out)
+
+    def _wrap(self, buffer: DeviceBuffer, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
+        cp = self._cupy
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        memory = cp.cuda.UnownedMemory(buffer.ptr, nbytes, buffer.owner, self.device_id)
+        return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(memory, 0))
+
+    def _coefficients(self, values: np.ndarray) -> Any:
+        key = values.astype(np.float32).tobytes()
+        cached = self._constants.get(key)
+        if cached is None:  # first use of these coefficients: a tiny copy, then kept
+            cached = self._constants[key] = self._cupy.asarray(values.astype(np.float32))
+        return cached
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         import cupyx
@@ -226,6 +265,28 @@ class CudaDevice(Device):
 
     def __repr__(self) -> str:
         return f"CudaDevice({self.name!r})"
+
+
+def _chw(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """C, H, W of an NCHW output (a channel-free tensor is one channel of W = everything)."""
+    if len(shape) == 4:
+        return shape[1], shape[2], shape[3]
+    return 1, 1, math.prod(shape[1:])
+
+
+_KERNEL: Any = None
+
+
+def _normalize_kernel(cp: Any) -> Any:
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = cp.ElementwiseKernel(
+            "raw S src, raw float32 mul, raw float32 add, int32 C, int32 H, int32 W, bool to_nchw, bool per_channel",
+            "O out",
+            CUDA_SOURCE,
+            "ortpipe_normalize",
+        )
+    return _KERNEL
 
 
 def _preload_cuda_libraries() -> None:

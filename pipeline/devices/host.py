@@ -16,6 +16,7 @@ Two uses:
 
 from __future__ import annotations
 
+import math
 import queue
 import random
 import threading
@@ -28,6 +29,7 @@ import numpy as np
 
 from .._errors import DeviceError
 from ._base import Device, DeviceBuffer, Event, Stream
+from ._normalize import normalize_numpy
 
 _POLL_S = 0.05
 _ALIGN = 64
@@ -70,6 +72,11 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
     return raw[offset : offset + nbytes]
+
+
+def _typed(buffer: DeviceBuffer, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    return buffer.owner[:nbytes].view(dtype).reshape(shape)
 
 
 def _as_bytes(array: np.ndarray) -> np.ndarray:
@@ -308,6 +315,24 @@ class HostDevice(Device):
         if seconds > 0:
             with self._engines[direction]:
                 time.sleep(seconds)
+
+    def normalize(
+        self,
+        stream: Stream,
+        src: DeviceBuffer,
+        src_dtype: np.dtype,
+        src_shape: tuple[int, ...],
+        dst: DeviceBuffer,
+        dst_dtype: np.dtype,
+        dst_shape: tuple[int, ...],
+        mul: np.ndarray,
+        add: np.ndarray,
+        to_nchw: bool,
+    ) -> None:
+        def run() -> None:
+            normalize_numpy(_typed(src, src_dtype, src_shape), mul, add, to_nchw, _typed(dst, dst_dtype, dst_shape))
+
+        stream.launch(run)
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         return _aligned_bytes(nbytes)
