@@ -82,6 +82,7 @@ class BatchTrace:
     h2d_bytes: int
     d2h_bytes: int
     t_submit: float  # perf_counter when the source produced it
+    source_s: float  # time inside the source iterator's next()
     t_staged: float  # after the host copy into pinned-in
     stage_s: float  # host staging copy
     wait_in_s: float  # producer waiting for a free pinned-in / device slot
@@ -98,6 +99,7 @@ class _Work:
     events: BatchEvents
     h2d_bytes: int
     t_submit: float
+    source_s: float
     t_staged: float
     stage_s: float
     wait_in_s: float
@@ -210,7 +212,7 @@ class EngineRun(Generic[T]):
         iterator = iter(self._source)
         index = 0
         while not self._stop.is_set():
-            t_submit = time.perf_counter()
+            t_ask = time.perf_counter()
             try:
                 batch = next(iterator)
             except StopIteration:
@@ -218,6 +220,7 @@ class EngineRun(Generic[T]):
             except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
                 self._put(self._work_q, _Failure(PipelineStageError("source", index, exc)))
                 return
+            t_submit = time.perf_counter()
             try:
                 feeds = self._checker.feeds(index, batch)
                 rows = self._layout.rows_of(index, feeds)
@@ -225,7 +228,7 @@ class EngineRun(Generic[T]):
                 self._put(self._work_q, _Failure(exc))
                 return
             try:
-                work = self._stage_and_send(index, feeds, rows, t_submit)
+                work = self._stage_and_send(index, feeds, rows, t_submit, t_submit - t_ask)
             except BaseException as exc:  # noqa: BLE001
                 self._put(self._work_q, _Failure(PipelineStageError("stage", index, exc)))
                 return
@@ -234,7 +237,9 @@ class EngineRun(Generic[T]):
             index += 1
         self._put(self._work_q, _END)
 
-    def _stage_and_send(self, index: int, feeds: dict[str, np.ndarray], rows: int, t_submit: float) -> _Work | None:
+    def _stage_and_send(
+        self, index: int, feeds: dict[str, np.ndarray], rows: int, t_submit: float, source_s: float
+    ) -> _Work | None:
         layout = self._layout
         bound = layout.bound_rows(rows)
         pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
@@ -272,6 +277,7 @@ class EngineRun(Generic[T]):
             events=events,
             h2d_bytes=sum(nbytes.values()),
             t_submit=t_submit,
+            source_s=source_s,
             t_staged=t_staged,
             stage_s=t_staged - t_stage,
             wait_in_s=(t_stage - t_wait) + (t_slot - t_staged),
@@ -440,6 +446,7 @@ class EngineRun(Generic[T]):
                     work.h2d_bytes,
                     d2h_bytes,
                     work.t_submit,
+                    work.source_s,
                     work.t_staged,
                     work.stage_s,
                     work.wait_in_s,

@@ -9,8 +9,9 @@ and the durations of its h2d, run and d2h from the events of their streams
 percentiles, the mean time of every stage, **the bound** = the throughput if
 the slowest stage were the only cost (``rows / max(mean stage time)``, from
 the same run), **efficiency** = achieved / bound, and the **bottleneck**
-stage by name.  Stages: ``stage`` (the host copy into pinned memory),
-``h2d``, ``compute``, ``d2h``.
+stage by name.  Stages: ``source`` (your iterator producing the batch:
+reading, decoding), ``stage`` (the host copy into pinned memory), ``h2d``,
+``compute`` (device-side preprocessing included), ``d2h``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 
 from ._engine import BatchTrace
 
-STAGES = ("stage", "h2d", "compute", "d2h")
+STAGES = ("source", "stage", "h2d", "compute", "d2h")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class BatchTiming:
     wait_s: float
     #: perf_counter when the host staging copy ended (the h2d is enqueued right after)
     staged: float | None = None
+    #: time inside the source iterator producing this batch (reading, decoding)
+    source_s: float = 0.0
     h2d_s: float | None = None
     compute_s: float | None = None
     d2h_s: float | None = None
@@ -55,7 +58,13 @@ class BatchTiming:
         return self.done - self.submitted
 
     def stage_seconds(self, stage: str) -> float | None:
-        return {"stage": self.stage_s, "h2d": self.h2d_s, "compute": self.compute_s, "d2h": self.d2h_s}[stage]
+        return {
+            "source": self.source_s,
+            "stage": self.stage_s,
+            "h2d": self.h2d_s,
+            "compute": self.compute_s,
+            "d2h": self.d2h_s,
+        }[stage]
 
 
 def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
@@ -83,6 +92,7 @@ def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
         stage_s=trace.stage_s,
         wait_s=trace.wait_in_s,
         staged=trace.t_staged,
+        source_s=trace.source_s,
         h2d_s=durations["h2d"],
         compute_s=durations["compute"],
         d2h_s=durations["d2h"],
@@ -136,11 +146,11 @@ class Stats:
 
     @property
     def wall_s(self) -> float:
-        """From the first batch's submission to the last batch's delivery."""
+        """From the first ask of the source to the last batch's delivery."""
         timings = self.timings
         if not timings:
             return 0.0
-        return max(t.done for t in timings) - min(t.submitted for t in timings)
+        return max(t.done for t in timings) - min(t.submitted - t.source_s for t in timings)
 
     def _rate(self, count: float) -> float:
         wall = self.wall_s

@@ -1,7 +1,8 @@
 """A run's timeline: Chrome trace-event JSON (opens in Perfetto) and a PNG Gantt chart.
 
-One track per device stream (h2d, compute, d2h) and per host stage (the
-producer's staging copy, the consumer's delivery), one slice per batch per
+One track per device stream (h2d, compute, d2h) and per host stage (your
+source producing the batch, the producer's staging copy, the consumer's
+delivery), one slice per batch per
 stage.  Device slices are placed on the host clock through
 ``Stats.device_origin``: exact on the host device; on CUDA, device time 0 is
 pinned to the first h2d's enqueue, so the two clocks may be off by the
@@ -17,13 +18,15 @@ from typing import Any
 from .stats import BatchTiming, Stats
 
 DEVICE_TRACKS = ("h2d", "compute", "d2h")
-HOST_TRACKS = ("stage", "consumer")
+HOST_TRACKS = ("source", "stage", "consumer")
 _PID_DEVICE, _PID_HOST = 1, 2
 
 
 def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, float, float]]:
     """(track, start s, duration s) of one batch, relative to ``zero``."""
     out = []
+    if timing.source_s > 0:
+        out.append(("source", timing.submitted - timing.source_s - zero, timing.source_s))
     if timing.staged is not None:
         out.append(("stage", timing.staged - timing.stage_s - zero, timing.stage_s))
     out.append(("consumer", timing.done - zero, 0.0))
@@ -39,11 +42,11 @@ def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, f
 
 
 def timeline(stats: Stats) -> list[dict[str, Any]]:
-    """Every slice as {track, batch, start_s, dur_s}, time 0 = the first submission."""
+    """Every slice as {track, batch, start_s, dur_s}, time 0 = the first ask of the source."""
     timings = stats.timings
     if not timings:
         return []
-    zero = min(t.submitted for t in timings)
+    zero = min(t.submitted - t.source_s for t in timings)
     return [
         {"track": track, "batch": t.index, "start_s": start, "dur_s": dur}
         for t in timings
@@ -94,7 +97,7 @@ def plot_timeline(stats: Stats, path: str | Path, title: str = "ortpipe timeline
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("the timeline picture needs matplotlib: pip install 'ortpipe[plot]'") from exc
-    rows = ["stage", "h2d", "compute", "d2h", "consumer"]
+    rows = ["source", "stage", "h2d", "compute", "d2h", "consumer"]
     items = [i for i in timeline(stats) if i["batch"] < max_batches]
     figure, axes = plt.subplots(figsize=(12, 3.2))
     colours = plt.get_cmap("tab10")

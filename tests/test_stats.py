@@ -38,7 +38,7 @@ def test_throughput_bound_efficiency_bottleneck_on_a_hand_made_run():
     assert stats.bound_items_per_s == pytest.approx(10 / 0.004)  # 2500 items/s
     assert stats.efficiency == pytest.approx((50 / 0.030) / 2500)
     means = stats.stage_mean_s()
-    assert means == pytest.approx({"stage": 0.001, "h2d": 0.002, "compute": 0.004, "d2h": 0.003})
+    assert means == pytest.approx({"source": 0.0, "stage": 0.001, "h2d": 0.002, "compute": 0.004, "d2h": 0.003})
     gbps = stats.link_gbps()
     assert gbps["h2d"] == pytest.approx(2e6 / 0.002 / 1e9)  # 1 GB/s
     assert gbps["d2h"] == pytest.approx(1e6 / 0.003 / 1e9)
@@ -68,6 +68,30 @@ def test_a_perfectly_overlapped_run_has_efficiency_one():
     assert stats.efficiency == pytest.approx(1.0, rel=0.01)
 
 
+def test_a_slow_source_is_the_bottleneck_and_counts_in_the_wall():
+    timings = [
+        BatchTiming(
+            i,
+            8,
+            0,
+            0,
+            submitted=0.010 * (i + 1),
+            done=0.010 * (i + 1) + 0.002,
+            stage_s=0.001,
+            wait_s=0.0,
+            source_s=0.010,
+            h2d_s=0.001,
+            compute_s=0.002,
+            d2h_s=0.001,
+        )
+        for i in range(4)
+    ]
+    stats = Stats(timings)
+    assert stats.bottleneck == "source"
+    assert stats.wall_s == pytest.approx(0.042)  # from the first ask of the source (t=0)
+    assert stats.bound_items_per_s == pytest.approx(8 / 0.010)
+
+
 def test_untimed_device_stages_leave_only_host_figures():
     timing = BatchTiming(0, 4, 100, 100, submitted=0.0, done=0.01, stage_s=0.001, wait_s=0.0)
     stats = Stats([timing])
@@ -89,7 +113,7 @@ def test_to_dict_and_table():
     d = stats.to_dict()
     for key in ("items_per_s", "bound_items_per_s", "efficiency", "bottleneck", "stage_ms", "latency_ms", "link_gbps"):
         assert key in d
-    assert set(d["stage_ms"]) == {"stage", "h2d", "compute", "d2h"}
+    assert set(d["stage_ms"]) == {"source", "stage", "h2d", "compute", "d2h"}
     text = str(stats)
     assert "items/s" in text and "bottleneck compute" in text and "efficiency" in text
 

@@ -53,7 +53,7 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path):
     data = json.loads(path.read_text())
     events = data["traceEvents"]
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert names == {"h2d", "compute", "d2h", "stage", "consumer"}
+    assert names == {"h2d", "compute", "d2h", "source", "stage", "consumer"}
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == 3 * 4
     for event in slices:
@@ -70,7 +70,11 @@ def test_trace_and_plot_of_a_real_run(tmp_path):
         stats = pipe.stats
     data = chrome_trace(stats)
     tracks = {e["cat"] for e in data["traceEvents"] if e["ph"] in ("X", "i")}
-    assert tracks == {"stage", "h2d", "compute", "d2h", "consumer"}
+    assert (
+        {"stage", "h2d", "compute", "d2h", "consumer"}
+        <= tracks
+        <= {"source", "stage", "h2d", "compute", "d2h", "consumer"}
+    )
     # on the host device the clocks agree: each batch's h2d starts after its staging ends
     for item in [i for i in timeline(stats) if i["track"] == "h2d"]:
         staged = next(j for j in timeline(stats) if j["track"] == "stage" and j["batch"] == item["batch"])

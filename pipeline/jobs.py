@@ -1,0 +1,144 @@
+"""Jobs: a source through a pipeline into a sink, with progress and a summary.
+
+The sink writes from the consumer side as each result arrives (the pinned
+output views, no extra copy) while the engine keeps the next batches moving,
+so writing overlaps inference.  The sink is closed whatever happens, so an
+interrupted job leaves a readable file with every row delivered so far.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._pipeline import Pipeline
+from ._progress import Progress
+from .sinks import NpySink, ParquetSink, SinkError
+from .sources import ImageFolderSource, NpySource, ParquetSource, SourceBatch, SourceError, VideoSource
+
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
+
+
+class Sink(Protocol):
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class JobSummary:
+    items: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else float("nan")
+
+    def __str__(self) -> str:
+        text = f"{self.items} items in {self.batches} batches, {self.seconds:.2f} s: {self.items_per_s:,.1f} items/s"
+        if self.stats.get("batches"):
+            text += f"; efficiency {self.stats['efficiency']:.2f}, bottleneck {self.stats['bottleneck']}"
+        return text + (" (interrupted)" if self.interrupted else "")
+
+
+def source_kind(path: str | Path) -> str:
+    """ "npy", "parquet", "video" or "images" from a path, or a SourceError."""
+    path = Path(path)
+    if path.is_dir():
+        return "images"
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return "npy"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in VIDEO_SUFFIXES:
+        return "video"
+    if not path.exists():
+        raise SourceError(f"input not found: {str(path)!r}")
+    raise SourceError(
+        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, a video ({', '.join(VIDEO_SUFFIXES)}) "
+        "or a folder of images"
+    )
+
+
+def open_source(
+    path: str | Path,
+    pipe: Pipeline,
+    batch_size: int,
+    *,
+    input_name: str | None = None,
+    columns: dict[str, Sequence[str]] | None = None,
+    id_column: str | None = None,
+    size: tuple[int, int] | None = None,
+) -> Iterable[SourceBatch]:
+    kind = source_kind(path)
+    specs = pipe.source_inputs
+    if kind == "npy":
+        return NpySource(path, batch_size, specs, input_name)
+    if kind == "parquet":
+        return ParquetSource(path, batch_size, specs, columns, id_column)
+    if kind == "video":
+        return VideoSource(path, batch_size, specs, input_name, size)
+    return ImageFolderSource(path, batch_size, specs, input_name, size)
+
+
+def open_sink(path: str | Path, output_names: list[str]) -> Sink:
+    suffix = Path(path).suffix.lower()
+    if suffix == ".npy":
+        return NpySink(path, output_names)
+    if suffix in (".parquet", ".pq"):
+        return ParquetSink(path)
+    raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy or .parquet")
+
+
+def run_job(
+    pipe: Pipeline,
+    source: Iterable[SourceBatch],
+    sink: Sink,
+    progress: Progress | None = None,
+    summary: JobSummary | None = None,
+) -> JobSummary:
+    """Every batch of ``source`` through ``pipe`` into ``sink``; the sink is always closed.
+
+    Pass your own ``summary`` to read how far a job got when it raised.
+    """
+    metas: collections.deque[dict[str, np.ndarray]] = collections.deque()
+    summary = summary if summary is not None else JobSummary()
+
+    def batches() -> Iterator[dict[str, np.ndarray]]:
+        for item in source:
+            metas.append(item.meta)  # results come back in this order
+            yield item.inputs
+
+    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        sink.write(index, rows, views, metas.popleft())
+        summary.items += rows
+        summary.batches += 1
+        if progress is not None:
+            progress.tick(rows)
+
+    start = time.perf_counter()
+    try:
+        for _ in pipe.map_with(batches(), take):
+            pass
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        raise
+    finally:
+        summary.seconds = time.perf_counter() - start
+        summary.stats = pipe.stats.to_dict()
+        try:
+            sink.close()
+        finally:
+            if progress is not None:
+                progress.close()
+    return summary

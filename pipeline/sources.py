@@ -1,0 +1,298 @@
+"""Sources: batches from files, without holding the whole input in memory.
+
+Each source yields :class:`SourceBatch` items: the arrays the model (or its
+preprocessing) takes, and per-row metadata that the sinks write beside the
+outputs (a row id, or a frame's index and timestamp, or an image's path).
+
+* :class:`NpySource` - a ``.npy`` array, memory-mapped;
+* :class:`ParquetSource` - a Parquet table read in record batches (pyarrow),
+  columns mapped to model inputs;
+* :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
+* :class:`ImageFolderSource` - a folder of images read with Pillow.
+
+Errors name the file and what was wrong with it (:class:`SourceError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import PipelineError
+from ._session import TensorSpec
+
+
+class SourceError(PipelineError):
+    """A source file is missing, unreadable, or does not fit the model."""
+
+
+@dataclass
+class SourceBatch:
+    inputs: dict[str, np.ndarray]
+    meta: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.inputs.values())))
+
+
+def _existing(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise SourceError(f"{what} not found: {str(path)!r}")
+    return path
+
+
+def _one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> TensorSpec:
+    if name is not None:
+        for spec in inputs:
+            if spec.name == name:
+                return spec
+        raise SourceError(f"{source}: {name!r} is not an input of the model: {[s.name for s in inputs]}")
+    if len(inputs) != 1:
+        raise SourceError(f"{source} feeds one input, but the model has {[s.name for s in inputs]}: name one")
+    return inputs[0]
+
+
+class NpySource:
+    """Rows of a ``.npy`` array (memory-mapped: only the rows of a batch are read)."""
+
+    def __init__(self, path: str | Path, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
+        self.path = _existing(path, "input .npy file")
+        try:
+            self.array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable .npy array: {exc}") from exc
+        self.spec = _one_input(inputs, input_name, "a .npy source")
+        if self.array.ndim == 0:
+            raise SourceError(f"{str(self.path)!r} holds a scalar, not rows")
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        for start in range(0, len(self), self.batch_size):
+            rows = self.array[start : start + self.batch_size]
+            ids = np.arange(start, start + len(rows), dtype=np.int64)
+            yield SourceBatch({self.spec.name: rows}, {"row_id": ids})
+
+
+def _numeric(name: str, column: Any) -> np.ndarray:
+    import pyarrow as pa
+
+    if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type):
+        lengths = set(column.value_lengths().to_pylist())
+        if len(lengths) != 1:
+            raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
+        width = lengths.pop()
+        return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
+    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
+        raise SourceError(f"column {name!r} has type {column.type}: not numeric")
+    if column.null_count:
+        raise SourceError(f"column {name!r} has {column.null_count} null value(s) in a batch")
+    return column.to_numpy(zero_copy_only=False)
+
+
+class ParquetSource:
+    """A Parquet table read in record batches; columns become model inputs.
+
+    ``columns`` maps an input to one list column (``{"x": ["features"]}``) or
+    to scalar columns stacked in order (``{"x": ["f0", "f1", ...]}``).  With
+    no mapping, a one-input model takes every numeric column but the id column.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        import pyarrow.parquet as pq
+
+        self.path = _existing(path, "input Parquet file")
+        try:
+            self.file = pq.ParquetFile(self.path)
+        except Exception as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
+        names = self.file.schema_arrow.names
+        self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
+        if self.id_column is not None and self.id_column not in names:
+            raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
+        self.columns = self._map(dict(columns or {}), inputs, names)
+        self.specs = {spec.name: spec for spec in inputs}
+        self.batch_size = batch_size
+
+    def _map(self, given: dict[str, Sequence[str]], inputs: Sequence[TensorSpec], names: list[str]) -> dict:
+        input_names = [spec.name for spec in inputs]
+        if not given:
+            spec = _one_input(inputs, None, "a Parquet source without --input-column")
+            schema = self.file.schema_arrow
+            numeric = [n for n in names if n != self.id_column and _is_numeric(schema.field(n).type)]
+            if not numeric:
+                raise SourceError(f"{str(self.path)!r} has no numeric columns for input {spec.name!r}: {names}")
+            given = {spec.name: numeric}
+        unknown_inputs = sorted(set(given) - set(input_names))
+        if unknown_inputs:
+            raise SourceError(f"--input-column names {unknown_inputs}, not inputs of the model: {input_names}")
+        missing_inputs = [n for n in input_names if n not in given]
+        if missing_inputs:
+            raise SourceError(f"model input(s) {missing_inputs} have no columns: map them with --input-column")
+        for name, cols in given.items():
+            absent = [c for c in cols if c not in names]
+            if absent:
+                raise SourceError(f"columns {absent} for input {name!r} are not in {str(self.path)!r}: {names}")
+        return given
+
+    def __len__(self) -> int:
+        return int(self.file.metadata.num_rows)
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        wanted = sorted({c for cols in self.columns.values() for c in cols} | ({self.id_column} - {None}))
+        start = 0
+        for record in self.file.iter_batches(batch_size=self.batch_size, columns=wanted):
+            inputs = {}
+            for name, cols in self.columns.items():
+                parts = [_numeric(c, record.column(record.schema.get_field_index(c))) for c in cols]
+                stacked = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
+                inputs[name] = self._cast(name, stacked)
+            rows = record.num_rows
+            if self.id_column is not None:
+                ids = record.column(record.schema.get_field_index(self.id_column)).to_numpy(zero_copy_only=False)
+            else:
+                ids = np.arange(start, start + rows, dtype=np.int64)
+            start += rows
+            yield SourceBatch(inputs, {self.id_column or "row_id": ids})
+
+    def _cast(self, name: str, values: np.ndarray) -> np.ndarray:
+        dtype = self.specs[name].dtype
+        if values.dtype == dtype:
+            return values
+        if not np.can_cast(values.dtype, dtype, casting="same_kind"):
+            raise SourceError(f"columns for input {name!r} are {values.dtype}; the model takes {dtype}")
+        return values.astype(dtype)
+
+
+def _is_numeric(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _is_numeric(arrow_type.value_type)
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+
+
+class VideoSource:
+    """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
+
+    ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
+    and its timestamp in seconds (``frame.time``).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+        pix_fmt: str = "rgb24",
+    ):
+        import av
+
+        self.path = _existing(path, "input video")
+        self.spec = _one_input(inputs, input_name, "a video source")
+        self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
+        try:
+            with av.open(str(self.path)) as container:
+                if not container.streams.video:
+                    raise SourceError(f"{str(self.path)!r} has no video stream")
+                stream = container.streams.video[0]
+                self.frames_hint = int(stream.frames or 0)
+        except av.error.FFmpegError as exc:
+            raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
+
+    def __len__(self) -> int:
+        return self.frames_hint
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        import av
+
+        frames: list[np.ndarray] = []
+        indices: list[int] = []
+        times: list[float] = []
+        try:
+            with av.open(str(self.path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"  # FFmpeg's own decode threads
+                for index, frame in enumerate(container.decode(stream)):
+                    width, height = self.size or (frame.width, frame.height)
+                    image = frame.reformat(width=width, height=height, format=self.pix_fmt).to_ndarray()
+                    frames.append(image)
+                    indices.append(index)
+                    times.append(float(frame.time) if frame.time is not None else float("nan"))
+                    if len(frames) == self.batch_size:
+                        yield self._batch(frames, indices, times)
+                        frames, indices, times = [], [], []
+        except av.error.FFmpegError as exc:
+            raise SourceError(f"{str(self.path)!r}: decoding failed after {len(indices)} frames: {exc}") from exc
+        if frames:
+            yield self._batch(frames, indices, times)
+
+    def _batch(self, frames: list[np.ndarray], indices: list[int], times: list[float]) -> SourceBatch:
+        return SourceBatch(
+            {self.spec.name: np.stack(frames)},
+            {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)},
+        )
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+class ImageFolderSource:
+    """Images of a folder (sorted by name) as uint8 ``[N, H, W, 3]``, resized to ``size``."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+    ):
+        self.path = _existing(path, "image folder")
+        if not self.path.is_dir():
+            raise SourceError(f"{str(self.path)!r} is not a folder")
+        self.files = sorted(p for p in self.path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not self.files:
+            raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {str(self.path)!r}")
+        self.spec = _one_input(inputs, input_name, "an image folder source")
+        self.batch_size, self.size = batch_size, size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        from PIL import Image, UnidentifiedImageError
+
+        for start in range(0, len(self.files), self.batch_size):
+            chunk = self.files[start : start + self.batch_size]
+            images = []
+            for file in chunk:
+                try:
+                    with Image.open(file) as image:
+                        rgb = image.convert("RGB")
+                        if self.size is not None:
+                            rgb = rgb.resize(self.size)
+                        images.append(np.asarray(rgb))
+                except (UnidentifiedImageError, OSError) as exc:
+                    raise SourceError(f"{str(file)!r} cannot be read as an image: {exc}") from exc
+            shapes = {a.shape for a in images}
+            if len(shapes) > 1:
+                raise SourceError(f"images in {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
+            yield SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in chunk])})
