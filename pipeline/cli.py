@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -395,16 +398,36 @@ def cmd_run(args: argparse.Namespace) -> int:
             enabled=False if args.no_progress else None,
         )
         print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
-        try:
-            run_job(pipe, source, sink, progress, summary)
-        except KeyboardInterrupt:
-            print(
-                f"\ninterrupted after {summary.items} items; {str(args.output)!r} holds them and is readable",
-                file=sys.stderr,
-            )
-            return 130
+        with _first_ctrl_c_stops() as stop:
+            run_job(pipe, source, sink, progress, summary, stop)
     print(summary)
+    if summary.interrupted:
+        print(
+            f"interrupted after {summary.items} items; {str(args.output)!r} holds them and is readable", file=sys.stderr
+        )
+        return 130
     return 0
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops() -> Iterator[threading.Event]:
+    """The first Ctrl-C ends the job gracefully (in-flight batches written, file closed); a second one aborts."""
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: no signal handling there
+        yield stop
+        return
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

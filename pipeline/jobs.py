@@ -9,6 +9,7 @@ interrupted job leaves a readable file with every row delivered so far.
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -106,9 +107,12 @@ def run_job(
     sink: Sink,
     progress: Progress | None = None,
     summary: JobSummary | None = None,
+    stop: threading.Event | None = None,
 ) -> JobSummary:
     """Every batch of ``source`` through ``pipe`` into ``sink``; the sink is always closed.
 
+    Setting ``stop`` ends the job gracefully: no new batch is read, the ones in
+    flight are delivered and written, and the summary says ``interrupted``.
     Pass your own ``summary`` to read how far a job got when it raised.
     """
     metas: collections.deque[dict[str, np.ndarray]] = collections.deque()
@@ -116,6 +120,9 @@ def run_job(
 
     def batches() -> Iterator[dict[str, np.ndarray]]:
         for item in source:
+            if stop is not None and stop.is_set():
+                summary.interrupted = True
+                return
             metas.append(item.meta)  # results come back in this order
             yield item.inputs
 

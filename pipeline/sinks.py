@@ -128,7 +128,9 @@ class ParquetSink:
         for name, values in outputs.items():
             if name in columns:
                 name = f"output_{name}"
-            flat = np.ascontiguousarray(values).reshape(rows, -1)
+            # A copy: pa.array wraps numpy memory without copying, and ``values``
+            # is a view of a pinned slot that the engine reuses after this call.
+            flat = np.array(values, copy=True).reshape(rows, -1)
             if flat.shape[1] == 1 and values.ndim <= 1:
                 columns[name] = pa.array(flat[:, 0])
             else:
@@ -146,9 +148,11 @@ class ParquetSink:
     def _flush(self) -> None:
         import pyarrow as pa
 
-        if self._pending:
-            self._writer.write_table(pa.Table.from_batches(self._pending))
-            self._pending, self._pending_rows = [], 0
+        # Take the batches first: an interrupt landing after write_table returns
+        # must not make close() write the same rows twice.
+        pending, self._pending, self._pending_rows = self._pending, [], 0
+        if pending:
+            self._writer.write_table(pa.Table.from_batches(pending))
 
     def close(self) -> None:
         if self._writer is None:

@@ -1,0 +1,305 @@
+"""Real workloads end to end: video frames and bulk scoring, from the CLI and from Python."""
+
+from __future__ import annotations
+
+import _thread
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import Pipeline, Preprocess, models
+from pipeline.cli import main
+from pipeline.jobs import JobSummary, run_job
+from pipeline.sinks import CallbackSink, NpySink, read_npy_header_rows
+from pipeline.sources import ImageFolderSource, NpySource, ParquetSource, VideoSource
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+video_example = _example("video_frames")
+scoring_example = _example("bulk_scoring")
+
+
+def _session(model):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_video_through_ortpipe_run_matches_session_run_frame_by_frame(tmp_path, capsys):
+    import av
+
+    video = video_example.make_video(tmp_path / "clip.mp4", frames=300, size=48)
+    output = tmp_path / "out.parquet"
+    assert (
+        main(
+            [
+                "run",
+                "convnet",
+                "--input",
+                str(video),
+                "--output",
+                str(output),
+                "--batch-size",
+                "32",
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert "300 items" in capsys.readouterr().out
+    table = pq.read_table(output)
+    assert table.column_names == ["frame_index", "timestamp", "logits"]
+    assert table.num_rows == 300
+    np.testing.assert_array_equal(table["frame_index"].to_numpy(), np.arange(300))
+    logits = np.stack(table["logits"].to_numpy(zero_copy_only=False))
+    # the same frames decoded independently, preprocessed on the host, run one by one
+    session, how = _session(models.convnet()), Preprocess(scale=1 / 255, layout="nhwc")
+    with av.open(str(video)) as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(decoded) == 300
+    for index in range(0, 300, 7):
+        want = session.run(None, {"frames": how.apply(decoded[index][None])})[0][0]
+        np.testing.assert_allclose(logits[index], want, rtol=1e-5, atol=1e-6, err_msg=f"frame {index}")
+    timestamps = table["timestamp"].to_numpy()
+    assert timestamps[0] == 0.0 and np.all(np.diff(timestamps) > 0)
+
+
+def test_parquet_of_100k_rows_round_trips_with_ids_and_scores(tmp_path):
+    table_path = scoring_example.make_table(tmp_path / "features.parquet", rows=100_000)
+    output = tmp_path / "scores.parquet"
+    assert (
+        main(
+            [
+                "run",
+                "mlp",
+                "--input",
+                str(table_path),
+                "--output",
+                str(output),
+                "--batch-size",
+                "4096",
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    source, scored = pq.read_table(table_path), pq.read_table(output)
+    assert scored.num_rows == 100_000
+    np.testing.assert_array_equal(scored["row_id"].to_numpy(), source["row_id"].to_numpy())
+    features = np.stack([source[f"f{i}"].to_numpy() for i in range(64)], axis=1)
+    want = _session(models.mlp()).run(None, {"x": features})[0]
+    got = np.stack(scored["scores"].to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_parquet_list_column_and_explicit_mapping(tmp_path):
+    rows = np.random.default_rng(1).standard_normal((500, 64)).astype(np.float32)
+    path = tmp_path / "lists.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": np.arange(500) + 10,
+                "vec": pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1)), 64),
+                "label": np.zeros(500),
+            }
+        ),
+        path,
+    )
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        source = ParquetSource(path, 128, pipe.source_inputs, columns={"x": ["vec"]}, id_column="id")
+        got: dict[int, np.ndarray] = {}
+        run_job(
+            pipe, source, CallbackSink(lambda i, out, meta: got.update(zip(meta["id"], out["scores"], strict=True)))
+        )
+    want = _session(models.mlp()).run(None, {"x": rows})[0]
+    assert sorted(got) == list(range(10, 510))
+    np.testing.assert_allclose(np.stack([got[i] for i in range(10, 510)]), want, rtol=1e-5, atol=1e-5)
+
+
+def test_npy_source_to_npy_sink_multi_output(tmp_path):
+    path = tmp_path / "in.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32))
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        source = NpySource(path, 64, pipe.source_inputs)
+        assert len(source) == 300
+        summary = run_job(pipe, source, NpySink(tmp_path / "out.npy", pipe.output_names))
+    assert summary.items == 300 and summary.batches == 5
+    want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5, atol=1e-5)
+    sink = NpySink(tmp_path / "multi.npy", ["a", "b"])
+    assert set(sink.paths.values()) == {tmp_path / "multi.a.npy", tmp_path / "multi.b.npy"}
+    sink.close()
+
+
+def test_image_folder_source(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 256, (20 + i, 30, 3), dtype=np.uint8)).save(tmp_path / f"im{i}.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
+        source = ImageFolderSource(tmp_path, 2, pipe.source_inputs, size=(16, 16))
+        rows: list = []
+        run_job(
+            pipe, source, CallbackSink(lambda i, out, meta: rows.extend(zip(meta["path"], out["logits"], strict=True)))
+        )
+    assert [Path(p).name for p, _ in rows] == [f"im{i}.png" for i in range(5)]
+    with Image.open(tmp_path / "im3.png") as image:
+        x = np.asarray(image.convert("RGB").resize((16, 16)))[None]
+    want = _session(models.convnet()).run(None, {"frames": Preprocess(scale=1 / 255, layout="nhwc").apply(x)})[0]
+    np.testing.assert_allclose(rows[3][1], want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make_input, args, words",
+    [
+        (lambda d: d / "missing.npy", [], "not found"),
+        (lambda d: _write(d / "broken.mp4", b"this is not a video"), [], "cannot be decoded"),
+        (lambda d: _write(d / "bad.npy", b"nope"), [], "not a readable .npy"),
+        (lambda d: _write(d / "data.csv", b"a,b"), [], "cannot tell what"),
+        (lambda d: _npy(d / "wide.npy", (10, 65)), [], "dim 1"),
+        (lambda d: _table(d / "t.parquet"), ["--input-column", "x=f0,nope"], "columns ['nope']"),
+        (lambda d: _table(d / "t.parquet"), ["--input-column", "pixels=f0"], "not inputs of the model"),
+        (lambda d: _table(d / "t.parquet", features=3), [], "dim 1"),
+    ],
+)
+def test_run_errors_are_clear_and_exit_non_zero(tmp_path, capsys, make_input, args, words):
+    path = make_input(tmp_path)
+    code = main(
+        [
+            "run",
+            "mlp",
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "o.parquet"),
+            "--device",
+            "cpu",
+            "--no-progress",
+            *args,
+        ]
+    )
+    assert code != 0
+    assert words in capsys.readouterr().err
+
+
+def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
+    path = _npy(tmp_path / "in.npy", (10, 64))
+    for output, words in [
+        (tmp_path / "no" / "such" / "o.parquet", "does not exist"),
+        (tmp_path, "is a folder"),
+        (tmp_path / "o.csv", "must end in .npy or .parquet"),
+    ]:
+        assert main(["run", "mlp", "--input", str(path), "--output", str(output), "--no-progress"]) != 0
+        assert words in capsys.readouterr().err
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _npy(path: Path, shape) -> Path:
+    np.save(path, np.zeros(shape, np.float32))
+    return path
+
+
+def _table(path: Path, rows: int = 50, features: int = 64) -> Path:
+    pq.write_table(pa.table({f"f{i}": np.zeros(rows, np.float32) for i in range(features)}), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".npy"])
+def test_an_interrupted_run_leaves_a_readable_output(tmp_path, capsys, suffix):
+    path = tmp_path / "big.npy"
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(2_000_000, 64)).flush()  # sparse zeros
+    output = tmp_path / f"partial{suffix}"
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        code = main(
+            [
+                "run",
+                "mlp",
+                "--input",
+                str(path),
+                "--output",
+                str(output),
+                "--batch-size",
+                "1024",
+                "--device",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+    finally:
+        timer.cancel()
+    assert code == 130
+    assert "interrupted after" in capsys.readouterr().err
+    if suffix == ".parquet":
+        table = pq.read_table(output)  # a closed file with a footer
+        rows = table.num_rows
+        np.testing.assert_array_equal(table["row_id"].to_numpy(), np.arange(rows))
+    else:
+        rows = len(np.load(output))
+        assert read_npy_header_rows(output) == rows
+    assert 0 < rows < 2_000_000 and rows % 1024 == 0
+
+
+def test_job_summary_reports_efficiency(tmp_path):
+    path = _npy(tmp_path / "in.npy", (256, 64))
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        summary = run_job(
+            pipe, NpySource(path, 64, pipe.source_inputs), CallbackSink(lambda *a: None), None, JobSummary()
+        )
+    assert summary.items == 256 and "items/s" in str(summary) and "bottleneck" in str(summary)
+
+
+def test_sources_name_their_files(tmp_path):
+    from pipeline.sources import SourceError
+
+    with pytest.raises(SourceError, match="input video not found"):
+        VideoSource(tmp_path / "x.mp4", 4, models_inputs())
+    with pytest.raises(SourceError, match="no images"):
+        ImageFolderSource(tmp_path, 4, models_inputs())
+
+
+def models_inputs():
+    with Pipeline(models.convnet(), device="cpu") as pipe:
+        return pipe.source_inputs
+
+
+@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark"])
+def test_examples_run(tmp_path, name, capsys):
+    module = _example(name)
+    if name == "benchmark":
+        module.main()
+    else:
+        output = module.main(str(tmp_path))
+        assert Path(output).exists()
+    assert capsys.readouterr().out
+
+
+def test_python_module_entry_point():
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--preprocess" in result.stdout
