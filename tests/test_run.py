@@ -30,15 +30,22 @@ def _example(name: str):
     return module
 
 
-video_example = _example("video_frames")
-scoring_example = _example("bulk_scoring")
+@pytest.fixture
+def video_example():
+    pytest.importorskip("av", reason="video tests need PyAV: pip install 'ortpipe[video]'")
+    return _example("video_frames")
+
+
+@pytest.fixture
+def scoring_example():
+    return _example("bulk_scoring")
 
 
 def _session(model):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def test_video_through_ortpipe_run_matches_session_run_frame_by_frame(tmp_path, capsys):
+def test_video_through_ortpipe_run_matches_session_run_frame_by_frame(tmp_path, capsys, video_example):
     import av
 
     video = video_example.make_video(tmp_path / "clip.mp4", frames=300, size=48)
@@ -79,7 +86,7 @@ def test_video_through_ortpipe_run_matches_session_run_frame_by_frame(tmp_path, 
     assert timestamps[0] == 0.0 and np.all(np.diff(timestamps) > 0)
 
 
-def test_parquet_of_100k_rows_round_trips_with_ids_and_scores(tmp_path):
+def test_parquet_of_100k_rows_round_trips_with_ids_and_scores(tmp_path, scoring_example):
     table_path = scoring_example.make_table(tmp_path / "features.parquet", rows=100_000)
     output = tmp_path / "scores.parquet"
     assert (
@@ -172,7 +179,12 @@ def test_image_folder_source(tmp_path):
     "make_input, args, words",
     [
         (lambda d: d / "missing.npy", [], "not found"),
-        (lambda d: _write(d / "broken.mp4", b"this is not a video"), [], "cannot be decoded"),
+        pytest.param(
+            lambda d: _write(d / "broken.mp4", b"this is not a video"),
+            [],
+            "cannot be decoded",
+            marks=pytest.mark.skipif(importlib.util.find_spec("av") is None, reason="needs PyAV"),
+        ),
         (lambda d: _write(d / "bad.npy", b"nope"), [], "not a readable .npy"),
         (lambda d: _write(d / "data.csv", b"a,b"), [], "cannot tell what"),
         (lambda d: _npy(d / "wide.npy", (10, 65)), [], "dim 1"),
@@ -289,6 +301,8 @@ def models_inputs():
 
 @pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark"])
 def test_examples_run(tmp_path, name, capsys):
+    if name == "video_frames":
+        pytest.importorskip("av", reason="the video example needs PyAV")
     module = _example(name)
     if name == "benchmark":
         module.main()
