@@ -36,7 +36,7 @@ from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._rings import DeviceSlot, PinnedOutSlot, Rings, host_view
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, Event, Stream
+from .devices import Device, Event, NormalizeOp, Stream
 
 T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
@@ -220,6 +220,8 @@ class EngineRun(Generic[T]):
             except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
                 self._put(self._work_q, _Failure(PipelineStageError("source", index, exc)))
                 return
+            if self._stop.is_set():  # closed while the source was busy: touch no buffer
+                return
             t_submit = time.perf_counter()
             try:
                 feeds = self._checker.feeds(index, batch)
@@ -340,18 +342,18 @@ class EngineRun(Generic[T]):
         model = self._layout.model_inputs(rows)
         for name, how, model_dtype in self._layout.preprocess:
             mul, add = self._coefficients[name]
-            self._device.normalize(
-                self._streams.compute,
-                slot.inputs[name],
-                np.dtype(how.source_dtype),
-                sent[name],
-                slot.model_inputs[name],
-                model_dtype,
-                model[name][1],
-                mul,
-                add,
-                how.to_nchw,
+            op = NormalizeOp(
+                src=slot.inputs[name],
+                src_dtype=np.dtype(how.source_dtype),
+                src_shape=sent[name],
+                dst=slot.model_inputs[name],
+                dst_dtype=model_dtype,
+                dst_shape=model[name][1],
+                mul=mul,
+                add=add,
+                to_nchw=how.to_nchw,
             )
+            self._device.normalize(self._streams.compute, op)
 
     def _outputs_for(self, work: _Work) -> dict[str, tuple[np.dtype, Shape]]:
         if work.bound_rows == self._layout.batch_size:

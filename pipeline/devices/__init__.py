@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._base import Device, DeviceBuffer, Event, Stream
+from ._normalize import NormalizeOp
 from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "HostEvent",
     "HostStream",
     "LinkModel",
+    "NormalizeOp",
     "Stream",
     "cuda_unavailable_reason",
     "resolve_device",

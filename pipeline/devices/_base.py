@@ -22,9 +22,12 @@ import abc
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._normalize import NormalizeOp
 
 
 @dataclass(frozen=True)
@@ -129,21 +132,9 @@ class Device(abc.ABC):
     def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
         """Raise if ORT did not take this device's provider as asked."""
 
-    def normalize(
-        self,
-        stream: Stream,
-        src: DeviceBuffer,
-        src_dtype: np.dtype,
-        src_shape: tuple[int, ...],
-        dst: DeviceBuffer,
-        dst_dtype: np.dtype,
-        dst_shape: tuple[int, ...],
-        mul: np.ndarray,
-        add: np.ndarray,
-        to_nchw: bool,
-    ) -> None:
-        """Enqueue ``dst = float(src) * mul[c] + add[c]`` on ``stream`` (NHWC -> NCHW if
-        ``to_nchw``); see ``devices/_normalize.py`` for the exact arithmetic."""
+    def normalize(self, stream: Stream, op: NormalizeOp) -> None:
+        """Enqueue ``op`` (``dst = float(src) * mul[c] + add[c]``, NHWC -> NCHW if asked)
+        on ``stream``; ``devices/_normalize.py`` has the exact arithmetic."""
         raise NotImplementedError(f"{type(self).__name__} has no device-side preprocessing")
 
     def charge_transfer(self, nbytes: int, direction: str) -> None:  # noqa: B027 - optional hook

@@ -10,7 +10,27 @@ An NHWC source is written out as NCHW.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from ._base import DeviceBuffer
+
+
+@dataclass(frozen=True)
+class NormalizeOp:
+    """One device-side conversion: ``dst = float(src) * mul[c] + add[c]``."""
+
+    src: DeviceBuffer
+    src_dtype: np.dtype
+    src_shape: tuple[int, ...]
+    dst: DeviceBuffer
+    dst_dtype: np.dtype
+    dst_shape: tuple[int, ...]
+    mul: np.ndarray
+    add: np.ndarray
+    #: the source is NHWC and the result NCHW
+    to_nchw: bool
 
 
 def normalize_numpy(src: np.ndarray, mul: np.ndarray, add: np.ndarray, to_nchw: bool, out: np.ndarray) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._errors import DeviceError, DeviceUnavailableError
 from ._base import Device, DeviceBuffer, Event, Stream
-from ._normalize import CUDA_SOURCE
+from ._normalize import CUDA_SOURCE, NormalizeOp
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
     import nvtx as _nvtx
@@ -175,28 +175,17 @@ class CudaDevice(Device):
             return contextlib.nullcontext()
         return _nvtx.annotate(name, domain="ortpipe")
 
-    def normalize(
-        self,
-        stream: Stream,
-        src: DeviceBuffer,
-        src_dtype: np.dtype,
-        src_shape: tuple[int, ...],
-        dst: DeviceBuffer,
-        dst_dtype: np.dtype,
-        dst_shape: tuple[int, ...],
-        mul: np.ndarray,
-        add: np.ndarray,
-        to_nchw: bool,
-    ) -> None:
+    def normalize(self, stream: Stream, op: NormalizeOp) -> None:
         if not isinstance(stream, CudaStream):
             raise TypeError(f"normalize needs a CUDA stream, got {stream!r}")
         cp = self._cupy
         with cp.cuda.Device(self.device_id), stream.raw:
-            source = self._wrap(src, src_dtype, src_shape)
-            out = self._wrap(dst, dst_dtype, dst_shape)
-            mul_d, add_d = self._coefficients(mul), self._coefficients(add)
-            channels, height, width = _chw(dst_shape)
-            _normalize_kernel(cp)(source, mul_d, add_d, channels, height, width, bool(to_nchw), mul.size > 1, out)
+            source = self._wrap(op.src, op.src_dtype, op.src_shape)
+            out = self._wrap(op.dst, op.dst_dtype, op.dst_shape)
+            mul, add = self._coefficients(op.mul), self._coefficients(op.add)
+            channels, height, width = _chw(op.dst_shape)
+            per_channel = op.mul.size > 1
+            _normalize_kernel(cp)(source, mul, add, channels, height, width, op.to_nchw, per_channel, out)
 
     def _wrap(self, buffer: DeviceBuffer, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
         cp = self._cupy

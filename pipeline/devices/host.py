@@ -29,7 +29,7 @@ import numpy as np
 
 from .._errors import DeviceError
 from ._base import Device, DeviceBuffer, Event, Stream
-from ._normalize import normalize_numpy
+from ._normalize import NormalizeOp, normalize_numpy
 
 _POLL_S = 0.05
 _ALIGN = 64
@@ -316,21 +316,10 @@ class HostDevice(Device):
             with self._engines[direction]:
                 time.sleep(seconds)
 
-    def normalize(
-        self,
-        stream: Stream,
-        src: DeviceBuffer,
-        src_dtype: np.dtype,
-        src_shape: tuple[int, ...],
-        dst: DeviceBuffer,
-        dst_dtype: np.dtype,
-        dst_shape: tuple[int, ...],
-        mul: np.ndarray,
-        add: np.ndarray,
-        to_nchw: bool,
-    ) -> None:
+    def normalize(self, stream: Stream, op: NormalizeOp) -> None:
         def run() -> None:
-            normalize_numpy(_typed(src, src_dtype, src_shape), mul, add, to_nchw, _typed(dst, dst_dtype, dst_shape))
+            source = _typed(op.src, op.src_dtype, op.src_shape)
+            normalize_numpy(source, op.mul, op.add, op.to_nchw, _typed(op.dst, op.dst_dtype, op.dst_shape))
 
         stream.launch(run)
 
