@@ -28,10 +28,10 @@ def _balanced_device(model, batch) -> HostDevice:
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_balanced_stages(benchmark, depth):
-    model = models.busy(features=FEATURES, layers=4)
+    model = models.busy(features=FEATURES, layers=8)
     batch = {"x": np.random.default_rng(0).standard_normal((ROWS, FEATURES)).astype(np.float32)}
     device = _balanced_device(model, batch)
-    batches = [batch] * 60
+    batches = [batch] * 200  # long enough that filling and draining the pipeline cost ~1%
     with Pipeline(model, device=device, depth=depth, options=PipelineOptions(intra_op_threads=1)) as pipe:
         list(pipe.map(batches[:3]))
 
