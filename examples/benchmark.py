@@ -1,6 +1,6 @@
 """The benchmark from Python: naive vs IOBinding vs pipelined on one device.
 
-    python examples/benchmark.py
+python examples/benchmark.py
 """
 
 from __future__ import annotations

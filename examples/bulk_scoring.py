@@ -1,6 +1,6 @@
 """Score a Parquet table of feature rows with the built-in MLP, row ids kept.
 
-    python examples/bulk_scoring.py [OUTDIR]
+python examples/bulk_scoring.py [OUTDIR]
 """
 
 from __future__ import annotations

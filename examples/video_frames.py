@@ -46,8 +46,9 @@ def main(outdir: str | None = None) -> Path:
     folder = Path(outdir or tempfile.mkdtemp(prefix="ortpipe-video-"))
     video = make_video(folder / "pattern.mp4")
     output = folder / "frames.parquet"
-    with Pipeline(models.convnet(), device="auto", depth=3,
-                  preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
+    with Pipeline(
+        models.convnet(), device="auto", depth=3, preprocess=Preprocess(scale=1 / 255, layout="nhwc")
+    ) as pipe:
         source = VideoSource(video, batch_size=16, inputs=pipe.source_inputs)
         summary = run_job(pipe, source, ParquetSink(output))
     table = pq.read_table(output)

@@ -151,6 +151,7 @@ def _add_run(sub: Any) -> None:
     )
     run.add_argument("--id-column", default=None, help="Parquet column written beside the outputs (default row_id)")
     run.add_argument("--size", type=_size, default=None, help="resize video frames / images to WIDTHxHEIGHT")
+    run.add_argument("--pix-fmt", default="rgb24", choices=["rgb24", "bgr24"], help="channel order of video frames")
     run.add_argument("--threads", type=_positive(int), default=None, help="ORT intra-op threads")
     run.add_argument("--no-progress", action="store_true")
 
@@ -389,6 +390,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             columns=dict(args.input_column),
             id_column=args.id_column,
             size=_frame_size(args, pipe),
+            pix_fmt=args.pix_fmt,
         )
         sink = open_sink(args.output, pipe.output_names)
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]

@@ -80,6 +80,7 @@ def open_source(
     columns: dict[str, Sequence[str]] | None = None,
     id_column: str | None = None,
     size: tuple[int, int] | None = None,
+    pix_fmt: str = "rgb24",
 ) -> Iterable[SourceBatch]:
     kind = source_kind(path)
     specs = pipe.source_inputs
@@ -88,7 +89,7 @@ def open_source(
     if kind == "parquet":
         return ParquetSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
-        return VideoSource(path, batch_size, specs, input_name, size)
+        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt)
     return ImageFolderSource(path, batch_size, specs, input_name, size)
 
 

@@ -20,7 +20,7 @@ MODEL = models.identity(features=6)
 )
 def test_any_batch_sizes_any_depth(sizes, depth, batch_size, seed):
     if batch_size is None:
-        sizes = [max(sizes)] + sizes  # without batch_size, the first batch sets the slot size
+        sizes = [max(sizes), *sizes]  # without batch_size, the first batch sets the slot size
     rng = np.random.default_rng(seed)
     batches = [rng.standard_normal((n, 6)).astype(np.float32) for n in sizes]
     device = HostDevice(chaos=ChaosOptions(probability=0.3, max_delay_s=5e-5, seed=seed))

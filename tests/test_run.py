@@ -86,6 +86,37 @@ def test_video_through_ortpipe_run_matches_session_run_frame_by_frame(tmp_path, 
     assert timestamps[0] == 0.0 and np.all(np.diff(timestamps) > 0)
 
 
+def test_video_resize_and_bgr(tmp_path, capsys, video_example):
+    video = video_example.make_video(tmp_path / "clip.mp4", frames=20, size=48)
+    output = tmp_path / "small.npy"
+    argv = [
+        "run",
+        "convnet",
+        "--input",
+        str(video),
+        "--output",
+        str(output),
+        "--size",
+        "24x16",
+        "--pix-fmt",
+        "bgr24",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    source = VideoSource(video, 20, models_inputs_nhwc(), size=(24, 16), pix_fmt="bgr24")
+    frames = next(iter(source)).inputs["frames"]
+    assert frames.shape == (20, 16, 24, 3)
+    want = _session(models.convnet()).run(None, {"frames": Preprocess(scale=1 / 255, layout="nhwc").apply(frames)})
+    np.testing.assert_allclose(np.load(output), want[0], rtol=1e-5, atol=1e-6)
+
+
+def models_inputs_nhwc():
+    with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
+        return pipe.source_inputs
+
+
 def test_parquet_of_100k_rows_round_trips_with_ids_and_scores(tmp_path, scoring_example):
     table_path = scoring_example.make_table(tmp_path / "features.parquet", rows=100_000)
     output = tmp_path / "scores.parquet"
