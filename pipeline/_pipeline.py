@@ -80,12 +80,20 @@ class Pipeline:
         self.streams = Streams(self.device.stream("h2d"), self.device.stream("compute"), self.device.stream("d2h"))
         self._finalizer = weakref.finalize(self, _close_streams, self.streams.all())
         try:
-            self.session = OrtSession(
-                model, self.device, self.streams.compute, SessionConfig(intra_op_threads=self.options.intra_op_threads)
-            )
+            self._setup(model, preprocess)
         except BaseException:
-            self._finalizer()
+            self._finalizer()  # a failed constructor leaves no stream worker behind
             raise
+        self._rings: Rings | None = None
+        self._active: EngineRun[Any] | None = None
+        self._stats = Stats()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _setup(self, model: ModelSource, preprocess: Preprocess | str | Sequence[Preprocess | str] | None) -> None:
+        self.session = OrtSession(
+            model, self.device, self.streams.compute, SessionConfig(intra_op_threads=self.options.intra_op_threads)
+        )
         self.preprocess = _preprocess_by_input(preprocess, self.session.inputs)
         # What the source sends: the model's inputs, except the preprocessed ones.
         self.source_inputs = tuple(
@@ -98,11 +106,6 @@ class Pipeline:
             if spec.name in self.preprocess
         )
         self.checker = InputChecker(self.source_inputs)
-        self._rings: Rings | None = None
-        self._active: EngineRun[Any] | None = None
-        self._stats = Stats()
-        self._lock = threading.Lock()
-        self._closed = False
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> Pipeline:

@@ -100,6 +100,17 @@ def test_parse():
             Preprocess.parse(bad)
 
 
+def test_a_failed_constructor_leaves_no_stream_thread():
+    from pipeline import HostDevice
+
+    device = HostDevice(link_gbps=10)  # streams with worker threads
+    with pytest.raises(ValueError, match="not an input"):
+        Pipeline(models.convnet(), device=device, preprocess=Preprocess(input="pixels"))
+    from .conftest import wait_no_threads
+
+    assert wait_no_threads() == []
+
+
 def test_preprocess_that_cannot_apply():
     with pytest.raises(ValueError, match="not an input of the model"):
         Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(input="pixels"))
