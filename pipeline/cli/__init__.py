@@ -1,0 +1,35 @@
+"""The ``ortpipe`` command line: ``bench``, ``info`` and ``run``, one module each."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .._errors import PipelineError
+from .bench import add_bench, cmd_bench, cmd_info
+from .run import add_run, cmd_run
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ortpipe", description="Stream batches through ONNX Runtime with copies and compute overlapped."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_bench(sub)
+    add_run(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"bench": cmd_bench, "info": cmd_info, "run": cmd_run}[args.command](args)
+    except PipelineError as exc:
+        print(f"ortpipe: error: {exc}", file=sys.stderr)
+        return 2 if args.command != "run" else 1
+    except ValueError as exc:  # bad option values (e.g. --preprocess)
+        print(f"ortpipe: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,65 @@
+"""Argument types shared by the ortpipe subcommands: each error says what it takes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
+
+
+def positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def depths(text: str) -> list[int]:
+    try:
+        depths = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--depth takes whole numbers like 1,2,3, got {text!r}") from None
+    if not depths or min(depths) < 1:
+        raise argparse.ArgumentTypeError(f"--depth takes numbers >= 1, got {text!r}")
+    return depths
+
+
+def input_spec(text: str) -> tuple[str, tuple[int, ...], str | None]:
+    """NAME:SHAPE[:DTYPE], SHAPE as 3x224x224 or 3,224,224 (without the batch dim)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise argparse.ArgumentTypeError(
+            f"--input takes NAME:SHAPE[:DTYPE], e.g. frames:3x224x224:float32, got {text!r}"
+        )
+    try:
+        shape = tuple(int(d) for d in parts[1].replace(",", "x").split("x") if d)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--input {text!r}: SHAPE must be whole numbers like 3x224x224") from None
+    dtype = parts[2] if len(parts) == 3 else None
+    if dtype is not None and dtype not in DTYPES:
+        raise argparse.ArgumentTypeError(f"--input {text!r}: unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    return parts[0], shape, dtype
+
+
+def size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size takes WIDTHxHEIGHT, e.g. 224x224, got {text!r}") from None
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"--size must be positive, got {text!r}")
+    return width, height
+
+
+def column_map(text: str) -> tuple[str, list[str]]:
+    name, sep, columns = text.partition("=")
+    if not sep or not name or not columns:
+        raise argparse.ArgumentTypeError(f"--input-column takes INPUT=COL[,COL...], got {text!r}")
+    return name, [c for c in columns.split(",") if c]

@@ -1,0 +1,241 @@
+"""``ortpipe bench`` and ``ortpipe info``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import models
+from .._errors import PipelineError
+from .._progress import Progress
+from ..bench import MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
+from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
+from ._args import depths, input_spec, positive
+
+DEFAULT_MODEL = "convnet"
+DEFAULT_LINK_GBPS = 12.0
+
+
+def add_bench(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="throughput of naive, IOBinding and pipelined runs of one model")
+    bench.add_argument(
+        "model",
+        nargs="?",
+        default=DEFAULT_MODEL,
+        help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
+    )
+    bench.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    bench.add_argument("--batch-size", type=positive(int), default=32)
+    bench.add_argument("--depth", type=depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3")
+    amount = bench.add_mutually_exclusive_group()
+    amount.add_argument("--batches", type=positive(int), default=None, help="timed batches per mode (default 40)")
+    amount.add_argument("--duration", type=positive(float), default=None, help="timed seconds per mode")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed batches per mode")
+    bench.add_argument("--modes", default=",".join(MODES), help=f"subset of {','.join(MODES)}")
+    bench.add_argument(
+        "--link-gbps",
+        type=positive(float),
+        default=None,
+        help=f"emulated link on the host device (default {DEFAULT_LINK_GBPS:g} GB/s with no GPU)",
+    )
+    bench.add_argument("--latency-us", type=float, default=10.0, help="emulated link latency per copy")
+    bench.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
+    bench.add_argument(
+        "--input",
+        type=input_spec,
+        action="append",
+        default=[],
+        metavar="NAME:SHAPE[:DTYPE]",
+        help="shape (without the batch dim) of an input with free dims; repeatable",
+    )
+    bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    bench.add_argument("--trace", type=Path, default=None, help="Chrome trace (Perfetto) of the deepest pipelined run")
+    bench.add_argument("--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined run")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
+
+
+def _bench_device(args: argparse.Namespace) -> tuple[Device, str]:
+    if args.link_gbps is not None and args.device in ("auto", "cpu", "host"):
+        device = HostDevice(link_gbps=args.link_gbps, latency_us=args.latency_us)
+        return device, "host device with an emulated link (--link-gbps)"
+    if args.device == "auto":
+        reason = cuda_unavailable_reason(0)
+        if reason is None:
+            return resolve_device("cuda:0"), "CUDA found"
+        device = HostDevice(link_gbps=DEFAULT_LINK_GBPS, latency_us=args.latency_us)
+        return device, f"no CUDA ({reason}); host device with an emulated {DEFAULT_LINK_GBPS:g} GB/s link"
+    return resolve_device(args.device), f"--device {args.device}"
+
+
+def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Sequence[Any] = ()) -> tuple[Any, list]:
+    """The model (built-in or file) and ``count`` random batches that fit it."""
+    if model_arg in models.BUILTIN and not inputs:
+        return models.get(model_arg), [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
+    from .._session import OrtSession
+
+    model: Any = models.get(model_arg) if model_arg in models.BUILTIN else Path(model_arg)
+    if isinstance(model, Path) and not model.is_file():
+        raise PipelineError(f"model {model_arg!r} is neither a built-in ({', '.join(models.BUILTIN)}) nor a file")
+    probe = OrtSession(model, HostDevice())
+    given = {name: (shape, dtype) for name, shape, dtype in inputs}
+    unknown = sorted(set(given) - set(probe.input_names))
+    if unknown:
+        raise PipelineError(f"--input names {unknown} are not inputs of the model: {probe.input_names}")
+    rng = np.random.default_rng(0)
+    shapes = {}
+    for spec in probe.inputs:
+        shape, dtype = given.get(spec.name, (None, None))
+        dims = (
+            [batch_size, *shape]
+            if shape is not None
+            else [batch_size if axis == 0 and not isinstance(d, int) else d for axis, d in enumerate(spec.shape)]
+        )
+        if len(dims) != spec.rank or not all(isinstance(d, int) for d in dims):
+            raise PipelineError(
+                f"input {spec.name!r} is {spec.describe_shape()}: give its shape without the batch dim, "
+                f"e.g. --input {spec.name}:{'x'.join('224' for _ in range(spec.rank - 1))}"
+            )
+        if dtype is not None and np.dtype(dtype) != spec.dtype:
+            raise PipelineError(f"--input {spec.name}: the model takes {spec.dtype.name}, not {dtype}")
+        shapes[spec.name] = (dims, spec.dtype)
+    batches = [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
+    return model, batches
+
+
+def _random(rng: np.random.Generator, dims: list[int], dtype: np.dtype) -> np.ndarray:
+    if dtype.kind in "iu":
+        return rng.integers(0, 2, dims).astype(dtype)  # 0/1: valid for index-like inputs too
+    if dtype.kind == "b":
+        return rng.random(dims) < 0.5
+    return rng.random(dims).astype(dtype)
+
+
+def _device_line(device: Device) -> dict[str, Any]:
+    info = dict(device.describe())
+    info.update(_pcie(device))
+    try:
+        info["measured_copy_gbps"] = {k: round(v, 2) for k, v in measure_copy_gbps(device, 32 << 20, 2).items()}
+    except Exception as exc:  # noqa: BLE001 - a report, not a failure
+        info["measured_copy_gbps"] = f"unavailable: {exc}"
+    return info
+
+
+def _pcie(device: Device) -> dict[str, Any]:
+    """PCIe generation and width from NVML, where pynvml (nvidia-ml-py) is installed."""
+    if device.kind != "cuda":
+        return {}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.ort_device[1])
+        return {
+            "pcie_gen": pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
+            "pcie_width": pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
+            "pcie_gen_max": pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+        }
+    except Exception as exc:  # noqa: BLE001 - optional facts
+        return {"pcie": f"unknown ({type(exc).__name__}: {exc}); pip install nvidia-ml-py"}
+
+
+def _describe(info: dict[str, Any]) -> str:
+    parts = [str(info.get("name"))]
+    if "pcie_gen" in info:
+        parts.append(f"PCIe Gen{info['pcie_gen']} x{info['pcie_width']}")
+    copy = info.get("measured_copy_gbps")
+    if isinstance(copy, dict):
+        parts.append(f"pinned copies h2d {copy['h2d']:.1f} GB/s, d2h {copy['d2h']:.1f} GB/s (measured)")
+    return ", ".join(parts)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    device, why = _bench_device(args)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    count = args.batches if args.batches is not None else (None if args.duration else 40)
+    model, pool = synthetic_batches(args.model, args.batch_size, min(count or 16, 16), args.input)
+    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup)
+    info = _device_line(device)
+    print(f"device: {_describe(info)}  [{why}]")
+    amount = f"{count} timed batches" if count else f"{args.duration:g} s"
+    print(f"model: {args.model}  batch size {args.batch_size}, {amount} per mode, {args.warmup} warm-up")
+    progress = Progress(
+        "bench",
+        total=count * (len(modes) + len(args.depth) - 1) if count else None,
+        enabled=False if args.no_progress else None,
+    )
+    kept: list[Any] = []
+    results = run_modes(
+        model,
+        device,
+        work,
+        depths=args.depth,
+        modes=modes,
+        intra_op_threads=args.threads,
+        tick=progress.tick,
+        keep=lambda pipe: kept.append(pipe.stats),
+    )
+    progress.close()
+    print(format_table(results))
+    _write_outputs(args, info, results, kept[-1] if kept else None)
+    device.close()
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any) -> None:
+    if args.json is not None:
+        payload = {
+            "device": info,
+            "model": str(args.model),
+            "batch_size": args.batch_size,
+            "results": [row.to_dict() for row in results],
+        }
+        args.json.write_text(json.dumps(payload, indent=2))
+        print(f"wrote {args.json}")
+    if (args.trace or args.plot) and stats is None:
+        raise PipelineError("--trace/--plot need a pipelined mode in --modes")
+    if args.trace is not None:
+        from ..trace import write_chrome_trace
+
+        write_chrome_trace(stats, args.trace, title=f"ortpipe {args.model}")
+        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
+    if args.plot is not None:
+        from ..trace import plot_timeline
+
+        plot_timeline(stats, args.plot, title=f"{args.model}, depth {max(args.depth)}")
+        print(f"wrote {args.plot}")
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
+    from .. import __version__
+
+    print(f"ortpipe {__version__}")
+    print(f"onnxruntime {ort.__version__}: providers {ort.get_available_providers()}")
+    try:
+        import cupy
+
+        print(f"cupy {cupy.__version__}")
+    except ImportError:
+        print("cupy: not installed (pip install 'ortpipe[cuda]')")
+    reason = cuda_unavailable_reason(0)
+    if reason is not None:
+        print(f"cuda: not available ({reason})")
+        host = HostDevice()
+        print(f"device: {_describe(_device_line(host))}")
+        return 0
+    import cupy
+
+    from ..devices import CudaDevice
+
+    print(f"cuda runtime {cupy.cuda.runtime.runtimeGetVersion()}, driver {cupy.cuda.runtime.driverGetVersion()}")
+    for index in range(cupy.cuda.runtime.getDeviceCount()):
+        device = CudaDevice(index)
+        print(f"device: {_describe(_device_line(device))}")
+    return 0

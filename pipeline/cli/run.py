@@ -1,0 +1,143 @@
+"""``ortpipe run``: a model over a video, .npy, Parquet table or image folder."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .. import models
+from .._progress import Progress
+from ..devices import HostDevice
+from ._args import column_map, positive, size
+
+
+def add_run(sub: Any) -> None:
+    run = sub.add_parser("run", help="run a model over a video, .npy, Parquet table or image folder")
+    run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
+    run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, or a folder of images")
+    run.add_argument("--output", required=True, type=Path, help=".npy or .parquet")
+    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    run.add_argument("--batch-size", type=positive(int), default=64)
+    run.add_argument("--depth", type=positive(int), default=3)
+    run.add_argument(
+        "--preprocess",
+        default=None,
+        help="device-side conversion, e.g. scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225,"
+        "layout=nhwc ('none' to send the input as it is; default for video and images: "
+        "scale=1/255,layout=nhwc when the model takes float NCHW)",
+    )
+    run.add_argument("--input-name", default=None, help="the model input a video/.npy/image source feeds")
+    run.add_argument(
+        "--input-column",
+        type=column_map,
+        action="append",
+        default=[],
+        metavar="INPUT=COL[,COL]",
+        help="Parquet columns of a model input (one list column, or scalar columns in order)",
+    )
+    run.add_argument("--id-column", default=None, help="Parquet column written beside the outputs (default row_id)")
+    run.add_argument("--size", type=size, default=None, help="resize video frames / images to WIDTHxHEIGHT")
+    run.add_argument("--pix-fmt", default="rgb24", choices=["rgb24", "bgr24"], help="channel order of video frames")
+    run.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
+    run.add_argument("--no-progress", action="store_true")
+
+
+def _auto_preprocess(args: argparse.Namespace, model: Any, kind: str) -> Any:
+    """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
+    from .._preprocess import Preprocess
+    from .._session import OrtSession
+
+    if args.preprocess is not None:
+        return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
+    if kind not in ("video", "images"):
+        return None
+    probe = OrtSession(model, HostDevice())
+    spec = (
+        probe.inputs[0]
+        if args.input_name is None
+        else next((s for s in probe.inputs if s.name == args.input_name), probe.inputs[0])
+    )
+    if spec.dtype.kind == "f" and spec.rank == 4:
+        print("preprocess: uint8 frames -> float NCHW, scale 1/255 (on the device); --preprocess to change")
+        return Preprocess(input=spec.name, scale=1 / 255, layout="nhwc")
+    return None
+
+
+def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
+    """--size, or the model's fixed H and W for frames."""
+    if args.size is not None:
+        return args.size
+    for spec in pipe.source_inputs:
+        if spec.rank == 4 and all(isinstance(d, int) for d in spec.shape[1:3]):
+            return spec.shape[2], spec.shape[1]  # NHWC: (W, H)
+    return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .._pipeline import Pipeline, PipelineOptions
+    from ..jobs import JobSummary, open_sink, open_source, run_job, source_kind
+    from ..sinks import writable
+
+    kind = source_kind(args.input)
+    model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
+    writable(args.output)  # fail before any work
+    preprocess = _auto_preprocess(args, model, kind)
+    options = PipelineOptions(intra_op_threads=args.threads)
+    summary = JobSummary()
+    with Pipeline(
+        model, device=args.device, depth=args.depth, batch_size=args.batch_size, preprocess=preprocess, options=options
+    ) as pipe:
+        source = open_source(
+            args.input,
+            pipe,
+            args.batch_size,
+            input_name=args.input_name,
+            columns=dict(args.input_column),
+            id_column=args.id_column,
+            size=_frame_size(args, pipe),
+            pix_fmt=args.pix_fmt,
+        )
+        sink = open_sink(args.output, pipe.output_names)
+        total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
+        progress = Progress(
+            "run",
+            total=(total + args.batch_size - 1) // args.batch_size if total else None,
+            enabled=False if args.no_progress else None,
+        )
+        print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
+        with _first_ctrl_c_stops() as stop:
+            run_job(pipe, source, sink, progress, summary, stop)
+    print(summary)
+    if summary.interrupted:
+        print(
+            f"interrupted after {summary.items} items; {str(args.output)!r} holds them and is readable", file=sys.stderr
+        )
+        return 130
+    return 0
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops() -> Iterator[threading.Event]:
+    """The first Ctrl-C ends the job gracefully (in-flight batches written, file closed); a second one aborts."""
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: no signal handling there
+        yield stop
+        return
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
