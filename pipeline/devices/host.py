@@ -105,6 +105,15 @@ class HostEvent(Event):
     def record(self, stream: Stream) -> None:
         if not isinstance(stream, HostStream):
             raise TypeError(f"a host event can only be recorded on a host stream, got {stream!r}")
+        if not stream._threaded:  # inline: the stream has reached this point already
+            stream._check_open()
+            with self._cond:
+                self._recorded += 1
+                self._completed = self._recorded
+                self._time = time.perf_counter()
+                self._fault = stream._fault
+                self._cond.notify_all()
+            return
         with self._cond:
             self._recorded += 1
             generation = self._recorded
@@ -171,9 +180,12 @@ class HostStream(Stream):
             self._worker.start()
 
     # -- running operations -------------------------------------------------
-    def _enqueue(self, op: Callable[[], None]) -> None:
+    def _check_open(self) -> None:
         if self._closed:
             raise DeviceError(f"stream {self.name!r} is closed")
+
+    def _enqueue(self, op: Callable[[], None]) -> None:
+        self._check_open()
         if not self._threaded:
             op()
             return
@@ -221,6 +233,10 @@ class HostStream(Stream):
         if not isinstance(event, HostEvent):
             raise TypeError(f"a host stream can only wait on a host event, got {event!r}")
         generation = event._target()  # captured now: cudaStreamWaitEvent semantics
+        if not self._threaded:
+            self._check_open()
+            self._block_on(event, generation)  # inline: returns at once for an event already reached
+            return
         self._enqueue(lambda: self._block_on(event, generation))
 
     def _block_on(self, event: HostEvent, generation: int) -> None:
