@@ -248,3 +248,19 @@ def test_resolve_cuda_without_gpu_says_why():
         pytest.skip("a GPU is present")
     with pytest.raises(DeviceUnavailableError, match="not usable"):
         resolve_device("cuda")
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_host_closed_stream_refuses_work(threaded):
+    device = HostDevice(chaos=ChaosOptions(probability=0.0)) if threaded else HostDevice()
+    stream = device.stream("s")
+    stream.close()
+    stream.close()  # idempotent
+    for op in (
+        lambda: device.event().record(stream),
+        lambda: stream.wait_event(device.event()),
+        lambda: stream.launch(lambda: None),
+    ):
+        with pytest.raises(DeviceError, match="closed"):
+            op()
+    device.close()
