@@ -99,8 +99,8 @@ class Rings:
 
     def reset(self) -> None:
         """Forget guards after the streams were synchronized (between runs)."""
-        for slot in self.pinned_in:
-            slot.last_copy = None
+        for staging in self.pinned_in:
+            staging.last_copy = None
         for slot in self._all_device_slots:
             slot.inputs_free = slot.outputs_free = None
         self.device_slots.reset()

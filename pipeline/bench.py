@@ -54,7 +54,7 @@ class Workload:
 
     def timed(self, on_batch: Callable[[], None] | None = None) -> Iterator[Batch]:
         """The timed batches; with a duration, the clock starts at the first one."""
-        source = itertools.cycle(self.pool)
+        source: Iterator[Batch] = itertools.cycle(self.pool)
         if self.count is not None:
             source = itertools.islice(source, self.count)
         deadline = None

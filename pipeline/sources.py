@@ -154,7 +154,9 @@ class ParquetSource:
         return int(self.file.metadata.num_rows)
 
     def __iter__(self) -> Iterator[SourceBatch]:
-        wanted = sorted({c for cols in self.columns.values() for c in cols} | ({self.id_column} - {None}))
+        wanted = sorted({c for cols in self.columns.values() for c in cols})
+        if self.id_column is not None and self.id_column not in wanted:
+            wanted.append(self.id_column)
         start = 0
         for record in self.file.iter_batches(batch_size=self.batch_size, columns=wanted):
             inputs = {}

@@ -96,14 +96,15 @@ def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Seque
             if shape is not None
             else [batch_size if axis == 0 and not isinstance(d, int) else d for axis, d in enumerate(spec.shape)]
         )
-        if len(dims) != spec.rank or not all(isinstance(d, int) for d in dims):
+        concrete = [d for d in dims if isinstance(d, int)]
+        if len(dims) != spec.rank or len(concrete) != len(dims):
             raise PipelineError(
                 f"input {spec.name!r} is {spec.describe_shape()}: give its shape without the batch dim, "
                 f"e.g. --input {spec.name}:{'x'.join('224' for _ in range(spec.rank - 1))}"
             )
         if dtype is not None and np.dtype(dtype) != spec.dtype:
             raise PipelineError(f"--input {spec.name}: the model takes {spec.dtype.name}, not {dtype}")
-        shapes[spec.name] = (dims, spec.dtype)
+        shapes[spec.name] = (concrete, spec.dtype)
     batches = [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
     return model, batches
 

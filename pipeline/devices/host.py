@@ -288,7 +288,9 @@ class HostDevice(Device):
         d2h = d2h_gbps if d2h_gbps is not None else link_gbps
         if (h2d is None) != (d2h is None):
             raise ValueError("give link_gbps, or both h2d_gbps and d2h_gbps")
-        self.link: LinkModel | None = None if h2d is None else LinkModel(h2d, d2h, latency_us)
+        self.link: LinkModel | None = None
+        if h2d is not None and d2h is not None:
+            self.link = LinkModel(h2d, d2h, latency_us)
         if chaos is True:
             chaos = ChaosOptions()
         self.chaos: ChaosOptions | None = chaos or None
