@@ -6,10 +6,13 @@ Identity model, one row of 4 floats: what is left is the engine's own cost
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from pipeline import HostDevice, Pipeline, PipelineOptions, models
 
@@ -30,7 +33,29 @@ def _bare_loop_us(model) -> float:
     return (time.perf_counter() - start) / BATCHES * 1e6
 
 
-def test_engine_overhead_per_batch(benchmark):
+@contextlib.contextmanager
+def _one_cpu(pinned: bool):
+    """All threads made inside (the pipeline's, ORT's) on one CPU, the caller's too."""
+    if not pinned:
+        yield
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("CPU affinity is Linux-only")
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["any-cpu", "one-cpu"])
+def test_engine_overhead_per_batch(benchmark, pinned):
+    with _one_cpu(pinned):
+        _measure(benchmark, pinned)
+
+
+def _measure(benchmark, pinned: bool) -> None:
     model = models.identity(features=4)
     batches = [np.ones((1, 4), np.float32)] * BATCHES
     bare_us = _bare_loop_us(model)
@@ -44,8 +69,8 @@ def test_engine_overhead_per_batch(benchmark):
 
         benchmark.pedantic(run, rounds=5, iterations=1)
     engine_us = benchmark.stats.stats.median / BATCHES * 1e6
-    benchmark.extra_info.update(bare_us=bare_us, engine_us=engine_us, overhead_us=engine_us - bare_us)
+    benchmark.extra_info.update(bare_us=bare_us, engine_us=engine_us, overhead_us=engine_us - bare_us, pinned=pinned)
     print(
-        f"\nbare run_with_iobinding {bare_us:.1f} us/batch, engine {engine_us:.1f} us/batch, "
-        f"overhead {engine_us - bare_us:.1f} us/batch"
+        f"\n{'one CPU' if pinned else 'any CPU'}: bare run_with_iobinding {bare_us:.1f} us/batch, "
+        f"engine {engine_us:.1f} us/batch, overhead {engine_us - bare_us:.1f} us/batch"
     )
