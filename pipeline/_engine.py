@@ -34,9 +34,9 @@ import numpy as np
 
 from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
-from ._rings import DeviceSlot, PinnedOutSlot, Rings, host_view
+from ._rings import DeviceSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, Event, NormalizeOp, Stream
+from .devices import Device, Event, NormalizeOp, Stream, typed_view
 
 T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
@@ -74,35 +74,27 @@ class BatchEvents:
 
 @dataclass(eq=False)
 class BatchTrace:
-    """What the stats layer sees of one batch after the consumer took it."""
+    """One batch's marks: filled by the producer, completed by the consumer,
+    then handed to the stats layer (``on_batch``)."""
 
     index: int
     rows: int
     bound_rows: int
     h2d_bytes: int
-    d2h_bytes: int
     t_submit: float  # perf_counter when the source produced it
     source_s: float  # time inside the source iterator's next()
     t_staged: float  # after the host copy into pinned-in
     stage_s: float  # host staging copy
     wait_in_s: float  # producer waiting for a free pinned-in / device slot
-    t_done: float  # consumer has the outputs
     events: BatchEvents
+    d2h_bytes: int = 0  # set by the consumer
+    t_done: float = 0.0  # consumer has the outputs
 
 
 @dataclass(eq=False)
 class _Work:
-    index: int
-    rows: int
-    bound_rows: int
+    trace: BatchTrace
     slot: DeviceSlot
-    events: BatchEvents
-    h2d_bytes: int
-    t_submit: float
-    source_s: float
-    t_staged: float
-    stage_s: float
-    wait_in_s: float
     out_layout: dict[str, tuple[np.dtype, Shape]] = field(default_factory=dict)
     pinned_out: PinnedOutSlot | None = None
     error: BaseException | None = None
@@ -250,7 +242,7 @@ class EngineRun(Generic[T]):
             return None
         t_stage = time.perf_counter()
         for name, dtype, row in layout.row_shapes:
-            view = host_view(pinned.arrays[name], dtype, (bound, *row))
+            view = typed_view(pinned.arrays[name], dtype, (bound, *row))
             np.copyto(view[:rows], feeds[name], casting="equiv")
             if bound > rows:
                 view[rows:] = 0
@@ -271,19 +263,19 @@ class EngineRun(Generic[T]):
                 copy.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
             events.h2d_done.record(copy)
         pinned.last_copy = events.h2d_done
-        return _Work(
+        trace = BatchTrace(
             index=index,
             rows=rows,
             bound_rows=bound,
-            slot=slot,
-            events=events,
             h2d_bytes=sum(nbytes.values()),
             t_submit=t_submit,
             source_s=source_s,
             t_staged=t_staged,
             stage_s=t_staged - t_stage,
             wait_in_s=(t_stage - t_wait) + (t_slot - t_staged),
+            events=events,
         )
+        return _Work(trace=trace, slot=slot)
 
     # -- execute (compute + enqueue d2h) -----------------------------------
     def _execute(self) -> None:
@@ -298,22 +290,23 @@ class EngineRun(Generic[T]):
                 if not self._run_and_drain(item):
                     return
             except BaseException as exc:  # noqa: BLE001
-                self._put(self._result_q, _Failure(PipelineStageError("compute", item.index, exc)))
+                self._put(self._result_q, _Failure(PipelineStageError("compute", item.trace.index, exc)))
                 return
             if not self._put(self._result_q, item):
                 return
 
     def _run_and_drain(self, work: _Work) -> bool:
-        slot, events = work.slot, work.events
+        slot, trace = work.slot, work.trace
+        events = trace.events
         compute = self._streams.compute
         compute.wait_event(events.h2d_done)
         if slot.outputs_free is not None:
             compute.wait_event(slot.outputs_free)
         work.out_layout = self._outputs_for(work)
-        with self._device.annotate(f"run {work.index}"):
+        with self._device.annotate(f"run {trace.index}"):
             if events.run_start is not None:
                 events.run_start.record(compute)
-            self._preprocess(slot, work.bound_rows)
+            self._preprocess(slot, trace.bound_rows)
             compute.launch(lambda: self._run_bound(slot, work))
             events.run_done.record(compute)
         slot.inputs_free = events.run_done
@@ -324,7 +317,7 @@ class EngineRun(Generic[T]):
             return False
         work.pinned_out = pinned_out
         drain = self._streams.d2h
-        with self._device.annotate(f"d2h {work.index}"):
+        with self._device.annotate(f"d2h {trace.index}"):
             drain.wait_event(events.run_done)
             if events.d2h_start is not None:
                 events.d2h_start.record(drain)
@@ -356,24 +349,25 @@ class EngineRun(Generic[T]):
             self._device.normalize(self._streams.compute, op)
 
     def _outputs_for(self, work: _Work) -> dict[str, tuple[np.dtype, Shape]]:
-        if work.bound_rows == self._layout.batch_size:
+        rows = work.trace.bound_rows
+        if rows == self._layout.batch_size:
             return self._rings.output_layout
-        found = self._session.output_layout(self._layout.model_shapes(work.bound_rows))
+        found = self._session.output_layout(self._layout.model_shapes(rows))
         for name, (dtype, shape) in found.items():
             need = nbytes_of(dtype, shape)
             have = work.slot.outputs[name].nbytes
             if need > have:
                 raise PipelineError(
-                    f"output {name!r} for {work.bound_rows} rows needs {need} bytes, more than the {have} "
+                    f"output {name!r} for {rows} rows needs {need} bytes, more than the {have} "
                     f"of a full batch of {self._layout.batch_size}"
                 )
         return found
 
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
-        key = (work.bound_rows,)
+        key = (work.trace.bound_rows,)
         if slot.bound_key == key:
             return  # steady state: same pointers, same shapes, no rebinding
-        model = self._layout.model_inputs(work.bound_rows)
+        model = self._layout.model_inputs(work.trace.bound_rows)
         inputs = {
             name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
             for name, (dtype, shape) in model.items()
@@ -421,41 +415,27 @@ class EngineRun(Generic[T]):
                     raise PipelineError("the pipeline's threads ended without a result (internal error)") from None
 
     def _deliver(self, work: _Work) -> T:
-        events = work.events
-        while not events.d2h_done.synchronize(self._config.poll_s):
+        trace = work.trace
+        while not trace.events.d2h_done.synchronize(self._config.poll_s):
             pass  # our own wait: the consumer is the thread the user can interrupt
         if work.error is not None:
-            raise PipelineStageError("compute", work.index, work.error) from work.error
+            raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out
         assert pinned_out is not None
         views = {}
         for name, (dtype, shape) in work.out_layout.items():
-            view = host_view(pinned_out.arrays[name], dtype, shape)
-            if work.bound_rows != work.rows and view.ndim and view.shape[0] == work.bound_rows:
-                view = view[: work.rows]  # padding rows of a fixed-batch model
+            view = typed_view(pinned_out.arrays[name], dtype, shape)
+            if trace.bound_rows != trace.rows and view.ndim and view.shape[0] == trace.bound_rows:
+                view = view[: trace.rows]  # padding rows of a fixed-batch model
             views[name] = view
         try:
-            result = self._take(work.index, work.rows, views)
+            result = self._take(trace.index, trace.rows, views)
         finally:
             self._rings.pinned_out.release(pinned_out)
         if self._on_batch is not None:
-            d2h_bytes = sum(v.nbytes for v in views.values())
-            self._on_batch(
-                BatchTrace(
-                    work.index,
-                    work.rows,
-                    work.bound_rows,
-                    work.h2d_bytes,
-                    d2h_bytes,
-                    work.t_submit,
-                    work.source_s,
-                    work.t_staged,
-                    work.stage_s,
-                    work.wait_in_s,
-                    time.perf_counter(),
-                    events,
-                )
-            )
+            trace.d2h_bytes = sum(v.nbytes for v in views.values())
+            trace.t_done = time.perf_counter()
+            self._on_batch(trace)
         return result
 
     # -- shutdown -----------------------------------------------------------

@@ -33,11 +33,6 @@ from .devices import Device, DeviceBuffer, Event
 T = TypeVar("T")
 
 
-def host_view(flat: np.ndarray, dtype: np.dtype, shape: Shape) -> np.ndarray:
-    """A typed view of the first bytes of a flat uint8 buffer."""
-    return flat[: nbytes_of(dtype, shape)].view(dtype).reshape(shape)
-
-
 @dataclass(eq=False)
 class PinnedInSlot:
     arrays: dict[str, np.ndarray]

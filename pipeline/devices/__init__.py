@@ -10,7 +10,7 @@ from typing import Any
 
 from ._base import Device, DeviceBuffer, Event, Stream
 from ._normalize import NormalizeOp
-from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel
+from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel, typed_view
 
 __all__ = [
     "ChaosOptions",
@@ -26,6 +26,7 @@ __all__ = [
     "Stream",
     "cuda_unavailable_reason",
     "resolve_device",
+    "typed_view",
 ]
 
 

@@ -74,9 +74,9 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
     return raw[offset : offset + nbytes]
 
 
-def _typed(buffer: DeviceBuffer, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    nbytes = math.prod(shape) * dtype.itemsize
-    return buffer.owner[:nbytes].view(dtype).reshape(shape)
+def typed_view(flat: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A typed view of the first bytes of a flat uint8 host buffer (pinned slots, host device memory)."""
+    return flat[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
 
 
 def _as_bytes(array: np.ndarray) -> np.ndarray:
@@ -336,8 +336,9 @@ class HostDevice(Device):
 
     def normalize(self, stream: Stream, op: NormalizeOp) -> None:
         def run() -> None:
-            source = _typed(op.src, op.src_dtype, op.src_shape)
-            normalize_numpy(source, op.mul, op.add, op.to_nchw, _typed(op.dst, op.dst_dtype, op.dst_shape))
+            source = typed_view(op.src.owner, op.src_dtype, op.src_shape)
+            out = typed_view(op.dst.owner, op.dst_dtype, op.dst_shape)
+            normalize_numpy(source, op.mul, op.add, op.to_nchw, out)
 
         stream.launch(run)
 
