@@ -83,6 +83,29 @@ def model_bytes(model: ModelSource) -> bytes:
     return serialize()
 
 
+def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
+    """The graph's inputs as the ONNX file declares them, without building a session
+    (for decisions made before the real session exists)."""
+    import onnx
+    from onnx import helper
+
+    try:
+        proto = onnx.load_model_from_string(model_bytes(model))
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"not a readable ONNX model: {exc}") from exc
+    weights = {init.name for init in proto.graph.initializer}
+    specs = []
+    for value in proto.graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        specs.append(TensorSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims))
+    return tuple(specs)
+
+
 def _spec(arg: Any, kind: str) -> TensorSpec:
     dtype = ORT_TO_NUMPY.get(arg.type)
     if dtype is None:

@@ -174,9 +174,10 @@ def bench_naive(
         clock.mark("h2d")
         outputs = session.session.run(None, batch)  # ORT's own copies are inside
         clock.mark("compute")
-        device.charge_transfer(_nbytes(outputs), "d2h")
+        out_bytes = _nbytes(outputs)
+        device.charge_transfer(out_bytes, "d2h")
         clock.mark("d2h")
-        clock.finish(_nbytes(outputs))
+        clock.finish(out_bytes)
 
     return _loop("naive", step, clock, work, tick)
 
@@ -202,9 +203,10 @@ def bench_iobinding(
         session.session.run_with_iobinding(binding)
         clock.mark("compute")
         outputs = binding.copy_outputs_to_cpu()
-        device.charge_transfer(_nbytes(outputs), "d2h")
+        out_bytes = _nbytes(outputs)
+        device.charge_transfer(out_bytes, "d2h")
         clock.mark("d2h")
-        clock.finish(_nbytes(outputs))
+        clock.finish(out_bytes)
 
     return _loop("iobinding", step, clock, work, tick)
 

@@ -61,3 +61,18 @@ def test_run_options_skip_graph_lookup_cost_and_cpu_does_not_disable_sync():
     assert session.run_options.get_run_config_entry("gpu_graph_id") == "-1"
     with pytest.raises(RuntimeError):
         session.run_options.get_run_config_entry("disable_synchronize_execution_providers")
+
+
+@pytest.mark.parametrize("name", ["multi_io", "convnet", "mlp"])
+def test_declared_inputs_match_the_session_without_building_one(name):
+    from pipeline._session import declared_inputs
+
+    model = models.get(name)
+    assert declared_inputs(model) == OrtSession(model, HostDevice()).inputs  # weights are not inputs
+
+
+def test_declared_inputs_of_garbage():
+    from pipeline._session import declared_inputs
+
+    with pytest.raises(ModelError, match="not a readable ONNX model"):
+        declared_inputs(b"garbage")

@@ -13,7 +13,6 @@ from typing import Any
 
 from .. import models
 from .._progress import Progress
-from ..devices import HostDevice
 from ._args import column_map, positive, size
 
 
@@ -51,18 +50,14 @@ def add_run(sub: Any) -> None:
 def _auto_preprocess(args: argparse.Namespace, model: Any, kind: str) -> Any:
     """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
     from .._preprocess import Preprocess
-    from .._session import OrtSession
+    from .._session import declared_inputs
 
     if args.preprocess is not None:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
     if kind not in ("video", "images"):
         return None
-    probe = OrtSession(model, HostDevice())
-    spec = (
-        probe.inputs[0]
-        if args.input_name is None
-        else next((s for s in probe.inputs if s.name == args.input_name), probe.inputs[0])
-    )
+    inputs = declared_inputs(model)  # read from the file: the pipeline builds the one real session
+    spec = next((s for s in inputs if s.name == args.input_name), inputs[0])
     if spec.dtype.kind == "f" and spec.rank == 4:
         print("preprocess: uint8 frames -> float NCHW, scale 1/255 (on the device); --preprocess to change")
         return Preprocess(input=spec.name, scale=1 / 255, layout="nhwc")
