@@ -453,7 +453,3 @@ class EngineRun(Generic[T]):
         self._rings.reset()
         if alive:
             raise PipelineError(f"threads still running after close: {alive} (is the source blocking?)")
-
-    @property
-    def threads(self) -> list[threading.Thread]:
-        return list(self._threads)

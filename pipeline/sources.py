@@ -35,10 +35,6 @@ class SourceBatch:
     inputs: dict[str, np.ndarray]
     meta: dict[str, np.ndarray] = field(default_factory=dict)
 
-    @property
-    def rows(self) -> int:
-        return len(next(iter(self.inputs.values())))
-
 
 def _existing(path: str | Path, what: str) -> Path:
     path = Path(path)
