@@ -36,7 +36,7 @@ from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._rings import DeviceSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, Event, NormalizeOp, Stream, typed_view
+from .devices import Device, Event, NormalizeOp, Stream
 
 T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
@@ -242,10 +242,12 @@ class EngineRun(Generic[T]):
             return None
         t_stage = time.perf_counter()
         for name, dtype, row in layout.row_shapes:
-            view = typed_view(pinned.arrays[name], dtype, (bound, *row))
-            np.copyto(view[:rows], feeds[name], casting="equiv")
+            view = pinned.view(name, dtype, (bound, *row))
             if bound > rows:
+                np.copyto(view[:rows], feeds[name], casting="equiv")
                 view[rows:] = 0
+            else:
+                np.copyto(view, feeds[name], casting="equiv")
         t_staged = time.perf_counter()
         slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
         if slot is None:
@@ -424,7 +426,7 @@ class EngineRun(Generic[T]):
         assert pinned_out is not None
         views = {}
         for name, (dtype, shape) in work.out_layout.items():
-            view = typed_view(pinned_out.arrays[name], dtype, shape)
+            view = pinned_out.view(name, dtype, shape)
             if trace.bound_rows != trace.rows and view.ndim and view.shape[0] == trace.bound_rows:
                 view = view[: trace.rows]  # padding rows of a fixed-batch model
             views[name] = view

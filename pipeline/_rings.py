@@ -28,14 +28,30 @@ import numpy as np
 
 from ._batching import Layout
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, DeviceBuffer, Event
+from .devices import Device, DeviceBuffer, Event, typed_view
 
 T = TypeVar("T")
 
 
 @dataclass(eq=False)
-class PinnedInSlot:
+class _PinnedSlot:
+    """Flat page-locked byte buffers, one per tensor, and typed views of them."""
+
     arrays: dict[str, np.ndarray]
+    _views: dict[tuple[str, np.dtype, Shape], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def view(self, name: str, dtype: np.dtype, shape: Shape) -> np.ndarray:
+        """``arrays[name]`` seen as ``dtype`` of ``shape``; made once per shape
+        (a slot sees one or two shapes: full batches and the last one)."""
+        key = (name, dtype, shape)
+        found = self._views.get(key)
+        if found is None:
+            found = self._views[key] = typed_view(self.arrays[name], dtype, shape)
+        return found
+
+
+@dataclass(eq=False)
+class PinnedInSlot(_PinnedSlot):
     last_copy: Event | None = None  # h2d that reads it
 
 
@@ -52,8 +68,8 @@ class DeviceSlot:
 
 
 @dataclass(eq=False)
-class PinnedOutSlot:
-    arrays: dict[str, np.ndarray]
+class PinnedOutSlot(_PinnedSlot):
+    pass
 
 
 class Pool(Generic[T]):

@@ -16,6 +16,7 @@ Two uses:
 
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import random
@@ -80,6 +81,8 @@ def typed_view(flat: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.
 
 
 def _as_bytes(array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.uint8 and array.strides == (1,):
+        return array  # already flat bytes: every slot buffer, so the common case
     if not array.flags.c_contiguous:
         raise DeviceError(f"host copy needs a C-contiguous array, got strides {array.strides}")
     return array.reshape(-1).view(np.uint8)
@@ -127,17 +130,19 @@ class HostEvent(Event):
                 self._fault = fault
             self._cond.notify_all()
 
+    # The counters are ints written under the condition's lock; reading one is
+    # atomic, so the checks below take the lock only to sleep on it.
     def _target(self) -> int:
-        with self._cond:
-            return self._recorded
+        return self._recorded
 
     def _wait_for(self, generation: int, timeout: float | None) -> bool:
+        if self._completed >= generation:
+            return True
         with self._cond:
             return self._cond.wait_for(lambda: self._completed >= generation, timeout)
 
     def query(self) -> bool:
-        with self._cond:
-            return self._completed >= self._recorded
+        return self._completed >= self._recorded
 
     def synchronize(self, timeout: float | None = None) -> bool:
         if not self._wait_for(self._target(), timeout):
@@ -184,14 +189,15 @@ class HostStream(Stream):
         if self._closed:
             raise DeviceError(f"stream {self.name!r} is closed")
 
-    def _enqueue(self, op: Callable[[], None]) -> None:
+    def _enqueue(self, op: Callable[..., None], *args: Any) -> None:
+        """Run ``op(*args)`` in stream order: now (inline) or on the worker."""
         self._check_open()
         if not self._threaded:
-            op()
+            op(*args)
             return
         with self._lock:
             self._submitted += 1
-        self._queue.put(op)
+        self._queue.put(functools.partial(op, *args) if args else op)
 
     def _work(self) -> None:
         while True:
@@ -221,10 +227,10 @@ class HostStream(Stream):
 
     # -- the Stream interface ----------------------------------------------
     def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:
-        self._enqueue(lambda: self._device._copy(_as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d"))
+        self._enqueue(self._device._copy, _as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
 
     def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
-        self._enqueue(lambda: self._device._copy(_as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h"))
+        self._enqueue(self._device._copy, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
 
     def launch(self, fn: Callable[[], None]) -> None:
         self._enqueue(fn)
