@@ -34,14 +34,19 @@ class InputChecker:
     def __init__(self, inputs: tuple[TensorSpec, ...]) -> None:
         self.inputs = inputs
         self._names = [spec.name for spec in inputs]
+        # (spec, its dims the model fixes beyond the batch dim): worked out once,
+        # checked for every batch
+        self._rules = [
+            (spec, tuple((axis, dim) for axis, dim in enumerate(spec.shape) if axis > 0 and isinstance(dim, int)))
+            for spec in inputs
+        ]
 
     def feeds(self, index: int | None, batch: object) -> dict[str, np.ndarray]:
         """Name, dtype and rank checks, and every dim the model fixes."""
         named = self._named(index, batch)
-        feeds: dict[str, np.ndarray] = {}
-        for spec in self.inputs:
-            feeds[spec.name] = self._check(index, spec, named[spec.name])
-        self._same_rows(index, feeds)
+        feeds = {spec.name: self._check(index, spec, fixed, named[spec.name]) for spec, fixed in self._rules}
+        if len(feeds) > 1:
+            self._same_rows(index, feeds)
         return feeds
 
     def _named(self, index: int | None, batch: object) -> Mapping[str, object]:
@@ -71,7 +76,7 @@ class InputChecker:
         return {self._names[0]: batch}
 
     @staticmethod
-    def _check(index: int | None, spec: TensorSpec, value: object) -> np.ndarray:
+    def _check(index: int | None, spec: TensorSpec, fixed: tuple[tuple[int, int], ...], value: object) -> np.ndarray:
         if not isinstance(value, np.ndarray):
             if not hasattr(value, "__array__") and not isinstance(value, list | tuple):
                 raise PipelineInputError(
@@ -94,8 +99,9 @@ class InputChecker:
                 expected=f"{spec.rank} dims {spec.describe_shape()}",
                 got=f"{value.ndim} dims {list(value.shape)}",
             )
-        for axis, (want, have) in enumerate(zip(spec.shape, value.shape, strict=True)):
-            if axis > 0 and isinstance(want, int) and want != have:
+        shape = value.shape
+        for axis, want in fixed:
+            if shape[axis] != want:
                 raise PipelineInputError(
                     f"wrong size of dim {axis}",
                     batch_index=index,
@@ -103,7 +109,7 @@ class InputChecker:
                     expected=spec.describe_shape(),
                     got=list(value.shape),
                 )
-        if value.shape[0] == 0:
+        if shape[0] == 0:
             raise PipelineInputError("empty batch", batch_index=index, input_name=spec.name, expected=">= 1 row", got=0)
         return value
 

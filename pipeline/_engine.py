@@ -53,7 +53,7 @@ class Streams:
         return (self.h2d, self.compute, self.d2h)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class BatchEvents:
     """The device-side marks of one batch (start marks only when timing is on)."""
 
@@ -72,7 +72,7 @@ class BatchEvents:
         return cls(make(), make(), make(), make(), make(), make())
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class BatchTrace:
     """One batch's marks: filled by the producer, completed by the consumer,
     then handed to the stats layer (``on_batch``)."""
@@ -91,7 +91,7 @@ class BatchTrace:
     t_done: float = 0.0  # consumer has the outputs
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Work:
     trace: BatchTrace
     slot: DeviceSlot
@@ -157,6 +157,7 @@ class EngineRun(Generic[T]):
         self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
+        self._in_nbytes: dict[int, tuple[dict[str, int], int]] = {}  # rows -> (bytes per input, total)
         self._threads = [
             threading.Thread(
                 target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True
@@ -255,7 +256,7 @@ class EngineRun(Generic[T]):
         t_slot = time.perf_counter()
         events = BatchEvents.new(self._device, self._config.timing)
         copy = self._streams.h2d
-        nbytes = layout.input_nbytes(bound)
+        nbytes, total_bytes = self._input_nbytes(bound)
         with self._device.annotate(f"h2d {index}"):
             if slot.inputs_free is not None:
                 copy.wait_event(slot.inputs_free)
@@ -269,7 +270,7 @@ class EngineRun(Generic[T]):
             index=index,
             rows=rows,
             bound_rows=bound,
-            h2d_bytes=sum(nbytes.values()),
+            h2d_bytes=total_bytes,
             t_submit=t_submit,
             source_s=source_s,
             t_staged=t_staged,
@@ -278,6 +279,13 @@ class EngineRun(Generic[T]):
             events=events,
         )
         return _Work(trace=trace, slot=slot)
+
+    def _input_nbytes(self, rows: int) -> tuple[dict[str, int], int]:
+        found = self._in_nbytes.get(rows)
+        if found is None:
+            sizes = self._layout.input_nbytes(rows)
+            found = self._in_nbytes[rows] = (sizes, sum(sizes.values()))
+        return found
 
     # -- execute (compute + enqueue d2h) -----------------------------------
     def _execute(self) -> None:

@@ -66,7 +66,18 @@ class ChaosOptions:
     seed: int = 0
 
 
-_SHARED_COND = threading.Condition(threading.Lock())
+class _Signal:
+    """One condition variable for all events of a device, and how many threads
+    sleep on it: recording an event then notifies only when someone waits."""
+
+    __slots__ = ("cond", "sleepers")
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.sleepers = 0
+
+
+_SHARED_SIGNAL = _Signal()
 
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
@@ -96,10 +107,10 @@ class HostEvent(Event):
     few waiters a pipeline has make a shared notify_all cheap.
     """
 
-    __slots__ = ("_completed", "_cond", "_fault", "_recorded", "_time")
+    __slots__ = ("_completed", "_fault", "_recorded", "_signal", "_time")
 
-    def __init__(self, cond: threading.Condition | None = None) -> None:
-        self._cond = cond if cond is not None else _SHARED_COND
+    def __init__(self, signal: _Signal | None = None) -> None:
+        self._signal = signal if signal is not None else _SHARED_SIGNAL
         self._recorded = 0
         self._completed = 0
         self._time: float | None = None
@@ -110,25 +121,27 @@ class HostEvent(Event):
             raise TypeError(f"a host event can only be recorded on a host stream, got {stream!r}")
         if not stream._threaded:  # inline: the stream has reached this point already
             stream._check_open()
-            with self._cond:
+            with self._signal.cond:
                 self._recorded += 1
-                self._completed = self._recorded
-                self._time = time.perf_counter()
-                self._fault = stream._fault
-                self._cond.notify_all()
+                self._reach(self._recorded, stream._fault)
             return
-        with self._cond:
+        with self._signal.cond:
             self._recorded += 1
             generation = self._recorded
         stream._enqueue(lambda: self._complete(generation, stream._fault))
 
     def _complete(self, generation: int, fault: BaseException | None) -> None:
-        with self._cond:
-            if generation > self._completed:
-                self._completed = generation
-                self._time = time.perf_counter()
-                self._fault = fault
-            self._cond.notify_all()
+        with self._signal.cond:
+            self._reach(generation, fault)
+
+    def _reach(self, generation: int, fault: BaseException | None) -> None:
+        # holding the signal's lock
+        if generation > self._completed:
+            self._completed = generation
+            self._time = time.perf_counter()
+            self._fault = fault
+        if self._signal.sleepers:
+            self._signal.cond.notify_all()
 
     # The counters are ints written under the condition's lock; reading one is
     # atomic, so the checks below take the lock only to sleep on it.
@@ -138,8 +151,13 @@ class HostEvent(Event):
     def _wait_for(self, generation: int, timeout: float | None) -> bool:
         if self._completed >= generation:
             return True
-        with self._cond:
-            return self._cond.wait_for(lambda: self._completed >= generation, timeout)
+        signal = self._signal
+        with signal.cond:
+            signal.sleepers += 1
+            try:
+                return signal.cond.wait_for(lambda: self._completed >= generation, timeout)
+            finally:
+                signal.sleepers -= 1
 
     def query(self) -> bool:
         return self._completed >= self._recorded
@@ -241,7 +259,8 @@ class HostStream(Stream):
         generation = event._target()  # captured now: cudaStreamWaitEvent semantics
         if not self._threaded:
             self._check_open()
-            self._block_on(event, generation)  # inline: returns at once for an event already reached
+            if event._completed < generation:  # inline: nothing to do for an event already reached
+                self._block_on(event, generation)
             return
         self._enqueue(lambda: self._block_on(event, generation))
 
@@ -303,7 +322,7 @@ class HostDevice(Device):
         self.threaded = self.link is not None or self.chaos is not None
         self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
         self._streams: list[HostStream] = []
-        self._event_cond = threading.Condition(threading.Lock())
+        self._signal = _Signal()
 
     @property
     def name(self) -> str:
@@ -361,7 +380,7 @@ class HostDevice(Device):
         return stream
 
     def event(self, timing: bool = True) -> HostEvent:
-        return HostEvent(self._event_cond)
+        return HostEvent(self._signal)
 
     def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
         return ["CPUExecutionProvider"]
