@@ -16,13 +16,16 @@ the execute thread runs ORT and the d2h memcpy.
 
 NOTE [ one error path ]: a failure anywhere travels down the same queues as
 results, so the consumer first receives every earlier batch, then raises the
-failure with its batch index and stage.  Every blocking wait polls a stop
+failure with its batch index and stage.  Only ``Exception`` is wrapped that
+way: a KeyboardInterrupt or SystemExit (which reach a stage only when the
+caller's thread issues it) propagates as it is.  Every blocking wait polls a stop
 event; ``close()`` sets it, joins both threads and synchronizes the streams
 so no in-flight copy still references a buffer.
 """
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -120,6 +123,8 @@ class RunConfig:
     depth: int
     timing: bool
     poll_s: float
+    #: False: the consumer's thread issues every stage (NOTE [ inline issue ])
+    stage_threads: bool = True
 
 
 class EngineRun(Generic[T]):
@@ -158,18 +163,17 @@ class EngineRun(Generic[T]):
         self._closed = False
         self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
         self._in_nbytes: dict[int, tuple[dict[str, int], int]] = {}  # rows -> (bytes per input, total)
-        self._threads = [
-            threading.Thread(
-                target=self._guarded(self._produce, "stage"), name=THREAD_PREFIX + "producer", daemon=True
-            ),
-            threading.Thread(
-                target=self._guarded(self._execute, "compute"), name=THREAD_PREFIX + "execute", daemon=True
-            ),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        if config.stage_threads:
+            self._start_thread("producer", self._produce, "stage")
+            self._start_thread("execute", self._execute, "compute")
 
     # -- plumbing -----------------------------------------------------------
+    def _start_thread(self, name: str, loop: Callable[[], None], stage: str) -> None:
+        thread = threading.Thread(target=self._guarded(loop, stage), name=THREAD_PREFIX + name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
     def _guarded(self, loop: Callable[[], None], stage: str) -> Callable[[], None]:
         def run() -> None:
             try:
@@ -204,33 +208,36 @@ class EngineRun(Generic[T]):
     def _produce(self) -> None:
         iterator = iter(self._source)
         index = 0
-        while not self._stop.is_set():
-            t_ask = time.perf_counter()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
-                self._put(self._work_q, _Failure(PipelineStageError("source", index, exc)))
-                return
-            if self._stop.is_set():  # closed while the source was busy: touch no buffer
-                return
-            t_submit = time.perf_counter()
-            try:
-                feeds = self._checker.feeds(index, batch)
-                rows = self._layout.rows_of(index, feeds)
-            except PipelineInputError as exc:
-                self._put(self._work_q, _Failure(exc))
-                return
-            try:
-                work = self._stage_and_send(index, feeds, rows, t_submit, t_submit - t_ask)
-            except BaseException as exc:  # noqa: BLE001
-                self._put(self._work_q, _Failure(PipelineStageError("stage", index, exc)))
-                return
-            if work is None or not self._put(self._work_q, work):
+        while True:
+            item = self._produce_one(iterator, index)
+            if item is None or not self._put(self._work_q, item) or not isinstance(item, _Work):
                 return
             index += 1
-        self._put(self._work_q, _END)
+
+    def _produce_one(self, iterator: Iterator[object], index: int) -> object | None:
+        """Batch ``index`` taken from the source, checked, staged and sent h2d:
+        its ``_Work``, or ``_END``, a ``_Failure``, or None once stopped."""
+        if self._stop.is_set():
+            return None
+        t_ask = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return _END
+        except Exception as exc:  # noqa: BLE001 - the source's failure is the user's to see
+            return _Failure(PipelineStageError("source", index, exc))
+        if self._stop.is_set():  # closed while the source was busy: touch no buffer
+            return None
+        t_submit = time.perf_counter()
+        try:
+            feeds = self._checker.feeds(index, batch)
+            rows = self._layout.rows_of(index, feeds)
+        except PipelineInputError as exc:
+            return _Failure(exc)
+        try:
+            return self._stage_and_send(index, feeds, rows, t_submit, t_submit - t_ask)
+        except Exception as exc:  # noqa: BLE001
+            return _Failure(PipelineStageError("stage", index, exc))
 
     def _stage_and_send(
         self, index: int, feeds: dict[str, np.ndarray], rows: int, t_submit: float, source_s: float
@@ -293,17 +300,20 @@ class EngineRun(Generic[T]):
             item = self._get(self._work_q)
             if item is None:
                 return
-            if not isinstance(item, _Work):  # _END or a _Failure: pass it on, in order
-                self._put(self._result_q, item)
-                return
-            try:
-                if not self._run_and_drain(item):
+            if isinstance(item, _Work):
+                item = self._execute_one(item)
+                if item is None:
                     return
-            except BaseException as exc:  # noqa: BLE001
-                self._put(self._result_q, _Failure(PipelineStageError("compute", item.trace.index, exc)))
+            # _END or a _Failure: passed on in order, and this thread is done
+            if not self._put(self._result_q, item) or not isinstance(item, _Work):
                 return
-            if not self._put(self._result_q, item):
-                return
+
+    def _execute_one(self, work: _Work) -> object | None:
+        """Run and d2h of one staged batch: the work, a ``_Failure``, or None once stopped."""
+        try:
+            return work if self._run_and_drain(work) else None
+        except Exception as exc:  # noqa: BLE001
+            return _Failure(PipelineStageError("compute", work.trace.index, exc))
 
     def _run_and_drain(self, work: _Work) -> bool:
         slot, trace = work.slot, work.trace
@@ -396,25 +406,28 @@ class EngineRun(Generic[T]):
         try:
             self._bind(slot, work)
             self._session.run_bound(slot.binding)
-        except BaseException as exc:  # noqa: BLE001 - reported for this batch by the consumer
+        except Exception as exc:  # noqa: BLE001 - reported for this batch by the consumer
             work.error = exc
 
     # -- consumer -----------------------------------------------------------
     def results(self) -> Iterator[T]:
         """Outputs in submission order; raises the first failure after earlier results."""
         try:
-            while True:
-                if self._closed:
-                    raise PipelineClosedError("the pipeline was closed while this map() was running")
-                item = self._next_result()
+            items = self._from_threads() if self._threads else self._issued_inline()
+            for item in items:
                 if item is _END:
                     return
                 if isinstance(item, _Failure):
                     raise item.error
                 assert isinstance(item, _Work)
                 yield self._deliver(item)
+            raise PipelineClosedError("the pipeline was closed while this map() was running")
         finally:
             self.close()
+
+    def _from_threads(self) -> Iterator[object]:
+        while not self._closed:
+            yield self._next_result()
 
     def _next_result(self) -> object:
         while True:
@@ -423,6 +436,31 @@ class EngineRun(Generic[T]):
             except queue.Empty:
                 if not any(thread.is_alive() for thread in self._threads) and self._result_q.empty():
                     raise PipelineError("the pipeline's threads ended without a result (internal error)") from None
+
+    def _issued_inline(self) -> Iterator[object]:
+        """NOTE [ inline issue ]: with no stage threads the caller's thread stages,
+        runs and drains each batch itself, up to ``depth`` batches ahead of the
+        one it delivers.  On a GPU every step only enqueues, so the streams still
+        overlap; on the host device nothing overlaps, but no batch pays for a
+        hand-off between threads.  At most ``depth - 1`` batches hold a
+        pinned-out slot when the next is issued, so no acquire here can block."""
+        self._device.activate()
+        iterator = iter(self._source)
+        pending: collections.deque[object] = collections.deque()
+        index, ended = 0, False
+        while not self._closed:
+            while not ended and len(pending) < self._config.depth:
+                item = self._produce_one(iterator, index)
+                if isinstance(item, _Work):
+                    item = self._execute_one(item)
+                    index += 1
+                if item is None:  # closed meanwhile
+                    return
+                ended = not isinstance(item, _Work)
+                pending.append(item)
+            if not pending:
+                return
+            yield pending.popleft()
 
     def _deliver(self, work: _Work) -> T:
         trace = work.trace

@@ -46,6 +46,12 @@ class PipelineOptions:
     timing: bool = True
     #: how often a blocked wait re-checks the stop flag, in seconds
     poll_s: float = 0.05
+    #: True: a producer and an execute thread issue the stages, so your source,
+    #: the staging copy, ORT and your ``take`` overlap on the host.  False: the
+    #: calling thread issues everything, ``depth`` batches ahead, and no batch
+    #: pays for hand-offs between threads (the lowest per-batch cost; a GPU's
+    #: streams still overlap, the host's work does not)
+    stage_threads: bool = True
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
 
@@ -194,7 +200,7 @@ class Pipeline:
                 rings=rings,
                 checker=self.checker,
                 source=itertools.chain([first], iterator),
-                config=RunConfig(self.depth, self.options.timing, self.options.poll_s),
+                config=RunConfig(self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads),
                 take=take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
             )

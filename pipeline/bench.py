@@ -4,7 +4,10 @@
 * ``iobinding`` - the synchronous loop of ORT's I/O Binding documentation:
   copy the input to the device as an OrtValue, run, copy the outputs back,
   one batch at a time;
-* ``pipelined`` - ortpipe's engine, at each requested depth.
+* ``pipelined`` - ortpipe's engine, at each requested depth;
+* ``caller`` - the same engine with no stage threads: the calling thread
+  issues every stage (``PipelineOptions(stage_threads=False)``); asked for
+  by name, not run by default.
 
 Every mode gets the same :class:`Workload`: warm-up batches first (not
 timed), then a fixed number of batches or as many as fit in a duration.  On
@@ -30,7 +33,8 @@ from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
 from .stats import BatchTiming, Stats
 
-MODES = ("naive", "iobinding", "pipelined")
+MODES = ("naive", "iobinding", "pipelined", "caller")
+DEFAULT_MODES = ("naive", "iobinding", "pipelined")
 Batch = dict[str, np.ndarray]
 
 
@@ -220,6 +224,9 @@ def bench_pipelined(
     tick: Any = None,
     keep: Callable[[Pipeline], None] | None = None,
 ) -> ModeResult:
+    """The engine at ``depth``; mode ``caller`` when ``options.stage_threads`` is off."""
+    options = options or PipelineOptions()
+    mode = "pipelined" if options.stage_threads else "caller"
     with Pipeline(model, device=device, depth=depth, options=options) as pipe:
         for _ in pipe.map_with(work.warm(), _discard):
             pass
@@ -230,7 +237,7 @@ def bench_pipelined(
         seconds = time.perf_counter() - start
         if keep is not None:
             keep(pipe)
-        return ModeResult("pipelined", depth, counted.batches, counted.items, seconds, pipe.stats)
+        return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats)
 
 
 class _Counted:
@@ -255,7 +262,7 @@ def run_modes(
     work: Workload,
     *,
     depths: Sequence[int] = (1, 2, 3),
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = DEFAULT_MODES,
     intra_op_threads: int | None = None,
     tick: Any = None,
     keep: Callable[[Pipeline], None] | None = None,
@@ -271,10 +278,11 @@ def run_modes(
         results.append(bench_naive(model, device, work, config, tick))
     if "iobinding" in modes:
         results.append(bench_iobinding(model, device, work, config, tick))
-    if "pipelined" in modes:
-        options = PipelineOptions(intra_op_threads=intra_op_threads)
-        for depth in depths:
-            results.append(bench_pipelined(model, device, work, depth, options, tick, keep))
+    for mode in ("pipelined", "caller"):
+        if mode in modes:
+            options = PipelineOptions(intra_op_threads=intra_op_threads, stage_threads=mode == "pipelined")
+            for depth in depths:
+                results.append(bench_pipelined(model, device, work, depth, options, tick, keep))
     return results
 
 

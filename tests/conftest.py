@@ -3,6 +3,7 @@
 Device-generic tests take the ``device`` fixture: the host device (plain, with
 an emulated link, and in chaos mode) always runs; ``cuda`` runs where a GPU,
 CuPy and onnxruntime-gpu are present and otherwise skips with the reason.
+Engine tests take ``stage_threads`` too, to run both ways of issuing stages.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def fast_device(request):
     dev = make_device(request.param)
     yield dev
     dev.close()
+
+
+@pytest.fixture(params=[True, False], ids=["stage-threads", "caller-thread"])
+def stage_threads(request) -> bool:
+    """Both ways of issuing the stages: stage threads, or the caller's thread alone."""
+    return request.param
 
 
 def ortpipe_threads(streams: bool = True) -> list[threading.Thread]:

@@ -48,6 +48,15 @@ def test_every_mode_runs_the_same_batches_and_reports_stats():
         assert row.to_dict()["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h")
 
 
+def test_caller_mode_is_the_engine_without_stage_threads():
+    work = Workload(_pool(), count=6, warmup=1)
+    results = run_modes(models.mlp(), HostDevice(), work, depths=(2,), modes=["caller", "pipelined"])
+    assert [(r.mode, r.depth) for r in results] == [("pipelined", 2), ("caller", 2)]
+    caller = results[1]
+    assert caller.batches == 6 and caller.stats is not None and caller.stats.batches == 6
+    assert caller.to_dict()["mode"] == "caller"
+
+
 def test_unknown_mode():
     with pytest.raises(ValueError, match="unknown mode"):
         run_modes(models.mlp(), HostDevice(), Workload(_pool(), count=1), modes=["turbo"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import ChaosOptions, HostDevice, Pipeline, models
+from pipeline import ChaosOptions, HostDevice, Pipeline, PipelineOptions, models
 
 
 def _batches(count: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -22,11 +22,11 @@ def _batches(count: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 @pytest.mark.parametrize("depth", [2, 3])
-def test_two_thousand_batches_under_chaos(depth):
+def test_two_thousand_batches_under_chaos(depth, stage_threads):
     device = HostDevice(chaos=ChaosOptions(probability=0.3, max_delay_s=1e-4, seed=depth))
     model = models.identity(features=16)
     batches = _batches(2000, seed=depth)
-    with Pipeline(model, device=device, depth=depth) as pipe:
+    with Pipeline(model, device=device, depth=depth, options=PipelineOptions(stage_threads=stage_threads)) as pipe:
         for index, (batch, out) in enumerate(zip(batches, pipe.map(batches), strict=True)):
             np.testing.assert_array_equal(out["y"], batch["x"], err_msg=f"batch {index}")
     device.close()

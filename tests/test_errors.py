@@ -15,6 +15,7 @@ from pipeline import (
     Pipeline,
     PipelineClosedError,
     PipelineInputError,
+    PipelineOptions,
     PipelineStageError,
     models,
 )
@@ -66,10 +67,11 @@ BAD_BATCHES = [
 
 
 @pytest.mark.parametrize("what, make_bad, words", BAD_BATCHES, ids=[b[0] for b in BAD_BATCHES])
-def test_bad_batch_raises_after_earlier_results(what, make_bad, words):
+def test_bad_batch_raises_after_earlier_results(what, make_bad, words, stage_threads):
     model = models.multi_io()
     good = [_multi(8, seed=i) for i in range(3)]
-    with Pipeline(model, device=HostDevice(link_gbps=50), depth=2) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=HostDevice(link_gbps=50), depth=2, options=options) as pipe:
         got, error = _collect(pipe, [*good, make_bad(), _multi(8)])
     assert isinstance(error, PipelineInputError), error
     assert len(got) == 3, "every batch before the bad one is delivered"
@@ -117,11 +119,12 @@ def test_bad_batch_touches_no_buffer():
         np.testing.assert_array_equal(pipe._rings.pinned_in[0].arrays["x"], staged_before)
 
 
-def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_device):
+def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_device, stage_threads):
     model = gather_model(rows=10)
     batches = [np.array([i % 10, (i + 1) % 10], np.int64) for i in range(6)]
     batches[4] = np.array([3, 42], np.int64)  # out of range: ORT fails in Run
-    with Pipeline(model, device=fast_device, depth=3) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=fast_device, depth=3, options=options) as pipe:
         got, error = _collect(pipe, batches)
     assert isinstance(error, PipelineStageError), error
     assert error.stage == "compute" and error.batch_index == 4
@@ -132,9 +135,10 @@ def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_devic
     assert wait_no_threads() == []
 
 
-def test_failure_in_the_source_iterator(device):
+def test_failure_in_the_source_iterator(device, stage_threads):
     batches = [_mlp_rows(4, seed=i) for i in range(6)]
-    with Pipeline(models.mlp(), device=device, depth=2) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(models.mlp(), device=device, depth=2, options=options) as pipe:
         got, error = _collect(pipe, failing_source(batches, fail_at=3))
     assert isinstance(error, PipelineStageError)
     assert error.stage == "source" and error.batch_index == 3
@@ -144,8 +148,9 @@ def test_failure_in_the_source_iterator(device):
     assert wait_no_threads() == []
 
 
-def test_breaking_out_of_map_stops_every_thread(device):
-    with Pipeline(models.mlp(), device=device, depth=3) as pipe:
+def test_breaking_out_of_map_stops_every_thread(device, stage_threads):
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(models.mlp(), device=device, depth=3, options=options) as pipe:
         for index, _ in enumerate(pipe.map(slow_source(_mlp_rows(4), 0.001))):
             if index == 5:
                 break
@@ -154,8 +159,9 @@ def test_breaking_out_of_map_stops_every_thread(device):
         assert len(list(pipe.map([_mlp_rows(4)]))) == 1
 
 
-def test_close_while_a_map_is_running_stops_it():
-    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3)
+def test_close_while_a_map_is_running_stops_it(stage_threads):
+    options = PipelineOptions(stage_threads=stage_threads)
+    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3, options=options)
     iterator = pipe.map(slow_source(_mlp_rows(4), 0.001))
     next(iterator)
     started = time.monotonic()
@@ -174,8 +180,9 @@ def test_leaving_the_with_block_mid_iteration():
     assert wait_no_threads() == []
 
 
-def test_keyboard_interrupt_stops_the_pipeline_within_a_second():
-    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3)
+def test_keyboard_interrupt_stops_the_pipeline_within_a_second(stage_threads):
+    options = PipelineOptions(stage_threads=stage_threads)
+    pipe = Pipeline(models.mlp(), device=HostDevice(link_gbps=10), depth=3, options=options)
     timer = threading.Timer(0.3, _thread.interrupt_main)
     started = None
     with pytest.raises(KeyboardInterrupt):

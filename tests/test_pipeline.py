@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineClosedError, PipelineError, models
+from pipeline import Pipeline, PipelineClosedError, PipelineError, PipelineOptions, models
 
-from .conftest import assert_outputs_equal, reference
+from .conftest import assert_outputs_equal, ortpipe_threads, reference
 from .helpers import renamed_dims_model
 
 
@@ -16,22 +16,32 @@ def _rows(seed: int, rows: int, name: str = "mlp") -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
-def test_map_matches_session_run_at_every_depth(device, depth):
+def test_map_matches_session_run_at_every_depth(device, depth, stage_threads):
     model = models.mlp()
     batches = [_rows(i, 16) for i in range(12)] + [_rows(99, 5)]  # a partial last batch
-    with Pipeline(model, device=device, depth=depth) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=device, depth=depth, options=options) as pipe:
         outs = list(pipe.map(batches))
     assert len(outs) == len(batches)
     for batch, out in zip(batches, outs, strict=True):
         assert_outputs_equal(out, reference(model, batch), device)
 
 
-def test_multi_input_multi_output_every_dtype(device):
+def test_caller_thread_issues_every_stage_itself():
+    batches = [_rows(i, 8) for i in range(6)]
+    seen = []
+    with Pipeline(models.mlp(), device="cpu", depth=2, options=PipelineOptions(stage_threads=False)) as pipe:
+        for _ in pipe.map(batches):
+            seen.append([t.name for t in ortpipe_threads()])
+    assert seen == [[]] * len(batches)
+
+
+def test_multi_input_multi_output_every_dtype(device, stage_threads):
     model = models.multi_io()
     batches = [models.example_batch("multi_io", 8, seed=i) for i in range(10)] + [
         models.example_batch("multi_io", 3, 50)
     ]
-    with Pipeline(model, device=device, depth=3) as pipe:
+    with Pipeline(model, device=device, depth=3, options=PipelineOptions(stage_threads=stage_threads)) as pipe:
         outs = list(pipe.map(batches))
     for batch, out in zip(batches, outs, strict=True):
         want = reference(model, batch)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import models
 from .._errors import PipelineError
 from .._progress import Progress
-from ..bench import MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
+from ..bench import DEFAULT_MODES, MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import depths, input_spec, positive
 
@@ -36,7 +36,11 @@ def add_bench(sub: Any) -> None:
     amount.add_argument("--batches", type=positive(int), default=None, help="timed batches per mode (default 40)")
     amount.add_argument("--duration", type=positive(float), default=None, help="timed seconds per mode")
     bench.add_argument("--warmup", type=int, default=3, help="untimed batches per mode")
-    bench.add_argument("--modes", default=",".join(MODES), help=f"subset of {','.join(MODES)}")
+    bench.add_argument(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"some of {','.join(MODES)} (caller: the engine with no stage threads); default {','.join(DEFAULT_MODES)}",
+    )
     bench.add_argument(
         "--link-gbps",
         type=positive(float),
@@ -155,6 +159,12 @@ def _describe(info: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
+    """Timed runs a bench makes: one per baseline, one per depth of each engine mode."""
+    engine = sum(mode in ("pipelined", "caller") for mode in modes)
+    return len(modes) - engine + engine * len(depths)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     device, why = _bench_device(args)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -167,7 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"model: {args.model}  batch size {args.batch_size}, {amount} per mode, {args.warmup} warm-up")
     progress = Progress(
         "bench",
-        total=count * (len(modes) + len(args.depth) - 1) if count else None,
+        total=count * _runs(modes, args.depth) if count else None,
         enabled=False if args.no_progress else None,
     )
     kept: list[Any] = []
@@ -199,7 +209,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if (args.trace or args.plot) and stats is None:
-        raise PipelineError("--trace/--plot need a pipelined mode in --modes")
+        raise PipelineError("--trace/--plot need a pipelined or caller mode in --modes")
     if args.trace is not None:
         from ..trace import write_chrome_trace
 
