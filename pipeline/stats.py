@@ -16,7 +16,9 @@ reading, decoding), ``stage`` (the host copy into pinned memory), ``h2d``,
 
 from __future__ import annotations
 
+import copy
 import math
+import random
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -103,21 +105,138 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
 
-class Stats:
-    """Live figures of a run; thread-safe to read while batches arrive."""
+#: timings kept whole (for traces and timelines) and latencies sampled for percentiles
+KEEP = 20_000
+_FOLD_EVERY = 1024
 
-    def __init__(self, timings: Iterable[BatchTiming] = ()) -> None:
+
+class _Totals:
+    """Running sums over every batch: what the figures need, in constant memory."""
+
+    def __init__(self, keep: int) -> None:
+        self.batches = 0
+        self.items = 0
+        self.first_ask = math.inf
+        self.last_done = -math.inf
+        self.stage_sum = dict.fromkeys(STAGES, 0.0)
+        self.stage_count = dict.fromkeys(STAGES, 0)
+        self.bytes = {"h2d": 0, "d2h": 0}
+        self.wait_sum = 0.0
+        #: latencies in ms: all of them up to ``keep``, then a uniform sample (reservoir)
+        self.latencies_ms: list[float] = []
+        self._keep = keep
+        self._rng = random.Random(0)
+
+    def copy(self) -> _Totals:
+        """A copy to compute figures from outside the lock (the sample's RNG is shared)."""
+        other = copy.copy(self)
+        other.stage_sum, other.stage_count = dict(self.stage_sum), dict(self.stage_count)
+        other.bytes, other.latencies_ms = dict(self.bytes), list(self.latencies_ms)
+        return other
+
+    # -- the figures -----------------------------------------------------------
+    @property
+    def wall_s(self) -> float:
+        return self.last_done - self.first_ask if self.batches else 0.0
+
+    def rate(self, count: float) -> float:
+        wall = self.wall_s
+        return count / wall if wall > 0 else math.nan
+
+    def stage_means(self) -> dict[str, float | None]:
+        return {stage: (self.stage_sum[stage] / n if (n := self.stage_count[stage]) else None) for stage in STAGES}
+
+    def link_gbps(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for direction in ("h2d", "d2h"):
+            seconds = self.stage_sum[direction]
+            out[direction] = self.bytes[direction] / seconds / 1e9 if seconds > 0 else None
+        return out
+
+    def latency_ms(self) -> dict[str, float]:
+        values = self.latencies_ms
+        return {"p50": _percentile(values, 50), "p95": _percentile(values, 95), "p99": _percentile(values, 99)}
+
+    def bottleneck(self) -> str | None:
+        means = {k: v for k, v in self.stage_means().items() if v is not None}
+        return max(means, key=lambda k: means[k]) if means else None
+
+    def bound_items_per_s(self) -> float:
+        means = [v for v in self.stage_means().values() if v is not None]
+        if not means or self.batches == 0 or max(means) <= 0:
+            return math.nan
+        return (self.items / self.batches) / max(means)
+
+    def efficiency(self) -> float:
+        bound = self.bound_items_per_s()
+        return self.rate(self.items) / bound if bound and not math.isnan(bound) else math.nan
+
+    # -- collecting -----------------------------------------------------------
+    def fold(self, timing: BatchTiming) -> None:
+        self.batches += 1
+        self.items += timing.rows
+        self.first_ask = min(self.first_ask, timing.submitted - timing.source_s)
+        self.last_done = max(self.last_done, timing.done)
+        for stage in STAGES:
+            value = timing.stage_seconds(stage)
+            if value is not None:
+                self.stage_sum[stage] += value
+                self.stage_count[stage] += 1
+        self.bytes["h2d"] += timing.h2d_bytes
+        self.bytes["d2h"] += timing.d2h_bytes
+        self.wait_sum += timing.wait_s
+        latency = timing.latency_s * 1e3
+        if len(self.latencies_ms) < self._keep:
+            self.latencies_ms.append(latency)
+        else:
+            slot = self._rng.randrange(self.batches)
+            if slot < self._keep:
+                self.latencies_ms[slot] = latency
+
+
+class Stats:
+    """Live figures of a run; thread-safe to read while batches arrive.
+
+    The figures cover every batch, in constant memory: batches are folded into
+    running sums, and latency percentiles come from all latencies up to
+    ``keep`` batches, then from a uniform sample of ``keep`` of them.
+    :attr:`timings` keeps the first ``keep`` batches whole, for traces.
+    """
+
+    def __init__(self, timings: Iterable[BatchTiming] = (), keep: int = KEEP) -> None:
         self._lock = threading.Lock()
-        self._timings: list[BatchTiming] = list(timings)
+        self._keep = keep
+        self._kept: list[BatchTiming] = []
+        self._pending: list[BatchTiming] = []  # added, not yet folded into the totals
+        self._totals = _Totals(keep)
         self._origin: Any | None = None
         #: perf_counter time of device time 0 (the first h2d start): exact on the
         #: host device, the first h2d's enqueue time on CUDA (clocks differ)
         self.device_origin: float | None = None
+        for timing in timings:
+            self.add(timing)
 
     # -- collecting ---------------------------------------------------------
     def add(self, timing: BatchTiming) -> None:
+        # Folding is deferred and done in runs: the consumer, which calls this
+        # once a batch, pays an append.
         with self._lock:
-            self._timings.append(timing)
+            if len(self._kept) < self._keep:
+                self._kept.append(timing)
+            self._pending.append(timing)
+            if len(self._pending) >= _FOLD_EVERY:
+                self._fold_pending()
+
+    def _fold_pending(self) -> None:
+        # holding the lock
+        for timing in self._pending:
+            self._totals.fold(timing)
+        self._pending.clear()
+
+    def _snapshot(self) -> _Totals:
+        with self._lock:
+            self._fold_pending()
+            return self._totals.copy()
 
     def add_trace(self, trace: BatchTrace) -> None:
         """The engine's ``on_batch`` hook."""
@@ -129,95 +248,74 @@ class Stats:
 
     @property
     def timings(self) -> list[BatchTiming]:
+        """The first ``keep`` batches' timings."""
         with self._lock:
-            return list(self._timings)
+            return list(self._kept)
 
-    # -- figures ------------------------------------------------------------
+    # -- figures (each from one consistent snapshot) ------------------------
     @property
     def batches(self) -> int:
-        return len(self.timings)
+        return self._snapshot().batches
 
     @property
     def items(self) -> int:
-        return sum(t.rows for t in self.timings)
+        return self._snapshot().items
 
     @property
     def wall_s(self) -> float:
         """From the first ask of the source to the last batch's delivery."""
-        timings = self.timings
-        if not timings:
-            return 0.0
-        return max(t.done for t in timings) - min(t.submitted - t.source_s for t in timings)
-
-    def _rate(self, count: float) -> float:
-        wall = self.wall_s
-        return count / wall if wall > 0 else math.nan
+        return self._snapshot().wall_s
 
     @property
     def items_per_s(self) -> float:
-        return self._rate(self.items)
+        totals = self._snapshot()
+        return totals.rate(totals.items)
 
     @property
     def batches_per_s(self) -> float:
-        return self._rate(self.batches)
+        totals = self._snapshot()
+        return totals.rate(totals.batches)
 
     def stage_mean_s(self) -> dict[str, float | None]:
         """Mean seconds per batch of every stage (None where not timed)."""
-        timings = self.timings
-        means: dict[str, float | None] = {}
-        for stage in STAGES:
-            values = [v for t in timings if (v := t.stage_seconds(stage)) is not None]
-            means[stage] = float(np.mean(values)) if values else None
-        return means
+        return self._snapshot().stage_means()
 
     def link_gbps(self) -> dict[str, float | None]:
         """Achieved GB/s while copying, each way (bytes / time the copies took)."""
-        timings = self.timings
-        out: dict[str, float | None] = {}
-        for direction, size in (("h2d", "h2d_bytes"), ("d2h", "d2h_bytes")):
-            seconds = sum(t.stage_seconds(direction) or 0.0 for t in timings)
-            total = sum(getattr(t, size) for t in timings)
-            out[direction] = total / seconds / 1e9 if seconds > 0 else None
-        return out
+        return self._snapshot().link_gbps()
 
     def latency_ms(self) -> dict[str, float]:
-        latencies = [t.latency_s * 1e3 for t in self.timings]
-        return {"p50": _percentile(latencies, 50), "p95": _percentile(latencies, 95), "p99": _percentile(latencies, 99)}
+        return self._snapshot().latency_ms()
 
     @property
     def bottleneck(self) -> str | None:
-        means = {k: v for k, v in self.stage_mean_s().items() if v is not None}
-        return max(means, key=lambda k: means[k]) if means else None
+        return self._snapshot().bottleneck()
 
     @property
     def bound_items_per_s(self) -> float:
         """Items/s if every batch cost only its slowest stage's mean time."""
-        means = [v for v in self.stage_mean_s().values() if v is not None]
-        batches = self.batches
-        if not means or batches == 0 or max(means) <= 0:
-            return math.nan
-        return (self.items / batches) / max(means)
+        return self._snapshot().bound_items_per_s()
 
     @property
     def efficiency(self) -> float:
-        bound = self.bound_items_per_s
-        return self.items_per_s / bound if bound and not math.isnan(bound) else math.nan
+        return self._snapshot().efficiency()
 
     def to_dict(self) -> dict[str, Any]:
-        means = self.stage_mean_s()
+        totals = self._snapshot()
+        means = totals.stage_means()
         return {
-            "batches": self.batches,
-            "items": self.items,
-            "wall_s": self.wall_s,
-            "items_per_s": self.items_per_s,
-            "batches_per_s": self.batches_per_s,
-            "bound_items_per_s": self.bound_items_per_s,
-            "efficiency": self.efficiency,
-            "bottleneck": self.bottleneck,
+            "batches": totals.batches,
+            "items": totals.items,
+            "wall_s": totals.wall_s,
+            "items_per_s": totals.rate(totals.items),
+            "batches_per_s": totals.rate(totals.batches),
+            "bound_items_per_s": totals.bound_items_per_s(),
+            "efficiency": totals.efficiency(),
+            "bottleneck": totals.bottleneck(),
             "stage_ms": {k: (None if v is None else v * 1e3) for k, v in means.items()},
-            "latency_ms": self.latency_ms(),
-            "link_gbps": self.link_gbps(),
-            "wait_ms": float(np.mean([t.wait_s for t in self.timings])) * 1e3 if self.batches else None,
+            "latency_ms": totals.latency_ms(),
+            "link_gbps": totals.link_gbps(),
+            "wait_ms": totals.wait_sum / totals.batches * 1e3 if totals.batches else None,
         }
 
     def __str__(self) -> str:

@@ -135,3 +135,26 @@ def test_pipeline_stats_come_from_the_events_and_agree_with_the_wall_clock():
     # stats' wall (first submission -> last delivery) lies inside the loop's wall
     assert stats.items_per_s >= items / wall * 0.999
     assert 0 < stats.efficiency <= 1.2
+
+
+def test_long_runs_keep_constant_memory_and_exact_means():
+    # 30,000 batches with latencies 0..29.999 s: figures over all, timings of the first 1,000 only
+    stats = Stats(keep=1000)
+    for i in range(30_000):
+        stats.add(_timing(i, submitted=float(i), done=float(i) + i / 1000, h2d=0.001 * (i % 3)))
+    assert stats.batches == 30_000 and stats.items == 300_000
+    assert [t.index for t in stats.timings] == list(range(1000))
+    assert stats.stage_mean_s()["h2d"] == pytest.approx(0.001)  # (0 + 1 + 2) / 3 ms, over every batch
+    assert stats.wall_s == pytest.approx(29_999 + 29.999)
+    assert len(stats._totals.latencies_ms) == 1000  # a uniform sample of the 30,000
+    lat = stats.latency_ms()
+    assert lat["p50"] == pytest.approx(15_000, rel=0.1)  # ms; exact would be 14,999.5
+    assert lat["p99"] == pytest.approx(29_700, rel=0.05)
+
+
+def test_figures_include_batches_not_yet_folded():
+    stats = Stats()
+    stats.add(_timing(0, submitted=0.0, done=0.01))
+    assert stats.batches == 1 and stats.to_dict()["batches"] == 1
+    stats.add(_timing(1, submitted=0.01, done=0.02))
+    assert stats.items == 20
