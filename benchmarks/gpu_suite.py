@@ -6,7 +6,10 @@ Writes into OUTDIR: ``tests.log`` (the CUDA tests and the whole suite's
 result), ``results.json`` (every model x mode x depth, the README's JSON
 schema), ``trace.json`` (Chrome trace of the balanced model at the deepest
 depth) and ``timeline.png``.  Models: copy-bound (identity over wide rows),
-compute-bound (a deep MatMul chain) and balanced (the conv net on frames).
+compute-bound (a deep MatMul chain), balanced (the conv net on frames) and
+tiny (one row of 4 floats: the per-batch cost of each way of running).
+Modes: naive, iobinding, and the engine with stage threads (``pipelined``)
+and from the caller's thread (``caller``), at depths 1-3.
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 """
@@ -27,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device  # noqa: E402
-from pipeline.bench import Workload, format_table, measure_copy_gbps, run_modes  # noqa: E402
+from pipeline.bench import MODES, Workload, format_table, measure_copy_gbps, run_modes  # noqa: E402
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
+
+DEPTHS = (1, 2, 3)
 
 
 def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
@@ -58,6 +63,11 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
             "model": models.convnet(),
             "batch": lambda i: {"frames": rand(i, (frames, 3, size, size))},
         },
+        {
+            "name": "tiny identity",
+            "model": models.identity(features=4),
+            "batch": lambda i: {"x": rand(i, (1, 4))},
+        },
     ]
 
 
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
     parser.add_argument("--no-tests", action="store_true")
-    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per mode (default 3, quick 0.3)")
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per mode (default 2, quick 0.3)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_tests:
         report["tests_exit_code"] = run_tests(args.out)
-    seconds = args.seconds or (0.3 if args.quick or not gpu else 3.0)
+    seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
     for entry in _set(args.quick, gpu):
         pool = [entry["batch"](i) for i in range(4)]
         kept: list[Any] = []
@@ -100,13 +110,16 @@ def main(argv: list[str] | None = None) -> int:
             entry["model"],
             device,
             Workload(pool, count=None, duration=seconds, warmup=3),
+            depths=DEPTHS,
+            modes=MODES,
             keep=lambda pipe, kept=kept: kept.append(pipe.stats),
         )
         print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
         report["models"].append({"name": entry["name"], "results": [r.to_dict() for r in results]})
         if entry["name"].startswith("balanced") and kept:
-            write_chrome_trace(kept[-1], args.out / "trace.json", title=entry["name"])
-            plot_timeline(kept[-1], args.out / "timeline.png", title=entry["name"])
+            deepest = kept[len(DEPTHS) - 1]  # the pipelined runs come first, one per depth
+            write_chrome_trace(deepest, args.out / "trace.json", title=f"{entry['name']}, depth {DEPTHS[-1]}")
+            plot_timeline(deepest, args.out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
     report["wall_s"] = time.perf_counter() - started
     (args.out / "results.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out}/results.json, trace.json, timeline.png in {report['wall_s']:.0f} s")

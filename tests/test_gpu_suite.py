@@ -27,7 +27,12 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "results.json").read_text())
-    assert [m["name"] for m in report["models"]] == ["copy-bound identity", "compute-bound busy", "balanced convnet"]
+    assert [m["name"] for m in report["models"]] == [
+        "copy-bound identity",
+        "compute-bound busy",
+        "balanced convnet",
+        "tiny identity",
+    ]
     for entry in report["models"]:
         assert [(r["mode"], r["depth"]) for r in entry["results"]] == [
             ("naive", None),
@@ -35,6 +40,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
             ("pipelined", 1),
             ("pipelined", 2),
             ("pipelined", 3),
+            ("caller", 1),
+            ("caller", 2),
+            ("caller", 3),
         ]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000

@@ -31,7 +31,7 @@ try:  # NVTX ranges show the stages in Nsight Systems; optional
 except ImportError:  # pragma: no cover - depends on the machine
     _nvtx = None
 
-_SPIN_CHECKS = 64
+_SPIN_CHECKS = 8  # a spinning loop keeps the GIL from the stage threads: brief, then sleep
 _SLEEP_S = 50e-6
 
 
