@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 
 import numpy as np
@@ -19,9 +20,11 @@ import pytest
 from pipeline import HostDevice, Pipeline, PipelineOptions, models
 
 BATCHES = 3000
+ROUNDS = 9
 
 
-def _bare_loop_us(model) -> float:
+def _bare_loop_us(model) -> list[float]:
+    """us per batch of each of ROUNDS rounds of a bare loop."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x, y = np.ones((1, 4), np.float32), np.empty((1, 4), np.float32)
     binding = session.io_binding()
@@ -29,10 +32,13 @@ def _bare_loop_us(model) -> float:
     binding.bind_output("y", "cpu", 0, np.float32, [1, 4], y.ctypes.data)
     for _ in range(200):
         session.run_with_iobinding(binding)
-    start = time.perf_counter()
-    for _ in range(BATCHES):
-        session.run_with_iobinding(binding)
-    return (time.perf_counter() - start) / BATCHES * 1e6
+    rounds = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(BATCHES):
+            session.run_with_iobinding(binding)
+        rounds.append((time.perf_counter() - start) / BATCHES * 1e6)
+    return rounds
 
 
 @contextlib.contextmanager
@@ -61,7 +67,7 @@ def test_engine_overhead_per_batch(benchmark, pinned, stage_threads):
 def _measure(benchmark, pinned: bool, stage_threads: bool) -> None:
     model = models.identity(features=4)
     batches = [np.ones((1, 4), np.float32)] * BATCHES
-    bare_us = _bare_loop_us(model)
+    bare = _bare_loop_us(model)
     options = PipelineOptions(timing=False, stage_threads=stage_threads)
     with Pipeline(model, device=HostDevice(), depth=3, options=options) as pipe:
         for _ in pipe.map(batches[:200]):
@@ -71,17 +77,22 @@ def _measure(benchmark, pinned: bool, stage_threads: bool) -> None:
             for _ in pipe.map_with(batches, lambda i, r, v: None):
                 pass
 
-        benchmark.pedantic(run, rounds=9, iterations=1)
-    engine_us = benchmark.stats.stats.median / BATCHES * 1e6
-    benchmark.extra_info.update(
-        bare_us=bare_us,
-        engine_us=engine_us,
-        overhead_us=engine_us - bare_us,
-        pinned=pinned,
-        stage_threads=stage_threads,
-    )
-    print(
-        f"\n{'one CPU' if pinned else 'any CPU'}, {'stage threads' if stage_threads else 'caller thread'}: "
-        f"bare run_with_iobinding {bare_us:.1f} us/batch, engine {engine_us:.1f} us/batch, "
-        f"overhead {engine_us - bare_us:.1f} us/batch"
-    )
+        benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
+    # Both the fastest round (the code's own cost: slower rounds are other
+    # tenants of a shared machine) and the median round, of each loop.
+    figures = {}
+    for name, engine_s, bare_us in (
+        ("min", benchmark.stats.stats.min, min(bare)),
+        ("median", benchmark.stats.stats.median, statistics.median(bare)),
+    ):
+        engine_us = engine_s / BATCHES * 1e6
+        figures[name] = {"bare_us": bare_us, "engine_us": engine_us, "overhead_us": engine_us - bare_us}
+    benchmark.extra_info.update(figures, pinned=pinned, stage_threads=stage_threads)
+    where = f"{'one CPU' if pinned else 'any CPU'}, {'stage threads' if stage_threads else 'caller thread'}"
+    for name, f in figures.items():
+        print(
+            f"\n{where}, {name} of {ROUNDS} rounds: bare run_with_iobinding {f['bare_us']:.1f} us/batch, "
+            f"engine {f['engine_us']:.1f} us/batch, overhead {f['overhead_us']:.1f} us/batch",
+            end="",
+        )
+    print()
