@@ -43,6 +43,9 @@ class InputChecker:
 
     def feeds(self, index: int | None, batch: object) -> dict[str, np.ndarray]:
         """Name, dtype and rank checks, and every dim the model fixes."""
+        if len(self._rules) == 1 and not isinstance(batch, Mapping):  # one input, one array: no naming to check
+            spec, fixed = self._rules[0]
+            return {spec.name: self._check(index, spec, fixed, batch)}
         named = self._named(index, batch)
         feeds = {spec.name: self._check(index, spec, fixed, named[spec.name]) for spec, fixed in self._rules}
         if len(feeds) > 1:

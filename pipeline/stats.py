@@ -177,8 +177,13 @@ class _Totals:
         self.items += timing.rows
         self.first_ask = min(self.first_ask, timing.submitted - timing.source_s)
         self.last_done = max(self.last_done, timing.done)
-        for stage in STAGES:
-            value = timing.stage_seconds(stage)
+        for stage, value in (
+            ("source", timing.source_s),
+            ("stage", timing.stage_s),
+            ("h2d", timing.h2d_s),
+            ("compute", timing.compute_s),
+            ("d2h", timing.d2h_s),
+        ):
             if value is not None:
                 self.stage_sum[stage] += value
                 self.stage_count[stage] += 1
