@@ -1,4 +1,4 @@
-"""The engine: producer and execute threads, and the consumer's iterator.
+"""The engine: producer and execute threads (or the caller's alone), and the consumer's iterator.
 
 ::
 
@@ -12,7 +12,10 @@ NOTE [ threads are not stages ]: the d2h is enqueued by the execute thread
 (its stream does the waiting), so a run needs two host threads beside the
 consumer.  On CUDA both only enqueue; on the host device with no link model
 their stream operations run inline, so the producer does the h2d memcpy and
-the execute thread runs ORT and the d2h memcpy.
+the execute thread runs ORT and the d2h memcpy.  With ``stage_threads`` off
+the same two steps (``_produce_one``, ``_execute_one``) are called by the
+consumer's own thread instead (NOTE [ inline issue ]): the stages are the
+same functions either way, only who calls them differs.
 
 NOTE [ one error path ]: a failure anywhere travels down the same queues as
 results, so the consumer first receives every earlier batch, then raises the

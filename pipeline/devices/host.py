@@ -137,9 +137,10 @@ class HostEvent(Event):
     def _reach(self, generation: int, fault: BaseException | None) -> None:
         # holding the signal's lock
         if generation > self._completed:
-            self._completed = generation
+            # time and fault first: a lock-free reader that sees the new count sees them too
             self._time = time.perf_counter()
             self._fault = fault
+            self._completed = generation
         if self._signal.sleepers:
             self._signal.cond.notify_all()
 
