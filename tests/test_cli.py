@@ -52,6 +52,15 @@ def test_bench_writes_json(tmp_path, capsys):
     assert data["device"]["link"]["h2d_gbps"] == 8
 
 
+def test_bench_caller_mode_rows(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "identity", "--batches", "4", "--warmup", "1", "--depth", "1,3", "--modes", "caller,naive"]
+    assert main([*argv, "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
+    rows = [(r["mode"], r["depth"]) for r in json.loads(path.read_text())["results"]]
+    assert rows == [("naive", None), ("caller", 1), ("caller", 3)]
+    assert "caller" in capsys.readouterr().out
+
+
 def test_bench_on_a_model_file(tmp_path, capsys):
     from pipeline import models
 
@@ -143,7 +152,12 @@ def test_bench_free_dims_without_input_say_how(tmp_path, capsys):
 def test_bench_argument_errors_exit_2():
     import pytest
 
-    for argv in (["bench", "--depth", "0"], ["bench", "--input", "x"], ["bench", "--batches", "3", "--duration", "1"]):
+    for argv in (
+        ["bench", "--depth", "0"],
+        ["bench", "--input", "x"],
+        ["bench", "--batches", "3", "--duration", "1"],
+        ["bench", "--modes", "naive,turbo"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2

@@ -31,6 +31,22 @@ def depths(text: str) -> list[int]:
     return depths
 
 
+def choices_of(allowed: tuple[str, ...], option: str) -> Any:
+    """A comma-separated subset of ``allowed``, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        picked = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [part for part in picked if part not in allowed]
+        if not picked or unknown:
+            raise argparse.ArgumentTypeError(
+                f"{option} takes some of {','.join(allowed)}, got {text!r}"
+                + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+            )
+        return picked
+
+    return parse
+
+
 def input_spec(text: str) -> tuple[str, tuple[int, ...], str | None]:
     """NAME:SHAPE[:DTYPE], SHAPE as 3x224x224 or 3,224,224 (without the batch dim)."""
     parts = text.split(":")

@@ -15,7 +15,7 @@ from .._errors import PipelineError
 from .._progress import Progress
 from ..bench import DEFAULT_MODES, MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
-from ._args import depths, input_spec, positive
+from ._args import choices_of, depths, input_spec, positive
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_LINK_GBPS = 12.0
@@ -38,7 +38,8 @@ def add_bench(sub: Any) -> None:
     bench.add_argument("--warmup", type=int, default=3, help="untimed batches per mode")
     bench.add_argument(
         "--modes",
-        default=",".join(DEFAULT_MODES),
+        type=choices_of(MODES, "--modes"),
+        default=list(DEFAULT_MODES),
         help=f"some of {','.join(MODES)} (caller: the engine with no stage threads); default {','.join(DEFAULT_MODES)}",
     )
     bench.add_argument(
@@ -167,7 +168,7 @@ def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     device, why = _bench_device(args)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = args.modes
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     model, pool = synthetic_batches(args.model, args.batch_size, min(count or 16, 16), args.input)
     work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup)
