@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineInputError, Preprocess, models
+from pipeline import Pipeline, PipelineInputError, PipelineOptions, Preprocess, models
 
 from .conftest import assert_outputs_equal, reference
 
@@ -25,10 +25,11 @@ def test_host_reference_is_the_textbook_formula():
 
 
 @pytest.mark.parametrize("how", [IMAGENET, Preprocess(scale=1 / 255, layout="nhwc")], ids=["imagenet", "scale"])
-def test_device_side_equals_host_side(device, how):
+def test_device_side_equals_host_side(device, how, stage_threads):
     model = models.convnet()
     frames = [_frames(8, seed=i) for i in range(6)] + [_frames(3, seed=9)]
-    with Pipeline(model, device=device, depth=3, preprocess=how) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=device, depth=3, preprocess=how, options=options) as pipe:
         outs = list(pipe.map(frames))
     for x, out in zip(frames, outs, strict=True):
         assert_outputs_equal(out, reference(model, {"frames": how.apply(x)}), device)
