@@ -443,17 +443,22 @@ class EngineRun(Generic[T]):
     def _issued_inline(self) -> Iterator[object]:
         """NOTE [ inline issue ]: with no stage threads the caller's thread stages,
         runs and drains each batch itself, up to ``depth`` batches ahead of the
-        one it delivers.  On a GPU every step only enqueues, so the streams still
-        overlap; on the host device nothing overlaps, but no batch pays for a
-        hand-off between threads.  At most ``depth - 1`` batches hold a
-        pinned-out slot when the next is issued, so no acquire here can block."""
+        one it delivers, and stages one batch more before it waits for that one,
+        so the next h2d overlaps the wait (at depth 1 too, as with threads).  On
+        a GPU every step only enqueues, so the streams still overlap; on the
+        host device nothing overlaps, but no batch pays for a hand-off between
+        threads.  The staged batch holds a pinned-in and a device slot, never a
+        pinned-out one; at most ``depth - 1`` batches hold a pinned-out slot
+        when the next is run, so no acquire here waits on the consumer."""
         self._device.activate()
         iterator = iter(self._source)
-        pending: collections.deque[object] = collections.deque()
+        pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
+        staged: object | None = None  # produced (h2d enqueued), not yet run
         index, ended = 0, False
         while not self._closed:
             while not ended and len(pending) < self._config.depth:
-                item = self._produce_one(iterator, index)
+                item = staged if staged is not None else self._produce_one(iterator, index)
+                staged = None
                 if isinstance(item, _Work):
                     item = self._execute_one(item)
                     index += 1
@@ -463,6 +468,10 @@ class EngineRun(Generic[T]):
                 pending.append(item)
             if not pending:
                 return
+            if not ended and staged is None:
+                staged = self._produce_one(iterator, index)
+                if staged is None:
+                    return
             yield pending.popleft()
 
     def _deliver(self, work: _Work) -> T:

@@ -21,12 +21,13 @@ def _batches(count: int, seed: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3])
 def test_two_thousand_batches_under_chaos(depth, stage_threads):
     device = HostDevice(chaos=ChaosOptions(probability=0.3, max_delay_s=1e-4, seed=depth))
     model = models.identity(features=16)
     batches = _batches(2000, seed=depth)
-    with Pipeline(model, device=device, depth=depth, options=PipelineOptions(stage_threads=stage_threads)) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=device, depth=depth, batch_size=4, options=options) as pipe:
         for index, (batch, out) in enumerate(zip(batches, pipe.map(batches), strict=True)):
             np.testing.assert_array_equal(out["y"], batch["x"], err_msg=f"batch {index}")
     device.close()

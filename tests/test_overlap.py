@@ -25,21 +25,25 @@ def _compute_seconds(model, batch, runs: int = 10) -> float:
 
 
 def _throughput(model, device, batches, depth: int, stage_threads: bool) -> float:
+    """Best of two runs: on a shared machine noise only ever slows a run down."""
     options = PipelineOptions(intra_op_threads=1, stage_threads=stage_threads)
     with Pipeline(model, device=device, depth=depth, options=options) as pipe:
         for _ in pipe.map(batches[:2]):
             pass
-        start = time.perf_counter()
-        for _ in pipe.map_with(batches, lambda i, r, v: None):
-            pass
-        return len(batches) / (time.perf_counter() - start)
+        best = 0.0
+        for _ in range(2):
+            start = time.perf_counter()
+            for _ in pipe.map_with(batches, lambda i, r, v: None):
+                pass
+            best = max(best, len(batches) / (time.perf_counter() - start))
+        return best
 
 
 def test_depth_three_beats_depth_one_on_balanced_stages(stage_threads):
     """Also when the caller's thread issues everything: the emulated link's
     streams work on their own threads, as a GPU's do."""
     model = models.busy(features=256, layers=6)
-    rows = 64
+    rows = 192  # stages of a few ms: long against the host's jitter
     batch = {"x": np.random.default_rng(0).standard_normal((rows, 256)).astype(np.float32)}
     compute_s = _compute_seconds(model, batch)
     nbytes = batch["x"].nbytes  # the same in and out
