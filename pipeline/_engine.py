@@ -267,7 +267,7 @@ class EngineRun(Generic[T]):
         events = BatchEvents.new(self._device, self._config.timing)
         copy = self._streams.h2d
         nbytes, total_bytes = self._input_nbytes(bound)
-        with self._device.annotate(f"h2d {index}"):
+        with self._device.annotate("h2d", index):
             if slot.inputs_free is not None:
                 copy.wait_event(slot.inputs_free)
             if events.h2d_start is not None:
@@ -326,7 +326,7 @@ class EngineRun(Generic[T]):
         if slot.outputs_free is not None:
             compute.wait_event(slot.outputs_free)
         work.out_layout = self._outputs_for(work)
-        with self._device.annotate(f"run {trace.index}"):
+        with self._device.annotate("run", trace.index):
             if events.run_start is not None:
                 events.run_start.record(compute)
             self._preprocess(slot, trace.bound_rows)
@@ -340,7 +340,7 @@ class EngineRun(Generic[T]):
             return False
         work.pinned_out = pinned_out
         drain = self._streams.d2h
-        with self._device.annotate(f"d2h {trace.index}"):
+        with self._device.annotate("d2h", trace.index):
             drain.wait_event(events.run_done)
             if events.d2h_start is not None:
                 events.d2h_start.record(drain)

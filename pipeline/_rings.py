@@ -38,12 +38,13 @@ class _PinnedSlot:
     """Flat page-locked byte buffers, one per tensor, and typed views of them."""
 
     arrays: dict[str, np.ndarray]
-    _views: dict[tuple[str, np.dtype, Shape], np.ndarray] = field(default_factory=dict, repr=False)
+    _views: dict[tuple[str, Shape], np.ndarray] = field(default_factory=dict, repr=False)
 
     def view(self, name: str, dtype: np.dtype, shape: Shape) -> np.ndarray:
         """``arrays[name]`` seen as ``dtype`` of ``shape``; made once per shape
-        (a slot sees one or two shapes: full batches and the last one)."""
-        key = (name, dtype, shape)
+        (a slot sees one or two shapes: full batches and the last one).  A
+        slot belongs to one layout, so a tensor's dtype never changes."""
+        key = (name, shape)
         found = self._views.get(key)
         if found is None:
             found = self._views[key] = typed_view(self.arrays[name], dtype, shape)

@@ -141,8 +141,9 @@ class Device(abc.ABC):
         """Make the host pay what an emulated link would charge for a copy the
         baselines do outside our streams (a no-op on real hardware)."""
 
-    def annotate(self, name: str) -> contextlib.AbstractContextManager[None]:
-        """A named range for profilers (NVTX on CUDA when ``nvtx`` is installed)."""
+    def annotate(self, stage: str, index: int) -> contextlib.AbstractContextManager[None]:
+        """A range named "{stage} {index}" for profilers (NVTX on CUDA when ``nvtx``
+        is installed); the name is only formatted where a profiler will see it."""
         return _NO_RANGE
 
     def activate(self) -> None:  # noqa: B027 - optional hook

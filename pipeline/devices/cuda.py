@@ -170,10 +170,10 @@ class CudaDevice(Device):
     def activate(self) -> None:
         self._cupy.cuda.Device(self.device_id).use()
 
-    def annotate(self, name: str) -> contextlib.AbstractContextManager[None]:
+    def annotate(self, stage: str, index: int) -> contextlib.AbstractContextManager[None]:
         if _nvtx is None:
             return contextlib.nullcontext()
-        return _nvtx.annotate(name, domain="ortpipe")
+        return _nvtx.annotate(f"{stage} {index}", domain="ortpipe")
 
     def normalize(self, stream: Stream, op: NormalizeOp) -> None:
         if not isinstance(stream, CudaStream):
