@@ -11,7 +11,10 @@ the slowest stage were the only cost (``rows / max(mean stage time)``, from
 the same run), **efficiency** = achieved / bound, and the **bottleneck**
 stage by name.  Stages: ``source`` (your iterator producing the batch:
 reading, decoding), ``stage`` (the host copy into pinned memory), ``h2d``,
-``compute`` (device-side preprocessing included), ``d2h``.
+``compute`` (device-side preprocessing included), ``d2h``.  The bottleneck is
+``host`` instead when the time per batch beyond the sum of all stages (the
+engine's bookkeeping, hand-offs between threads, your loop) exceeds the
+slowest stage: then no stage limits the run, the host's per-batch cost does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import numpy as np
 from ._engine import BatchTrace
 
 STAGES = ("source", "stage", "h2d", "compute", "d2h")
+#: the bottleneck when time outside every stage is what limits a run
+HOST = "host"
 
 
 @dataclass(slots=True)
@@ -157,9 +162,24 @@ class _Totals:
         values = self.latencies_ms
         return {"p50": _percentile(values, 50), "p95": _percentile(values, 95), "p99": _percentile(values, 99)}
 
+    def outside_stages_s(self) -> float | None:
+        """Seconds per batch that no stage accounts for, beyond their sum (the
+        engine's own bookkeeping, hand-offs between threads, the caller's loop);
+        None unless every stage was timed."""
+        means = self.stage_means()
+        if not self.batches or any(v is None for v in means.values()):
+            return None
+        return max(0.0, self.wall_s / self.batches - sum(v for v in means.values() if v is not None))
+
     def bottleneck(self) -> str | None:
         means = {k: v for k, v in self.stage_means().items() if v is not None}
-        return max(means, key=lambda k: means[k]) if means else None
+        if not means:
+            return None
+        slowest = max(means, key=lambda k: means[k])
+        # Even with no overlap at all a batch costs the sum of its stages; time
+        # beyond that, if more than the slowest stage's, is what limits the run.
+        outside = self.outside_stages_s()
+        return HOST if outside is not None and outside > means[slowest] else slowest
 
     def bound_items_per_s(self) -> float:
         means = [v for v in self.stage_means().values() if v is not None]
@@ -321,6 +341,7 @@ class Stats:
             "latency_ms": totals.latency_ms(),
             "link_gbps": totals.link_gbps(),
             "wait_ms": totals.wait_sum / totals.batches * 1e3 if totals.batches else None,
+            "outside_stages_ms": None if (outside := totals.outside_stages_s()) is None else outside * 1e3,
         }
 
     def __str__(self) -> str:

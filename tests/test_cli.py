@@ -47,7 +47,7 @@ def test_bench_writes_json(tmp_path, capsys):
         assert 0 < row["efficiency"] < 2
         assert {"h2d", "compute", "d2h"} <= set(row["stage_ms"])
         assert {"p50", "p99"} <= set(row["latency_ms"])
-        assert row["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h")
+        assert row["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "host")
     assert data["results"][2]["depth"] == 2
     assert data["device"]["link"]["h2d_gbps"] == 8
 

@@ -53,7 +53,7 @@ def test_latency_percentiles():
 
 
 def test_the_slowest_stage_sets_the_bound_whichever_it_is():
-    stats = Stats([_timing(0, submitted=0, done=1, stage=0.010, h2d=0.001, compute=0.002, d2h=0.001)])
+    stats = Stats([_timing(0, submitted=0, done=0.015, stage=0.010, h2d=0.001, compute=0.002, d2h=0.001)])
     assert stats.bottleneck == "stage"
     assert stats.bound_items_per_s == pytest.approx(10 / 0.010)
 
@@ -158,3 +158,26 @@ def test_figures_include_batches_not_yet_folded():
     assert stats.batches == 1 and stats.to_dict()["batches"] == 1
     stats.add(_timing(1, submitted=0.01, done=0.02))
     assert stats.items == 20
+
+
+def test_time_outside_every_stage_makes_the_host_the_bottleneck():
+    # 100 batches of tiny stages (10 us in all) delivered one every 100 us: 90 us a batch is the host's
+    timings = [
+        _timing(i, submitted=1e-4 * i, done=1e-4 * (i + 1), stage=1e-6, h2d=2e-6, compute=5e-6, d2h=2e-6)
+        for i in range(100)
+    ]
+    stats = Stats(timings)
+    assert stats.bottleneck == "host"
+    assert stats.to_dict()["outside_stages_ms"] == pytest.approx(0.090)
+    # the same stages fully serialized (one batch every 10 us): nothing outside them
+    serial = Stats(
+        _timing(i, submitted=1e-5 * i, done=1e-5 * (i + 1), stage=1e-6, h2d=2e-6, compute=5e-6, d2h=2e-6)
+        for i in range(100)
+    )
+    assert serial.bottleneck == "compute" and serial.to_dict()["outside_stages_ms"] == pytest.approx(0.0)
+
+
+def test_no_host_verdict_without_device_timing():
+    timing = BatchTiming(0, 4, 100, 100, submitted=0.0, done=1.0, stage_s=0.001, wait_s=0.0)
+    assert Stats([timing]).bottleneck == "stage"
+    assert Stats([timing]).to_dict()["outside_stages_ms"] is None
