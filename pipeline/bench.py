@@ -6,8 +6,8 @@
   one batch at a time;
 * ``pipelined`` - ortpipe's engine, at each requested depth;
 * ``caller`` - the same engine with no stage threads: the calling thread
-  issues every stage (``PipelineOptions(stage_threads=False)``); asked for
-  by name, not run by default.
+  issues every stage (``PipelineOptions(stage_threads=False)``), at each
+  requested depth.
 
 Every mode gets the same :class:`Workload`: warm-up batches first (not
 timed), then a fixed number of batches or as many as fit in a duration.  On
@@ -34,7 +34,6 @@ from .devices import Device
 from .stats import BatchTiming, Stats
 
 MODES = ("naive", "iobinding", "pipelined", "caller")
-DEFAULT_MODES = ("naive", "iobinding", "pipelined")
 Batch = dict[str, np.ndarray]
 
 
@@ -262,7 +261,7 @@ def run_modes(
     work: Workload,
     *,
     depths: Sequence[int] = (1, 2, 3),
-    modes: Sequence[str] = DEFAULT_MODES,
+    modes: Sequence[str] = MODES,
     intra_op_threads: int | None = None,
     tick: Any = None,
     keep: Callable[[Pipeline], None] | None = None,

@@ -41,6 +41,8 @@ def test_every_mode_runs_the_same_batches_and_reports_stats():
         ("iobinding", None),
         ("pipelined", 1),
         ("pipelined", 2),
+        ("caller", 1),
+        ("caller", 2),
     ]
     for row in results:
         assert row.batches == 6 and row.items == 24

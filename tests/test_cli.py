@@ -41,7 +41,7 @@ def test_bench_writes_json(tmp_path, capsys):
         == 0
     )
     data = json.loads(path.read_text())
-    assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined"]
+    assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined", "caller"]
     for row in data["results"]:  # the documented schema
         assert row["items_per_s"] > 0 and row["bound_items_per_s"] > 0
         assert 0 < row["efficiency"] < 2

@@ -13,7 +13,7 @@ import numpy as np
 from .. import models
 from .._errors import PipelineError
 from .._progress import Progress
-from ..bench import DEFAULT_MODES, MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
+from ..bench import MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import choices_of, depths, input_spec, positive
 
@@ -39,8 +39,8 @@ def add_bench(sub: Any) -> None:
     bench.add_argument(
         "--modes",
         type=choices_of(MODES, "--modes"),
-        default=list(DEFAULT_MODES),
-        help=f"some of {','.join(MODES)} (caller: the engine with no stage threads); default {','.join(DEFAULT_MODES)}",
+        default=list(MODES),
+        help=f"some of {','.join(MODES)} (default: all; caller = the engine with no stage threads)",
     )
     bench.add_argument(
         "--link-gbps",
@@ -59,8 +59,12 @@ def add_bench(sub: Any) -> None:
         help="shape (without the batch dim) of an input with free dims; repeatable",
     )
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
-    bench.add_argument("--trace", type=Path, default=None, help="Chrome trace (Perfetto) of the deepest pipelined run")
-    bench.add_argument("--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined run")
+    bench.add_argument(
+        "--trace", type=Path, default=None, help="Chrome trace (Perfetto) of the deepest pipelined (else caller) run"
+    )
+    bench.add_argument(
+        "--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined (else caller) run"
+    )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
 
@@ -181,7 +185,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         total=count * _runs(modes, args.depth) if count else None,
         enabled=False if args.no_progress else None,
     )
-    kept: list[Any] = []
+    kept: list[tuple[bool, Any]] = []  # (stage threads?, stats) of every engine run, deepest last
     results = run_modes(
         model,
         device,
@@ -190,13 +194,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes=modes,
         intra_op_threads=args.threads,
         tick=progress.tick,
-        keep=lambda pipe: kept.append(pipe.stats),
+        keep=lambda pipe: kept.append((pipe.options.stage_threads, pipe.stats)),
     )
     progress.close()
     print(format_table(results))
-    _write_outputs(args, info, results, kept[-1] if kept else None)
+    _write_outputs(args, info, results, _traced(kept))
     device.close()
     return 0
+
+
+def _traced(kept: list[tuple[bool, Any]]) -> Any:
+    """The stats to trace: the deepest pipelined run, else the deepest caller run."""
+    threaded = [stats for stage_threads, stats in kept if stage_threads]
+    if threaded:
+        return threaded[-1]
+    return kept[-1][1] if kept else None
 
 
 def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any) -> None:
