@@ -93,7 +93,7 @@ class BatchTrace:
     stage_s: float  # host staging copy
     wait_in_s: float  # producer waiting for a free pinned-in / device slot
     events: BatchEvents
-    d2h_bytes: int = 0  # set by the consumer
+    d2h_bytes: int = 0  # set when the run is enqueued
     t_done: float = 0.0  # consumer has the outputs
 
 
@@ -166,6 +166,7 @@ class EngineRun(Generic[T]):
         self._closed = False
         self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
         self._in_nbytes: dict[int, tuple[dict[str, int], int]] = {}  # rows -> (bytes per input, total)
+        self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
         self._threads: list[threading.Thread] = []
         if config.stage_threads:
             self._start_thread("producer", self._produce, "stage")
@@ -325,7 +326,7 @@ class EngineRun(Generic[T]):
         compute.wait_event(events.h2d_done)
         if slot.outputs_free is not None:
             compute.wait_event(slot.outputs_free)
-        work.out_layout = self._outputs_for(work)
+        work.out_layout, out_sizes, trace.d2h_bytes = self._outputs_for(work)
         with self._device.annotate("run", trace.index):
             if events.run_start is not None:
                 events.run_start.record(compute)
@@ -344,8 +345,8 @@ class EngineRun(Generic[T]):
             drain.wait_event(events.run_done)
             if events.d2h_start is not None:
                 events.d2h_start.record(drain)
-            for name, (dtype, shape) in work.out_layout.items():
-                drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], nbytes_of(dtype, shape))
+            for name, size in out_sizes.items():
+                drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], size)
             events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
         return True
@@ -371,19 +372,26 @@ class EngineRun(Generic[T]):
             )
             self._device.normalize(self._streams.compute, op)
 
-    def _outputs_for(self, work: _Work) -> dict[str, tuple[np.dtype, Shape]]:
+    def _outputs_for(self, work: _Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
+        """dtype and shape of every output at this batch's bound rows, their bytes and the total."""
         rows = work.trace.bound_rows
-        if rows == self._layout.batch_size:
-            return self._rings.output_layout
-        found = self._session.output_layout(self._layout.model_shapes(rows))
-        for name, (dtype, shape) in found.items():
-            need = nbytes_of(dtype, shape)
-            have = work.slot.outputs[name].nbytes
+        found = self._out_plans.get(rows)
+        if found is not None:
+            return found
+        layout = (
+            self._rings.output_layout
+            if rows == self._layout.batch_size
+            else self._session.output_layout(self._layout.model_shapes(rows))
+        )
+        sizes = {name: nbytes_of(dtype, shape) for name, (dtype, shape) in layout.items()}
+        for name, need in sizes.items():
+            have = work.slot.outputs[name].nbytes  # every slot holds a full batch
             if need > have:
                 raise PipelineError(
                     f"output {name!r} for {rows} rows needs {need} bytes, more than the {have} "
                     f"of a full batch of {self._layout.batch_size}"
                 )
+        found = self._out_plans[rows] = (layout, sizes, sum(sizes.values()))
         return found
 
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
@@ -493,7 +501,6 @@ class EngineRun(Generic[T]):
         finally:
             self._rings.pinned_out.release(pinned_out)
         if self._on_batch is not None:
-            trace.d2h_bytes = sum(v.nbytes for v in views.values())
             trace.t_done = time.perf_counter()
             self._on_batch(trace)
         return result
