@@ -485,7 +485,9 @@ class EngineRun(Generic[T]):
     def _deliver(self, work: _Work) -> T:
         trace = work.trace
         while not trace.events.d2h_done.synchronize(self._config.poll_s):
-            pass  # our own wait: the consumer is the thread the user can interrupt
+            # our own polled wait: the consumer is the thread the user can interrupt
+            if self._closed:
+                raise PipelineClosedError("the pipeline was closed while this map() was running")
         if work.error is not None:
             raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out

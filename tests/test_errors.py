@@ -212,3 +212,21 @@ def test_model_that_cannot_take_the_shapes():
     # convnet needs 3 channels; the graph fixes that, so a 4-channel batch is refused up front
     with Pipeline(models.convnet(), device="cpu") as pipe, pytest.raises(PipelineInputError, match="dim 1"):
         pipe.run(np.zeros((2, 4, 8, 8), np.float32))
+
+
+def test_close_from_another_thread_unblocks_a_waiting_consumer(stage_threads):
+    # a slow link: the consumer waits on a d2h event when close() comes from elsewhere
+    options = PipelineOptions(stage_threads=stage_threads, poll_s=0.01)
+    pipe = Pipeline(models.identity(features=1 << 18), device=HostDevice(link_gbps=0.05), depth=2, options=options)
+    batch = np.ones((4, 1 << 18), np.float32)  # 4 MiB: ~80 ms each way on the link
+    iterator = pipe.map(iter([batch] * 50))
+    next(iterator)
+    closer = threading.Timer(0.05, pipe.close)
+    closer.start()
+    started = time.monotonic()
+    with pytest.raises(PipelineClosedError):
+        for _ in iterator:
+            pass
+    closer.join()
+    assert time.monotonic() - started < 3.0
+    assert wait_no_threads() == []
