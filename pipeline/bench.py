@@ -309,6 +309,19 @@ def measure_copy_gbps(device: Device, nbytes: int = 64 << 20, repeats: int = 3) 
         stream.close()
 
 
+def fastest_line(results: Sequence[ModeResult]) -> str | None:
+    """Which row ran fastest, against naive: the answer a benchmark is run for."""
+    if not results:
+        return None
+    best = max(results, key=lambda r: r.items_per_s)
+    naive = next((r.items_per_s for r in results if r.mode == "naive"), None)
+    where = best.mode if best.depth is None else f"{best.mode} at depth {best.depth}"
+    line = f"fastest: {where}, {best.items_per_s:,.1f} items/s"
+    if naive and best.mode != "naive":
+        line += f" ({best.items_per_s / naive:.2f}x naive)"
+    return line
+
+
 def format_table(results: Sequence[ModeResult]) -> str:
     """One row per mode/depth: items/s, speedup over naive, latency, stage times, efficiency, bottleneck."""
     naive = next((r.items_per_s for r in results if r.mode == "naive"), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import HostDevice, models
-from pipeline.bench import Workload, measure_copy_gbps, run_modes
+from pipeline.bench import ModeResult, Workload, fastest_line, measure_copy_gbps, run_modes
 
 
 def _pool(n=3):
@@ -69,3 +69,10 @@ def test_measured_copy_bandwidth_respects_the_emulated_link():
     gbps = measure_copy_gbps(device, nbytes=4 << 20, repeats=1)
     assert 0 < gbps["h2d"] <= 2.0 and 0 < gbps["d2h"] <= 2.0
     device.close()
+
+
+def test_fastest_line_names_the_best_row_against_naive():
+    rows = [ModeResult("naive", None, 10, 100, 1.0), ModeResult("caller", 2, 10, 100, 0.5)]
+    assert fastest_line(rows) == "fastest: caller at depth 2, 200.0 items/s (2.00x naive)"
+    assert fastest_line(rows[:1]) == "fastest: naive, 100.0 items/s"
+    assert fastest_line([]) is None

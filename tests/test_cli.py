@@ -58,7 +58,8 @@ def test_bench_caller_mode_rows(tmp_path, capsys):
     assert main([*argv, "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
     rows = [(r["mode"], r["depth"]) for r in json.loads(path.read_text())["results"]]
     assert rows == [("naive", None), ("caller", 1), ("caller", 3)]
-    assert "caller" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "caller" in out and "fastest: " in out
 
 
 def test_bench_on_a_model_file(tmp_path, capsys):

@@ -13,7 +13,7 @@ import numpy as np
 from .. import models
 from .._errors import PipelineError
 from .._progress import Progress
-from ..bench import MODES, ModeResult, Workload, format_table, measure_copy_gbps, run_modes
+from ..bench import MODES, ModeResult, Workload, fastest_line, format_table, measure_copy_gbps, run_modes
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import choices_of, depths, input_spec, positive
 
@@ -198,6 +198,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     progress.close()
     print(format_table(results))
+    fastest = fastest_line(results)
+    if fastest is not None:
+        print(fastest)
     _write_outputs(args, info, results, _traced(kept))
     device.close()
     return 0
