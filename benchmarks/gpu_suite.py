@@ -30,7 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device  # noqa: E402
-from pipeline.bench import MODES, Workload, format_table, measure_copy_gbps, run_modes  # noqa: E402
+from pipeline.bench import (  # noqa: E402
+    MODES,
+    Workload,
+    deepest_engine_run,
+    format_table,
+    measure_copy_gbps,
+    run_modes,
+)
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
 
 DEPTHS = (1, 2, 3)
@@ -105,19 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
     for entry in _set(args.quick, gpu):
         pool = [entry["batch"](i) for i in range(4)]
-        kept: list[Any] = []
         results = run_modes(
             entry["model"],
             device,
             Workload(pool, count=None, duration=seconds, warmup=3),
             depths=DEPTHS,
             modes=MODES,
-            keep=lambda pipe, kept=kept: kept.append(pipe.stats),
         )
         print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
         report["models"].append({"name": entry["name"], "results": [r.to_dict() for r in results]})
-        if entry["name"].startswith("balanced") and kept:
-            deepest = kept[len(DEPTHS) - 1]  # the pipelined runs come first, one per depth
+        deepest = deepest_engine_run(results)
+        if entry["name"].startswith("balanced") and deepest is not None:
             write_chrome_trace(deepest, args.out / "trace.json", title=f"{entry['name']}, depth {DEPTHS[-1]}")
             plot_timeline(deepest, args.out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
     report["wall_s"] = time.perf_counter() - started

@@ -34,6 +34,8 @@ from .devices import Device
 from .stats import BatchTiming, Stats
 
 MODES = ("naive", "iobinding", "pipelined", "caller")
+#: the modes that run ortpipe's engine: with its stage threads, and from the caller's thread
+ENGINE_MODES = ("pipelined", "caller")
 Batch = dict[str, np.ndarray]
 
 
@@ -221,7 +223,6 @@ def bench_pipelined(
     depth: int,
     options: PipelineOptions | None = None,
     tick: Any = None,
-    keep: Callable[[Pipeline], None] | None = None,
 ) -> ModeResult:
     """The engine at ``depth``; mode ``caller`` when ``options.stage_threads`` is off."""
     options = options or PipelineOptions()
@@ -234,8 +235,6 @@ def bench_pipelined(
         for _ in pipe.map_with(counted, _discard):
             pass
         seconds = time.perf_counter() - start
-        if keep is not None:
-            keep(pipe)
         return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats)
 
 
@@ -264,9 +263,8 @@ def run_modes(
     modes: Sequence[str] = MODES,
     intra_op_threads: int | None = None,
     tick: Any = None,
-    keep: Callable[[Pipeline], None] | None = None,
 ) -> list[ModeResult]:
-    """Every requested mode over the same workload; ``keep(pipe)`` sees each pipelined run."""
+    """Every requested mode over the same workload, in the order of :data:`MODES`."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
@@ -277,12 +275,21 @@ def run_modes(
         results.append(bench_naive(model, device, work, config, tick))
     if "iobinding" in modes:
         results.append(bench_iobinding(model, device, work, config, tick))
-    for mode in ("pipelined", "caller"):
+    for mode in ENGINE_MODES:
         if mode in modes:
             options = PipelineOptions(intra_op_threads=intra_op_threads, stage_threads=mode == "pipelined")
             for depth in depths:
-                results.append(bench_pipelined(model, device, work, depth, options, tick, keep))
+                results.append(bench_pipelined(model, device, work, depth, options, tick))
     return results
+
+
+def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | None:
+    """The stats a trace shows: the deepest pipelined run, else the deepest caller run."""
+    for mode in ENGINE_MODES:
+        rows = [r for r in results if r.mode == mode and r.stats is not None]
+        if rows:
+            return max(rows, key=lambda r: r.depth or 0).stats
+    return None
 
 
 def measure_copy_gbps(device: Device, nbytes: int = 64 << 20, repeats: int = 3) -> dict[str, float]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline import HostDevice, models
-from pipeline.bench import ModeResult, Workload, fastest_line, measure_copy_gbps, run_modes
+from pipeline.bench import ModeResult, Workload, deepest_engine_run, fastest_line, measure_copy_gbps, run_modes
+from pipeline.stats import Stats
 
 
 def _pool(n=3):
@@ -76,3 +77,17 @@ def test_fastest_line_names_the_best_row_against_naive():
     assert fastest_line(rows) == "fastest: caller at depth 2, 200.0 items/s (2.00x naive)"
     assert fastest_line(rows[:1]) == "fastest: naive, 100.0 items/s"
     assert fastest_line([]) is None
+
+
+def test_the_trace_shows_the_deepest_pipelined_run_else_the_deepest_caller_run():
+    stats = {name: Stats() for name in ("p3", "p1", "c2", "c1")}
+    rows = [
+        ModeResult("naive", None, 1, 1, 1.0, Stats()),
+        ModeResult("pipelined", 3, 1, 1, 1.0, stats["p3"]),
+        ModeResult("pipelined", 1, 1, 1, 1.0, stats["p1"]),
+        ModeResult("caller", 2, 1, 1, 1.0, stats["c2"]),
+        ModeResult("caller", 1, 1, 1, 1.0, stats["c1"]),
+    ]
+    assert deepest_engine_run(rows) is stats["p3"]
+    assert deepest_engine_run([rows[0], *rows[3:]]) is stats["c2"]
+    assert deepest_engine_run(rows[:1]) is None

@@ -13,7 +13,17 @@ import numpy as np
 from .. import models
 from .._errors import PipelineError
 from .._progress import Progress
-from ..bench import MODES, ModeResult, Workload, fastest_line, format_table, measure_copy_gbps, run_modes
+from ..bench import (
+    ENGINE_MODES,
+    MODES,
+    ModeResult,
+    Workload,
+    deepest_engine_run,
+    fastest_line,
+    format_table,
+    measure_copy_gbps,
+    run_modes,
+)
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import choices_of, depths, input_spec, positive
 
@@ -166,7 +176,7 @@ def _describe(info: dict[str, Any]) -> str:
 
 def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
     """Timed runs a bench makes: one per baseline, one per depth of each engine mode."""
-    engine = sum(mode in ("pipelined", "caller") for mode in modes)
+    engine = sum(mode in ENGINE_MODES for mode in modes)
     return len(modes) - engine + engine * len(depths)
 
 
@@ -185,7 +195,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         total=count * _runs(modes, args.depth) if count else None,
         enabled=False if args.no_progress else None,
     )
-    kept: list[tuple[bool, Any]] = []  # (stage threads?, stats) of every engine run, deepest last
     results = run_modes(
         model,
         device,
@@ -194,24 +203,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes=modes,
         intra_op_threads=args.threads,
         tick=progress.tick,
-        keep=lambda pipe: kept.append((pipe.options.stage_threads, pipe.stats)),
     )
     progress.close()
     print(format_table(results))
     fastest = fastest_line(results)
     if fastest is not None:
         print(fastest)
-    _write_outputs(args, info, results, _traced(kept))
+    _write_outputs(args, info, results, deepest_engine_run(results))
     device.close()
     return 0
-
-
-def _traced(kept: list[tuple[bool, Any]]) -> Any:
-    """The stats to trace: the deepest pipelined run, else the deepest caller run."""
-    threaded = [stats for stage_threads, stats in kept if stage_threads]
-    if threaded:
-        return threaded[-1]
-    return kept[-1][1] if kept else None
 
 
 def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any) -> None:
