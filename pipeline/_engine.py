@@ -112,6 +112,7 @@ class _Failure:
 
 
 _END = object()
+_CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
 
 Take = Callable[[int, int, dict[str, np.ndarray]], T]
 
@@ -432,7 +433,7 @@ class EngineRun(Generic[T]):
                     raise item.error
                 assert isinstance(item, _Work)
                 yield self._deliver(item)
-            raise PipelineClosedError("the pipeline was closed while this map() was running")
+            raise PipelineClosedError(_CLOSED_MID_RUN)
         finally:
             self.close()
 
@@ -487,7 +488,7 @@ class EngineRun(Generic[T]):
         while not trace.events.d2h_done.synchronize(self._config.poll_s):
             # our own polled wait: the consumer is the thread the user can interrupt
             if self._closed:
-                raise PipelineClosedError("the pipeline was closed while this map() was running")
+                raise PipelineClosedError(_CLOSED_MID_RUN)
         if work.error is not None:
             raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out

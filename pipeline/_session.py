@@ -89,10 +89,9 @@ def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     import onnx
     from onnx import helper
 
+    data = model_bytes(model)  # a ModelError of its own when the model cannot be read
     try:
-        proto = onnx.load_model_from_string(model_bytes(model))
-    except ModelError:
-        raise
+        proto = onnx.load_model_from_string(data)
     except Exception as exc:
         raise ModelError(f"not a readable ONNX model: {exc}") from exc
     weights = {init.name for init in proto.graph.initializer}
