@@ -34,12 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 
 from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, Event, NormalizeOp, Stream
@@ -127,8 +128,9 @@ class RunConfig:
     depth: int
     timing: bool
     poll_s: float
-    #: False: the consumer's thread issues every stage (NOTE [ inline issue ])
-    stage_threads: bool = True
+    #: False: the consumer's thread issues every stage (NOTE [ inline issue ]);
+    #: "auto": it does until threads would pay (NOTE [ auto issuing ])
+    stage_threads: bool | Literal["auto"] = True
 
 
 class EngineRun(Generic[T]):
@@ -146,6 +148,7 @@ class EngineRun(Generic[T]):
         config: RunConfig,
         take: Take[T],
         on_batch: Callable[[BatchTrace], None] | None = None,
+        on_hand_over: Callable[[int], None] | None = None,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -153,10 +156,13 @@ class EngineRun(Generic[T]):
         self._rings = rings
         self._layout: Layout = rings.layout
         self._checker = checker
-        self._source = source
+        self._iterator = iter(source)
         self._config = config
         self._take = take
         self._on_batch = on_batch
+        self._on_hand_over = on_hand_over
+        self._advisor = HandOverAdvisor() if config.stage_threads == "auto" else None
+        self._d2h_wait_s = 0.0  # the consumer's last wait for a d2h (no side of host work)
         self._stop = threading.Event()
         # Unbounded C queues are enough: the rings bound how far a stage can run
         # ahead (a batch needs a device slot to enter _work_q and a pinned-out
@@ -169,11 +175,14 @@ class EngineRun(Generic[T]):
         self._in_nbytes: dict[int, tuple[dict[str, int], int]] = {}  # rows -> (bytes per input, total)
         self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
         self._threads: list[threading.Thread] = []
-        if config.stage_threads:
-            self._start_thread("producer", self._produce, "stage")
-            self._start_thread("execute", self._execute, "compute")
+        if config.stage_threads is True:
+            self._start_stage_threads(self._iterator, 0)
 
     # -- plumbing -----------------------------------------------------------
+    def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> None:
+        self._start_thread("producer", lambda: self._produce(iterator, first_index), "stage")
+        self._start_thread("execute", self._execute, "compute")
+
     def _start_thread(self, name: str, loop: Callable[[], None], stage: str) -> None:
         thread = threading.Thread(target=self._guarded(loop, stage), name=THREAD_PREFIX + name, daemon=True)
         self._threads.append(thread)
@@ -210,9 +219,7 @@ class EngineRun(Generic[T]):
         return True
 
     # -- producer -----------------------------------------------------------
-    def _produce(self) -> None:
-        iterator = iter(self._source)
-        index = 0
+    def _produce(self, iterator: Iterator[object], index: int) -> None:
         while True:
             item = self._produce_one(iterator, index)
             if item is None or not self._put(self._work_q, item) or not isinstance(item, _Work):
@@ -425,7 +432,7 @@ class EngineRun(Generic[T]):
     def results(self) -> Iterator[T]:
         """Outputs in submission order; raises the first failure after earlier results."""
         try:
-            items = self._from_threads() if self._threads else self._issued_inline()
+            items = self._issued_inline() if self._config.stage_threads is not True else self._from_threads()
             for item in items:
                 if item is _END:
                     return
@@ -460,16 +467,18 @@ class EngineRun(Generic[T]):
         pinned-out one; at most ``depth - 1`` batches hold a pinned-out slot
         when the next is run, so no acquire here waits on the consumer."""
         self._device.activate()
-        iterator = iter(self._source)
+        iterator = self._iterator
+        produce = self._produce_measured if self._advisor is not None else self._produce_one
+        execute = self._execute_measured if self._advisor is not None else self._execute_one
         pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
         staged: object | None = None  # produced (h2d enqueued), not yet run
         index, ended = 0, False
         while not self._closed:
             while not ended and len(pending) < self._config.depth:
-                item = staged if staged is not None else self._produce_one(iterator, index)
+                item = staged if staged is not None else produce(iterator, index)
                 staged = None
                 if isinstance(item, _Work):
-                    item = self._execute_one(item)
+                    item = execute(item)
                     index += 1
                 if item is None:  # closed meanwhile
                     return
@@ -478,17 +487,59 @@ class EngineRun(Generic[T]):
             if not pending:
                 return
             if not ended and staged is None:
-                staged = self._produce_one(iterator, index)
+                staged = produce(iterator, index)
                 if staged is None:
                     return
+            if self._advisor is None:
+                yield pending.popleft()
+                continue
+            if isinstance(staged, _Work) and self._advisor.hand_over():
+                yield from self._hand_over(staged, pending)
+                return
+            t_yield = time.perf_counter()
             yield pending.popleft()
+            self._advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
+
+    def _hand_over(self, staged: _Work, pending: collections.deque[object]) -> Iterator[object]:
+        """NOTE [ auto issuing ]: the stage threads take over from the caller's
+        thread.  The staged batch goes first into the execute thread's queue
+        and the producer resumes the source at the batch after it, so order
+        holds; the batches already run are delivered from ``pending``, then
+        the rest comes from the threads.  The rings bound the threads as
+        always: the execute thread waits for the pinned-out slots that
+        ``pending`` holds until the consumer releases them."""
+        self._work_q.put(staged)
+        self._start_stage_threads(self._iterator, staged.trace.index + 1)
+        if self._on_hand_over is not None:
+            self._on_hand_over(staged.trace.index)
+        yield from pending
+        yield from self._from_threads()
+
+    def _produce_measured(self, iterator: Iterator[object], index: int) -> object | None:
+        start = time.perf_counter()
+        item = self._produce_one(iterator, index)
+        spent = time.perf_counter() - start
+        if isinstance(item, _Work):
+            spent -= item.trace.wait_in_s  # waiting for a free buffer is no side of host work
+        assert self._advisor is not None
+        self._advisor.add("produce", spent)
+        return item
+
+    def _execute_measured(self, work: _Work) -> object | None:
+        start = time.perf_counter()
+        item = self._execute_one(work)
+        assert self._advisor is not None
+        self._advisor.add("execute", time.perf_counter() - start)
+        return item
 
     def _deliver(self, work: _Work) -> T:
         trace = work.trace
+        t_wait = time.perf_counter()
         while not trace.events.d2h_done.synchronize(self._config.poll_s):
             # our own polled wait: the consumer is the thread the user can interrupt
             if self._closed:
                 raise PipelineClosedError(_CLOSED_MID_RUN)
+        self._d2h_wait_s = time.perf_counter() - t_wait
         if work.error is not None:
             raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out

@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from .devices import Device, resolve_device
 from .stats import Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]
+_ISSUING = {True: "stage threads", False: "caller thread", "auto": "caller thread"}
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,21 @@ class PipelineOptions:
     timing: bool = True
     #: how often a blocked wait re-checks the stop flag, in seconds
     poll_s: float = 0.05
-    #: True: a producer and an execute thread issue the stages, so your source,
-    #: the staging copy, ORT and your ``take`` overlap on the host.  False: the
-    #: calling thread issues everything, ``depth`` batches ahead, and no batch
-    #: pays for hand-offs between threads (the lowest per-batch cost; a GPU's
-    #: streams still overlap, the host's work does not)
-    stage_threads: bool = True
+    #: who issues the stages (NOTE [ auto issuing ] in ``_issuing``).  True: a
+    #: producer and an execute thread, so your source, the staging copy, ORT and
+    #: your loop overlap on the host, for a hand-off between threads a batch.
+    #: False: the calling thread issues everything, ``depth`` batches ahead, and
+    #: no batch pays for hand-offs (the lowest per-batch cost; a GPU's streams
+    #: still overlap, the host's work does not).  "auto": the calling thread,
+    #: until the host work it does in turn would overlap by more than the
+    #: hand-offs cost; then the stage threads, for the rest of the run
+    stage_threads: bool | Literal["auto"] = "auto"
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
+            raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
 
 
 def _close_streams(streams: tuple[Any, ...]) -> None:
@@ -193,6 +201,7 @@ class Pipeline:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             rings = self._rings_for(layout)
             self._stats = stats = Stats()
+            stats.issuing = _ISSUING[self.options.stage_threads]
             run = EngineRun(
                 device=self.device,
                 streams=self.streams,
@@ -203,6 +212,7 @@ class Pipeline:
                 config=RunConfig(self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads),
                 take=take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
+                on_hand_over=stats.handed_over,
             )
             self._active = run
         try:

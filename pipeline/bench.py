@@ -7,7 +7,11 @@
 * ``pipelined`` - ortpipe's engine, at each requested depth;
 * ``caller`` - the same engine with no stage threads: the calling thread
   issues every stage (``PipelineOptions(stage_threads=False)``), at each
-  requested depth.
+  requested depth;
+* ``auto`` - the engine as ``Pipeline`` runs by default
+  (``stage_threads="auto"``): the calling thread until stage threads would
+  pay, then they (not in :data:`DEFAULT_MODES`: it is one of the two above,
+  chosen by measuring; its row's stats say which).
 
 Every mode gets the same :class:`Workload`: warm-up batches first (not
 timed), then a fixed number of batches or as many as fit in a duration.  On
@@ -23,7 +27,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -33,9 +37,10 @@ from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
 from .stats import BatchTiming, Stats
 
-MODES = ("naive", "iobinding", "pipelined", "caller")
-#: the modes that run ortpipe's engine: with its stage threads, and from the caller's thread
-ENGINE_MODES = ("pipelined", "caller")
+MODES = ("naive", "iobinding", "pipelined", "caller", "auto")
+DEFAULT_MODES = MODES[:4]
+#: the modes that run ortpipe's engine, and the ``stage_threads`` of each
+ENGINE_MODES: dict[str, bool | Literal["auto"]] = {"pipelined": True, "caller": False, "auto": "auto"}
 Batch = dict[str, np.ndarray]
 
 
@@ -224,9 +229,9 @@ def bench_pipelined(
     options: PipelineOptions | None = None,
     tick: Any = None,
 ) -> ModeResult:
-    """The engine at ``depth``; mode ``caller`` when ``options.stage_threads`` is off."""
-    options = options or PipelineOptions()
-    mode = "pipelined" if options.stage_threads else "caller"
+    """The engine at ``depth``; the mode is named by ``options.stage_threads``."""
+    options = options or PipelineOptions(stage_threads=True)
+    mode = next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
     with Pipeline(model, device=device, depth=depth, options=options) as pipe:
         for _ in pipe.map_with(work.warm(), _discard):
             pass
@@ -260,7 +265,7 @@ def run_modes(
     work: Workload,
     *,
     depths: Sequence[int] = (1, 2, 3),
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = DEFAULT_MODES,
     intra_op_threads: int | None = None,
     tick: Any = None,
 ) -> list[ModeResult]:
@@ -275,16 +280,16 @@ def run_modes(
         results.append(bench_naive(model, device, work, config, tick))
     if "iobinding" in modes:
         results.append(bench_iobinding(model, device, work, config, tick))
-    for mode in ENGINE_MODES:
+    for mode, stage_threads in ENGINE_MODES.items():
         if mode in modes:
-            options = PipelineOptions(intra_op_threads=intra_op_threads, stage_threads=mode == "pipelined")
+            options = PipelineOptions(intra_op_threads=intra_op_threads, stage_threads=stage_threads)
             for depth in depths:
                 results.append(bench_pipelined(model, device, work, depth, options, tick))
     return results
 
 
 def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | None:
-    """The stats a trace shows: the deepest pipelined run, else the deepest caller run."""
+    """The stats a trace shows: the deepest pipelined run, else caller, else auto."""
     for mode in ENGINE_MODES:
         rows = [r for r in results if r.mode == mode and r.stats is not None]
         if rows:

@@ -48,6 +48,8 @@ class JobSummary:
         text = f"{self.items} items in {self.batches} batches, {self.seconds:.2f} s: {self.items_per_s:,.1f} items/s"
         if self.stats.get("batches"):
             text += f"; efficiency {self.stats['efficiency']:.2f}, bottleneck {self.stats['bottleneck']}"
+            if self.stats.get("issuing"):
+                text += f"; issued by {self.stats['issuing']}"
         return text + (" (interrupted)" if self.interrupted else "")
 
 

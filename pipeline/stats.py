@@ -238,6 +238,9 @@ class Stats:
         #: perf_counter time of device time 0 (the first h2d start): exact on the
         #: host device, the first h2d's enqueue time on CUDA (clocks differ)
         self.device_origin: float | None = None
+        #: who issued the stages: "stage threads", "caller thread", or with
+        #: ``stage_threads="auto"`` "caller thread, stage threads from batch N"
+        self.issuing: str | None = None
         for timing in timings:
             self.add(timing)
 
@@ -262,6 +265,10 @@ class Stats:
         with self._lock:
             self._fold_pending()
             return self._totals.copy()
+
+    def handed_over(self, index: int) -> None:
+        """The engine's ``on_hand_over`` hook: stage threads issue from batch ``index`` on."""
+        self.issuing = f"caller thread, stage threads from batch {index}"
 
     def add_trace(self, trace: BatchTrace) -> None:
         """The engine's ``on_batch`` hook."""
@@ -342,6 +349,7 @@ class Stats:
             "link_gbps": totals.link_gbps(),
             "wait_ms": totals.wait_sum / totals.batches * 1e3 if totals.batches else None,
             "outside_stages_ms": None if (outside := totals.outside_stages_s()) is None else outside * 1e3,
+            "issuing": self.issuing,
         }
 
     def __str__(self) -> str:
@@ -358,6 +366,8 @@ class Stats:
             "stage ms: " + ", ".join(f"{k} {ms(v)}" for k, v in d["stage_ms"].items()),
             "latency ms: " + ", ".join(f"{k} {v:.3f}" for k, v in d["latency_ms"].items()),
         ]
+        if d["issuing"] is not None:
+            lines.append(f"issued by: {d['issuing']}")
         return "\n".join(lines)
 
     __repr__ = __str__

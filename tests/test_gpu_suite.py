@@ -43,6 +43,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
             ("caller", 1),
             ("caller", 2),
             ("caller", 3),
+            ("auto", 1),
+            ("auto", 2),
+            ("auto", 3),
         ]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000

@@ -14,6 +14,7 @@ from .. import models
 from .._errors import PipelineError
 from .._progress import Progress
 from ..bench import (
+    DEFAULT_MODES,
     ENGINE_MODES,
     MODES,
     ModeResult,
@@ -49,8 +50,9 @@ def add_bench(sub: Any) -> None:
     bench.add_argument(
         "--modes",
         type=choices_of(MODES, "--modes"),
-        default=list(MODES),
-        help=f"some of {','.join(MODES)} (default: all; caller = the engine with no stage threads)",
+        default=list(DEFAULT_MODES),
+        help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}; caller = the engine with no "
+        "stage threads, auto = as Pipeline issues by default)",
     )
     bench.add_argument(
         "--link-gbps",
@@ -225,7 +227,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if (args.trace or args.plot) and stats is None:
-        raise PipelineError("--trace/--plot need a pipelined or caller mode in --modes")
+        raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
     if args.trace is not None:
         from ..trace import write_chrome_trace
 

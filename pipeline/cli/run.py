@@ -9,11 +9,14 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .. import models
 from .._progress import Progress
 from ._args import column_map, positive, size
+
+#: --issuing, as PipelineOptions.stage_threads
+ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
 
 
 def add_run(sub: Any) -> None:
@@ -44,6 +47,13 @@ def add_run(sub: Any) -> None:
     run.add_argument("--size", type=size, default=None, help="resize video frames / images to WIDTHxHEIGHT")
     run.add_argument("--pix-fmt", default="rgb24", choices=["rgb24", "bgr24"], help="channel order of video frames")
     run.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
+    run.add_argument(
+        "--issuing",
+        choices=list(ISSUING),
+        default="auto",
+        help="who issues the stages: stage threads, the main thread, or auto (default: the main thread "
+        "until threads would pay)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -83,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     writable(args.output)  # fail before any work
     preprocess = _auto_preprocess(args, model, kind)
-    options = PipelineOptions(intra_op_threads=args.threads)
+    options = PipelineOptions(intra_op_threads=args.threads, stage_threads=ISSUING[args.issuing])
     summary = JobSummary()
     with Pipeline(
         model, device=args.device, depth=args.depth, batch_size=args.batch_size, preprocess=preprocess, options=options

@@ -1,0 +1,79 @@
+"""Who issues the stages: when ``stage_threads="auto"`` hands over to threads.
+
+NOTE [ auto issuing ]: issued from the caller's thread, a batch costs the sum
+of three sides of host work: *produce* (your source's ``next()``, the checks,
+the staging copy, enqueuing the h2d), *execute* (enqueuing the run and the
+d2h; on the host device with no link model, ORT's run and the d2h memcpy
+themselves) and *consume* (taking the outputs, and your loop's work until it
+asks for the next result).  With stage threads each side has a thread of its
+own, so a batch costs about the largest side, plus the hand-offs between the
+threads (a wake-up and a GIL switch each: 50-70 us a batch, measured on the
+project machine).  Threads overlap sides only where one of them leaves the
+GIL (ORT's run, large memcpys, sleeps, file reads, PyAV decoding), which every
+side that is slow for a real reason does.
+
+So ``auto`` starts in the caller's thread and watches the three sides: once
+the overlap that threads would give (sum of the sides less the largest, from
+each side's median over a window of batches) exceeds :data:`HAND_OVER_GAIN_S`,
+it hands the rest of the run to the stage threads, for good.  A tiny model
+fed from memory never pays for hand-offs it cannot use; a slow source or a
+slow consumer beside a real model gets the overlap.  Medians, so one batch
+that a busy machine preempted does not decide it.  Waiting on the device (a
+d2h event) is no side: threads do not shorten it.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+#: hand over once threads would save this much host time a batch: about twice
+#: what their hand-offs cost on the project machine (2 vCPUs)
+HAND_OVER_GAIN_S = 150e-6
+#: batches in one window of measurements
+WINDOW = 16
+#: first batches not measured (first binding, first allocations)
+SKIP = 2
+
+SIDES = ("produce", "execute", "consume")
+
+
+def overlap_gain_s(produce_s: float, execute_s: float, consume_s: float) -> float:
+    """Host time a batch that stage threads would save: all sides but the largest."""
+    sides = (produce_s, execute_s, consume_s)
+    return sum(sides) - max(sides)
+
+
+class HandOverAdvisor:
+    """Collects each side's time per batch and says when threads would pay."""
+
+    __slots__ = ("_skip", "_times", "gain_s", "threshold_s", "window")
+
+    def __init__(self, threshold_s: float = HAND_OVER_GAIN_S, window: int = WINDOW, skip: int = SKIP) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1 batch, got {window}")
+        self.threshold_s = threshold_s
+        self.window = window
+        self._skip = {side: skip for side in SIDES}
+        self._times: dict[str, list[float]] = {side: [] for side in SIDES}
+        #: the gain measured over the last full window (None before one is full)
+        self.gain_s: float | None = None
+
+    def add(self, side: str, seconds: float) -> None:
+        """One batch's time on ``side`` (one of :data:`SIDES`)."""
+        if self._skip[side]:
+            self._skip[side] -= 1
+            return
+        self._times[side].append(seconds)
+
+    def hand_over(self) -> bool:
+        """True once a full window shows threads saving more than the threshold.
+
+        Each window is judged on its own and then dropped, so an early slow
+        stretch (a cold file cache) is not averaged into later ones."""
+        if min(len(times) for times in self._times.values()) < self.window:
+            return False
+        medians = [statistics.median(self._times[side][: self.window]) for side in SIDES]
+        for times in self._times.values():
+            del times[: self.window]
+        self.gain_s = overlap_gain_s(*medians)
+        return self.gain_s > self.threshold_s
