@@ -4,7 +4,9 @@ The source sleeps 2 ms a batch (reading or decoding releases the GIL, as PyAV
 and file reads do) and the model computes about as long.  With stage threads
 the producer reads batch i+1 while ORT runs batch i: about max(source,
 compute) a batch.  Issued from the caller's thread, the two take turns: about
-their sum.  The per-batch overhead benchmark shows the other side of the trade.
+their sum.  The default, ``auto``, starts as the latter and hands over to the
+threads after its first window of batches.  The per-batch overhead benchmark
+shows the other side of the trade.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ def _source(count: int, batch: dict[str, np.ndarray], delay_s: float):
         yield batch
 
 
-@pytest.mark.parametrize("stage_threads", [True, False], ids=["stage-threads", "caller-thread"])
+ISSUING = {"auto": "auto (default)", True: "stage threads", False: "caller thread"}
+
+
+@pytest.mark.parametrize("stage_threads", list(ISSUING), ids=["auto", "stage-threads", "caller-thread"])
 def test_slow_source_beside_the_model(benchmark, stage_threads):
     model = models.busy(features=256, layers=8)
     batch = {"x": np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)}
@@ -40,9 +45,10 @@ def test_slow_source_beside_the_model(benchmark, stage_threads):
 
         benchmark.pedantic(run, rounds=3, iterations=1)
         means = pipe.stats.stage_mean_s()
+        issuing = pipe.stats.issuing
     per_batch_ms = benchmark.stats.stats.median / BATCHES * 1e3
-    benchmark.extra_info.update(per_batch_ms=per_batch_ms, source_ms=means["source"] * 1e3)
+    benchmark.extra_info.update(per_batch_ms=per_batch_ms, source_ms=means["source"] * 1e3, issuing=issuing)
     print(
-        f"\n{'stage threads' if stage_threads else 'caller thread'}: {per_batch_ms:.2f} ms a batch "
-        f"(source {means['source'] * 1e3:.2f} ms, compute {means['compute'] * 1e3:.2f} ms)"
+        f"\n{ISSUING[stage_threads]}: {per_batch_ms:.2f} ms a batch "
+        f"(source {means['source'] * 1e3:.2f} ms, compute {means['compute'] * 1e3:.2f} ms) [issued by: {issuing}]"
     )

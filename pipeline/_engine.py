@@ -468,12 +468,14 @@ class EngineRun(Generic[T]):
         when the next is run, so no acquire here waits on the consumer."""
         self._device.activate()
         iterator = self._iterator
-        produce = self._produce_measured if self._advisor is not None else self._produce_one
-        execute = self._execute_measured if self._advisor is not None else self._execute_one
+        advisor = self._advisor
         pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
         staged: object | None = None  # produced (h2d enqueued), not yet run
         index, ended = 0, False
         while not self._closed:
+            measuring = advisor is not None and advisor.measuring
+            produce = self._produce_measured if measuring else self._produce_one
+            execute = self._execute_measured if measuring else self._execute_one
             while not ended and len(pending) < self._config.depth:
                 item = staged if staged is not None else produce(iterator, index)
                 staged = None
@@ -490,15 +492,18 @@ class EngineRun(Generic[T]):
                 staged = produce(iterator, index)
                 if staged is None:
                     return
-            if self._advisor is None:
+            if not measuring:
+                if advisor is not None:
+                    advisor.rested()
                 yield pending.popleft()
                 continue
-            if isinstance(staged, _Work) and self._advisor.hand_over():
+            assert advisor is not None
+            if isinstance(staged, _Work) and advisor.hand_over():
                 yield from self._hand_over(staged, pending)
                 return
             t_yield = time.perf_counter()
             yield pending.popleft()
-            self._advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
+            advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
 
     def _hand_over(self, staged: _Work, pending: collections.deque[object]) -> Iterator[object]:
         """NOTE [ auto issuing ]: the stage threads take over from the caller's

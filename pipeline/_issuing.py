@@ -20,6 +20,13 @@ fed from memory never pays for hand-offs it cannot use; a slow source or a
 slow consumer beside a real model gets the overlap.  Medians, so one batch
 that a busy machine preempted does not decide it.  Waiting on the device (a
 d2h event) is no side: threads do not shorten it.
+
+Measuring costs a few microseconds a batch (six clock reads and their
+bookkeeping), as much as a seventh of the whole engine's cost on a tiny
+model.  So after a window that says "stay", the advisor rests for a while
+before it measures again, twice as long each time up to :data:`MAX_REST`
+batches: a long fast run measures about one batch in a hundred, and a source
+that turns slow later (a cache gone cold) is still noticed.
 """
 
 from __future__ import annotations
@@ -30,9 +37,12 @@ import statistics
 #: what their hand-offs cost on the project machine (2 vCPUs)
 HAND_OVER_GAIN_S = 150e-6
 #: batches in one window of measurements
-WINDOW = 16
+WINDOW = 8
 #: first batches not measured (first binding, first allocations)
 SKIP = 2
+#: batches rested after the first "stay", doubled after each one, up to MAX_REST
+FIRST_REST = 16
+MAX_REST = 1024
 
 SIDES = ("produce", "execute", "consume")
 
@@ -44,36 +54,56 @@ def overlap_gain_s(produce_s: float, execute_s: float, consume_s: float) -> floa
 
 
 class HandOverAdvisor:
-    """Collects each side's time per batch and says when threads would pay."""
+    """Collects each side's time per batch and says when threads would pay.
 
-    __slots__ = ("_skip", "_times", "gain_s", "threshold_s", "window")
+    While :attr:`measuring` is False the caller skips the clocks and calls
+    :meth:`rested` once a batch instead of :meth:`add`."""
 
-    def __init__(self, threshold_s: float = HAND_OVER_GAIN_S, window: int = WINDOW, skip: int = SKIP) -> None:
-        if window < 1:
-            raise ValueError(f"window must be >= 1 batch, got {window}")
+    __slots__ = ("_next_rest", "_rest_left", "_skip", "_times", "gain_s", "measuring", "threshold_s", "window")
+
+    def __init__(
+        self, threshold_s: float = HAND_OVER_GAIN_S, window: int = WINDOW, skip: int = SKIP, rest: int = FIRST_REST
+    ) -> None:
+        if window < 1 or rest < 1:
+            raise ValueError(f"window and rest must be >= 1 batch, got {window} and {rest}")
         self.threshold_s = threshold_s
         self.window = window
         self._skip = {side: skip for side in SIDES}
         self._times: dict[str, list[float]] = {side: [] for side in SIDES}
+        self._next_rest = rest
+        self._rest_left = 0
+        self.measuring = True
         #: the gain measured over the last full window (None before one is full)
         self.gain_s: float | None = None
 
     def add(self, side: str, seconds: float) -> None:
-        """One batch's time on ``side`` (one of :data:`SIDES`)."""
+        """One batch's time on ``side`` (one of :data:`SIDES`); ignored while resting."""
+        if not self.measuring:
+            return
         if self._skip[side]:
             self._skip[side] -= 1
             return
         self._times[side].append(seconds)
+
+    def rested(self) -> None:
+        """One batch went by unmeasured; measuring resumes when the rest is over."""
+        self._rest_left -= 1
+        if self._rest_left <= 0:
+            self.measuring = True
 
     def hand_over(self) -> bool:
         """True once a full window shows threads saving more than the threshold.
 
         Each window is judged on its own and then dropped, so an early slow
         stretch (a cold file cache) is not averaged into later ones."""
-        if min(len(times) for times in self._times.values()) < self.window:
+        if not self.measuring or min(len(times) for times in self._times.values()) < self.window:
             return False
-        medians = [statistics.median(self._times[side][: self.window]) for side in SIDES]
+        medians = [statistics.median(times[: self.window]) for times in self._times.values()]
         for times in self._times.values():
-            del times[: self.window]
+            times.clear()  # a side's extra entries belong to no whole batch of the next window
         self.gain_s = overlap_gain_s(*medians)
-        return self.gain_s > self.threshold_s
+        if self.gain_s > self.threshold_s:
+            return True
+        self.measuring = False
+        self._rest_left, self._next_rest = self._next_rest, min(2 * self._next_rest, MAX_REST)
+        return False

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline import ChaosOptions, HostDevice, Pipeline, PipelineOptions, PipelineStageError, models
-from pipeline._issuing import HAND_OVER_GAIN_S, HandOverAdvisor, overlap_gain_s
+from pipeline._issuing import HAND_OVER_GAIN_S, SKIP, WINDOW, HandOverAdvisor, overlap_gain_s
 
 from .conftest import ortpipe_threads
 
@@ -59,15 +59,27 @@ def test_one_preempted_batch_does_not_decide():
     assert not any(_feed(advisor, produce, [1e-5] * 5, consume))
 
 
-def test_each_window_is_judged_on_its_own():
-    advisor = HandOverAdvisor(threshold_s=1e-4, window=3, skip=0)
-    slow_then_fast = _feed(advisor, [1e-5] * 3 + [1e-3] * 3, [1e-3] * 6, [1e-5] * 6)
-    assert slow_then_fast == [False] * 5 + [True]
+def test_after_a_stay_it_rests_twice_as_long_each_time_then_judges_a_fresh_window():
+    advisor = HandOverAdvisor(threshold_s=1e-4, window=3, skip=0, rest=2)
+    assert _feed(advisor, [1e-5] * 3, [1e-3] * 3, [1e-5] * 3) == [False] * 3
+    assert not advisor.measuring
+    advisor.add("produce", 1.0)  # ignored while resting
+    for rests in (2, 4):
+        for _ in range(rests):
+            assert not advisor.measuring
+            advisor.rested()
+        assert advisor.measuring
+        if rests == 2:
+            assert _feed(advisor, [1e-5] * 3, [1e-3] * 3, [1e-5] * 3) == [False] * 3
+    # the source turned slow: the next window hands over
+    assert _feed(advisor, [1e-3] * 3, [1e-3] * 3, [1e-5] * 3) == [False, False, True]
 
 
-def test_a_window_must_be_at_least_one_batch():
-    with pytest.raises(ValueError, match="window"):
+def test_window_and_rest_must_be_at_least_one_batch():
+    with pytest.raises(ValueError, match="window and rest"):
         HandOverAdvisor(window=0)
+    with pytest.raises(ValueError, match="window and rest"):
+        HandOverAdvisor(rest=0)
 
 
 def test_stage_threads_takes_true_false_or_auto():
@@ -78,11 +90,12 @@ def test_stage_threads_takes_true_false_or_auto():
 
 
 # -- the engine ---------------------------------------------------------------
-def _slow_source(batches, delay_s: float, fail_at: int | None = None):
+def _slow_source(batches, delay_s: float, fail_at: int | None = None, slow_from: int = 0):
     for index, batch in enumerate(batches):
         if index == fail_at:
             raise OSError(f"unreadable frame {index}")
-        time.sleep(delay_s)
+        if index >= slow_from:
+            time.sleep(delay_s)
         yield batch
 
 
@@ -106,7 +119,7 @@ def test_slow_source_and_consumer_hand_over_and_every_output_is_right(depth):
             time.sleep(SLOW_S)  # the consumer's own work
         at = _handed_over_at(pipe.stats)
     assert at is not None, pipe.stats.issuing
-    assert 16 <= at < 40  # after the skipped batches and one full window
+    assert SKIP + WINDOW <= at < 40  # after the skipped batches and one full window
     assert set(threads_seen[: at - depth]) == {0}  # before: the caller's thread alone
     assert threads_seen[at] == 2  # after: the producer and the execute thread
     assert pipe.stats.batches == 80
@@ -115,9 +128,21 @@ def test_slow_source_and_consumer_hand_over_and_every_output_is_right(depth):
 def test_a_fast_source_stays_on_the_callers_thread():
     batches = _batches(300)
     with Pipeline(models.identity(features=8), device="cpu", depth=3, options=AUTO) as pipe:
-        for out in pipe.map(batches):
+        for _ in pipe.map(batches):
             assert not ortpipe_threads(streams=False)
         assert pipe.stats.issuing == "caller thread"
+
+
+def test_a_source_that_turns_slow_later_is_still_noticed():
+    batches = _batches(240)
+    with Pipeline(models.identity(features=8), device="cpu", depth=3, options=AUTO) as pipe:
+        for index, out in enumerate(pipe.map(_slow_source(batches, SLOW_S, slow_from=60))):
+            np.testing.assert_array_equal(out["y"], batches[index]["x"])
+            if index >= 60:
+                time.sleep(SLOW_S)
+        at = _handed_over_at(pipe.stats)
+    # windows at batches 2-9, 26-33, 66-73 (rests of 16, 32, 64 between): the third hands over
+    assert at is not None and 66 <= at < 90, pipe.stats.issuing
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
