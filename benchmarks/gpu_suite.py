@@ -8,8 +8,9 @@ schema), ``trace.json`` (Chrome trace of the balanced model at the deepest
 depth) and ``timeline.png``.  Models: copy-bound (identity over wide rows),
 compute-bound (a deep MatMul chain), balanced (the conv net on frames) and
 tiny (one row of 4 floats: the per-batch cost of each way of running).
-Modes: naive, iobinding, and the engine with stage threads (``pipelined``)
-and from the caller's thread (``caller``), at depths 1-3.
+Modes: naive, iobinding, and the engine with stage threads (``pipelined``),
+from the caller's thread (``caller``) and as it runs by default (``auto``),
+at depths 1-3.
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 """

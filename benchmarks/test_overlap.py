@@ -48,6 +48,10 @@ def test_balanced_stages(benchmark, depth):
         stage_ms=stats["stage_ms"],
         items_per_s=stats["items_per_s"],
         bound_items_per_s=stats["bound_items_per_s"],
+        issuing=stats["issuing"],
     )
-    print(f"\ndepth {depth}: efficiency {stats['efficiency']:.2f}, stage ms {stats['stage_ms']}")
+    stage_ms = ", ".join(f"{name} {ms:.2f}" for name, ms in stats["stage_ms"].items())
+    print(
+        f"\ndepth {depth}: efficiency {stats['efficiency']:.2f}, stage ms: {stage_ms} [issued by: {stats['issuing']}]"
+    )
     device.close()
