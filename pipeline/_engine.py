@@ -164,6 +164,7 @@ class EngineRun(Generic[T]):
         self._advisor = HandOverAdvisor() if config.stage_threads == "auto" else None
         self._d2h_wait_s = 0.0  # the consumer's last wait for a d2h (no side of host work)
         self._stop = threading.Event()
+        self._lifecycle = threading.Lock()  # orders starting threads against close()
         # Unbounded C queues are enough: the rings bound how far a stage can run
         # ahead (a batch needs a device slot to enter _work_q and a pinned-out
         # slot to enter _result_q), and SimpleQueue hands off several times
@@ -179,9 +180,17 @@ class EngineRun(Generic[T]):
             self._start_stage_threads(self._iterator, 0)
 
     # -- plumbing -----------------------------------------------------------
-    def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> None:
-        self._start_thread("producer", lambda: self._produce(iterator, first_index), "stage")
-        self._start_thread("execute", self._execute, "compute")
+    def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> bool:
+        """Start the producer and the execute thread; False if the run was closed first.
+
+        Under the lock that ``close()`` sets the stop flag under, so a thread
+        either starts before close() joins the threads or not at all."""
+        with self._lifecycle:
+            if self._stop.is_set():
+                return False
+            self._start_thread("producer", lambda: self._produce(iterator, first_index), "stage")
+            self._start_thread("execute", self._execute, "compute")
+            return True
 
     def _start_thread(self, name: str, loop: Callable[[], None], stage: str) -> None:
         thread = threading.Thread(target=self._guarded(loop, stage), name=THREAD_PREFIX + name, daemon=True)
@@ -514,7 +523,8 @@ class EngineRun(Generic[T]):
         always: the execute thread waits for the pinned-out slots that
         ``pending`` holds until the consumer releases them."""
         self._work_q.put(staged)
-        self._start_stage_threads(self._iterator, staged.trace.index + 1)
+        if not self._start_stage_threads(self._iterator, staged.trace.index + 1):
+            return  # closed meanwhile: results() says so
         if self._on_hand_over is not None:
             self._on_hand_over(staged.trace.index)
         yield from pending
@@ -567,10 +577,11 @@ class EngineRun(Generic[T]):
     # -- shutdown -----------------------------------------------------------
     def close(self) -> None:
         """Stop both threads, join them, and let in-flight device work finish."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+            self._stop.set()
         for thread in self._threads:
             thread.join(timeout=_JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]

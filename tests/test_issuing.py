@@ -8,15 +8,24 @@ pay for threads.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from pipeline import ChaosOptions, HostDevice, Pipeline, PipelineOptions, PipelineStageError, models
+from pipeline import (
+    ChaosOptions,
+    HostDevice,
+    Pipeline,
+    PipelineClosedError,
+    PipelineOptions,
+    PipelineStageError,
+    models,
+)
 from pipeline._issuing import HAND_OVER_GAIN_S, SKIP, WINDOW, HandOverAdvisor, overlap_gain_s
 
-from .conftest import ortpipe_threads
+from .conftest import ortpipe_threads, wait_no_threads
 
 AUTO = PipelineOptions(stage_threads="auto")
 SLOW_S = 4e-4  # each slow side, well above HAND_OVER_GAIN_S
@@ -187,3 +196,19 @@ def test_breaking_out_after_the_hand_over_stops_the_threads():
 def test_threshold_is_above_the_hand_off_cost_measured_here():
     # the figure the docstring names; a change to it should be a measured one
     assert 50e-6 < HAND_OVER_GAIN_S < 1e-3
+
+
+def test_close_from_another_thread_after_the_hand_over():
+    pipe = Pipeline(models.identity(features=8), device="cpu", depth=3, options=AUTO)
+    iterator = pipe.map(_slow_source(_batches(1000), SLOW_S))
+    for _ in range(40):
+        next(iterator)
+        time.sleep(SLOW_S)
+    assert _handed_over_at(pipe.stats) is not None, pipe.stats.issuing
+    closer = threading.Timer(0.02, pipe.close)
+    closer.start()
+    with pytest.raises(PipelineClosedError, match="closed while this map"):
+        for _ in iterator:
+            time.sleep(SLOW_S)
+    closer.join()
+    assert wait_no_threads() == []
