@@ -15,7 +15,9 @@ their stream operations run inline, so the producer does the h2d memcpy and
 the execute thread runs ORT and the d2h memcpy.  With ``stage_threads`` off
 the same two steps (``_produce_one``, ``_execute_one``) are called by the
 consumer's own thread instead (NOTE [ inline issue ]): the stages are the
-same functions either way, only who calls them differs.
+same functions either way, only who calls them differs.  With
+``stage_threads="auto"`` the consumer's thread starts and hands over to the
+two threads mid-run once they would pay (NOTE [ auto issuing ]).
 
 NOTE [ one error path ]: a failure anywhere travels down the same queues as
 results, so the consumer first receives every earlier batch, then raises the

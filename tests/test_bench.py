@@ -91,3 +91,10 @@ def test_the_trace_shows_the_deepest_pipelined_run_else_the_deepest_caller_run()
     assert deepest_engine_run(rows) is stats["p3"]
     assert deepest_engine_run([rows[0], *rows[3:]]) is stats["c2"]
     assert deepest_engine_run(rows[:1]) is None
+
+
+def test_auto_mode_is_the_default_pipeline_and_says_how_it_issued():
+    work = Workload(_pool(), count=6, warmup=1)
+    (auto,) = run_modes(models.mlp(), HostDevice(), work, depths=(2,), modes=["auto"])
+    assert (auto.mode, auto.depth, auto.batches) == ("auto", 2, 6)
+    assert auto.to_dict()["issuing"] == "caller thread"  # an in-memory source: no reason for threads

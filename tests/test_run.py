@@ -348,3 +348,14 @@ def test_python_module_entry_point():
 
     result = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--preprocess" in result.stdout
+
+
+@pytest.mark.parametrize(("issuing", "words"), [("threads", "stage threads"), ("caller", "caller thread")])
+def test_run_issuing_option(tmp_path, capsys, issuing, words):
+    path = _npy(tmp_path / "in.npy", (200, 64))
+    output = tmp_path / "out.npy"
+    argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "32", "--no-progress"]
+    assert main([*argv, "--issuing", issuing]) == 0
+    assert f"issued by {words}" in capsys.readouterr().out
+    want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
