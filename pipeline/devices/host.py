@@ -121,9 +121,10 @@ class HostEvent(Event):
             raise TypeError(f"a host event can only be recorded on a host stream, got {stream!r}")
         if not stream._threaded:  # inline: the stream has reached this point already
             stream._check_open()
-            with self._signal.cond:
-                self._recorded += 1
-                self._reach(self._recorded, stream._fault)
+            # No lock: only this thread records this event now (CUDA's rule too),
+            # and _reach publishes safely without it (see there).
+            self._recorded += 1
+            self._reach(self._recorded, stream._fault)
             return
         with self._signal.cond:
             self._recorded += 1
@@ -131,21 +132,36 @@ class HostEvent(Event):
         stream._enqueue(lambda: self._complete(generation, stream._fault))
 
     def _complete(self, generation: int, fault: BaseException | None) -> None:
-        with self._signal.cond:
-            self._reach(generation, fault)
+        # On a stream's worker: under the lock, as workers of several streams
+        # may complete records of one event at once.
+        signal = self._signal
+        with signal.cond:
+            self._publish(generation, fault)
+            if signal.sleepers:
+                signal.cond.notify_all()
 
     def _reach(self, generation: int, fault: BaseException | None) -> None:
-        # holding the signal's lock
+        # Inline, in the recording thread, without the lock.  A waiter counts
+        # itself in ``sleepers`` under the lock before it checks the count and
+        # sleeps: if we read 0 here it has not checked yet and will see the new
+        # count; if not, we notify under the lock, which it gives up only by
+        # sleeping.
+        self._publish(generation, fault)
+        signal = self._signal
+        if signal.sleepers:
+            with signal.cond:
+                signal.cond.notify_all()
+
+    def _publish(self, generation: int, fault: BaseException | None) -> None:
+        # time and fault first: a lock-free reader that sees the new count sees them too
         if generation > self._completed:
-            # time and fault first: a lock-free reader that sees the new count sees them too
             self._time = time.perf_counter()
             self._fault = fault
             self._completed = generation
-        if self._signal.sleepers:
-            self._signal.cond.notify_all()
 
-    # The counters are ints written under the condition's lock; reading one is
-    # atomic, so the checks below take the lock only to sleep on it.
+    # The counters are ints, each written by one thread at a time (see
+    # record); reading one is atomic, so the checks below take the lock only
+    # to sleep on it.
     def _target(self) -> int:
         return self._recorded
 
