@@ -8,9 +8,9 @@ themselves) and *consume* (taking the outputs, and your loop's work until it
 asks for the next result).  With stage threads each side has a thread of its
 own, so a batch costs about the largest side, plus the hand-offs between the
 threads (wake-ups and GIL switches: 15-70 us a batch more than the caller's
-thread alone, measured on the project machine).  Threads overlap sides only where one of them leaves the
-GIL (ORT's run, large memcpys, sleeps, file reads, PyAV decoding), which every
-side that is slow for a real reason does.
+thread alone, measured on the project machine).  Threads overlap sides only
+where one of them leaves the GIL (ORT's run, large memcpys, sleeps, file
+reads, PyAV decoding), which every side that is slow for a real reason does.
 
 So ``auto`` starts in the caller's thread and watches the three sides: once
 the overlap that threads would give (sum of the sides less the largest, from
