@@ -51,11 +51,16 @@ def test_depth_three_beats_depth_one_on_balanced_stages(stage_threads):
     link_gbps = nbytes / max(compute_s, 1e-4) / 1e9
     device = HostDevice(link_gbps=link_gbps)
     batches = [batch] * 30
-    depth1 = _throughput(model, device, batches, depth=1, stage_threads=stage_threads)
-    depth3 = _throughput(model, device, batches, depth=3, stage_threads=stage_threads)
-    device.close()
     # Ideal: depth 1 overlaps only h2d with the previous d2h (2 stage-times a
-    # batch), depth 3 overlaps all three (1 stage-time): 2x. Ask for 1.3x.
-    assert depth3 > 1.3 * depth1, (
-        f"depth 3 {depth3:.1f} batches/s vs depth 1 {depth1:.1f} (compute {compute_s * 1e3:.2f} ms)"
-    )
+    # batch), depth 3 overlaps all three (1 stage-time): 2x. Ask for 1.3x in
+    # any of three attempts: a busy machine only ever spoils an attempt,
+    # while missing overlap (ratio ~1) fails all three.
+    seen = []
+    for _ in range(3):
+        depth1 = _throughput(model, device, batches, depth=1, stage_threads=stage_threads)
+        depth3 = _throughput(model, device, batches, depth=3, stage_threads=stage_threads)
+        seen.append(f"depth 3 {depth3:.1f} vs depth 1 {depth1:.1f} batches/s")
+        if depth3 > 1.3 * depth1:
+            break
+    device.close()
+    assert depth3 > 1.3 * depth1, f"{'; '.join(seen)} (compute {compute_s * 1e3:.2f} ms)"
