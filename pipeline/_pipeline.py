@@ -31,10 +31,11 @@ from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
 from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
 from .devices import Device, resolve_device
-from .stats import Stats
+from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]
-_ISSUING = {True: "stage threads", False: "caller thread", "auto": "caller thread"}
+#: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)
+_ISSUING = {True: STAGE_THREADS, False: CALLER_THREAD, "auto": CALLER_THREAD}
 
 
 @dataclass(frozen=True)

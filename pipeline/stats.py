@@ -34,6 +34,9 @@ from ._engine import BatchTrace
 STAGES = ("source", "stage", "h2d", "compute", "d2h")
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
+#: who issued a run's stages (:attr:`Stats.issuing`)
+CALLER_THREAD = "caller thread"
+STAGE_THREADS = "stage threads"
 
 
 @dataclass(slots=True)
@@ -277,7 +280,7 @@ class Stats:
 
     def handed_over(self, index: int) -> None:
         """The engine's ``on_hand_over`` hook: stage threads issue from batch ``index`` on."""
-        self.issuing = f"caller thread, stage threads from batch {index}"
+        self.issuing = f"{CALLER_THREAD}, {STAGE_THREADS} from batch {index}"
 
     def add_trace(self, trace: BatchTrace) -> None:
         """The engine's ``on_batch`` hook."""
