@@ -58,21 +58,18 @@ def _one_cpu(pinned: bool):
         os.sched_setaffinity(0, before)
 
 
-ISSUING = {"auto": "auto (default)", True: "stage threads", False: "caller thread"}
-
-
-@pytest.mark.parametrize("stage_threads", list(ISSUING), ids=["auto", "stage-threads", "caller-thread"])
 @pytest.mark.parametrize("pinned", [False, True], ids=["any-cpu", "one-cpu"])
-def test_engine_overhead_per_batch(benchmark, pinned, stage_threads):
+def test_engine_overhead_per_batch(benchmark, pinned, issuing):
     with _one_cpu(pinned):
-        _measure(benchmark, pinned, stage_threads)
+        _measure(benchmark, pinned, issuing)
 
 
-def _measure(benchmark, pinned: bool, stage_threads) -> None:
+def _measure(benchmark, pinned: bool, issuing) -> None:
+    """``issuing``: the conftest's fixture, a way of issuing the stages and its name."""
     model = models.identity(features=4)
     batches = [np.ones((1, 4), np.float32)] * BATCHES
     bare = _bare_loop_us(model)
-    options = PipelineOptions(timing=False, stage_threads=stage_threads)
+    options = PipelineOptions(timing=False, stage_threads=issuing.option)
     with Pipeline(model, device=HostDevice(), depth=3, options=options) as pipe:
         for _ in pipe.map(batches[:200]):
             pass
@@ -82,7 +79,7 @@ def _measure(benchmark, pinned: bool, stage_threads) -> None:
                 pass
 
         benchmark.pedantic(run, rounds=ROUNDS, iterations=1)
-        issuing = pipe.stats.issuing
+        issued_by = pipe.stats.issuing
     # Both the fastest round (the code's own cost: slower rounds are other
     # tenants of a shared machine) and the median round, of each loop.
     figures = {}
@@ -92,8 +89,8 @@ def _measure(benchmark, pinned: bool, stage_threads) -> None:
     ):
         engine_us = engine_s / BATCHES * 1e6
         figures[name] = {"bare_us": bare_us, "engine_us": engine_us, "overhead_us": engine_us - bare_us}
-    benchmark.extra_info.update(figures, pinned=pinned, stage_threads=stage_threads, issuing=issuing)
-    where = f"{'one CPU' if pinned else 'any CPU'}, {ISSUING[stage_threads]} [issued by: {issuing}]"
+    benchmark.extra_info.update(figures, pinned=pinned, stage_threads=issuing.option, issuing=issued_by)
+    where = f"{'one CPU' if pinned else 'any CPU'}, {issuing.label} [issued by: {issued_by}]"
     for name, f in figures.items():
         print(
             f"\n{where}, {name} of {ROUNDS} rounds: bare run_with_iobinding {f['bare_us']:.1f} us/batch, "

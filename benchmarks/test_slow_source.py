@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 from pipeline import Pipeline, PipelineOptions, models
 
@@ -28,14 +27,10 @@ def _source(count: int, batch: dict[str, np.ndarray], delay_s: float):
         yield batch
 
 
-ISSUING = {"auto": "auto (default)", True: "stage threads", False: "caller thread"}
-
-
-@pytest.mark.parametrize("stage_threads", list(ISSUING), ids=["auto", "stage-threads", "caller-thread"])
-def test_slow_source_beside_the_model(benchmark, stage_threads):
+def test_slow_source_beside_the_model(benchmark, issuing):
     model = models.busy(features=256, layers=8)
     batch = {"x": np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)}
-    options = PipelineOptions(stage_threads=stage_threads, intra_op_threads=1)
+    options = PipelineOptions(stage_threads=issuing.option, intra_op_threads=1)
     with Pipeline(model, device="cpu", depth=3, options=options) as pipe:
         list(pipe.map(_source(3, batch, 0.0)))
 
@@ -45,10 +40,10 @@ def test_slow_source_beside_the_model(benchmark, stage_threads):
 
         benchmark.pedantic(run, rounds=3, iterations=1)
         means = pipe.stats.stage_mean_s()
-        issuing = pipe.stats.issuing
+        issued_by = pipe.stats.issuing
     per_batch_ms = benchmark.stats.stats.median / BATCHES * 1e3
-    benchmark.extra_info.update(per_batch_ms=per_batch_ms, source_ms=means["source"] * 1e3, issuing=issuing)
+    benchmark.extra_info.update(per_batch_ms=per_batch_ms, source_ms=means["source"] * 1e3, issuing=issued_by)
     print(
-        f"\n{ISSUING[stage_threads]}: {per_batch_ms:.2f} ms a batch "
-        f"(source {means['source'] * 1e3:.2f} ms, compute {means['compute'] * 1e3:.2f} ms) [issued by: {issuing}]"
+        f"\n{issuing.label}: {per_batch_ms:.2f} ms a batch "
+        f"(source {means['source'] * 1e3:.2f} ms, compute {means['compute'] * 1e3:.2f} ms) [issued by: {issued_by}]"
     )
