@@ -3,7 +3,9 @@
 Device-generic tests take the ``device`` fixture: the host device (plain, with
 an emulated link, and in chaos mode) always runs; ``cuda`` runs where a GPU,
 CuPy and onnxruntime-gpu are present and otherwise skips with the reason.
-Engine tests take ``stage_threads`` too, to run both ways of issuing stages.
+Engine tests take ``stage_threads`` too, to run both fixed ways of issuing
+stages; ``"auto"``, which switches from one to the other mid-run, has tests
+of its own in ``test_issuing.py``.
 """
 
 from __future__ import annotations

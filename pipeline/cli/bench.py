@@ -72,10 +72,13 @@ def add_bench(sub: Any) -> None:
     )
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
-        "--trace", type=Path, default=None, help="Chrome trace (Perfetto) of the deepest pipelined (else caller) run"
+        "--trace",
+        type=Path,
+        default=None,
+        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, else auto) run",
     )
     bench.add_argument(
-        "--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined (else caller) run"
+        "--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined (else caller, else auto) run"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
