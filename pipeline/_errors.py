@@ -66,6 +66,8 @@ class PipelineStageError(PipelineError):
         self.stage = stage
         self.batch_index = batch_index
         self.cause = cause
+        # chained wherever it is raised (the engine raises it in another thread's stead)
+        self.__cause__ = cause
 
 
 class PipelineClosedError(PipelineError):

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._batching import InputChecker, Layout, layout_for, split_rows
 from ._engine import BatchTrace, EngineRun, RunConfig, Streams, Take, copy_outputs
-from ._errors import PipelineClosedError, PipelineError, PipelineInputError
+from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
 from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
@@ -193,6 +193,8 @@ class Pipeline:
             first = next(iterator)
         except StopIteration:
             return
+        except Exception as exc:  # the same error as the engine gives for any later batch
+            raise PipelineStageError("source", 0, exc) from exc
         feeds = self.checker.feeds(0, first)
         layout = layout_for(
             feeds, self.source_inputs, self.session.fixed_batch(), batch_size or self.batch_size, self._transforms

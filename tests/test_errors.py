@@ -135,16 +135,17 @@ def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_devic
     assert wait_no_threads() == []
 
 
-def test_failure_in_the_source_iterator(device, stage_threads):
+@pytest.mark.parametrize("fail_at", [0, 3], ids=["first-batch", "later-batch"])
+def test_failure_in_the_source_iterator(device, stage_threads, fail_at):
     batches = [_mlp_rows(4, seed=i) for i in range(6)]
     options = PipelineOptions(stage_threads=stage_threads)
     with Pipeline(models.mlp(), device=device, depth=2, options=options) as pipe:
-        got, error = _collect(pipe, failing_source(batches, fail_at=3))
+        got, error = _collect(pipe, failing_source(batches, fail_at=fail_at))
     assert isinstance(error, PipelineStageError)
-    assert error.stage == "source" and error.batch_index == 3
-    assert isinstance(error.__cause__, OSError) or isinstance(error.cause, OSError)
-    assert "disk went away" in str(error)
-    assert len(got) == 3
+    assert error.stage == "source" and error.batch_index == fail_at
+    assert isinstance(error.__cause__, OSError) and error.cause is error.__cause__
+    assert f"disk went away at {fail_at}" in str(error)
+    assert len(got) == fail_at
     assert wait_no_threads() == []
 
 
