@@ -10,7 +10,9 @@ compute-bound (a deep MatMul chain), balanced (the conv net on frames) and
 tiny (one row of 4 floats: the per-batch cost of each way of running).
 Modes: naive, iobinding, and the engine with stage threads (``pipelined``),
 from the caller's thread (``caller``) and as it runs by default (``auto``),
-at depths 1-3.
+at depths 1-3; the copy-bound model once more with one thread for the host
+copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
+by number of threads (``host_copy_gbps``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 """
@@ -31,12 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device  # noqa: E402
+from pipeline._hostcopy import auto_copy_threads  # noqa: E402
 from pipeline.bench import (  # noqa: E402
     MODES,
     Workload,
     deepest_engine_run,
     format_table,
     measure_copy_gbps,
+    measure_host_copy_gbps,
     run_modes,
 )
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
@@ -55,12 +59,13 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
     def rand(i: int, shape: tuple[int, ...]) -> np.ndarray:
         return np.random.default_rng(i).random(shape, np.float32)
 
+    copy_bound = {
+        "name": "copy-bound identity",
+        "model": models.identity(features=wide),
+        "batch": lambda i: {"x": rand(i, (rows, wide))},
+    }
     return [
-        {
-            "name": "copy-bound identity",
-            "model": models.identity(features=wide),
-            "batch": lambda i: {"x": rand(i, (rows, wide))},
-        },
+        copy_bound,
         {
             "name": "compute-bound busy",
             "model": models.busy(features=features, layers=layers),
@@ -75,6 +80,13 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
             "name": "tiny identity",
             "model": models.identity(features=4),
             "batch": lambda i: {"x": rand(i, (1, 4))},
+        },
+        {
+            **copy_bound,
+            "name": "copy-bound identity, 1 copy thread",
+            "copy_threads": 1,
+            "modes": ("pipelined", "caller"),
+            "depths": DEPTHS[-1:],
         },
     ]
 
@@ -106,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": device.describe(),
         "copy_gbps": measure_copy_gbps(device, (256 if gpu else 16) << 20),
+        "host_copy_gbps": measure_host_copy_gbps(device, (256 if gpu else 16) << 20, (1, 2, 4, 8)),
+        "copy_threads_auto": auto_copy_threads(),
         "models": [],
     }
     if not args.no_tests:
@@ -113,15 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
     for entry in _set(args.quick, gpu):
         pool = [entry["batch"](i) for i in range(4)]
+        copy_threads = entry.get("copy_threads", "auto")
         results = run_modes(
             entry["model"],
             device,
             Workload(pool, count=None, duration=seconds, warmup=3),
-            depths=DEPTHS,
-            modes=MODES,
+            depths=entry.get("depths", DEPTHS),
+            modes=entry.get("modes", MODES),
+            copy_threads=copy_threads,
         )
         print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
-        report["models"].append({"name": entry["name"], "results": [r.to_dict() for r in results]})
+        report["models"].append(
+            {"name": entry["name"], "copy_threads": copy_threads, "results": [r.to_dict() for r in results]}
+        )
         deepest = deepest_engine_run(results)
         if entry["name"].startswith("balanced") and deepest is not None:
             write_chrome_trace(deepest, args.out / "trace.json", title=f"{entry['name']}, depth {DEPTHS[-1]}")

@@ -42,6 +42,7 @@ import numpy as np
 
 from ._batching import InputChecker, Layout
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
@@ -118,11 +119,18 @@ _END = object()
 _CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
 
 Take = Callable[[int, int, dict[str, np.ndarray]], T]
+#: makes a run's ``take`` from the run's host copier (NOTE [ parallel host copies ])
+MakeTake = Callable[[HostCopier], Take[T]]
 
 
-def copy_outputs(index: int, rows: int, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def copy_outputs(copier: HostCopier) -> Take[dict[str, np.ndarray]]:
     """The default ``take``: results that stay valid after the slot is reused."""
-    return {name: view.copy() for name, view in views.items()}
+    copied = copier.copied
+
+    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: copied(view) for name, view in views.items()}
+
+    return take
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,8 @@ class RunConfig:
     #: False: the consumer's thread issues every stage (NOTE [ inline issue ]);
     #: "auto": it does until threads would pay (NOTE [ auto issuing ])
     stage_threads: bool | Literal["auto"] = True
+    #: threads that share a large host copy (NOTE [ parallel host copies ])
+    copy_threads: int = 1
 
 
 class EngineRun(Generic[T]):
@@ -148,7 +158,7 @@ class EngineRun(Generic[T]):
         checker: InputChecker,
         source: Iterable[object],
         config: RunConfig,
-        take: Take[T],
+        make_take: MakeTake[T],
         on_batch: Callable[[BatchTrace], None] | None = None,
         on_hand_over: Callable[[int], None] | None = None,
     ) -> None:
@@ -160,7 +170,8 @@ class EngineRun(Generic[T]):
         self._checker = checker
         self._iterator = iter(source)
         self._config = config
-        self._take = take
+        self._copier = HostCopier(config.copy_threads)
+        self._take = make_take(self._copier)
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
         self._advisor = HandOverAdvisor() if config.stage_threads == "auto" else None
@@ -268,6 +279,7 @@ class EngineRun(Generic[T]):
         layout = self._layout
         bound = layout.bound_rows(rows)
         pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+        copy = self._copier.copy
         t_wait = time.perf_counter()
         if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
             return None
@@ -275,26 +287,26 @@ class EngineRun(Generic[T]):
         for name, dtype, row in layout.row_shapes:
             view = pinned.view(name, dtype, (bound, *row))
             if bound > rows:
-                np.copyto(view[:rows], feeds[name], casting="equiv")
+                copy(view[:rows], feeds[name])
                 view[rows:] = 0
             else:
-                np.copyto(view, feeds[name], casting="equiv")
+                copy(view, feeds[name])
         t_staged = time.perf_counter()
         slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
         if slot is None:
             return None
         t_slot = time.perf_counter()
         events = BatchEvents.new(self._device, self._config.timing)
-        copy = self._streams.h2d
+        link = self._streams.h2d
         nbytes, total_bytes = self._input_nbytes(bound)
         with self._device.annotate("h2d", index):
             if slot.inputs_free is not None:
-                copy.wait_event(slot.inputs_free)
+                link.wait_event(slot.inputs_free)
             if events.h2d_start is not None:
-                events.h2d_start.record(copy)
+                events.h2d_start.record(link)
             for name, size in nbytes.items():
-                copy.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
-            events.h2d_done.record(copy)
+                link.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
+            events.h2d_done.record(link)
         pinned.last_copy = events.h2d_done
         trace = BatchTrace(
             index=index,
@@ -578,7 +590,7 @@ class EngineRun(Generic[T]):
 
     # -- shutdown -----------------------------------------------------------
     def close(self) -> None:
-        """Stop both threads, join them, and let in-flight device work finish."""
+        """Stop both threads, join them and the copy threads, and let in-flight device work finish."""
         with self._lifecycle:
             if self._closed:
                 return
@@ -587,6 +599,7 @@ class EngineRun(Generic[T]):
         for thread in self._threads:
             thread.join(timeout=_JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]
+        self._copier.close()
         for stream in self._streams.all():
             stream.synchronize(timeout=10.0)
         self._rings.reset()

@@ -25,8 +25,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ._batching import InputChecker, Layout, layout_for, split_rows
-from ._engine import BatchTrace, EngineRun, RunConfig, Streams, Take, copy_outputs
+from ._engine import BatchTrace, EngineRun, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
 from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
@@ -57,12 +58,17 @@ class PipelineOptions:
     #: until the host work it does in turn would overlap by more than the
     #: hand-offs cost; then the stage threads, for the rest of the run
     stage_threads: bool | Literal["auto"] = "auto"
+    #: threads that share each large host copy — staging into pinned memory,
+    #: and map()'s copy of the outputs (NOTE [ parallel host copies ] in
+    #: ``_hostcopy``); "auto": one per four CPUs, 1 to 4
+    copy_threads: CopyThreads = "auto"
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
             raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
+        resolve_copy_threads(self.copy_threads)  # checks it
 
 
 def _close_streams(streams: tuple[Any, ...]) -> None:
@@ -88,6 +94,7 @@ class Pipeline:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
         self.options = options or PipelineOptions()
+        self.copy_threads = resolve_copy_threads(self.options.copy_threads)
         self.depth = depth
         self.batch_size = batch_size
         self.device = resolve_device(device)
@@ -165,7 +172,9 @@ class Pipeline:
 
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """Outputs ``{name: ndarray}`` for each batch, in submission order."""
-        return self.map_with(batches, copy_outputs)
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        return self._iterate(iter(batches), copy_outputs)
 
     def map_with(self, batches: Iterable[Batch], take: Take[Any]) -> Iterator[Any]:
         """Like :meth:`map`, but ``take(index, rows, views)`` turns each batch's
@@ -173,7 +182,7 @@ class Pipeline:
         during the call (their slot is reused after it returns)."""
         if self._closed:
             raise PipelineClosedError("this pipeline is closed")
-        return self._iterate(iter(batches), take)
+        return self._iterate(iter(batches), lambda copier: take)
 
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
@@ -183,12 +192,14 @@ class Pipeline:
         size = batch_size or self.batch_size or self.session.fixed_batch() or 64
         total = next(iter(feeds.values())).shape[0]
         gathered = _Gather(total)
-        for _ in self._iterate(split_rows(feeds, size), gathered.take, batch_size=size):
+        for _ in self._iterate(split_rows(feeds, size), gathered.taking, batch_size=size):
             pass
         return gathered.arrays
 
     # -- internals ----------------------------------------------------------
-    def _iterate(self, iterator: Iterator[Batch], take: Take[Any], batch_size: int | None = None) -> Iterator[Any]:
+    def _iterate(
+        self, iterator: Iterator[Batch], make_take: MakeTake[Any], batch_size: int | None = None
+    ) -> Iterator[Any]:
         try:
             first = next(iterator)
         except StopIteration:
@@ -212,8 +223,10 @@ class Pipeline:
                 rings=rings,
                 checker=self.checker,
                 source=itertools.chain([first], iterator),
-                config=RunConfig(self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads),
-                take=take,
+                config=RunConfig(
+                    self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads, self.copy_threads
+                ),
+                make_take=make_take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
                 on_hand_over=stats.handed_over,
             )
@@ -285,6 +298,12 @@ class _Gather:
         self.total = total
         self.arrays: dict[str, np.ndarray] = {}
         self._row = 0
+        self._copier: HostCopier | None = None
+
+    def taking(self, copier: HostCopier) -> Take[None]:
+        """``take`` for a run whose host copies ``copier`` makes."""
+        self._copier = copier
+        return self.take
 
     def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
         if not self.arrays:
@@ -297,5 +316,9 @@ class _Gather:
                     )
                 self.arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
         for name, view in views.items():
-            self.arrays[name][self._row : self._row + rows] = view
+            target = self.arrays[name][self._row : self._row + rows]
+            if self._copier is None:
+                target[...] = view
+            else:
+                self._copier.copy(target, view)
         self._row += rows

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from ._hostcopy import CopyThreads, HostCopier
 from ._pipeline import Pipeline, PipelineOptions
 from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
@@ -267,6 +268,7 @@ def run_modes(
     depths: Sequence[int] = (1, 2, 3),
     modes: Sequence[str] = DEFAULT_MODES,
     intra_op_threads: int | None = None,
+    copy_threads: CopyThreads = "auto",
     tick: Any = None,
 ) -> list[ModeResult]:
     """Every requested mode over the same workload, in the order of :data:`MODES`."""
@@ -282,7 +284,9 @@ def run_modes(
         results.append(bench_iobinding(model, device, work, config, tick))
     for mode, stage_threads in ENGINE_MODES.items():
         if mode in modes:
-            options = PipelineOptions(intra_op_threads=intra_op_threads, stage_threads=stage_threads)
+            options = PipelineOptions(
+                intra_op_threads=intra_op_threads, stage_threads=stage_threads, copy_threads=copy_threads
+            )
             for depth in depths:
                 results.append(bench_pipelined(model, device, work, depth, options, tick))
     return results
@@ -319,6 +323,28 @@ def measure_copy_gbps(device: Device, nbytes: int = 64 << 20, repeats: int = 3) 
         return best
     finally:
         stream.close()
+
+
+def measure_host_copy_gbps(
+    device: Device, nbytes: int = 64 << 20, threads: Sequence[int] = (1, 2, 4), repeats: int = 3
+) -> dict[int, float]:
+    """GB/s of the staging copy (an ordinary numpy array into page-locked memory)
+    by number of copy threads, best of ``repeats`` (NOTE [ parallel host copies ])."""
+    source = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+    pinned = device.pinned_empty(nbytes)
+    pinned[:] = 0  # touch every page before timing
+    best: dict[int, float] = {}
+    for count in threads:
+        copier = HostCopier(count)
+        try:
+            copier.copy(pinned, source)  # starts the workers
+            for _ in range(repeats):
+                start = time.perf_counter()
+                copier.copy(pinned, source)
+                best[count] = max(best.get(count, 0.0), nbytes / (time.perf_counter() - start) / 1e9)
+        finally:
+            copier.close()
+    return best
 
 
 def fastest_line(results: Sequence[ModeResult]) -> str | None:

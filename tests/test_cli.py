@@ -62,6 +62,16 @@ def test_bench_caller_mode_rows(tmp_path, capsys):
     assert "caller" in out and "fastest: " in out
 
 
+def test_bench_copy_threads_reach_the_report(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "identity", "--batches", "3", "--warmup", "1", "--depth", "2", "--modes", "pipelined"]
+    assert main([*argv, "--device", "cpu", "--copy-threads", "2", "--json", str(path), "--no-progress"]) == 0
+    data = json.loads(path.read_text())
+    assert data["copy_threads"] == 2
+    assert {"1", "2", "4"} <= set(data["device"]["host_copy_gbps"])
+    assert all(gbps > 0 for gbps in data["device"]["host_copy_gbps"].values())
+
+
 def test_bench_on_a_model_file(tmp_path, capsys):
     from pipeline import models
 
@@ -89,7 +99,8 @@ def test_console_script_with_no_arguments_runs_the_main_job():
 
 def test_info(capsys):
     assert main(["info"]) == 0
-    assert "onnxruntime" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "staging copies" in out and "GB/s with 2" in out
 
 
 def test_bench_duration_trace_plot_and_modes(tmp_path, capsys):
@@ -158,6 +169,7 @@ def test_bench_argument_errors_exit_2():
         ["bench", "--input", "x"],
         ["bench", "--batches", "3", "--duration", "1"],
         ["bench", "--modes", "naive,turbo"],
+        ["bench", "--copy-threads", "many"],
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

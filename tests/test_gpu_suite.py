@@ -32,8 +32,14 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "compute-bound busy",
         "balanced convnet",
         "tiny identity",
+        "copy-bound identity, 1 copy thread",
     ]
-    for entry in report["models"]:
+    assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
+    *main_set, one_copy_thread = report["models"]
+    assert one_copy_thread["copy_threads"] == 1
+    assert [(r["mode"], r["depth"]) for r in one_copy_thread["results"]] == [("pipelined", 3), ("caller", 3)]
+    for entry in main_set:
+        assert entry["copy_threads"] == "auto"
         assert [(r["mode"], r["depth"]) for r in entry["results"]] == [
             ("naive", None),
             ("iobinding", None),

@@ -359,3 +359,17 @@ def test_run_issuing_option(tmp_path, capsys, issuing, words):
     assert f"issued by {words}" in capsys.readouterr().out
     want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
+
+
+def test_run_copy_threads_option(tmp_path, capsys):
+    """Batches of 8 MiB: their staging copies are split over the threads asked for."""
+    path = _npy(tmp_path / "in.npy", (2 * 32768, 64))
+    output = tmp_path / "out.npy"
+    argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "32768", "--no-progress"]
+    assert main([*argv, "--copy-threads", "3"]) == 0
+    want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--copy-threads", "0"])
+    assert exit_info.value.code == 2
+    assert "--copy-threads takes 'auto' or a whole number >= 1, got '0'" in capsys.readouterr().err

@@ -21,6 +21,19 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def copy_threads(text: str) -> int | str:
+    """--copy-threads: "auto" or a whole number >= 1."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--copy-threads takes 'auto' or a whole number >= 1, got {text!r}")
+    return value
+
+
 def depths(text: str) -> list[int]:
     try:
         depths = [int(part) for part in text.split(",") if part.strip()]

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import models
 from .._errors import PipelineError
+from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
 from ..bench import (
     DEFAULT_MODES,
@@ -23,10 +24,11 @@ from ..bench import (
     fastest_line,
     format_table,
     measure_copy_gbps,
+    measure_host_copy_gbps,
     run_modes,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
-from ._args import choices_of, depths, input_spec, positive
+from ._args import choices_of, copy_threads, depths, input_spec, positive
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_LINK_GBPS = 12.0
@@ -62,6 +64,12 @@ def add_bench(sub: Any) -> None:
     )
     bench.add_argument("--latency-us", type=float, default=10.0, help="emulated link latency per copy")
     bench.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
+    bench.add_argument(
+        "--copy-threads",
+        type=copy_threads,
+        default="auto",
+        help="threads sharing each large host copy in the engine modes (default auto: one per four CPUs, 1-4)",
+    )
     bench.add_argument(
         "--input",
         type=input_spec,
@@ -148,6 +156,8 @@ def _device_line(device: Device) -> dict[str, Any]:
         info["measured_copy_gbps"] = {k: round(v, 2) for k, v in measure_copy_gbps(device, 32 << 20, 2).items()}
     except Exception as exc:  # noqa: BLE001 - a report, not a failure
         info["measured_copy_gbps"] = f"unavailable: {exc}"
+    threads = sorted({1, 2, 4, auto_copy_threads()})
+    info["host_copy_gbps"] = {n: round(v, 2) for n, v in measure_host_copy_gbps(device, 32 << 20, threads, 2).items()}
     return info
 
 
@@ -176,6 +186,10 @@ def _describe(info: dict[str, Any]) -> str:
     copy = info.get("measured_copy_gbps")
     if isinstance(copy, dict):
         parts.append(f"pinned copies h2d {copy['h2d']:.1f} GB/s, d2h {copy['d2h']:.1f} GB/s (measured)")
+    staging = info.get("host_copy_gbps")
+    if staging:
+        by_threads = ", ".join(f"{gbps:.1f} GB/s with {n}" for n, gbps in staging.items())
+        parts.append(f"staging copies {by_threads} thread(s) (measured; auto uses {auto_copy_threads()})")
     return ", ".join(parts)
 
 
@@ -207,6 +221,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         depths=args.depth,
         modes=modes,
         intra_op_threads=args.threads,
+        copy_threads=args.copy_threads,
         tick=progress.tick,
     )
     progress.close()
@@ -225,6 +240,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
             "device": info,
             "model": str(args.model),
             "batch_size": args.batch_size,
+            "copy_threads": resolve_copy_threads(args.copy_threads),
             "results": [row.to_dict() for row in results],
         }
         args.json.write_text(json.dumps(payload, indent=2))

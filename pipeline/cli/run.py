@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .. import models
 from .._progress import Progress
-from ._args import column_map, positive, size
+from ._args import column_map, copy_threads, positive, size
 
 #: --issuing, as PipelineOptions.stage_threads
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
@@ -54,6 +54,12 @@ def add_run(sub: Any) -> None:
         help="who issues the stages: stage threads, the main thread, or auto (default: the main thread "
         "until threads would pay)",
     )
+    run.add_argument(
+        "--copy-threads",
+        type=copy_threads,
+        default="auto",
+        help="threads sharing each large host copy (default auto: one per four CPUs, 1-4)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -93,7 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     writable(args.output)  # fail before any work
     preprocess = _auto_preprocess(args, model, kind)
-    options = PipelineOptions(intra_op_threads=args.threads, stage_threads=ISSUING[args.issuing])
+    options = PipelineOptions(
+        intra_op_threads=args.threads, stage_threads=ISSUING[args.issuing], copy_threads=args.copy_threads
+    )
     summary = JobSummary()
     with Pipeline(
         model, device=args.device, depth=args.depth, batch_size=args.batch_size, preprocess=preprocess, options=options
