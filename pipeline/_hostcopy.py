@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import os
 import threading
 from typing import Literal
 
 import numpy as np
+
+from ._cpus import usable_cpus
 
 #: copies smaller than this are not split (the hand-off would cost more than it saves)
 MIN_SPLIT_BYTES = 4 << 20
@@ -44,7 +45,7 @@ def auto_copy_threads(cpus: int | None = None) -> int:
     this process's): one per four CPUs, at most ``AUTO_MAX_THREADS``, at least 1
     — the stages, ORT and the user's loop keep the other CPUs busy."""
     if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = usable_cpus()
     return max(1, min(AUTO_MAX_THREADS, cpus // 4))
 
 

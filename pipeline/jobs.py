@@ -9,9 +9,10 @@ interrupted job leaves a readable file with every row delivered so far.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,6 +84,7 @@ def open_source(
     id_column: str | None = None,
     size: tuple[int, int] | None = None,
     pix_fmt: str = "rgb24",
+    decode_threads: int | None = None,
 ) -> Iterable[SourceBatch]:
     kind = source_kind(path)
     specs = pipe.source_inputs
@@ -91,8 +93,8 @@ def open_source(
     if kind == "parquet":
         return ParquetSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
-        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt)
-    return ImageFolderSource(path, batch_size, specs, input_name, size)
+        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
+    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads)
 
 
 def open_sink(path: str | Path, output_names: list[str]) -> Sink:
@@ -121,13 +123,19 @@ def run_job(
     metas: collections.deque[dict[str, np.ndarray]] = collections.deque()
     summary = summary if summary is not None else JobSummary()
 
-    def batches() -> Iterator[dict[str, np.ndarray]]:
-        for item in source:
-            if stop is not None and stop.is_set():
-                summary.interrupted = True
-                return
-            metas.append(item.meta)  # results come back in this order
-            yield item.inputs
+    def batches() -> Generator[dict[str, np.ndarray], None, None]:
+        items = iter(source)
+        try:
+            for item in items:
+                if stop is not None and stop.is_set():
+                    summary.interrupted = True
+                    return
+                metas.append(item.meta)  # results come back in this order
+                yield item.inputs
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # a source's own threads (image decoding) end with the job
 
     def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
         sink.write(index, rows, views, metas.popleft())
@@ -136,15 +144,18 @@ def run_job(
         if progress is not None:
             progress.tick(rows)
 
+    feed = batches()
     start = time.perf_counter()
     try:
-        for _ in pipe.map_with(batches(), take):
+        for _ in pipe.map_with(feed, take):
             pass
     except KeyboardInterrupt:
         summary.interrupted = True
         raise
     finally:
         summary.seconds = time.perf_counter() - start
+        with contextlib.suppress(ValueError):  # ValueError: still running in a thread that did not stop
+            feed.close()  # the engine's threads are joined: end the source's iteration here
         summary.stats = pipe.stats.to_dict()
         try:
             sink.close()

@@ -15,6 +15,8 @@ Errors name the file and what was wrong with it (:class:`SourceError`).
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ._cpus import usable_cpus
 from ._errors import PipelineError
 from ._session import TensorSpec
 
@@ -189,7 +192,8 @@ class VideoSource:
     """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
 
     ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
-    and its timestamp in seconds (``frame.time``).
+    and its timestamp in seconds (``frame.time``).  FFmpeg decodes with threads
+    of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
     """
 
     def __init__(
@@ -200,12 +204,14 @@ class VideoSource:
         input_name: str | None = None,
         size: tuple[int, int] | None = None,
         pix_fmt: str = "rgb24",
+        decode_threads: int | None = None,
     ):
         import av
 
         self.path = _existing(path, "input video")
         self.spec = _one_input(inputs, input_name, "a video source")
         self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
+        self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
         try:
             with av.open(str(self.path)) as container:
                 if not container.streams.video:
@@ -228,6 +234,8 @@ class VideoSource:
             with av.open(str(self.path)) as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"  # FFmpeg's own decode threads
+                if self.decode_threads is not None:
+                    stream.codec_context.thread_count = self.decode_threads
                 for index, frame in enumerate(container.decode(stream)):
                     width, height = self.size or (frame.width, frame.height)
                     image = frame.reformat(width=width, height=height, format=self.pix_fmt).to_ndarray()
@@ -252,8 +260,20 @@ class VideoSource:
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
+#: ImageFolderSource's decode threads with decode_threads=None: one per CPU, at most this many
+AUTO_DECODE_THREADS = 8
+
+
 class ImageFolderSource:
-    """Images of a folder (sorted by name) as uint8 ``[N, H, W, 3]``, resized to ``size``."""
+    """Images of a folder (sorted by name) as uint8 ``[N, H, W, 3]``, resized to ``size``.
+
+    Decoding a JPEG costs milliseconds, more than a small model takes for it,
+    so files are decoded by ``decode_threads`` threads at once (Pillow releases
+    the GIL while it decodes and resizes; None: one per CPU, at most
+    ``AUTO_DECODE_THREADS``), the next batch while the current one is sent on,
+    and delivered in file order.  The threads end with the iteration, however
+    it ends (exhausted, a failure, or the iterator closed).
+    """
 
     def __init__(
         self,
@@ -262,6 +282,7 @@ class ImageFolderSource:
         inputs: Sequence[TensorSpec],
         input_name: str | None = None,
         size: tuple[int, int] | None = None,
+        decode_threads: int | None = None,
     ):
         self.path = _existing(path, "image folder")
         if not self.path.is_dir():
@@ -271,26 +292,54 @@ class ImageFolderSource:
             raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {str(self.path)!r}")
         self.spec = _one_input(inputs, input_name, "an image folder source")
         self.batch_size, self.size = batch_size, size
+        self.decode_threads = _decode_threads(decode_threads)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __iter__(self) -> Iterator[SourceBatch]:
+        if self.decode_threads == 1:
+            for start in range(0, len(self.files), self.batch_size):
+                chunk = self.files[start : start + self.batch_size]
+                yield self._batch(chunk, [self._load(file) for file in chunk])
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(self.decode_threads, thread_name_prefix="ortpipe-decode")
+        try:
+            decoding: collections.deque[concurrent.futures.Future[np.ndarray]] = collections.deque()
+            submitted = 0
+            for start in range(0, len(self.files), self.batch_size):
+                # this batch and the next one in flight: bounded memory, threads kept busy
+                ahead = min(len(self.files), start + 2 * self.batch_size)
+                for file in self.files[submitted:ahead]:
+                    decoding.append(pool.submit(self._load, file))
+                submitted = ahead
+                chunk = self.files[start : start + self.batch_size]
+                yield self._batch(chunk, [decoding.popleft().result() for _ in chunk])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _load(self, file: Path) -> np.ndarray:
         from PIL import Image, UnidentifiedImageError
 
-        for start in range(0, len(self.files), self.batch_size):
-            chunk = self.files[start : start + self.batch_size]
-            images = []
-            for file in chunk:
-                try:
-                    with Image.open(file) as image:
-                        rgb = image.convert("RGB")
-                        if self.size is not None:
-                            rgb = rgb.resize(self.size)
-                        images.append(np.asarray(rgb))
-                except (UnidentifiedImageError, OSError) as exc:
-                    raise SourceError(f"{str(file)!r} cannot be read as an image: {exc}") from exc
-            shapes = {a.shape for a in images}
-            if len(shapes) > 1:
-                raise SourceError(f"images in {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
-            yield SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in chunk])})
+        try:
+            with Image.open(file) as image:
+                rgb = image.convert("RGB")
+                if self.size is not None:
+                    rgb = rgb.resize(self.size)
+                return np.asarray(rgb)
+        except (UnidentifiedImageError, OSError) as exc:
+            raise SourceError(f"{str(file)!r} cannot be read as an image: {exc}") from exc
+
+    def _batch(self, chunk: list[Path], images: list[np.ndarray]) -> SourceBatch:
+        shapes = {a.shape for a in images}
+        if len(shapes) > 1:
+            raise SourceError(f"images in {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
+        return SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in chunk])})
+
+
+def _decode_threads(value: int | None) -> int:
+    if value is None:
+        return max(1, min(AUTO_DECODE_THREADS, usable_cpus()))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"decode_threads must be an int >= 1 or None, got {value!r}")
+    return value

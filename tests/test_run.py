@@ -373,3 +373,23 @@ def test_run_copy_threads_option(tmp_path, capsys):
         main([*argv, "--copy-threads", "0"])
     assert exit_info.value.code == 2
     assert "--copy-threads takes 'auto' or a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_run_decode_threads_option_gives_the_same_rows(tmp_path, capsys):
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(9):
+        Image.fromarray(rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)).save(folder / f"p{i}.png")
+    tables = []
+    for threads in ("1", "3"):
+        output = tmp_path / f"tags{threads}.parquet"
+        argv = ["run", "convnet", "--input", str(folder), "--output", str(output), "--size", "16x16"]
+        assert main([*argv, "--batch-size", "4", "--decode-threads", threads, "--no-progress"]) == 0
+        tables.append(pq.read_table(output))
+    assert tables[0].equals(tables[1]) and tables[0].num_rows == 9
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--decode-threads", "0"])
+    assert exit_info.value.code == 2

@@ -60,6 +60,13 @@ def add_run(sub: Any) -> None:
         default="auto",
         help="threads sharing each large host copy (default auto: one per four CPUs, 1-4)",
     )
+    run.add_argument(
+        "--decode-threads",
+        type=positive(int),
+        default=None,
+        help="images: files decoded at once (default: one per CPU, up to 8); video: FFmpeg's decode threads "
+        "(default: FFmpeg's choice)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -115,6 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             id_column=args.id_column,
             size=_frame_size(args, pipe),
             pix_fmt=args.pix_fmt,
+            decode_threads=args.decode_threads,
         )
         sink = open_sink(args.output, pipe.output_names)
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
