@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from pipeline.cli import main
 
 
@@ -162,8 +165,6 @@ def test_bench_free_dims_without_input_say_how(tmp_path, capsys):
 
 
 def test_bench_argument_errors_exit_2():
-    import pytest
-
     for argv in (
         ["bench", "--depth", "0"],
         ["bench", "--input", "x"],
@@ -190,3 +191,85 @@ def test_progress_bar_draws_when_enabled():
     quiet = io.StringIO()
     Progress("bench", enabled=False, stream=quiet).tick(1)
     assert quiet.getvalue() == ""
+
+
+def test_bench_on_your_own_data(tmp_path, capsys):
+    """--data: the batches are cut from the user's arrays; every mode runs on them."""
+    rows = np.random.default_rng(0).random((100, 64), np.float32)
+    np.save(tmp_path / "x.npy", rows)
+    path = tmp_path / "bench.json"
+    argv = ["bench", "mlp", "--data", str(tmp_path / "x.npy"), "--batch-size", "16", "--batches", "4"]
+    assert main([*argv, "--warmup", "1", "--depth", "2", "--json", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"data: {tmp_path / 'x.npy'} (100 rows; 4 batches of 16 in the pool)" in out
+    data = json.loads(path.read_text())
+    assert data["data"] == [str(tmp_path / "x.npy")]
+    assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined", "caller"]
+    assert all(r["items"] == 4 * 16 for r in data["results"])
+
+
+def test_bench_data_for_a_model_of_several_inputs(tmp_path, capsys):
+    from pipeline import models
+
+    batch = models.example_batch("multi_io", 40)
+    np.savez(tmp_path / "all.npz", **batch)
+    argv = ["bench", "multi_io", "--batch-size", "8", "--batches", "2", "--warmup", "1", "--depth", "1"]
+    assert main([*argv, "--data", str(tmp_path / "all.npz"), "--no-progress"]) == 0
+    for name, array in batch.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    per_input = [arg for name in batch for arg in ("--data", f"{name}={tmp_path / name}.npy")]
+    assert main([*argv, *per_input, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(40 rows; 2 batches of 8 in the pool)") == 2
+    assert f"data: {tmp_path / 'all.npz'} (40" in out and f"d={tmp_path / 'd.npy'}" in out
+
+
+@pytest.mark.parametrize(
+    ("arrays", "data", "words"),
+    [
+        ({"x.npy": np.ones((50, 64))}, ["x.npy"], "--data does not fit the model: batch 0, input 'x': wrong dtype"),
+        ({"x.npy": np.ones((50, 65), np.float32)}, ["x.npy"], "wrong size of dim 1 (expected [N, 64], got [16, 65])"),
+        ({"x.npy": np.ones((10, 64), np.float32)}, ["x.npy"], "--data holds 10 rows, fewer than --batch-size 16"),
+        ({"x.npy": np.ones((50, 64), np.float32)}, ["y=x.npy"], "missing ['x']; not inputs of the model: ['y']"),
+        ({}, ["absent.npy"], "--data file not found"),
+        ({"x.npz": {"x": np.ones((50, 64), np.float32)}}, ["x=x.npz"], "an .npz names its arrays itself"),
+        ({"x.npy": np.float32(1)}, ["x.npy"], "is a scalar; axis 0 must be the rows"),
+        ({"x.npy": b"not an array"}, ["x.npy"], "is not a readable .npy or .npz file"),
+    ],
+    ids=["dtype", "shape", "too-few-rows", "unknown-name", "missing-file", "named-npz", "scalar", "unreadable"],
+)
+def test_bench_data_errors_say_what_is_wrong(tmp_path, capsys, arrays, data, words):
+    for name, value in arrays.items():
+        if isinstance(value, bytes):
+            (tmp_path / name).write_bytes(value)
+        elif name.endswith(".npz"):
+            np.savez(tmp_path / name, **value)
+        else:
+            np.save(tmp_path / name, value)
+    given = []
+    for spec in data:
+        name, _, file = spec.rpartition("=")
+        given += ["--data", f"{name}={tmp_path / file}" if name else str(tmp_path / file)]
+    assert main(["bench", "mlp", "--batch-size", "16", "--batches", "2", *given, "--no-progress"]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_bench_data_and_input_shapes_exclude_each_other(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.ones((50, 64), np.float32))
+    assert main(["bench", "mlp", "--data", str(tmp_path / "x.npy"), "--input", "x:64", "--batches", "2"]) == 2
+    assert "leave out --input" in capsys.readouterr().err
+
+
+def test_bench_data_for_several_inputs_needs_names_and_equal_rows(tmp_path, capsys):
+    from pipeline import models
+
+    batch = models.example_batch("multi_io", 40)
+    first = next(iter(batch))
+    np.save(tmp_path / "one.npy", batch[first])
+    argv = ["bench", "multi_io", "--batch-size", "8", "--batches", "2", "--no-progress"]
+    assert main([*argv, "--data", str(tmp_path / "one.npy")]) == 2
+    assert "give NAME=PATH for each, or an .npz" in capsys.readouterr().err
+    uneven = {name: array[: 40 if name == first else 30] for name, array in batch.items()}
+    np.savez(tmp_path / "uneven.npz", **uneven)
+    assert main([*argv, "--data", str(tmp_path / "uneven.npz")]) == 2
+    assert "--data arrays differ in rows" in capsys.readouterr().err

@@ -34,6 +34,16 @@ def copy_threads(text: str) -> int | str:
     return value
 
 
+def data_spec(text: str) -> tuple[str | None, str]:
+    """--data: PATH (a .npy for a one-input model, or an .npz of input name -> array) or NAME=PATH.npy."""
+    name, sep, path = text.partition("=")
+    if not sep:
+        return None, text
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"--data takes PATH or NAME=PATH, got {text!r}")
+    return name, path
+
+
 def depths(text: str) -> list[int]:
     try:
         depths = [int(part) for part in text.split(",") if part.strip()]

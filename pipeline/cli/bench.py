@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import models
-from .._errors import PipelineError
+from .._errors import PipelineError, PipelineInputError
 from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
 from ..bench import (
@@ -28,7 +28,7 @@ from ..bench import (
     run_modes,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
-from ._args import choices_of, copy_threads, depths, input_spec, positive
+from ._args import choices_of, copy_threads, data_spec, depths, input_spec, positive
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_LINK_GBPS = 12.0
@@ -78,6 +78,15 @@ def add_bench(sub: Any) -> None:
         metavar="NAME:SHAPE[:DTYPE]",
         help="shape (without the batch dim) of an input with free dims; repeatable",
     )
+    bench.add_argument(
+        "--data",
+        type=data_spec,
+        action="append",
+        default=[],
+        metavar="[NAME=]PATH",
+        help="your own batches instead of random ones: a .npy (one-input model), an .npz of input name -> "
+        "array, or NAME=PATH.npy per input; axis 0 is split into batches, up to 16 kept in memory",
+    )
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
         "--trace",
@@ -109,12 +118,7 @@ def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Seque
     """The model (built-in or file) and ``count`` random batches that fit it."""
     if model_arg in models.BUILTIN and not inputs:
         return models.get(model_arg), [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
-    from .._session import OrtSession
-
-    model: Any = models.get(model_arg) if model_arg in models.BUILTIN else Path(model_arg)
-    if isinstance(model, Path) and not model.is_file():
-        raise PipelineError(f"model {model_arg!r} is neither a built-in ({', '.join(models.BUILTIN)}) nor a file")
-    probe = OrtSession(model, HostDevice())
+    model, probe = _probe(model_arg)
     given = {name: (shape, dtype) for name, shape, dtype in inputs}
     unknown = sorted(set(given) - set(probe.input_names))
     if unknown:
@@ -139,6 +143,79 @@ def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Seque
         shapes[spec.name] = (concrete, spec.dtype)
     batches = [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
     return model, batches
+
+
+def data_batches(
+    model_arg: str, batch_size: int, count: int, data: Sequence[tuple[str | None, str]]
+) -> tuple[Any, list, str]:
+    """The model and up to ``count`` batches of ``batch_size`` rows cut from the
+    user's arrays (``--data``), checked against the model; and a line saying what was read."""
+    from .._batching import InputChecker
+
+    model, probe = _probe(model_arg)
+    arrays = _load_data(data, probe.input_names)
+    rows = {name: len(array) for name, array in arrays.items()}
+    if len(set(rows.values())) > 1:
+        raise PipelineError(f"--data arrays differ in rows {rows}: every input needs one row per item")
+    total = next(iter(rows.values()))
+    if total < batch_size:
+        raise PipelineError(f"--data holds {total} rows, fewer than --batch-size {batch_size}")
+    checker = InputChecker(probe.inputs)
+    batches = []
+    for index in range(min(count, total // batch_size)):  # whole batches only: every row the same size
+        rows_of = slice(index * batch_size, (index + 1) * batch_size)
+        part = {name: np.ascontiguousarray(array[rows_of]) for name, array in arrays.items()}
+        try:
+            batches.append(checker.feeds(index, part))  # dtype, rank and fixed dims, named per batch
+        except PipelineInputError as exc:
+            raise PipelineError(f"--data does not fit the model: {exc}") from exc
+    where = ", ".join(path if name is None else f"{name}={path}" for name, path in data)
+    return model, batches, f"data: {where} ({total} rows; {len(batches)} batches of {batch_size} in the pool)"
+
+
+def _load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict[str, np.ndarray]:
+    """Input name -> array (memory-mapped) from --data, or a PipelineError naming the file."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, path in data:
+        file = Path(path)
+        if not file.is_file():
+            raise PipelineError(f"--data file not found: {path!r}")
+        try:
+            loaded = np.load(file, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise PipelineError(f"--data {path!r} is not a readable .npy or .npz file: {exc}") from exc
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            if name is not None:
+                raise PipelineError(f"--data {name}={path}: an .npz names its arrays itself; give it without NAME=")
+            arrays.update({key: loaded[key] for key in loaded.files})
+        elif name is not None:
+            arrays[name] = loaded
+        elif len(names) == 1:
+            arrays[names[0]] = loaded
+        else:
+            raise PipelineError(f"--data {path!r}: the model has inputs {names}; give NAME=PATH for each, or an .npz")
+    unknown = sorted(set(arrays) - set(names))
+    missing = [name for name in names if name not in arrays]
+    if unknown or missing:
+        raise PipelineError(
+            f"--data must give every model input {names} and nothing else"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; not inputs of the model: {unknown}" if unknown else "")
+        )
+    for key, array in arrays.items():
+        if array.ndim == 0:
+            raise PipelineError(f"--data for {key!r} is a scalar; axis 0 must be the rows")
+    return arrays
+
+
+def _probe(model_arg: str) -> tuple[Any, Any]:
+    """The model (built-in bytes or a file path) and a host session on it, to read its inputs."""
+    from .._session import OrtSession
+
+    model: Any = models.get(model_arg) if model_arg in models.BUILTIN else Path(model_arg)
+    if isinstance(model, Path) and not model.is_file():
+        raise PipelineError(f"model {model_arg!r} is neither a built-in ({', '.join(models.BUILTIN)}) nor a file")
+    return model, OrtSession(model, HostDevice())
 
 
 def _random(rng: np.random.Generator, dims: list[int], dtype: np.dtype) -> np.ndarray:
@@ -203,12 +280,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     device, why = _bench_device(args)
     modes = args.modes
     count = args.batches if args.batches is not None else (None if args.duration else 40)
-    model, pool = synthetic_batches(args.model, args.batch_size, min(count or 16, 16), args.input)
+    pool_size = min(count or 16, 16)
+    if args.data and args.input:
+        raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
+    if args.data:
+        model, pool, data_line = data_batches(args.model, args.batch_size, pool_size, args.data)
+    else:
+        model, pool = synthetic_batches(args.model, args.batch_size, pool_size, args.input)
+        data_line = None
     work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup)
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
     print(f"model: {args.model}  batch size {args.batch_size}, {amount} per mode, {args.warmup} warm-up")
+    if data_line is not None:
+        print(data_line)
     progress = Progress(
         "bench",
         total=count * _runs(modes, args.depth) if count else None,
@@ -241,6 +327,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
             "model": str(args.model),
             "batch_size": args.batch_size,
             "copy_threads": resolve_copy_threads(args.copy_threads),
+            "data": [path for _, path in args.data] or None,
             "results": [row.to_dict() for row in results],
         }
         args.json.write_text(json.dumps(payload, indent=2))
