@@ -15,6 +15,12 @@ copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
 by number of threads (``host_copy_gbps``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
+
+Device time is scarce, so every step (copy bandwidth, each model, the tests,
+last) is run on its own: ``results.json`` is rewritten after each, a step
+that fails is listed under ``errors`` and the next one runs, and no step
+starts after ``--budget-s``.  The exit code is 1 when a step failed, else the
+tests' own.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import json
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,23 +117,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--seconds", type=float, default=None, help="timed seconds per mode (default 2, quick 0.3)")
+    parser.add_argument(
+        "--budget-s", type=float, default=270.0, help="start no new step after this many seconds (default 270)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     gpu = cuda_unavailable_reason(0) is None
     device = resolve_device("cuda") if gpu else HostDevice(link_gbps=4.0, latency_us=10)
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": device.describe(),
-        "copy_gbps": measure_copy_gbps(device, (256 if gpu else 16) << 20),
-        "host_copy_gbps": measure_host_copy_gbps(device, (256 if gpu else 16) << 20, (1, 2, 4, 8)),
         "copy_threads_auto": auto_copy_threads(),
         "models": [],
+        "errors": [],
     }
-    if not args.no_tests:
-        report["tests_exit_code"] = run_tests(args.out)
+    copy_bytes = (256 if gpu else 16) << 20
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
-    for entry in _set(args.quick, gpu):
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("copy_gbps", lambda: report.update(copy_gbps=measure_copy_gbps(device, copy_bytes))),
+        (
+            "host_copy_gbps",
+            lambda: report.update(host_copy_gbps=measure_host_copy_gbps(device, copy_bytes, (1, 2, 4, 8))),
+        ),
+    ]
+    steps += [(entry["name"], _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)]
+    if not args.no_tests:  # last: a hung test must not cost the figures
+        steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
+    run_steps(steps, report, args.out / "results.json", args.budget_s)
+    print(f"\nwrote {args.out}/results.json, trace.json, timeline.png in {report['wall_s']:.0f} s")
+    for error in report["errors"]:
+        print(f"FAILED {error['step']}: {error['error']}", file=sys.stderr)
+    return 1 if report["errors"] else int(report.get("tests_exit_code", 0))
+
+
+def _model_step(
+    entry: dict[str, Any], device: Any, seconds: float, report: dict[str, Any], out: Path
+) -> Callable[[], None]:
+    """The step that benchmarks one model of the set and adds its rows to the report."""
+
+    def step() -> None:
         pool = [entry["batch"](i) for i in range(4)]
         copy_threads = entry.get("copy_threads", "auto")
         results = run_modes(
@@ -142,12 +172,37 @@ def main(argv: list[str] | None = None) -> int:
         )
         deepest = deepest_engine_run(results)
         if entry["name"].startswith("balanced") and deepest is not None:
-            write_chrome_trace(deepest, args.out / "trace.json", title=f"{entry['name']}, depth {DEPTHS[-1]}")
-            plot_timeline(deepest, args.out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
-    report["wall_s"] = time.perf_counter() - started
-    (args.out / "results.json").write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {args.out}/results.json, trace.json, timeline.png in {report['wall_s']:.0f} s")
-    return int(report.get("tests_exit_code", 0))
+            write_chrome_trace(deepest, out / "trace.json", title=f"{entry['name']}, depth {DEPTHS[-1]}")
+            plot_timeline(deepest, out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
+
+    return step
+
+
+def run_steps(steps: list[tuple[str, Callable[[], None]]], report: dict[str, Any], path: Path, budget_s: float) -> None:
+    """Run each step, writing the report to ``path`` after every one.
+
+    Device time is scarce: a step that fails is recorded in ``report["errors"]``
+    (its name, the error and the traceback) and the next one runs; once
+    ``budget_s`` has passed no new step starts (each left out is listed in
+    ``report["skipped"]``); what was measured before is on disk whatever
+    happens later, even if the process is killed.
+    """
+    started = time.perf_counter()
+    report.setdefault("errors", [])
+    report.setdefault("skipped", [])
+    for name, step in steps:
+        if time.perf_counter() - started > budget_s:
+            report["skipped"].append(name)
+        else:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - recorded, and the suite goes on
+                traceback.print_exc()
+                report["errors"].append(
+                    {"step": name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+                )
+        report["wall_s"] = time.perf_counter() - started
+        path.write_text(json.dumps(report, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +28,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "results.json").read_text())
+    assert report["errors"] == [] and report["skipped"] == []
     assert [m["name"] for m in report["models"]] == [
         "copy-bound identity",
         "compute-bound busy",
@@ -55,3 +57,49 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         ]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
+
+
+def _load_suite():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "benchmarks" / "gpu_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_failing_step_is_recorded_and_the_rest_still_run(tmp_path):
+    """What was measured stays on disk: the report is written after every step."""
+    suite = _load_suite()
+    path = tmp_path / "results.json"
+    report: dict = {"models": []}
+    seen_on_disk = []
+
+    def broken():
+        raise RuntimeError("CUDA EP refused the stream")
+
+    def after():
+        seen_on_disk.append(json.loads(path.read_text()))
+        report["models"].append("after")
+
+    suite.run_steps(
+        [("first", lambda: report["models"].append("first")), ("broken", broken), ("after", after)], report, path, 60
+    )
+    written = json.loads(path.read_text())
+    assert written["models"] == ["first", "after"]
+    assert [(e["step"], e["error"]) for e in written["errors"]] == [
+        ("broken", "RuntimeError: CUDA EP refused the stream")
+    ]
+    assert "in broken" in written["errors"][0]["traceback"]
+    assert seen_on_disk[0]["models"] == ["first"] and seen_on_disk[0]["errors"][0]["step"] == "broken"
+    assert written["skipped"] == []
+
+
+def test_no_step_starts_after_the_budget(tmp_path):
+    suite = _load_suite()
+    report: dict = {}
+    ran = []
+    steps = [("slow", lambda: (ran.append("slow"), time.sleep(0.05))), ("later", lambda: ran.append("later"))]
+    suite.run_steps(steps, report, tmp_path / "results.json", budget_s=0.01)
+    assert ran == ["slow"]
+    assert json.loads((tmp_path / "results.json").read_text())["skipped"] == ["later"]
