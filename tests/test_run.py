@@ -108,6 +108,11 @@ def test_video_resize_and_bgr(tmp_path, capsys, video_example):
     source = VideoSource(video, 20, models_inputs_nhwc(), size=(24, 16), pix_fmt="bgr24")
     frames = next(iter(source)).inputs["frames"]
     assert frames.shape == (20, 16, 24, 3)
+    import av  # the source keeps one swscale context: the same pixels as a new one per frame
+
+    with av.open(str(video)) as container:
+        plain = [f.reformat(width=24, height=16, format="bgr24").to_ndarray() for f in container.decode(video=0)]
+    np.testing.assert_array_equal(frames, np.stack(plain))
     want = _session(models.convnet()).run(None, {"frames": Preprocess(scale=1 / 255, layout="nhwc").apply(frames)})
     np.testing.assert_allclose(np.load(output), want[0], rtol=1e-5, atol=1e-6)
 
