@@ -129,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         "device": device.describe(),
         "copy_threads_auto": auto_copy_threads(),
         "models": [],
-        "errors": [],
     }
     copy_bytes = (256 if gpu else 16) << 20
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)

@@ -185,9 +185,10 @@ def _load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict
         except (ValueError, OSError) as exc:
             raise PipelineError(f"--data {path!r} is not a readable .npy or .npz file: {exc}") from exc
         if isinstance(loaded, np.lib.npyio.NpzFile):
-            if name is not None:
-                raise PipelineError(f"--data {name}={path}: an .npz names its arrays itself; give it without NAME=")
-            arrays.update({key: loaded[key] for key in loaded.files})
+            with loaded:  # an .npz is read whole (it cannot be memory-mapped), then its file is closed
+                if name is not None:
+                    raise PipelineError(f"--data {name}={path}: an .npz names its arrays itself; give it without NAME=")
+                arrays.update({key: loaded[key] for key in loaded.files})
         elif name is not None:
             arrays[name] = loaded
         elif len(names) == 1:
@@ -277,12 +278,12 @@ def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.data and args.input:
+        raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
     device, why = _bench_device(args)
     modes = args.modes
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     pool_size = min(count or 16, 16)
-    if args.data and args.input:
-        raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
     if args.data:
         model, pool, data_line = data_batches(args.model, args.batch_size, pool_size, args.data)
     else:
