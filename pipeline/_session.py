@@ -68,15 +68,17 @@ class TensorSpec:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
 
 
-def model_bytes(model: ModelSource) -> bytes:
-    """The serialized model from a path, bytes, or an onnx.ModelProto."""
+def ort_model_arg(model: ModelSource) -> str | bytes:
+    """What ``InferenceSession`` is given: a file's path (so that ORT finds the
+    weights a large model keeps beside it, in external data files, relative to
+    the model file), else the serialized model."""
     if isinstance(model, bytes | bytearray | memoryview):
         return bytes(model)
     if isinstance(model, str | os.PathLike):
         path = Path(model)
         if not path.is_file():
             raise ModelError(f"model file not found: {str(path)!r}")
-        return path.read_bytes()
+        return str(path)
     serialize = getattr(model, "SerializeToString", None)
     if serialize is None:
         raise ModelError(f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
@@ -89,9 +91,12 @@ def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     import onnx
     from onnx import helper
 
-    data = model_bytes(model)  # a ModelError of its own when the model cannot be read
+    loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
     try:
-        proto = onnx.load_model_from_string(data)
+        if isinstance(loadable, str):  # the graph only: external weights stay on disk
+            proto = onnx.load_model(loadable, load_external_data=False)
+        else:
+            proto = onnx.load_model_from_string(loadable)
     except Exception as exc:
         raise ModelError(f"not a readable ONNX model: {exc}") from exc
     weights = {init.name for init in proto.graph.initializer}
@@ -144,7 +149,7 @@ class OrtSession:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
-                model_bytes(model), sess_options=options, providers=device.ort_providers(compute_stream)
+                ort_model_arg(model), sess_options=options, providers=device.ort_providers(compute_stream)
             )
         except ModelError:
             raise

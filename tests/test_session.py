@@ -76,3 +76,22 @@ def test_declared_inputs_of_garbage():
 
     with pytest.raises(ModelError, match="not a readable ONNX model"):
         declared_inputs(b"garbage")
+
+
+def test_a_model_with_external_weights_loads_from_its_path(tmp_path, monkeypatch):
+    """Large models keep their weights in files beside the .onnx; ORT finds them
+    relative to the model's path, which a model handed over as bytes does not have."""
+    import onnx
+
+    from pipeline._session import declared_inputs
+
+    proto = models.mlp()
+    in_memory = proto.SerializeToString()  # save_model moves the weights out of proto itself
+    onnx.save_model(proto, tmp_path / "m.onnx", save_as_external_data=True, location="m.weights", size_threshold=0)
+    assert (tmp_path / "m.weights").stat().st_size > 0
+    monkeypatch.chdir(tmp_path.parent)  # not the model's folder: paths resolve from the file
+    session = OrtSession(tmp_path / "m.onnx", HostDevice())
+    x = np.random.default_rng(0).standard_normal((3, *session.inputs[0].shape[1:])).astype(np.float32)
+    expected = OrtSession(in_memory, HostDevice()).run({"x": x})
+    np.testing.assert_array_equal(session.run({"x": x})["scores"], expected["scores"])
+    assert declared_inputs(tmp_path / "m.onnx") == session.inputs
