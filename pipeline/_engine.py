@@ -26,6 +26,21 @@ way: a KeyboardInterrupt or SystemExit (which reach a stage only when the
 caller's thread issues it) propagates as it is.  Every blocking wait polls a stop
 event; ``close()`` sets it, joins both threads and synchronizes the streams
 so no in-flight copy still references a buffer.
+
+NOTE [ data-dependent outputs ]: an output whose shape depends on the data
+(a detector's boxes after NMS, NonZero) cannot be preallocated: a run into a
+buffer of its probed shape fails once the data asks for another.  Such a
+failure is retried at once with every output left for ORT to allocate; the
+outputs whose shape then differs from the plan are remembered by the session
+(``dynamic_outputs``) and from then on bound for ORT to allocate before every
+run, while the others keep the slot's buffers.  The d2h copies those outputs
+out of ORT's memory into the pinned-out slot (grown when they outgrow it),
+and the batch keeps ORT's values alive until it is delivered.  The d2h needs
+the run's shapes, which the execute thread has as soon as ``launch`` returns
+on CUDA or an inline host stream; on a host stream with a worker it waits for
+the run first, once any output is known to be dynamic.  The batch that finds
+them there was already drained by the plan, so its outputs are read straight
+from ORT's values when it is delivered.
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -46,7 +61,7 @@ from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, Event, NormalizeOp, Stream
+from .devices import Device, DeviceBuffer, Event, NormalizeOp, Stream, typed_view
 
 T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
@@ -108,6 +123,10 @@ class _Work:
     out_layout: dict[str, tuple[np.dtype, Shape]] = field(default_factory=dict)
     pinned_out: PinnedOutSlot | None = None
     error: BaseException | None = None
+    #: outputs ORT allocated in this run, by name (NOTE [ data-dependent outputs ])
+    allocated: dict[str, Any] | None = None
+    ran: bool = False  # the run has happened (it has on CUDA once launch returns)
+    drained_allocated: bool = False  # the d2h copied ``allocated`` into pinned-out
 
 
 @dataclass(frozen=True)
@@ -366,21 +385,51 @@ class EngineRun(Generic[T]):
             events.run_done.record(compute)
         slot.inputs_free = events.run_done
         self._rings.device_slots.release(slot)  # the copy stream waits on run_done before reuse
+        if not work.ran and self._session.dynamic_outputs and not self._wait_event(events.run_done):
+            return False  # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
 
         pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
         if pinned_out is None:
             return False
         work.pinned_out = pinned_out
+        sources: dict[str, DeviceBuffer] = slot.outputs
+        if work.allocated is not None:
+            out_sizes, sources = self._plan_allocated(work, pinned_out)
         drain = self._streams.d2h
         with self._device.annotate("d2h", trace.index):
             drain.wait_event(events.run_done)
             if events.d2h_start is not None:
                 events.d2h_start.record(drain)
             for name, size in out_sizes.items():
-                drain.copy_d2h(pinned_out.arrays[name], slot.outputs[name], size)
+                if size:
+                    drain.copy_d2h(pinned_out.arrays[name], sources[name], size)
             events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
         return True
+
+    def _plan_allocated(self, work: _Work, pinned_out: PinnedOutSlot) -> tuple[dict[str, int], dict[str, DeviceBuffer]]:
+        """Sizes and sources of the d2h when ORT allocated some outputs: their
+        shapes are this run's, their memory ORT's; the pinned-out slot is
+        grown to hold them."""
+        assert work.allocated is not None
+        slot = work.slot
+        layout = dict(work.out_layout)  # the plan is shared by batches of this size: copy
+        sizes: dict[str, int] = {}
+        sources: dict[str, DeviceBuffer] = {}
+        for name, (dtype, shape) in work.out_layout.items():
+            value = work.allocated.get(name)
+            if value is None:
+                sizes[name], sources[name] = nbytes_of(dtype, shape), slot.outputs[name]
+                continue
+            shape = tuple(value.shape())
+            layout[name] = (dtype, shape)
+            sizes[name] = nbytes = nbytes_of(dtype, shape)
+            sources[name] = self._device.ort_output_buffer(value, nbytes)
+            pinned_out.fit(name, nbytes, self._device)
+        work.out_layout = layout
+        work.drained_allocated = True
+        work.trace.d2h_bytes = sum(sizes.values())
+        return sizes, sources
 
     def _preprocess(self, slot: DeviceSlot, rows: int) -> None:
         """Device-side conversion of sent inputs into the model's, on the compute stream."""
@@ -426,15 +475,21 @@ class EngineRun(Generic[T]):
         return found
 
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
-        key = (work.trace.bound_rows,)
+        dynamic = self._session.dynamic_outputs
+        key = (work.trace.bound_rows, dynamic)
         if slot.bound_key == key:
+            if dynamic:  # a fresh allocation at this run's shape (NOTE [ data-dependent outputs ])
+                self._session.bind_allocated(slot.binding, dynamic)
             return  # steady state: same pointers, same shapes, no rebinding
         model = self._layout.model_inputs(work.trace.bound_rows)
         inputs = {
             name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
             for name, (dtype, shape) in model.items()
         }
-        outputs = {name: (slot.outputs[name], dtype, shape) for name, (dtype, shape) in work.out_layout.items()}
+        outputs = {
+            name: None if name in dynamic else (slot.outputs[name], dtype, shape)
+            for name, (dtype, shape) in work.out_layout.items()
+        }
         slot.binding.clear_binding_inputs()
         slot.binding.clear_binding_outputs()
         self._session.bind(slot.binding, inputs, outputs)
@@ -447,9 +502,52 @@ class EngineRun(Generic[T]):
         # queued and must see the shapes it was enqueued with.
         try:
             self._bind(slot, work)
-            self._session.run_bound(slot.binding)
+            self._run_collecting(slot, work)
         except Exception as exc:  # noqa: BLE001 - reported for this batch by the consumer
             work.error = exc
+        finally:
+            work.ran = True
+
+    def _run_collecting(self, slot: DeviceSlot, work: _Work) -> None:
+        """The bound run; ORT's values of the outputs it allocated go to ``work.allocated``."""
+        session = self._session
+        try:
+            session.run_bound(slot.binding)
+        except Exception as exc:  # noqa: BLE001 - maybe a data-dependent shape: retried, else raised
+            work.allocated = self._rerun_allocating(slot, work, exc)
+            return
+        dynamic = session.dynamic_outputs
+        if dynamic:
+            values = session.bound_values(slot.binding)
+            work.allocated = {name: values[name] for name in dynamic}
+
+    def _rerun_allocating(self, slot: DeviceSlot, work: _Work, error: Exception) -> dict[str, Any]:
+        """NOTE [ data-dependent outputs ]: after a failed run, the same run with
+        every output allocated by ORT.  If it succeeds and some outputs came out
+        in shapes other than planned, those are data-dependent; otherwise the
+        first failure stands."""
+        session = self._session
+        names = session.output_names
+        if session.dynamic_outputs.issuperset(names):
+            raise error  # ORT allocated every output already: nothing to retry
+        slot.binding.clear_binding_outputs()
+        session.bind_allocated(slot.binding, names)
+        slot.bound_key = None  # the slot's next batch binds its buffers again
+        if not self._retried(slot):
+            raise error
+        values = session.bound_values(slot.binding)
+        changed = [name for name in names if tuple(values[name].shape()) != work.out_layout[name][1]]
+        if not changed:
+            raise error
+        session.note_dynamic(changed)
+        return values
+
+    def _retried(self, slot: DeviceSlot) -> bool:
+        try:
+            self._session.run_bound(slot.binding)
+        except Exception:  # noqa: BLE001 - the first failure is the one reported
+            return False
+        return True
 
     # -- consumer -----------------------------------------------------------
     def results(self) -> Iterator[T]:
@@ -573,12 +671,7 @@ class EngineRun(Generic[T]):
             raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out
         assert pinned_out is not None
-        views = {}
-        for name, (dtype, shape) in work.out_layout.items():
-            view = pinned_out.view(name, dtype, shape)
-            if trace.bound_rows != trace.rows and view.ndim and view.shape[0] == trace.bound_rows:
-                view = view[: trace.rows]  # padding rows of a fixed-batch model
-            views[name] = view
+        views = self._views(work, pinned_out)
         try:
             result = self._take(trace.index, trace.rows, views)
         finally:
@@ -587,6 +680,24 @@ class EngineRun(Generic[T]):
             trace.t_done = time.perf_counter()
             self._on_batch(trace)
         return result
+
+    def _views(self, work: _Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
+        """The batch's outputs as views of its pinned-out slot, padding rows cut off."""
+        trace, allocated = work.trace, work.allocated
+        dynamic = self._session.dynamic_outputs
+        views = {}
+        for name, (dtype, shape) in work.out_layout.items():
+            if allocated is None or name not in allocated:
+                view = pinned_out.view(name, dtype, shape)
+            elif work.drained_allocated:
+                view = typed_view(pinned_out.arrays[name], dtype, shape)  # a new shape each batch: not cached
+            else:  # found dynamic in this very run, after its d2h was planned
+                view = allocated[name].numpy()
+            cut = trace.bound_rows != trace.rows and name not in dynamic
+            if cut and view.ndim and view.shape[0] == trace.bound_rows:
+                view = view[: trace.rows]  # padding rows of a fixed-batch model
+            views[name] = view
+        return views
 
     # -- shutdown -----------------------------------------------------------
     def close(self) -> None:

@@ -309,16 +309,24 @@ class _Gather:
         if not self.arrays:
             for name, view in views.items():
                 if view.ndim == 0 or view.shape[0] != rows:
-                    raise PipelineInputError(
-                        f"output {name!r} has no batch dim to concatenate along",
-                        expected=f"[{rows}, ...]",
-                        got=list(view.shape),
-                    )
+                    raise _not_per_row(name, index, [rows, "..."], view)
                 self.arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
         for name, view in views.items():
             target = self.arrays[name][self._row : self._row + rows]
+            if view.shape != target.shape:
+                raise _not_per_row(name, index, list(target.shape), view)
             if self._copier is None:
                 target[...] = view
             else:
                 self._copier.copy(target, view)
         self._row += rows
+
+
+def _not_per_row(name: str, index: int, expected: list[object], view: np.ndarray) -> PipelineInputError:
+    return PipelineInputError(
+        f"output {name!r} has no batch dim to concatenate along: run() joins outputs of one row per input "
+        "row, and this one's shape is not that (it may depend on the data); use map() for this model",
+        batch_index=index,
+        expected=str(expected).replace("'", ""),
+        got=list(view.shape),
+    )

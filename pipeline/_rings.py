@@ -70,7 +70,15 @@ class DeviceSlot:
 
 @dataclass(eq=False)
 class PinnedOutSlot(_PinnedSlot):
-    pass
+    def fit(self, name: str, nbytes: int, device: Device) -> np.ndarray:
+        """``arrays[name]``, first grown to at least ``nbytes`` (a data-dependent
+        output can outgrow its probed size): doubled, so growth is rare.  Only
+        the thread that holds the slot, before its d2h, calls it."""
+        have = self.arrays[name]
+        if have.nbytes < nbytes:
+            have = self.arrays[name] = device.pinned_empty(max(nbytes, 2 * have.nbytes))
+            self._views = {key: view for key, view in self._views.items() if key[0] != name}
+        return have
 
 
 class Pool(Generic[T]):

@@ -8,7 +8,10 @@ the engine orders work by events instead.  ``IOBinding.synchronize_inputs`` /
 
 Output shapes are found by running (one probe run per input shape, cached),
 never guessed from dim names: real models name output dims unrelated to the
-input's.
+input's.  Some outputs' shapes depend on the data itself (a detector's boxes
+after NMS, NonZero): those are bound for ORT to allocate on every run, and
+``dynamic_outputs`` names the ones found so far (NOTE [ data-dependent
+outputs ] in the engine).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +170,13 @@ class OrtSession:
             # NOTE [ no device sync in Run ]: the engine records an event after
             # Run returns and the d2h stream waits on it.
             self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        if config.log_severity >= 3:
+            # A failed run comes back as an exception with ORT's message; logged
+            # as well it is noise, and a data-dependent output's first mismatch
+            # with its probed shape is expected and handled.
+            self.run_options.log_severity_level = 4
+        #: outputs whose shape was seen to depend on the data, not only on input shapes
+        self.dynamic_outputs: frozenset[str] = frozenset()
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
         self._probe_lock = threading.Lock()
 
@@ -209,14 +220,37 @@ class OrtSession:
         self,
         binding: ort.IOBinding,
         inputs: dict[str, tuple[DeviceBuffer, np.dtype, Shape]],
-        outputs: dict[str, tuple[DeviceBuffer, np.dtype, Shape]],
+        outputs: dict[str, tuple[DeviceBuffer, np.dtype, Shape] | None],
     ) -> None:
-        """Point ``binding`` at these buffers (ORT wraps the pointers, never owns them)."""
+        """Point ``binding`` at these buffers (ORT wraps the pointers, never owns them);
+        an output given as None is left for ORT to allocate on the device."""
         device_type, device_id = self.device.ort_device
         for name, (buffer, dtype, shape) in inputs.items():
             binding.bind_input(name, device_type, device_id, dtype, list(shape), buffer.ptr)
-        for name, (buffer, dtype, shape) in outputs.items():
-            binding.bind_output(name, device_type, device_id, dtype, list(shape), buffer.ptr)
+        for name, target in outputs.items():
+            if target is None:
+                binding.bind_output(name, device_type, device_id)
+            else:
+                buffer, dtype, shape = target
+                binding.bind_output(name, device_type, device_id, dtype, list(shape), buffer.ptr)
+
+    def bind_allocated(self, binding: ort.IOBinding, names: Iterable[str]) -> None:
+        """Let ORT allocate these outputs in the next run, at whatever shape it computes.
+
+        Needed before every run: after a run the binding holds the value ORT
+        made and would take it as preallocated, failing on the next shape."""
+        device_type, device_id = self.device.ort_device
+        for name in names:
+            binding.bind_output(name, device_type, device_id)
+
+    def bound_values(self, binding: ort.IOBinding) -> dict[str, Any]:
+        """The last run's output ``OrtValue``s by name (bound in ``output_names`` order)."""
+        return dict(zip(self.output_names, binding.get_outputs(), strict=True))
+
+    def note_dynamic(self, names: Iterable[str]) -> None:
+        """Remember outputs whose shape depends on the data (one assignment: the
+        threads that read the set see the old one or the new one)."""
+        self.dynamic_outputs = self.dynamic_outputs | frozenset(names)
 
     def run_bound(self, binding: ort.IOBinding) -> None:
         self.session.run_with_iobinding(binding, self.run_options)

@@ -11,6 +11,10 @@ They let every command and test run with no model file:
   float16, for binding tests.
 * ``busy`` - a chain of ``[F, F]`` MatMul+Tanh layers whose compute time is
   set by ``layers`` and ``features``: for balanced-stage studies.
+* ``detect`` - a stand-in for a detector with NMS in its graph: outputs whose
+  shapes depend on the data (``hits`` ``[K, 2]``, the row and feature of every
+  score over a threshold, and their ``hit_scores`` ``[K]``) beside a per-row
+  ``best`` ``[N]``.
 
 Each builder takes ``batch`` = an int (a fixed batch dim) or a name (a
 dynamic one).  NOTE [ IR version ]: onnx 1.23 writes IR 14 by default, which
@@ -137,6 +141,26 @@ def busy(batch: Dim = "N", features: int = 256, layers: int = 8, seed: int = 0) 
     return _model(helper.make_graph(nodes, "busy", [x], [y], inits))
 
 
+def detect(batch: Dim = "N", features: int = 64, threshold: float = 1.5) -> onnx.ModelProto:
+    """Every score of ``x`` over ``threshold``: like a detector's output after NMS,
+    one row per hit carrying its batch row, so K depends on the data."""
+    inits = [numpy_helper.from_array(np.array(threshold, np.float32), "threshold")]
+    nodes = [
+        helper.make_node("Greater", ["x", "threshold"], ["over"]),
+        helper.make_node("NonZero", ["over"], ["where"]),
+        helper.make_node("Transpose", ["where"], ["hits"], perm=[1, 0]),
+        helper.make_node("GatherND", ["x", "hits"], ["hit_scores"]),
+        helper.make_node("ReduceMax", ["x"], ["best"], axes=[1], keepdims=0),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, features])
+    outputs = [
+        helper.make_tensor_value_info("hits", TensorProto.INT64, ["K", 2]),
+        helper.make_tensor_value_info("hit_scores", TensorProto.FLOAT, ["K"]),
+        helper.make_tensor_value_info("best", TensorProto.FLOAT, [batch]),
+    ]
+    return _model(helper.make_graph(nodes, "detect", [x], outputs, inits))
+
+
 @dataclass(frozen=True)
 class BuiltinModel:
     """A registry entry: how to build the model and what a synthetic batch looks like."""
@@ -145,6 +169,8 @@ class BuiltinModel:
     build: Callable[..., onnx.ModelProto]
     example: Callable[[int, np.random.Generator], dict[str, np.ndarray]]
     summary: str
+    #: outputs whose shape depends on the data, not only on the rows
+    data_dependent: tuple[str, ...] = ()
 
 
 def _features(name: str, width: int) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
@@ -172,6 +198,9 @@ BUILTIN: dict[str, BuiltinModel] = {
         BuiltinModel("convnet", convnet, _frames, "2 conv layers + pool + Gemm, [N, 3, H, W] -> [N, 10]"),
         BuiltinModel("multi_io", multi_io, _multi, "4 inputs/outputs: float32, int64, uint8, float16"),
         BuiltinModel("busy", busy, _features("x", 256), "8 x (MatMul 256x256 + Tanh)"),
+        BuiltinModel(
+            "detect", detect, _features("x", 64), "scores over 1.5 of [N, 64] -> hits [K, 2]", ("hits", "hit_scores")
+        ),
     )
 }
 

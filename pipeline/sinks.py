@@ -30,6 +30,21 @@ class SinkError(PipelineError):
     """An output path cannot be written."""
 
 
+def check_rows(
+    name: str, index: int, rows: int, values: np.ndarray, row_shape: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """The shape of one row of output ``name``, after checking that batch ``index``
+    has ``rows`` of them and, once ``row_shape`` is known, that rows keep it."""
+    if values.ndim == 0 or values.shape[0] != rows or (row_shape is not None and values.shape[1:] != row_shape):
+        expected = f"[{rows}, ...]" if row_shape is None else str([rows, *row_shape])
+        raise SinkError(
+            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected {expected}: this sink "
+            "writes one row per input row, and this output's shape depends on the data, not on the rows; "
+            "write it with a CallbackSink or take it from Pipeline.map()"
+        )
+    return values.shape[1:]
+
+
 def writable(path: str | Path) -> Path:
     """The path, after checking that its folder exists and can be written."""
     path = Path(path)
@@ -104,7 +119,9 @@ class NpySink:
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         for name, values in outputs.items():
-            self._streams[name].append(values)
+            stream = self._streams[name]
+            check_rows(name, index, rows, values, stream.row_shape if stream.dtype is not None else None)
+            stream.append(values)
 
     def close(self) -> None:
         for stream in self._streams.values():
@@ -120,12 +137,14 @@ class ParquetSink:
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
+        self._row_shapes: dict[str, tuple[int, ...]] = {}
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         import pyarrow as pa
 
         columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
         for name, values in outputs.items():
+            self._row_shapes[name] = check_rows(name, index, rows, values, self._row_shapes.get(name))
             if name in columns:
                 name = f"output_{name}"
             # A copy: pa.array wraps numpy memory without copying, and ``values``

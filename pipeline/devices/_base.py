@@ -129,6 +129,13 @@ class Device(abc.ABC):
         With ``compute_stream`` the session's work is bound to that stream.
         """
 
+    @abc.abstractmethod
+    def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
+        """The memory of an output ORT allocated on this device (an ``OrtValue``
+        whose shape depended on the data), for a d2h copy out of it.  NOTE [
+        buffer ownership ]: ORT frees it with the value, so the caller keeps
+        ``value`` referenced until the copy's event has completed."""
+
     def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
         """Raise if ORT did not take this device's provider as asked."""
 

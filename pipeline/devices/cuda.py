@@ -210,6 +210,9 @@ class CudaDevice(Device):
             memory = self._cupy.cuda.alloc(max(nbytes, 1))
         return DeviceBuffer(ptr=memory.ptr, nbytes=nbytes, owner=memory)
 
+    def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
+        return DeviceBuffer(ptr=value.data_ptr(), nbytes=nbytes, owner=value)
+
     def stream(self, name: str) -> CudaStream:
         return CudaStream(self._cupy, self.device_id, name)
 

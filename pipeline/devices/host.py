@@ -391,6 +391,11 @@ class HostDevice(Device):
         owner = _aligned_bytes(nbytes)
         return DeviceBuffer(ptr=owner.ctypes.data, nbytes=nbytes, owner=owner)
 
+    def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
+        # ORT's CPU memory seen as numpy without a copy: the host streams copy arrays.
+        flat = value.numpy().reshape(-1).view(np.uint8) if nbytes else np.empty(0, np.uint8)
+        return DeviceBuffer(ptr=value.data_ptr(), nbytes=nbytes, owner=flat)
+
     def stream(self, name: str) -> HostStream:
         stream = HostStream(self, name, self.threaded, seed=(self.chaos.seed if self.chaos else 0) + len(self._streams))
         self._streams.append(stream)
