@@ -121,7 +121,11 @@ class InputChecker:
         rows = {name: value.shape[0] for name, value in feeds.items()}
         if len(set(rows.values())) > 1:
             raise PipelineInputError(
-                "inputs disagree on the batch size (dim 0)", batch_index=index, expected="one size", got=rows
+                "inputs disagree on the batch size (dim 0); an input that stays the same for every batch "
+                "is a constant (Pipeline(constants=...), --constant)",
+                batch_index=index,
+                expected="one size",
+                got=rows,
             )
 
 

@@ -486,6 +486,7 @@ class EngineRun(Generic[T]):
             name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
             for name, (dtype, shape) in model.items()
         }
+        inputs.update(self._rings.constants)
         outputs = {
             name: None if name in dynamic else (slot.outputs[name], dtype, shape)
             for name, (dtype, shape) in work.out_layout.items()

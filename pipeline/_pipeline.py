@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from ._batching import InputChecker, Layout, layout_for, split_rows
 from ._engine import BatchTrace, EngineRun, MakeTake, RunConfig, Streams, Take, copy_outputs
-from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
@@ -87,6 +87,7 @@ class Pipeline:
         batch_size: int | None = None,
         *,
         preprocess: Preprocess | str | Sequence[Preprocess | str] | None = None,
+        constants: Mapping[str, object] | None = None,
         options: PipelineOptions | None = None,
     ) -> None:
         if not isinstance(depth, int) or depth < 1:
@@ -102,7 +103,7 @@ class Pipeline:
         self.streams = Streams(self.device.stream("h2d"), self.device.stream("compute"), self.device.stream("d2h"))
         self._finalizer = weakref.finalize(self, _close_streams, self.streams.all())
         try:
-            self._setup(model, preprocess)
+            self._setup(model, preprocess, constants or {})
         except BaseException:
             self._finalizer()  # a failed constructor leaves no stream worker behind
             raise
@@ -112,20 +113,25 @@ class Pipeline:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _setup(self, model: ModelSource, preprocess: Preprocess | str | Sequence[Preprocess | str] | None) -> None:
+    def _setup(
+        self,
+        model: ModelSource,
+        preprocess: Preprocess | str | Sequence[Preprocess | str] | None,
+        constants: Mapping[str, object],
+    ) -> None:
         self.session = OrtSession(
             model, self.device, self.streams.compute, SessionConfig(intra_op_threads=self.options.intra_op_threads)
         )
-        self.preprocess = _preprocess_by_input(preprocess, self.session.inputs)
-        # What the source sends: the model's inputs, except the preprocessed ones.
+        self.session.set_constants(constants)
+        batched = self.session.batched_inputs
+        _check_batch_dims(batched)
+        self.preprocess = _preprocess_by_input(preprocess, batched)
+        # What the source sends: the batched inputs, the preprocessed ones as they come.
         self.source_inputs = tuple(
-            self.preprocess[spec.name].source_spec(spec) if spec.name in self.preprocess else spec
-            for spec in self.session.inputs
+            self.preprocess[spec.name].source_spec(spec) if spec.name in self.preprocess else spec for spec in batched
         )
         self._transforms = tuple(
-            (spec.name, self.preprocess[spec.name], spec.dtype)
-            for spec in self.session.inputs
-            if spec.name in self.preprocess
+            (spec.name, self.preprocess[spec.name], spec.dtype) for spec in batched if spec.name in self.preprocess
         )
         self.checker = InputChecker(self.source_inputs)
 
@@ -251,6 +257,18 @@ class Pipeline:
             f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, "
             f"device={self.device.name!r}, depth={self.depth}, {state})"
         )
+
+
+def _check_batch_dims(batched: tuple[TensorSpec, ...]) -> None:
+    """Every batched input needs axis 0 to stream along; a scalar one must be a constant."""
+    if not batched:
+        raise ModelError("every input of the model is a constant: there is nothing to stream in batches")
+    for spec in batched:
+        if spec.rank == 0:
+            raise ModelError(
+                f"input {spec.name!r} is a scalar: it has no batch dim (axis 0) to stream along; "
+                f"give its value once with constants={{{spec.name!r}: value}}"
+            )
 
 
 def _preprocess_by_input(

@@ -15,6 +15,10 @@ in flight:
 
 Device-in and device-out of one slot are bound to one IOBinding, so they form
 one :class:`DeviceSlot` with two guard events, one per stream.
+
+The session's constants (inputs that are not batched) are copied to the
+device once, when the rings are made, and only read after that: every slot
+binds the same buffers.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from ._batching import Layout
+from ._errors import DeviceError
 from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, DeviceBuffer, Event, typed_view
 
@@ -116,6 +121,8 @@ class Rings:
     device_slots: Pool[DeviceSlot]
     pinned_out: Pool[PinnedOutSlot]
     _all_device_slots: list[DeviceSlot] = field(default_factory=list)
+    #: the session's constants on the device: (buffer, dtype, shape) by input name
+    constants: dict[str, tuple[DeviceBuffer, np.dtype, Shape]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget guards after the streams were synchronized (between runs)."""
@@ -145,4 +152,29 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
         for _ in range(depth)
     ]
     pinned_out = [PinnedOutSlot({n: device.pinned_empty(b) for n, b in out_bytes.items()}) for _ in range(depth)]
-    return Rings(layout, output_layout, pinned_in, Pool(slots), Pool(pinned_out), slots)
+    constants = upload_constants(device, session.constants)
+    return Rings(layout, output_layout, pinned_in, Pool(slots), Pool(pinned_out), slots, constants)
+
+
+def upload_constants(
+    device: Device, values: dict[str, np.ndarray], timeout_s: float = 30.0
+) -> dict[str, tuple[DeviceBuffer, np.dtype, Shape]]:
+    """Each value copied into device memory of its own, waited for on the host
+    (once, before any run: no steady-state sync)."""
+    if not values:
+        return {}
+    stream = device.stream("constants")
+    try:
+        found, staged = {}, []
+        for name, value in values.items():
+            pinned = device.pinned_empty(value.nbytes)
+            typed_view(pinned, value.dtype, value.shape)[...] = value
+            buffer = device.device_empty(value.nbytes)
+            stream.copy_h2d(buffer, pinned, value.nbytes)
+            staged.append(pinned)  # alive until the copy is done
+            found[name] = (buffer, value.dtype, value.shape)
+        if not stream.synchronize(timeout_s):
+            raise DeviceError(f"copying the constants {sorted(values)} to the device took over {timeout_s:g} s")
+        return found
+    finally:
+        stream.close()

@@ -12,6 +12,10 @@ input's.  Some outputs' shapes depend on the data itself (a detector's boxes
 after NMS, NonZero): those are bound for ORT to allocate on every run, and
 ``dynamic_outputs`` names the ones found so far (NOTE [ data-dependent
 outputs ] in the engine).
+
+Inputs that are not batched (an NMS threshold, a scalar scale) are
+``constants``: one value fed to every run, probe runs included; the batches
+carry only the ``batched_inputs``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ._errors import ModelError
+from ._errors import ModelError, PipelineInputError
 from .devices import Device, DeviceBuffer, Stream
 
 ORT_TO_NUMPY: dict[str, np.dtype] = {
@@ -114,6 +118,24 @@ def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
+def _constant(spec: TensorSpec, value: object) -> np.ndarray:
+    """``value`` as a C-contiguous array that fits ``spec`` (a plain number takes the input's dtype)."""
+    typed = isinstance(value, np.ndarray | np.generic)  # a plain number or list takes the input's dtype
+    array = np.asarray(value) if typed else np.asarray(value, dtype=spec.dtype)
+    if array.dtype != spec.dtype:
+        raise PipelineInputError(
+            "wrong dtype of a constant", input_name=spec.name, expected=spec.dtype.name, got=array.dtype.name
+        )
+    fits = array.ndim == spec.rank and all(
+        not isinstance(want, int) or want == got for want, got in zip(spec.shape, array.shape, strict=True)
+    )
+    if not fits:
+        raise PipelineInputError(
+            "a constant of the wrong shape", input_name=spec.name, expected=spec.describe_shape(), got=list(array.shape)
+        )
+    return np.ascontiguousarray(array)
+
+
 def _spec(arg: Any, kind: str) -> TensorSpec:
     dtype = ORT_TO_NUMPY.get(arg.type)
     if dtype is None:
@@ -177,6 +199,8 @@ class OrtSession:
             self.run_options.log_severity_level = 4
         #: outputs whose shape was seen to depend on the data, not only on input shapes
         self.dynamic_outputs: frozenset[str] = frozenset()
+        #: values of the inputs that are not batched, fed as they are to every run
+        self.constants: dict[str, np.ndarray] = {}
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
         self._probe_lock = threading.Lock()
 
@@ -185,12 +209,31 @@ class OrtSession:
         return [spec.name for spec in self.inputs]
 
     @property
+    def batched_inputs(self) -> tuple[TensorSpec, ...]:
+        """The inputs the batches carry: every input but the constants."""
+        return tuple(spec for spec in self.inputs if spec.name not in self.constants)
+
+    def set_constants(self, values: Mapping[str, object]) -> None:
+        """Fix the value of inputs that are not batched, each checked against its spec."""
+        specs = {spec.name: spec for spec in self.inputs}
+        checked = {}
+        for name, value in values.items():
+            spec = specs.get(name)
+            if spec is None:
+                raise PipelineInputError(
+                    "a constant for an input the model does not have", input_name=name, expected=list(specs), got=name
+                )
+            checked[name] = _constant(spec, value)
+        self.constants = checked
+        self._probes.clear()
+
+    @property
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
 
     def fixed_batch(self) -> int | None:
         """The batch dim (axis 0) when the model fixes it, else None."""
-        dims = {spec.shape[0] for spec in self.inputs if spec.rank and isinstance(spec.shape[0], int)}
+        dims = {spec.shape[0] for spec in self.batched_inputs if spec.rank and isinstance(spec.shape[0], int)}
         if len(dims) > 1:
             raise ModelError(f"the model's inputs fix different batch dims: {sorted(dims)}")
         return dims.pop() if dims else None
@@ -201,7 +244,8 @@ class OrtSession:
         with self._probe_lock:
             known = self._probes.get(key)
             if known is None:
-                feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.inputs}
+                feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
+                feeds.update(self.constants)
                 try:
                     results = self.session.run(None, feeds)
                 except Exception as exc:
@@ -257,4 +301,4 @@ class OrtSession:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A plain ``session.run`` (numpy in, numpy out): the reference and the naive baseline."""
-        return dict(zip(self.output_names, self.session.run(None, feeds), strict=True))
+        return dict(zip(self.output_names, self.session.run(None, {**feeds, **self.constants}), strict=True))

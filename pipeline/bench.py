@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -47,12 +47,14 @@ Batch = dict[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Workload:
-    """What every mode runs: ``pool`` cycled, ``count`` batches or ``duration`` seconds."""
+    """What every mode runs: ``pool`` cycled, ``count`` batches or ``duration`` seconds;
+    ``constants``: the values of the model's inputs that are not batched."""
 
     pool: Sequence[Batch]
     count: int | None = 40
     duration: float | None = None
     warmup: int = 3
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.pool:
@@ -178,12 +180,13 @@ def bench_naive(
 ) -> ModeResult:
     session = OrtSession(model, device, None, config)
     clock = _StepClock()
+    constants = dict(work.constants)
 
     def step(batch: Batch) -> None:
         clock.start(batch)
         device.charge_transfer(_nbytes(batch), "h2d")
         clock.mark("h2d")
-        outputs = session.session.run(None, batch)  # ORT's own copies are inside
+        outputs = session.session.run(None, {**batch, **constants})  # ORT's own copies are inside
         clock.mark("compute")
         out_bytes = _nbytes(outputs)
         device.charge_transfer(out_bytes, "d2h")
@@ -205,7 +208,7 @@ def bench_iobinding(
         clock.start(batch)
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
-        for name, array in batch.items():
+        for name, array in itertools.chain(batch.items(), work.constants.items()):
             device.charge_transfer(array.nbytes, "h2d")
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, device_type, device_id))
         for name in session.output_names:
@@ -233,7 +236,7 @@ def bench_pipelined(
     """The engine at ``depth``; the mode is named by ``options.stage_threads``."""
     options = options or PipelineOptions(stage_threads=True)
     mode = next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
-    with Pipeline(model, device=device, depth=depth, options=options) as pipe:
+    with Pipeline(model, device=device, depth=depth, constants=work.constants, options=options) as pipe:
         for _ in pipe.map_with(work.warm(), _discard):
             pass
         counted = _Counted(work.timed(tick))

@@ -35,6 +35,31 @@ def renamed_dims_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def scaled_model(features: int = 4):
+    """y[N, F] = x * scale + bias, then the top k of each row: scale is a scalar
+    input, bias [1, F] and k [1] inputs that are the same for every batch."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "bias"], ["y"]),
+            helper.make_node("TopK", ["y", "k"], ["top", "top_index"], axis=1),
+        ],
+        "scaled",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, features]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", features]),
+            helper.make_tensor_value_info("top", TensorProto.FLOAT, ["N", "K"]),
+            helper.make_tensor_value_info("top_index", TensorProto.INT64, ["N", "K"]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def failing_source(batches: list, fail_at: int) -> Iterator:
     for index, batch in enumerate(batches):
         if index == fail_at:

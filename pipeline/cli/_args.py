@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+
+from .._errors import PipelineError
 
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
@@ -102,3 +108,38 @@ def column_map(text: str) -> tuple[str, list[str]]:
     if not sep or not name or not columns:
         raise argparse.ArgumentTypeError(f"--input-column takes INPUT=COL[,COL...], got {text!r}")
     return name, [c for c in columns.split(",") if c]
+
+
+def constant_spec(text: str) -> tuple[str, list[float]]:
+    """--constant NAME=VALUE[,VALUE...]: the value of an input that is not batched."""
+    name, sep, values = text.partition("=")
+    try:
+        numbers = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        numbers = []
+    if not sep or not name or not numbers:
+        raise argparse.ArgumentTypeError(
+            f"--constant takes NAME=VALUE[,VALUE...], e.g. iou_threshold=0.5, got {text!r}"
+        )
+    return name, numbers
+
+
+def constant_arrays(inputs: Sequence[Any], given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:
+    """--constant values as arrays of their inputs' dtype and shape (``inputs``: the model's TensorSpecs)."""
+    specs = {spec.name: spec for spec in inputs}
+    arrays = {}
+    for name, numbers in given:
+        spec = specs.get(name)
+        if spec is None:
+            raise PipelineError(f"--constant {name}: the model has no input {name!r}; it has {list(specs)}")
+        values = np.array(numbers).astype(spec.dtype)
+        fixed = all(isinstance(d, int) for d in spec.shape)
+        if fixed and math.prod(spec.shape) == len(numbers):
+            values = values.reshape(spec.shape)
+        elif fixed or spec.rank != 1:
+            raise PipelineError(
+                f"--constant {name}: input {name!r} is {spec.describe_shape()}; give its "
+                f"{math.prod(spec.shape) if fixed else 'every'} value(s), comma-separated, got {len(numbers)}"
+            )
+        arrays[name] = values
+    return arrays

@@ -28,7 +28,7 @@ from ..bench import (
     run_modes,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
-from ._args import choices_of, copy_threads, data_spec, depths, input_spec, positive
+from ._args import choices_of, constant_arrays, constant_spec, copy_threads, data_spec, depths, input_spec, positive
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_LINK_GBPS = 12.0
@@ -87,6 +87,7 @@ def add_bench(sub: Any) -> None:
         help="your own batches instead of random ones: a .npy (one-input model), an .npz of input name -> "
         "array, or NAME=PATH.npy per input; axis 0 is split into batches, up to 16 kept in memory",
     )
+    add_constant_option(bench)
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
         "--trace",
@@ -114,18 +115,42 @@ def _bench_device(args: argparse.Namespace) -> tuple[Device, str]:
     return resolve_device(args.device), f"--device {args.device}"
 
 
-def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Sequence[Any] = ()) -> tuple[Any, list]:
-    """The model (built-in or file) and ``count`` random batches that fit it."""
-    if model_arg in models.BUILTIN and not inputs:
+def add_constant_option(parser: Any) -> None:
+    parser.add_argument(
+        "--constant",
+        type=constant_spec,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,VALUE]",
+        help="the value of an input that is not batched (a threshold, a scale), fed to every run; repeatable",
+    )
+
+
+def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:
+    """--constant values as arrays that fit the model's inputs."""
+    return constant_arrays(_probe(model_arg)[1].inputs, given) if given else {}
+
+
+def synthetic_batches(
+    model_arg: str,
+    batch_size: int,
+    count: int,
+    inputs: Sequence[Any] = (),
+    constants: dict[str, np.ndarray] | None = None,
+) -> tuple[Any, list]:
+    """The model (built-in or file) and ``count`` random batches that fit its batched inputs."""
+    if model_arg in models.BUILTIN and not inputs and not constants:
         return models.get(model_arg), [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
-    model, probe = _probe(model_arg)
+    model, probe = _probe_batched(model_arg, constants)
     given = {name: (shape, dtype) for name, shape, dtype in inputs}
-    unknown = sorted(set(given) - set(probe.input_names))
+    batched = probe.batched_inputs
+    unknown = sorted(set(given) - {spec.name for spec in batched})
     if unknown:
-        raise PipelineError(f"--input names {unknown} are not inputs of the model: {probe.input_names}")
+        names = [spec.name for spec in batched]
+        raise PipelineError(f"--input names {unknown} are not inputs of the model that batches carry: {names}")
     rng = np.random.default_rng(0)
     shapes = {}
-    for spec in probe.inputs:
+    for spec in batched:
         shape, dtype = given.get(spec.name, (None, None))
         dims = (
             [batch_size, *shape]
@@ -146,21 +171,25 @@ def synthetic_batches(model_arg: str, batch_size: int, count: int, inputs: Seque
 
 
 def data_batches(
-    model_arg: str, batch_size: int, count: int, data: Sequence[tuple[str | None, str]]
+    model_arg: str,
+    batch_size: int,
+    count: int,
+    data: Sequence[tuple[str | None, str]],
+    constants: dict[str, np.ndarray] | None = None,
 ) -> tuple[Any, list, str]:
     """The model and up to ``count`` batches of ``batch_size`` rows cut from the
     user's arrays (``--data``), checked against the model; and a line saying what was read."""
     from .._batching import InputChecker
 
-    model, probe = _probe(model_arg)
-    arrays = _load_data(data, probe.input_names)
+    model, probe = _probe_batched(model_arg, constants)
+    arrays = _load_data(data, [spec.name for spec in probe.batched_inputs])
     rows = {name: len(array) for name, array in arrays.items()}
     if len(set(rows.values())) > 1:
         raise PipelineError(f"--data arrays differ in rows {rows}: every input needs one row per item")
     total = next(iter(rows.values()))
     if total < batch_size:
         raise PipelineError(f"--data holds {total} rows, fewer than --batch-size {batch_size}")
-    checker = InputChecker(probe.inputs)
+    checker = InputChecker(probe.batched_inputs)
     batches = []
     for index in range(min(count, total // batch_size)):  # whole batches only: every row the same size
         rows_of = slice(index * batch_size, (index + 1) * batch_size)
@@ -217,6 +246,16 @@ def _probe(model_arg: str) -> tuple[Any, Any]:
     if isinstance(model, Path) and not model.is_file():
         raise PipelineError(f"model {model_arg!r} is neither a built-in ({', '.join(models.BUILTIN)}) nor a file")
     return model, OrtSession(model, HostDevice())
+
+
+def _probe_batched(model_arg: str, constants: dict[str, np.ndarray] | None) -> tuple[Any, Any]:
+    """``_probe`` with the constants set, so that its ``batched_inputs`` are what batches carry."""
+    model, probe = _probe(model_arg)
+    probe.set_constants(constants or {})
+    scalars = [spec.name for spec in probe.batched_inputs if spec.rank == 0]
+    if scalars:
+        raise PipelineError(f"inputs {scalars} are scalars, with no batch dim: give each with --constant NAME=VALUE")
+    return model, probe
 
 
 def _random(rng: np.random.Generator, dims: list[int], dtype: np.dtype) -> np.ndarray:
@@ -284,12 +323,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     modes = args.modes
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     pool_size = min(count or 16, 16)
+    constants = model_constants(args.model, args.constant)
     if args.data:
-        model, pool, data_line = data_batches(args.model, args.batch_size, pool_size, args.data)
+        model, pool, data_line = data_batches(args.model, args.batch_size, pool_size, args.data, constants)
     else:
-        model, pool = synthetic_batches(args.model, args.batch_size, pool_size, args.input)
+        model, pool = synthetic_batches(args.model, args.batch_size, pool_size, args.input, constants)
         data_line = None
-    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup)
+    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants)
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
@@ -329,6 +369,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
             "batch_size": args.batch_size,
             "copy_threads": resolve_copy_threads(args.copy_threads),
             "data": [path for _, path in args.data] or None,
+            "constants": {name: values for name, values in args.constant} or None,
             "results": [row.to_dict() for row in results],
         }
         args.json.write_text(json.dumps(payload, indent=2))

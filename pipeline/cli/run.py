@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from .. import models
 from .._progress import Progress
-from ._args import column_map, copy_threads, positive, size
+from ._args import column_map, constant_arrays, copy_threads, positive, size
+from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
@@ -67,6 +68,7 @@ def add_run(sub: Any) -> None:
         help="images: files decoded at once (default: one per CPU, up to 8); video: FFmpeg's decode threads "
         "(default: FFmpeg's choice)",
     )
+    add_constant_option(run)
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -79,12 +81,22 @@ def _auto_preprocess(args: argparse.Namespace, model: Any, kind: str) -> Any:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
     if kind not in ("video", "images"):
         return None
-    inputs = declared_inputs(model)  # read from the file: the pipeline builds the one real session
+    constant = {name for name, _ in args.constant}
+    inputs = [s for s in declared_inputs(model) if s.name not in constant]  # read from the file, no session
+    if not inputs:
+        return None
     spec = next((s for s in inputs if s.name == args.input_name), inputs[0])
     if spec.dtype.kind == "f" and spec.rank == 4:
         print("preprocess: uint8 frames -> float NCHW, scale 1/255 (on the device); --preprocess to change")
         return Preprocess(input=spec.name, scale=1 / 255, layout="nhwc")
     return None
+
+
+def _constants(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """--constant values, shaped and typed from the model file's declared inputs."""
+    from .._session import declared_inputs
+
+    return constant_arrays(declared_inputs(model), args.constant) if args.constant else {}
 
 
 def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
@@ -106,12 +118,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     writable(args.output)  # fail before any work
     preprocess = _auto_preprocess(args, model, kind)
+    constants = _constants(args, model)
     options = PipelineOptions(
         intra_op_threads=args.threads, stage_threads=ISSUING[args.issuing], copy_threads=args.copy_threads
     )
     summary = JobSummary()
     with Pipeline(
-        model, device=args.device, depth=args.depth, batch_size=args.batch_size, preprocess=preprocess, options=options
+        model,
+        device=args.device,
+        depth=args.depth,
+        batch_size=args.batch_size,
+        preprocess=preprocess,
+        constants=constants,
+        options=options,
     ) as pipe:
         source = open_source(
             args.input,
