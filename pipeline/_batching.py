@@ -6,6 +6,14 @@ partial batches are padded, their outputs sliced; a model with a dynamic
 batch dim gets slots of the configured ``batch_size`` (or the first batch's
 size) and partial batches are bound at their real size.
 
+NOTE [ free dims ]: the slots are sized for one row shape per input (the
+first batch's), but a model's other free dims (a sequence length, an image
+size) may change from batch to batch.  A batch whose rows hold no more
+elements than the slots' is bound at its own shape, its outputs left for ORT
+to allocate (no probe run per shape).  A batch that does not fit
+(:class:`SlotsOutgrown`) makes the pipeline finish the batches before it and
+carry on with slots grown to hold both.
+
 Every check runs before a batch touches a buffer and raises
 :class:`PipelineInputError` naming the batch, the input, what was expected
 and what came.
@@ -13,8 +21,11 @@ and what came.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -129,6 +140,17 @@ class InputChecker:
             )
 
 
+RowShapes = tuple[Shape, ...]  # a batch's row shape (without dim 0) per input, in layout order
+
+
+class SlotsOutgrown(Exception):
+    """A batch the slots cannot hold (NOTE [ free dims ]); ``layout`` can."""
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__(f"slots outgrown: {layout}")
+        self.layout = layout
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the slots are sized for: rows per slot and each input's row shape.
@@ -142,47 +164,78 @@ class Layout:
     row_shapes: tuple[tuple[str, np.dtype, Shape], ...]  # (name, dtype, shape without dim 0)
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = ()  # (name, how, model dtype)
 
-    def input_shapes(self, rows: int) -> dict[str, Shape]:
-        """Shapes of what the source sends (the pinned and device-in buffers)."""
-        return {name: (rows, *row) for name, _, row in self.row_shapes}
+    @cached_property
+    def slot_rows(self) -> RowShapes:
+        """The row shape per input the slots are sized for."""
+        return tuple(row for _, _, row in self.row_shapes)
 
-    def model_inputs(self, rows: int) -> dict[str, tuple[np.dtype, Shape]]:
+    def rows_for(self, shapes: RowShapes | None) -> tuple[tuple[str, np.dtype, Shape], ...]:
+        """``row_shapes`` with a batch's own row shapes (None: the slots')."""
+        if shapes is None:
+            return self.row_shapes
+        return tuple((name, dtype, row) for (name, dtype, _), row in zip(self.row_shapes, shapes, strict=True))
+
+    def input_shapes(self, rows: int, shapes: RowShapes | None = None) -> dict[str, Shape]:
+        """Shapes of what the source sends (the pinned and device-in buffers)."""
+        return {name: (rows, *row) for name, _, row in self.rows_for(shapes)}
+
+    def model_inputs(self, rows: int, shapes: RowShapes | None = None) -> dict[str, tuple[np.dtype, Shape]]:
         """dtype and shape of every model input as bound to ORT."""
-        found = {name: (dtype, (rows, *row)) for name, dtype, row in self.row_shapes}
+        found = {name: (dtype, (rows, *row)) for name, dtype, row in self.rows_for(shapes)}
         for name, how, model_dtype in self.preprocess:
             found[name] = (model_dtype, how.model_shape(found[name][1]))
         return found
 
-    def model_shapes(self, rows: int) -> dict[str, Shape]:
-        return {name: shape for name, (_, shape) in self.model_inputs(rows).items()}
+    def model_shapes(self, rows: int, shapes: RowShapes | None = None) -> dict[str, Shape]:
+        return {name: shape for name, (_, shape) in self.model_inputs(rows, shapes).items()}
 
-    def input_nbytes(self, rows: int) -> dict[str, int]:
-        return {name: nbytes_of(dtype, (rows, *row)) for name, dtype, row in self.row_shapes}
+    def input_nbytes(self, rows: int, shapes: RowShapes | None = None) -> dict[str, int]:
+        return {name: nbytes_of(dtype, (rows, *row)) for name, dtype, row in self.rows_for(shapes)}
 
-    def rows_of(self, index: int | None, feeds: dict[str, np.ndarray]) -> int:
-        """Check a batch against the slots; its number of rows."""
-        for name, _, row in self.row_shapes:
-            value = feeds[name]
-            if value.shape[1:] != row:
-                raise PipelineInputError(
-                    "shape differs from the batches the slots were sized for",
-                    batch_index=index,
-                    input_name=name,
-                    expected=f"[rows, {', '.join(map(str, row))}]",
-                    got=list(value.shape),
-                )
+    def rows_of(self, index: int | None, feeds: dict[str, np.ndarray]) -> tuple[int, RowShapes | None]:
+        """A checked batch's rows, and its row shapes where they are not the slots'
+        (NOTE [ free dims ]); raises :class:`SlotsOutgrown` where the slots cannot hold it."""
         rows = next(iter(feeds.values())).shape[0]
-        if rows > self.batch_size:
-            name = self.row_shapes[0][0]
-            hint = "the model fixes its batch dim" if self.pad else "set batch_size= to the largest batch"
+        if rows > self.batch_size and self.pad:
             raise PipelineInputError(
-                f"batch larger than the slots ({hint})",
+                "batch larger than the slots (the model fixes its batch dim)",
                 batch_index=index,
-                input_name=name,
+                input_name=self.row_shapes[0][0],
                 expected=f"<= {self.batch_size} rows",
                 got=f"{rows} rows",
             )
-        return rows
+        shapes = tuple(feeds[name].shape[1:] for name, _, _ in self.row_shapes)
+        if shapes == self.slot_rows:
+            if rows <= self.batch_size:
+                return rows, None
+        elif rows <= self.batch_size and all(
+            math.prod(got) <= math.prod(room) for got, room in zip(shapes, self.slot_rows, strict=True)
+        ):
+            return rows, shapes
+        raise SlotsOutgrown(self._grown(rows, shapes))
+
+    def holds(self, other: Layout) -> bool:
+        """Whether these slots can take every batch ``other``'s can (so a new
+        ``map()`` keeps them instead of making its own)."""
+        same_kind = (self.pad, self.preprocess) == (other.pad, other.preprocess) and [
+            (name, dtype) for name, dtype, _ in self.row_shapes
+        ] == [(name, dtype) for name, dtype, _ in other.row_shapes]
+        return (
+            same_kind
+            and (self.batch_size == other.batch_size or (not self.pad and self.batch_size > other.batch_size))
+            and all(
+                math.prod(mine) >= math.prod(theirs)
+                for mine, theirs in zip(self.slot_rows, other.slot_rows, strict=True)
+            )
+        )
+
+    def _grown(self, rows: int, shapes: RowShapes) -> Layout:
+        """Slots that hold both what these slots held and a batch of ``rows`` and ``shapes``."""
+        row_shapes = tuple(
+            (name, dtype, tuple(map(max, row, got)))
+            for (name, dtype, row), got in zip(self.row_shapes, shapes, strict=True)
+        )
+        return dataclasses.replace(self, batch_size=max(self.batch_size, rows), row_shapes=row_shapes)
 
     def bound_rows(self, rows: int) -> int:
         return self.batch_size if self.pad else rows

@@ -55,7 +55,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 
-from ._batching import InputChecker, Layout
+from ._batching import InputChecker, Layout, RowShapes, SlotsOutgrown
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
@@ -127,6 +127,19 @@ class _Work:
     allocated: dict[str, Any] | None = None
     ran: bool = False  # the run has happened (it has on CUDA once launch returns)
     drained_allocated: bool = False  # the d2h copied ``allocated`` into pinned-out
+    #: the batch's row shapes where they are not the slots' (NOTE [ free dims ]):
+    #: bound at these, every output left for ORT to allocate
+    row_shapes: RowShapes | None = None
+
+
+@dataclass(frozen=True)
+class Outgrown:
+    """The batch the slots could not hold, as the source gave it checked, and a
+    layout that holds it: the run ends before it (NOTE [ free dims ])."""
+
+    index: int
+    feeds: dict[str, np.ndarray]
+    layout: Layout
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,7 @@ class EngineRun(Generic[T]):
         make_take: MakeTake[T],
         on_batch: Callable[[BatchTrace], None] | None = None,
         on_hand_over: Callable[[int], None] | None = None,
+        first_index: int = 0,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -205,11 +219,17 @@ class EngineRun(Generic[T]):
         self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
-        self._in_nbytes: dict[int, tuple[dict[str, int], int]] = {}  # rows -> (bytes per input, total)
+        #: (rows, row shapes) -> (bytes per input, total)
+        self._in_nbytes: dict[tuple[int, RowShapes | None], tuple[dict[str, int], int]] = {}
         self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
         self._threads: list[threading.Thread] = []
+        self._first_index = first_index
+        #: the out_layout of a batch of free shape: every output, its shape to come
+        self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
+        #: set when the run ended at a batch its slots could not hold
+        self.outgrown: Outgrown | None = None
         if config.stage_threads is True:
-            self._start_stage_threads(self._iterator, 0)
+            self._start_stage_threads(self._iterator, first_index)
 
     # -- plumbing -----------------------------------------------------------
     def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> bool:
@@ -284,16 +304,24 @@ class EngineRun(Generic[T]):
         t_submit = time.perf_counter()
         try:
             feeds = self._checker.feeds(index, batch)
-            rows = self._layout.rows_of(index, feeds)
+            rows, shapes = self._layout.rows_of(index, feeds)
         except PipelineInputError as exc:
             return _Failure(exc)
+        except SlotsOutgrown as grown:
+            return Outgrown(index, feeds, grown.layout)
         try:
-            return self._stage_and_send(index, feeds, rows, t_submit, t_submit - t_ask)
+            return self._stage_and_send(index, feeds, rows, shapes, t_submit, t_submit - t_ask)
         except Exception as exc:  # noqa: BLE001
             return _Failure(PipelineStageError("stage", index, exc))
 
     def _stage_and_send(
-        self, index: int, feeds: dict[str, np.ndarray], rows: int, t_submit: float, source_s: float
+        self,
+        index: int,
+        feeds: dict[str, np.ndarray],
+        rows: int,
+        shapes: RowShapes | None,
+        t_submit: float,
+        source_s: float,
     ) -> _Work | None:
         layout = self._layout
         bound = layout.bound_rows(rows)
@@ -303,8 +331,13 @@ class EngineRun(Generic[T]):
         if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
             return None
         t_stage = time.perf_counter()
-        for name, dtype, row in layout.row_shapes:
-            view = pinned.view(name, dtype, (bound, *row))
+        for name, dtype, row in layout.rows_for(shapes):
+            # a free shape may be seen once: its view is not cached
+            view = (
+                pinned.view(name, dtype, (bound, *row))
+                if shapes is None
+                else typed_view(pinned.arrays[name], dtype, (bound, *row))
+            )
             if bound > rows:
                 copy(view[:rows], feeds[name])
                 view[rows:] = 0
@@ -317,7 +350,7 @@ class EngineRun(Generic[T]):
         t_slot = time.perf_counter()
         events = BatchEvents.new(self._device, self._config.timing)
         link = self._streams.h2d
-        nbytes, total_bytes = self._input_nbytes(bound)
+        nbytes, total_bytes = self._input_nbytes(bound, shapes)
         with self._device.annotate("h2d", index):
             if slot.inputs_free is not None:
                 link.wait_event(slot.inputs_free)
@@ -339,13 +372,14 @@ class EngineRun(Generic[T]):
             wait_in_s=(t_stage - t_wait) + (t_slot - t_staged),
             events=events,
         )
-        return _Work(trace=trace, slot=slot)
+        return _Work(trace=trace, slot=slot, row_shapes=shapes)
 
-    def _input_nbytes(self, rows: int) -> tuple[dict[str, int], int]:
-        found = self._in_nbytes.get(rows)
+    def _input_nbytes(self, rows: int, shapes: RowShapes | None) -> tuple[dict[str, int], int]:
+        key = (rows, shapes)
+        found = self._in_nbytes.get(key)
         if found is None:
-            sizes = self._layout.input_nbytes(rows)
-            found = self._in_nbytes[rows] = (sizes, sum(sizes.values()))
+            sizes = self._layout.input_nbytes(rows, shapes)
+            found = self._in_nbytes[key] = (sizes, sum(sizes.values()))
         return found
 
     # -- execute (compute + enqueue d2h) -----------------------------------
@@ -380,12 +414,13 @@ class EngineRun(Generic[T]):
         with self._device.annotate("run", trace.index):
             if events.run_start is not None:
                 events.run_start.record(compute)
-            self._preprocess(slot, trace.bound_rows)
+            self._preprocess(slot, trace.bound_rows, work.row_shapes)
             compute.launch(lambda: self._run_bound(slot, work))
             events.run_done.record(compute)
         slot.inputs_free = events.run_done
         self._rings.device_slots.release(slot)  # the copy stream waits on run_done before reuse
-        if not work.ran and self._session.dynamic_outputs and not self._wait_event(events.run_done):
+        allocating = self._session.dynamic_outputs or work.row_shapes is not None
+        if not work.ran and allocating and not self._wait_event(events.run_done):
             return False  # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
 
         pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
@@ -431,12 +466,12 @@ class EngineRun(Generic[T]):
         work.trace.d2h_bytes = sum(sizes.values())
         return sizes, sources
 
-    def _preprocess(self, slot: DeviceSlot, rows: int) -> None:
+    def _preprocess(self, slot: DeviceSlot, rows: int, shapes: RowShapes | None) -> None:
         """Device-side conversion of sent inputs into the model's, on the compute stream."""
         if not self._layout.preprocess:
             return
-        sent = self._layout.input_shapes(rows)
-        model = self._layout.model_inputs(rows)
+        sent = self._layout.input_shapes(rows, shapes)
+        model = self._layout.model_inputs(rows, shapes)
         for name, how, model_dtype in self._layout.preprocess:
             mul, add = self._coefficients[name]
             op = NormalizeOp(
@@ -454,6 +489,8 @@ class EngineRun(Generic[T]):
 
     def _outputs_for(self, work: _Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
         """dtype and shape of every output at this batch's bound rows, their bytes and the total."""
+        if work.row_shapes is not None:  # ORT allocates them all: shapes once it has run
+            return self._unplanned, {}, 0
         rows = work.trace.bound_rows
         found = self._out_plans.get(rows)
         if found is not None:
@@ -475,20 +512,21 @@ class EngineRun(Generic[T]):
         return found
 
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
-        dynamic = self._session.dynamic_outputs
-        key = (work.trace.bound_rows, dynamic)
+        shapes = work.row_shapes
+        allocated = self._session.dynamic_outputs if shapes is None else frozenset(self._session.output_names)
+        key = (work.trace.bound_rows, shapes, allocated)
         if slot.bound_key == key:
-            if dynamic:  # a fresh allocation at this run's shape (NOTE [ data-dependent outputs ])
-                self._session.bind_allocated(slot.binding, dynamic)
+            if allocated:  # a fresh allocation at this run's shape (NOTE [ data-dependent outputs ])
+                self._session.bind_allocated(slot.binding, allocated)
             return  # steady state: same pointers, same shapes, no rebinding
-        model = self._layout.model_inputs(work.trace.bound_rows)
+        model = self._layout.model_inputs(work.trace.bound_rows, shapes)
         inputs = {
             name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
             for name, (dtype, shape) in model.items()
         }
         inputs.update(self._rings.constants)
         outputs = {
-            name: None if name in dynamic else (slot.outputs[name], dtype, shape)
+            name: None if name in allocated else (slot.outputs[name], dtype, shape)
             for name, (dtype, shape) in work.out_layout.items()
         }
         slot.binding.clear_binding_inputs()
@@ -512,6 +550,10 @@ class EngineRun(Generic[T]):
     def _run_collecting(self, slot: DeviceSlot, work: _Work) -> None:
         """The bound run; ORT's values of the outputs it allocated go to ``work.allocated``."""
         session = self._session
+        if work.row_shapes is not None:  # nothing preallocated: nothing to retry
+            session.run_bound(slot.binding)
+            work.allocated = session.bound_values(slot.binding)
+            return
         try:
             session.run_bound(slot.binding)
         except Exception as exc:  # noqa: BLE001 - maybe a data-dependent shape: retried, else raised
@@ -560,6 +602,9 @@ class EngineRun(Generic[T]):
                     return
                 if isinstance(item, _Failure):
                     raise item.error
+                if isinstance(item, Outgrown):  # every earlier batch is delivered: the caller regrows
+                    self.outgrown = item
+                    return
                 assert isinstance(item, _Work)
                 yield self._deliver(item)
             raise PipelineClosedError(_CLOSED_MID_RUN)
@@ -593,7 +638,7 @@ class EngineRun(Generic[T]):
         advisor = self._advisor
         pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
         staged: object | None = None  # produced (h2d enqueued), not yet run
-        index, ended = 0, False
+        index, ended = self._first_index, False
         while not self._closed:
             measuring = advisor is not None and advisor.measuring
             produce = self._produce_measured if measuring else self._produce_one

@@ -216,37 +216,55 @@ class Pipeline:
         layout = layout_for(
             feeds, self.source_inputs, self.session.fixed_batch(), batch_size or self.batch_size, self._transforms
         )
+        stats = Stats()  # one for the whole map(), whichever slots its batches go through
+        stats.issuing = _ISSUING[self.options.stage_threads]
+        source: Iterator[object] = itertools.chain([first], iterator)
+        first_index = 0
+        while True:
+            run = self._start_run(layout, source, first_index, make_take, stats)
+            try:
+                yield from run.results()
+            finally:
+                run.close()
+                with self._lock:
+                    if self._active is run:
+                        self._active = None
+            grown = run.outgrown
+            if grown is None:
+                return
+            # NOTE [ free dims ]: the slots could not hold this batch; every one
+            # before it is delivered, so carry on from it with bigger slots.
+            layout, first_index = grown.layout, grown.index
+            source = itertools.chain([grown.feeds], iterator)
+
+    def _start_run(
+        self, layout: Layout, source: Iterator[object], first_index: int, make_take: MakeTake[Any], stats: Stats
+    ) -> EngineRun[Any]:
         with self._lock:
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            self._stats = stats
             rings = self._rings_for(layout)
-            self._stats = stats = Stats()
-            stats.issuing = _ISSUING[self.options.stage_threads]
             run = EngineRun(
                 device=self.device,
                 streams=self.streams,
                 session=self.session,
                 rings=rings,
                 checker=self.checker,
-                source=itertools.chain([first], iterator),
+                source=source,
                 config=RunConfig(
                     self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads, self.copy_threads
                 ),
                 make_take=make_take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
                 on_hand_over=stats.handed_over,
+                first_index=first_index,
             )
             self._active = run
-        try:
-            yield from run.results()
-        finally:
-            run.close()
-            with self._lock:
-                if self._active is run:
-                    self._active = None
+        return run
 
     def _rings_for(self, layout: Layout) -> Rings:
-        if self._rings is None or self._rings.layout != layout:
+        if self._rings is None or not self._rings.layout.holds(layout):
             self._rings = None  # free the old buffers first
             self._rings = allocate_rings(self.device, self.session, layout, self.depth)
         return self._rings

@@ -60,6 +60,27 @@ def scaled_model(features: int = 4):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def token_model(batch: int | str = "N", vocab: int = 100, width: int = 4, seed: int = 0):
+    """ids[N, S] int64 -> tok[N, S, W] (an embedding lookup) and pooled[N, W] (its mean
+    over S): a free sequence length, as in text models fed batches padded to their longest."""
+    rng = np.random.default_rng(seed)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, width)).astype(np.float32), "table")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["tok"]),
+            helper.make_node("ReduceMean", ["tok"], ["pooled"], axes=[1], keepdims=0),
+        ],
+        "tokens",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [batch, "S"])],
+        [
+            helper.make_tensor_value_info("tok", TensorProto.FLOAT, [batch, "S", width]),
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [batch, width]),
+        ],
+        [table],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def failing_source(batches: list, fail_at: int) -> Iterator:
     for index, batch in enumerate(batches):
         if index == fail_at:
