@@ -165,6 +165,10 @@ class Layout:
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = ()  # (name, how, model dtype)
 
     @cached_property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.row_shapes)
+
+    @cached_property
     def slot_rows(self) -> RowShapes:
         """The row shape per input the slots are sized for."""
         return tuple(row for _, _, row in self.row_shapes)
@@ -204,7 +208,8 @@ class Layout:
                 expected=f"<= {self.batch_size} rows",
                 got=f"{rows} rows",
             )
-        shapes = tuple(feeds[name].shape[1:] for name, _, _ in self.row_shapes)
+        names = self.input_names
+        shapes = (feeds[names[0]].shape[1:],) if len(names) == 1 else tuple([feeds[n].shape[1:] for n in names])
         if shapes == self.slot_rows:
             if rows <= self.batch_size:
                 return rows, None

@@ -225,6 +225,7 @@ class EngineRun(Generic[T]):
         self._threads: list[threading.Thread] = []
         self._first_index = first_index
         #: the out_layout of a batch of free shape: every output, its shape to come
+        self._all_outputs = frozenset(session.output_names)
         self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
         #: set when the run ended at a batch its slots could not hold
         self.outgrown: Outgrown | None = None
@@ -331,7 +332,7 @@ class EngineRun(Generic[T]):
         if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
             return None
         t_stage = time.perf_counter()
-        for name, dtype, row in layout.rows_for(shapes):
+        for name, dtype, row in layout.row_shapes if shapes is None else layout.rows_for(shapes):
             # a free shape may be seen once: its view is not cached
             view = (
                 pinned.view(name, dtype, (bound, *row))
@@ -419,9 +420,10 @@ class EngineRun(Generic[T]):
             events.run_done.record(compute)
         slot.inputs_free = events.run_done
         self._rings.device_slots.release(slot)  # the copy stream waits on run_done before reuse
-        allocating = self._session.dynamic_outputs or work.row_shapes is not None
-        if not work.ran and allocating and not self._wait_event(events.run_done):
-            return False  # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
+        # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
+        needs_shapes = not work.ran and (self._session.dynamic_outputs or work.row_shapes is not None)
+        if needs_shapes and not self._wait_event(events.run_done):
+            return False
 
         pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
         if pinned_out is None:
@@ -513,7 +515,7 @@ class EngineRun(Generic[T]):
 
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
         shapes = work.row_shapes
-        allocated = self._session.dynamic_outputs if shapes is None else frozenset(self._session.output_names)
+        allocated = self._session.dynamic_outputs if shapes is None else self._all_outputs
         key = (work.trace.bound_rows, shapes, allocated)
         if slot.bound_key == key:
             if allocated:  # a fresh allocation at this run's shape (NOTE [ data-dependent outputs ])
@@ -539,30 +541,29 @@ class EngineRun(Generic[T]):
         # binding is (re)pointed here, not by the enqueuing thread, because on a
         # host stream with a worker an earlier run of this slot may still be
         # queued and must see the shapes it was enqueued with.
+        session = self._session
         try:
             self._bind(slot, work)
-            self._run_collecting(slot, work)
+            try:
+                session.run_bound(slot.binding)
+            except Exception as exc:
+                if work.row_shapes is not None:  # nothing was preallocated: nothing to retry
+                    raise
+                work.allocated = self._rerun_allocating(slot, work, exc)  # maybe a data-dependent shape
+            else:
+                if work.row_shapes is not None or session.dynamic_outputs:
+                    work.allocated = self._allocated_values(slot, work)
         except Exception as exc:  # noqa: BLE001 - reported for this batch by the consumer
             work.error = exc
         finally:
             work.ran = True
 
-    def _run_collecting(self, slot: DeviceSlot, work: _Work) -> None:
-        """The bound run; ORT's values of the outputs it allocated go to ``work.allocated``."""
-        session = self._session
-        if work.row_shapes is not None:  # nothing preallocated: nothing to retry
-            session.run_bound(slot.binding)
-            work.allocated = session.bound_values(slot.binding)
-            return
-        try:
-            session.run_bound(slot.binding)
-        except Exception as exc:  # noqa: BLE001 - maybe a data-dependent shape: retried, else raised
-            work.allocated = self._rerun_allocating(slot, work, exc)
-            return
-        dynamic = session.dynamic_outputs
-        if dynamic:
-            values = session.bound_values(slot.binding)
-            work.allocated = {name: values[name] for name in dynamic}
+    def _allocated_values(self, slot: DeviceSlot, work: _Work) -> dict[str, Any]:
+        """ORT's values of the outputs it allocated in this run (all, for a free shape)."""
+        values = self._session.bound_values(slot.binding)
+        if work.row_shapes is not None:
+            return values
+        return {name: values[name] for name in self._session.dynamic_outputs}
 
     def _rerun_allocating(self, slot: DeviceSlot, work: _Work, error: Exception) -> dict[str, Any]:
         """NOTE [ data-dependent outputs ]: after a failed run, the same run with
@@ -717,7 +718,15 @@ class EngineRun(Generic[T]):
             raise PipelineStageError("compute", trace.index, work.error) from work.error
         pinned_out = work.pinned_out
         assert pinned_out is not None
-        views = self._views(work, pinned_out)
+        if work.allocated is None:  # steady state: views made once per shape, padding cut off
+            views = {}
+            for name, (dtype, shape) in work.out_layout.items():
+                view = pinned_out.view(name, dtype, shape)
+                if trace.bound_rows != trace.rows and view.ndim and view.shape[0] == trace.bound_rows:
+                    view = view[: trace.rows]
+                views[name] = view
+        else:
+            views = self._allocated_views(work, pinned_out)
         try:
             result = self._take(trace.index, trace.rows, views)
         finally:
@@ -727,13 +736,15 @@ class EngineRun(Generic[T]):
             self._on_batch(trace)
         return result
 
-    def _views(self, work: _Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
-        """The batch's outputs as views of its pinned-out slot, padding rows cut off."""
+    def _allocated_views(self, work: _Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
+        """The outputs of a batch some of whose outputs ORT allocated: views of
+        its pinned-out slot, padding rows cut off all but the data-dependent ones."""
         trace, allocated = work.trace, work.allocated
+        assert allocated is not None
         dynamic = self._session.dynamic_outputs
         views = {}
         for name, (dtype, shape) in work.out_layout.items():
-            if allocated is None or name not in allocated:
+            if name not in allocated:
                 view = pinned_out.view(name, dtype, shape)
             elif work.drained_allocated:
                 view = typed_view(pinned_out.arrays[name], dtype, shape)  # a new shape each batch: not cached
