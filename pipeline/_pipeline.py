@@ -241,6 +241,8 @@ class Pipeline:
         self, layout: Layout, source: Iterator[object], first_index: int, make_take: MakeTake[Any], stats: Stats
     ) -> EngineRun[Any]:
         with self._lock:
+            if self._closed:  # closed from another thread while the slots were being re-sized
+                raise PipelineClosedError("this pipeline is closed")
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             self._stats = stats
