@@ -127,8 +127,10 @@ def add_constant_option(parser: Any) -> None:
 
 
 def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:
-    """--constant values as arrays that fit the model's inputs."""
-    return constant_arrays(_probe(model_arg)[1].inputs, given) if given else {}
+    """--constant values as arrays that fit the model's inputs (read from the graph: no session)."""
+    from .._session import declared_inputs
+
+    return constant_arrays(declared_inputs(_model_of(model_arg)), given) if given else {}
 
 
 def synthetic_batches(
@@ -238,13 +240,19 @@ def _load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict
     return arrays
 
 
-def _probe(model_arg: str) -> tuple[Any, Any]:
-    """The model (built-in bytes or a file path) and a host session on it, to read its inputs."""
-    from .._session import OrtSession
-
+def _model_of(model_arg: str) -> Any:
+    """A built-in model, or the path of a model file."""
     model: Any = models.get(model_arg) if model_arg in models.BUILTIN else Path(model_arg)
     if isinstance(model, Path) and not model.is_file():
         raise PipelineError(f"model {model_arg!r} is neither a built-in ({', '.join(models.BUILTIN)}) nor a file")
+    return model
+
+
+def _probe(model_arg: str) -> tuple[Any, Any]:
+    """The model (built-in or a file path) and a host session on it, to read its inputs."""
+    from .._session import OrtSession
+
+    model = _model_of(model_arg)
     return model, OrtSession(model, HostDevice())
 
 
