@@ -62,6 +62,12 @@ class Workload:
         if (self.count is None) == (self.duration is None):
             raise ValueError("give a workload either count or duration")
 
+    @property
+    def batch_size(self) -> int | None:
+        """The rows every batch of the pool has (None when they differ)."""
+        sizes = {_rows(batch) for batch in self.pool}
+        return sizes.pop() if len(sizes) == 1 else None
+
     def warm(self) -> list[Batch]:
         return list(itertools.islice(itertools.cycle(self.pool), max(self.warmup, 1)))
 
@@ -84,7 +90,7 @@ class Workload:
 
 @dataclass
 class ModeResult:
-    """One row of a benchmark: a mode at a depth."""
+    """One row of a benchmark: a mode at a depth, at a batch size."""
 
     mode: str
     depth: int | None
@@ -92,6 +98,7 @@ class ModeResult:
     items: int
     seconds: float
     stats: Stats | None = None
+    batch_size: int | None = None  # rows a batch (None when the workload's batches differ)
 
     @property
     def items_per_s(self) -> float:
@@ -103,7 +110,7 @@ class ModeResult:
 
     def to_dict(self) -> dict[str, Any]:
         """One entry of the JSON ``results`` list (schema in the README)."""
-        row: dict[str, Any] = {"mode": self.mode, "depth": self.depth}
+        row: dict[str, Any] = {"mode": self.mode, "depth": self.depth, "batch_size": self.batch_size}
         if self.stats is not None:
             row.update(self.stats.to_dict())
         # throughput over perf_counter around the whole loop (stats' figure is beside it)
@@ -172,7 +179,7 @@ def _loop(mode: str, step: Callable[[Batch], None], clock: _StepClock, work: Wor
         step(batch)
         batches += 1
         items += _rows(batch)
-    return ModeResult(mode, None, batches, items, time.perf_counter() - start, clock.stats)
+    return ModeResult(mode, None, batches, items, time.perf_counter() - start, clock.stats, work.batch_size)
 
 
 def bench_naive(
@@ -244,7 +251,7 @@ def bench_pipelined(
         for _ in pipe.map_with(counted, _discard):
             pass
         seconds = time.perf_counter() - start
-        return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats)
+        return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
 
 
 class _Counted:
@@ -350,13 +357,20 @@ def measure_host_copy_gbps(
     return best
 
 
+def _naive_by_batch_size(results: Sequence[ModeResult]) -> dict[int | None, float]:
+    """items/s of the naive row at each batch size: what the other rows at that size are compared with."""
+    return {r.batch_size: r.items_per_s for r in results if r.mode == "naive"}
+
+
 def fastest_line(results: Sequence[ModeResult]) -> str | None:
-    """Which row ran fastest, against naive: the answer a benchmark is run for."""
+    """Which row ran fastest, against naive at its batch size: the answer a benchmark is run for."""
     if not results:
         return None
     best = max(results, key=lambda r: r.items_per_s)
-    naive = next((r.items_per_s for r in results if r.mode == "naive"), None)
+    naive = _naive_by_batch_size(results).get(best.batch_size)
     where = best.mode if best.depth is None else f"{best.mode} at depth {best.depth}"
+    if len({r.batch_size for r in results}) > 1:
+        where += f", batch size {best.batch_size}"
     line = f"fastest: {where}, {best.items_per_s:,.1f} items/s"
     if naive and best.mode != "naive":
         line += f" ({best.items_per_s / naive:.2f}x naive)"
@@ -364,15 +378,16 @@ def fastest_line(results: Sequence[ModeResult]) -> str | None:
 
 
 def format_table(results: Sequence[ModeResult]) -> str:
-    """One row per mode/depth: items/s, speedup over naive, latency, stage times, efficiency, bottleneck."""
-    naive = next((r.items_per_s for r in results if r.mode == "naive"), None)
+    """One row per batch size/mode/depth: items/s, speedup over naive at that batch
+    size, latency, stage times, efficiency, bottleneck."""
+    naive = _naive_by_batch_size(results)
     header = (
-        f"{'mode':<10} {'depth':>5} {'items/s':>12} {'vs naive':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'batch':>6} {'mode':<10} {'depth':>5} {'items/s':>12} {'vs naive':>9} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'h2d ms':>7} {'run ms':>7} {'d2h ms':>7} {'eff':>5}  bottleneck"
     )
     lines = [header, "-" * len(header)]
     for row in results:
-        lines.append(_format_row(row, naive))
+        lines.append(_format_row(row, naive.get(row.batch_size)))
     return "\n".join(lines)
 
 
@@ -383,7 +398,8 @@ def _ms(value: float | None) -> str:
 def _format_row(row: ModeResult, naive: float | None) -> str:
     speedup = f"{row.items_per_s / naive:.2f}x" if naive else "-"
     depth = "-" if row.depth is None else str(row.depth)
-    head = f"{row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {speedup:>9}"
+    batch = "-" if row.batch_size is None else str(row.batch_size)
+    head = f"{batch:>6} {row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {speedup:>9}"
     if row.stats is None or row.stats.batches == 0:
         return head
     stats = row.stats.to_dict()

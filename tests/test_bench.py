@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from pipeline import HostDevice, models
-from pipeline.bench import ModeResult, Workload, deepest_engine_run, fastest_line, measure_copy_gbps, run_modes
+from pipeline.bench import (
+    ModeResult,
+    Workload,
+    deepest_engine_run,
+    fastest_line,
+    format_table,
+    measure_copy_gbps,
+    run_modes,
+)
 from pipeline.stats import Stats
 
 
@@ -77,6 +85,31 @@ def test_fastest_line_names_the_best_row_against_naive():
     assert fastest_line(rows) == "fastest: caller at depth 2, 200.0 items/s (2.00x naive)"
     assert fastest_line(rows[:1]) == "fastest: naive, 100.0 items/s"
     assert fastest_line([]) is None
+
+
+def test_rows_at_several_batch_sizes_are_compared_with_naive_at_their_own():
+    rows = [
+        ModeResult("naive", None, 10, 10, 1.0, batch_size=1),  # 10 items/s
+        ModeResult("caller", 2, 10, 30, 1.0, batch_size=1),  # 30: 3x its naive
+        ModeResult("naive", None, 10, 320, 1.0, batch_size=32),  # 320
+        ModeResult("caller", 2, 10, 400, 1.0, batch_size=32),  # 400: 1.25x its naive, fastest overall
+    ]
+    table = format_table(rows).splitlines()
+    assert table[0].split()[0] == "batch"
+    expected = [["1", "naive"], ["1", "caller"], ["32", "naive"], ["32", "caller"]]
+    assert [line.split()[:2] for line in table[2:]] == expected
+    assert [line.split()[4] for line in table[2:]] == ["1.00x", "3.00x", "1.00x", "1.25x"]
+    assert fastest_line(rows) == "fastest: caller at depth 2, batch size 32, 400.0 items/s (1.25x naive)"
+    assert rows[3].to_dict()["batch_size"] == 32
+
+
+def test_a_workload_knows_its_batch_size():
+    assert Workload(_pool(), count=1).batch_size == 4
+    mixed = [models.example_batch("mlp", rows) for rows in (4, 2)]
+    assert Workload(mixed, count=1).batch_size is None
+    work = Workload(_pool(), count=2, warmup=1)
+    result = run_modes(models.mlp(), HostDevice(), work, depths=[1], modes=["naive", "caller"])
+    assert [row.batch_size for row in result] == [4, 4]
 
 
 def test_the_trace_shows_the_deepest_pipelined_run_else_the_deepest_caller_run():

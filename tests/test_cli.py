@@ -84,6 +84,31 @@ def test_bench_on_a_model_file(tmp_path, capsys):
     assert "pipelined" in capsys.readouterr().out
 
 
+def test_bench_sweeps_batch_sizes(tmp_path, capsys):
+    path, trace = tmp_path / "bench.json", tmp_path / "t.json"
+    argv = ["bench", "mlp", "--batch-size", "2,8", "--batches", "3", "--warmup", "1", "--depth", "2"]
+    assert main([*argv, "--modes", "naive,caller", "--json", str(path), "--trace", str(trace), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "batch size 2, 8," in out and "fastest: " in out
+    data = json.loads(path.read_text())
+    assert data["batch_sizes"] == [2, 8]
+    rows = [(r["batch_size"], r["mode"], r["depth"]) for r in data["results"]]
+    assert rows == [(2, "naive", None), (2, "caller", 2), (8, "naive", None), (8, "caller", 2)]
+    assert [r["items"] for r in data["results"]] == [6, 6, 24, 24]
+    summary = json.loads(trace.read_text())["otherData"]["summary"]
+    assert summary["items"] == 8 * summary["batches"]  # the trace is of the last batch size
+
+
+def test_bench_refuses_a_batch_size_sweep_on_a_fixed_batch_model(tmp_path, capsys):
+    from pipeline import models
+
+    path = tmp_path / "fixed.onnx"
+    path.write_bytes(models.mlp(batch=4).SerializeToString())
+    assert main(["bench", str(path), "--batch-size", "1,8", "--batches", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "gives batches of 4, 4 rows" in err and "fixes its batch dim" in err
+
+
 def test_bench_errors_are_clear(capsys):
     assert main(["bench", "no-such-model", "--batches", "2"]) == 2
     assert "neither a built-in" in capsys.readouterr().err
@@ -167,6 +192,8 @@ def test_bench_free_dims_without_input_say_how(tmp_path, capsys):
 def test_bench_argument_errors_exit_2():
     for argv in (
         ["bench", "--depth", "0"],
+        ["bench", "--batch-size", "8,x"],
+        ["bench", "--batch-size", "0"],
         ["bench", "--input", "x"],
         ["bench", "--batches", "3", "--duration", "1"],
         ["bench", "--modes", "naive,turbo"],

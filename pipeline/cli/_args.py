@@ -50,14 +50,23 @@ def data_spec(text: str) -> tuple[str | None, str]:
     return name, path
 
 
-def depths(text: str) -> list[int]:
-    try:
-        depths = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--depth takes whole numbers like 1,2,3, got {text!r}") from None
-    if not depths or min(depths) < 1:
-        raise argparse.ArgumentTypeError(f"--depth takes numbers >= 1, got {text!r}")
-    return depths
+def whole_numbers(option: str, example: str) -> Any:
+    """A comma-separated list of whole numbers >= 1, in the order given (duplicates dropped)."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            numbers = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} takes whole numbers like {example}, got {text!r}") from None
+        if not numbers or min(numbers) < 1:
+            raise argparse.ArgumentTypeError(f"{option} takes numbers >= 1, got {text!r}")
+        return list(dict.fromkeys(numbers))
+
+    return parse
+
+
+depths = whole_numbers("--depth", "1,2,3")
+batch_sizes = whole_numbers("--batch-size", "32 or 1,8,32")
 
 
 def choices_of(allowed: tuple[str, ...], option: str) -> Any:

@@ -28,7 +28,17 @@ from ..bench import (
     run_modes,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
-from ._args import choices_of, constant_arrays, constant_spec, copy_threads, data_spec, depths, input_spec, positive
+from ._args import (
+    batch_sizes,
+    choices_of,
+    constant_arrays,
+    constant_spec,
+    copy_threads,
+    data_spec,
+    depths,
+    input_spec,
+    positive,
+)
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_LINK_GBPS = 12.0
@@ -43,7 +53,12 @@ def add_bench(sub: Any) -> None:
         help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
     )
     bench.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
-    bench.add_argument("--batch-size", type=positive(int), default=32)
+    bench.add_argument(
+        "--batch-size",
+        type=batch_sizes,
+        default=[32],
+        help="rows per batch (default 32); several, e.g. 1,8,32, run every mode at each",
+    )
     bench.add_argument("--depth", type=depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3")
     amount = bench.add_mutually_exclusive_group()
     amount.add_argument("--batches", type=positive(int), default=None, help="timed batches per mode (default 40)")
@@ -93,10 +108,13 @@ def add_bench(sub: Any) -> None:
         "--trace",
         type=Path,
         default=None,
-        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, else auto) run",
+        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, else auto) run, at the last batch size",
     )
     bench.add_argument(
-        "--plot", type=Path, default=None, help="PNG timeline of the deepest pipelined (else caller, else auto) run"
+        "--plot",
+        type=Path,
+        default=None,
+        help="PNG timeline of the deepest pipelined (else caller, else auto) run, at the last batch size",
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
@@ -327,46 +345,67 @@ def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.data and args.input:
         raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
+    if (args.trace or args.plot) and not any(mode in ENGINE_MODES for mode in args.modes):
+        raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
     device, why = _bench_device(args)
-    modes = args.modes
     count = args.batches if args.batches is not None else (None if args.duration else 40)
-    pool_size = min(count or 16, 16)
     constants = model_constants(args.model, args.constant)
-    if args.data:
-        model, pool, data_line = data_batches(args.model, args.batch_size, pool_size, args.data, constants)
-    else:
-        model, pool = synthetic_batches(args.model, args.batch_size, pool_size, args.input, constants)
-        data_line = None
-    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants)
+    # every batch size's batches are made (and --data checked) before any run
+    workloads = [_workload(args, size, count, constants) for size in args.batch_size]
+    sizes = ", ".join(str(work.batch_size) for _, work, _ in workloads)
+    if len(workloads) > 1 and len({work.batch_size for _, work, _ in workloads}) < len(workloads):
+        raise PipelineError(
+            f"--batch-size {','.join(map(str, args.batch_size))} gives batches of {sizes} rows: "
+            "the model fixes its batch dim, so a sweep needs a model with a dynamic one"
+        )
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
-    print(f"model: {args.model}  batch size {args.batch_size}, {amount} per mode, {args.warmup} warm-up")
-    if data_line is not None:
-        print(data_line)
+    print(f"model: {args.model}  batch size {sizes}, {amount} per mode, {args.warmup} warm-up")
     progress = Progress(
         "bench",
-        total=count * _runs(modes, args.depth) if count else None,
+        total=count * _runs(args.modes, args.depth) * len(workloads) if count else None,
         enabled=False if args.no_progress else None,
     )
-    results = run_modes(
-        model,
-        device,
-        work,
-        depths=args.depth,
-        modes=modes,
-        intra_op_threads=args.threads,
-        copy_threads=args.copy_threads,
-        tick=progress.tick,
-    )
+    results: list[ModeResult] = []
+    traced = None
+    for model, work, data_line in workloads:
+        if data_line is not None:
+            print(data_line)
+        rows = run_modes(
+            model,
+            device,
+            work,
+            depths=args.depth,
+            modes=args.modes,
+            intra_op_threads=args.threads,
+            copy_threads=args.copy_threads,
+            tick=progress.tick,
+        )
+        results.extend(rows)
+        traced = deepest_engine_run(rows)  # the trace shows the last batch size
     progress.close()
     print(format_table(results))
     fastest = fastest_line(results)
     if fastest is not None:
         print(fastest)
-    _write_outputs(args, info, results, deepest_engine_run(results))
+    _write_outputs(args, info, results, traced)
     device.close()
     return 0
+
+
+def _workload(
+    args: argparse.Namespace, batch_size: int, count: int | None, constants: dict[str, np.ndarray]
+) -> tuple[Any, Workload, str | None]:
+    """The model, the workload of one batch size, and the --data line (None for random batches)."""
+    pool_size = min(count or 16, 16)
+    if args.data:
+        model, pool, data_line = data_batches(args.model, batch_size, pool_size, args.data, constants)
+    else:
+        model, pool = synthetic_batches(args.model, batch_size, pool_size, args.input, constants)
+        data_line = None
+    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants)
+    return model, work, data_line
 
 
 def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any) -> None:
@@ -374,7 +413,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
         payload = {
             "device": info,
             "model": str(args.model),
-            "batch_size": args.batch_size,
+            "batch_sizes": args.batch_size,
             "copy_threads": resolve_copy_threads(args.copy_threads),
             "data": [path for _, path in args.data] or None,
             "constants": {name: values for name, values in args.constant} or None,
@@ -382,8 +421,6 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
         }
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
-    if (args.trace or args.plot) and stats is None:
-        raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
     if args.trace is not None:
         from ..trace import write_chrome_trace
 
@@ -392,7 +429,8 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
     if args.plot is not None:
         from ..trace import plot_timeline
 
-        plot_timeline(stats, args.plot, title=f"{args.model}, depth {max(args.depth)}")
+        title = f"{args.model}, batch size {args.batch_size[-1]}, depth {max(args.depth)}"
+        plot_timeline(stats, args.plot, title=title)
         print(f"wrote {args.plot}")
 
 
