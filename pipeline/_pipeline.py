@@ -64,11 +64,29 @@ class PipelineOptions:
     copy_threads: CopyThreads = "auto"
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
+    #: ORT's graph optimizations: "disabled", "basic", "extended", "layout" or
+    #: "all" (None: ORT's default, all)
+    graph_optimization: str | None = None
+    #: ORT session config entries, e.g. {"session.set_denormal_as_zero": "1"}
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    #: options of ORT's CUDA execution provider when the device is given by
+    #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
+    #: (a CudaDevice object takes them itself)
+    provider_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
             raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
         resolve_copy_threads(self.copy_threads)  # checks it
+        self.session()  # checks the ORT options
+
+    def session(self) -> SessionConfig:
+        """How the pipeline's ORT session is built."""
+        return SessionConfig(
+            intra_op_threads=self.intra_op_threads,
+            graph_optimization=self.graph_optimization,
+            entries=dict(self.session_config),
+        )
 
 
 def _close_streams(streams: tuple[Any, ...]) -> None:
@@ -98,7 +116,7 @@ class Pipeline:
         self.copy_threads = resolve_copy_threads(self.options.copy_threads)
         self.depth = depth
         self.batch_size = batch_size
-        self.device = resolve_device(device)
+        self.device = resolve_device(device, self.options.provider_options)
         self._owns_device = not isinstance(device, Device)
         self.streams = Streams(self.device.stream("h2d"), self.device.stream("compute"), self.device.stream("d2h"))
         self._finalizer = weakref.finalize(self, _close_streams, self.streams.all())
@@ -119,9 +137,7 @@ class Pipeline:
         preprocess: Preprocess | str | Sequence[Preprocess | str] | None,
         constants: Mapping[str, object],
     ) -> None:
-        self.session = OrtSession(
-            model, self.device, self.streams.compute, SessionConfig(intra_op_threads=self.options.intra_op_threads)
-        )
+        self.session = OrtSession(model, self.device, self.streams.compute, self.options.session())
         self.session.set_constants(constants)
         batched = self.session.batched_inputs
         _check_batch_dims(batched)

@@ -24,7 +24,7 @@ import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,20 @@ def _spec(arg: Any, kind: str) -> TensorSpec:
     return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
+#: ORT's graph optimization levels by the names ortpipe takes ("layout" where this ORT has it)
+GRAPH_OPTIMIZATION: dict[str, Any] = {
+    name: getattr(ort.GraphOptimizationLevel, member)
+    for name, member in (
+        ("disabled", "ORT_DISABLE_ALL"),
+        ("basic", "ORT_ENABLE_BASIC"),
+        ("extended", "ORT_ENABLE_EXTENDED"),
+        ("layout", "ORT_ENABLE_LAYOUT"),
+        ("all", "ORT_ENABLE_ALL"),
+    )
+    if hasattr(ort.GraphOptimizationLevel, member)
+}
+
+
 @dataclass(frozen=True)
 class SessionConfig:
     """How to build the ORT session (the device decides the providers)."""
@@ -152,6 +166,36 @@ class SessionConfig:
     #: let ORT's intra-op threads spin after a run (ORT's default); in a pipeline
     #: they would spin on the cores the other stages need
     spin: bool = False
+    #: ORT's graph optimization level by name (GRAPH_OPTIMIZATION); None: ORT's default, "all"
+    graph_optimization: str | None = None
+    #: ORT session config entries (``SessionOptions.add_session_config_entry``),
+    #: added after ortpipe's own, so that one given here wins
+    entries: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.graph_optimization is not None and self.graph_optimization not in GRAPH_OPTIMIZATION:
+            raise ValueError(
+                f"graph_optimization must be one of {list(GRAPH_OPTIMIZATION)} or None, got {self.graph_optimization!r}"
+            )
+        for key, value in self.entries.items():
+            if not isinstance(key, str) or not key or not isinstance(value, str):
+                raise ValueError(
+                    f"session config entries are non-empty strings mapped to strings, got {key!r}: {value!r}"
+                )
+
+    def session_options(self) -> ort.SessionOptions:
+        """The ``SessionOptions`` this config describes."""
+        options = ort.SessionOptions()
+        options.log_severity_level = self.log_severity
+        if self.intra_op_threads is not None:
+            options.intra_op_num_threads = self.intra_op_threads
+        if not self.spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if self.graph_optimization is not None:
+            options.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
+        for key, value in self.entries.items():
+            options.add_session_config_entry(key, value)
+        return options
 
 
 class OrtSession:
@@ -167,12 +211,7 @@ class OrtSession:
         config = config or SessionConfig()
         self.device = device
         self.compute_stream = compute_stream
-        options = ort.SessionOptions()
-        options.log_severity_level = config.log_severity
-        if config.intra_op_threads is not None:
-            options.intra_op_num_threads = config.intra_op_threads
-        if not config.spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options = config.session_options()
         try:
             self.session = ort.InferenceSession(
                 ort_model_arg(model), sess_options=options, providers=device.ort_providers(compute_stream)

@@ -23,6 +23,7 @@ engine's events, the baselines from perf_counter marks around their steps.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -277,16 +278,20 @@ def run_modes(
     *,
     depths: Sequence[int] = (1, 2, 3),
     modes: Sequence[str] = DEFAULT_MODES,
-    intra_op_threads: int | None = None,
+    session: SessionConfig | None = None,
     copy_threads: CopyThreads = "auto",
     tick: Any = None,
 ) -> list[ModeResult]:
-    """Every requested mode over the same workload, in the order of :data:`MODES`."""
+    """Every requested mode over the same workload, in the order of :data:`MODES`.
+
+    ``session``: how every mode's ORT session is built (intra-op threads,
+    graph optimizations, config entries); the provider options are the device's."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
+    session = session or SessionConfig()
     # The baselines are what a user would write: ORT's defaults (spinning on).
-    config = SessionConfig(intra_op_threads=intra_op_threads, spin=True)
+    config = dataclasses.replace(session, spin=True)
     results: list[ModeResult] = []
     if "naive" in modes:
         results.append(bench_naive(model, device, work, config, tick))
@@ -295,7 +300,11 @@ def run_modes(
     for mode, stage_threads in ENGINE_MODES.items():
         if mode in modes:
             options = PipelineOptions(
-                intra_op_threads=intra_op_threads, stage_threads=stage_threads, copy_threads=copy_threads
+                intra_op_threads=session.intra_op_threads,
+                graph_optimization=session.graph_optimization,
+                session_config=session.entries,
+                stage_threads=stage_threads,
+                copy_threads=copy_threads,
             )
             for depth in depths:
                 results.append(bench_pipelined(model, device, work, depth, options, tick))

@@ -109,6 +109,36 @@ def test_bench_refuses_a_batch_size_sweep_on_a_fixed_batch_model(tmp_path, capsy
     assert "gives batches of 4, 4 rows" in err and "fixes its batch dim" in err
 
 
+def test_bench_ort_options_reach_every_mode_and_the_json(tmp_path, capsys, monkeypatch):
+    import onnxruntime as ort
+
+    made = []
+
+    class Recorded(ort.InferenceSession):  # a real session, its options kept for the test
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.get_session_options())
+
+    monkeypatch.setattr(ort, "InferenceSession", Recorded)
+    path = tmp_path / "bench.json"
+    argv = ["bench", "mlp", "--batches", "2", "--warmup", "1", "--depth", "1", "--device", "cpu", "--no-progress"]
+    given = ["--graph-optimization", "disabled", "--session-option", "session.set_denormal_as_zero=1"]
+    assert main([*argv, *given, "--json", str(path)]) == 0
+    assert len(made) >= 4  # naive, iobinding, pipelined, caller
+    assert all(o.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL for o in made)
+    assert all(o.get_session_config_entry("session.set_denormal_as_zero") == "1" for o in made)
+    assert json.loads(path.read_text())["ort"] == {
+        "graph_optimization": "disabled",
+        "session_config": {"session.set_denormal_as_zero": "1"},
+        "provider_options": {},
+    }
+    from pipeline import cuda_unavailable_reason
+
+    for device in ("cpu", "auto") if cuda_unavailable_reason() else ("cpu",):  # auto is CUDA where there is one
+        assert main([*argv[:-3], "--device", device, "--provider-option", "use_tf32=0", "--no-progress"]) == 2
+        assert "CUDA" in capsys.readouterr().err
+
+
 def test_bench_errors_are_clear(capsys):
     assert main(["bench", "no-such-model", "--batches", "2"]) == 2
     assert "neither a built-in" in capsys.readouterr().err
@@ -194,6 +224,9 @@ def test_bench_argument_errors_exit_2():
         ["bench", "--depth", "0"],
         ["bench", "--batch-size", "8,x"],
         ["bench", "--batch-size", "0"],
+        ["bench", "--graph-optimization", "max"],
+        ["bench", "--session-option", "novalue"],
+        ["bench", "--provider-option", "=1"],
         ["bench", "--input", "x"],
         ["bench", "--batches", "3", "--duration", "1"],
         ["bench", "--modes", "naive,turbo"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, cuda_unavailable_reason, models
+from pipeline import Pipeline, PipelineOptions, cuda_unavailable_reason, models
 
 from .conftest import assert_outputs_equal, reference
 
@@ -52,3 +52,14 @@ def test_identity_is_bit_exact_through_the_gpu(cuda):
     x = np.random.default_rng(0).standard_normal((1000, 1024)).astype(np.float32)
     with Pipeline(models.identity(), device=cuda, depth=3) as pipe:
         np.testing.assert_array_equal(pipe.run(x, batch_size=64)["y"], x)
+
+
+def test_provider_options_reach_the_cuda_provider():
+    options = PipelineOptions(provider_options={"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": False})
+    model = models.convnet()
+    batch = models.example_batch("convnet", 4)
+    with Pipeline(model, device="cuda", options=options) as pipe:
+        taken = pipe.session.session.get_provider_options()["CUDAExecutionProvider"]
+        assert taken["cudnn_conv_algo_search"] == "HEURISTIC" and taken["use_tf32"] == "0"
+        assert taken["user_compute_stream"] == str(pipe.streams.compute.ptr)  # still ours
+        assert_outputs_equal(next(iter(pipe.map([batch]))), reference(model, batch), pipe.device)

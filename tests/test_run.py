@@ -398,3 +398,26 @@ def test_run_decode_threads_option_gives_the_same_rows(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*argv, "--decode-threads", "0"])
     assert exit_info.value.code == 2
+
+
+def test_run_ort_options_reach_the_session(tmp_path, capsys, monkeypatch):
+    import onnxruntime as ort
+
+    made = []
+
+    class Recorded(ort.InferenceSession):  # a real session, its options kept for the test
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.get_session_options())
+
+    monkeypatch.setattr(ort, "InferenceSession", Recorded)
+    path = _npy(tmp_path / "in.npy", (100, 64))
+    output = tmp_path / "out.npy"
+    argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "32", "--no-progress"]
+    assert main([*argv, "--graph-optimization", "basic", "--session-option", "session.set_denormal_as_zero=1"]) == 0
+    assert made and all(o.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC for o in made)
+    assert all(o.get_session_config_entry("session.set_denormal_as_zero") == "1" for o in made)
+    want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
+    assert main([*argv, "--device", "cpu", "--provider-option", "use_tf32=0"]) == 2
+    assert "options of ORT's CUDA execution provider, but device 'cpu' is the host" in capsys.readouterr().err

@@ -152,3 +152,52 @@ def constant_arrays(inputs: Sequence[Any], given: Sequence[tuple[str, list[float
             )
         arrays[name] = values
     return arrays
+
+
+def key_value(option: str, example: str) -> Any:
+    """KEY=VALUE, both non-empty (the value kept as written: ORT takes strings)."""
+
+    def parse(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"{option} takes KEY=VALUE, e.g. {example}, got {text!r}")
+        return key.strip(), value.strip()
+
+    return parse
+
+
+def add_ort_options(parser: Any) -> None:
+    """How ORT builds its session: the same options for ``bench`` and ``run``."""
+    from .._session import GRAPH_OPTIMIZATION
+
+    parser.add_argument(
+        "--graph-optimization",
+        choices=list(GRAPH_OPTIMIZATION),
+        default=None,
+        help="ORT's graph optimization level (default: ORT's, all)",
+    )
+    parser.add_argument(
+        "--session-option",
+        type=key_value("--session-option", "session.set_denormal_as_zero=1"),
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an ORT session config entry; repeatable",
+    )
+    parser.add_argument(
+        "--provider-option",
+        type=key_value("--provider-option", "cudnn_conv_algo_search=HEURISTIC"),
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of ORT's CUDA execution provider (use_tf32=0, prefer_nhwc=1, ...); repeatable",
+    )
+
+
+def ort_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The PipelineOptions fields that ``add_ort_options`` sets, from parsed arguments."""
+    return {
+        "graph_optimization": args.graph_optimization,
+        "session_config": dict(args.session_option),
+        "provider_options": dict(args.provider_option),
+    }

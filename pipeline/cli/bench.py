@@ -14,6 +14,7 @@ from .. import models
 from .._errors import PipelineError, PipelineInputError
 from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
+from .._session import SessionConfig
 from ..bench import (
     DEFAULT_MODES,
     ENGINE_MODES,
@@ -29,6 +30,7 @@ from ..bench import (
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import (
+    add_ort_options,
     batch_sizes,
     choices_of,
     constant_arrays,
@@ -103,6 +105,7 @@ def add_bench(sub: Any) -> None:
         "array, or NAME=PATH.npy per input; axis 0 is split into batches, up to 16 kept in memory",
     )
     add_constant_option(bench)
+    add_ort_options(bench)
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
         "--trace",
@@ -121,16 +124,21 @@ def add_bench(sub: Any) -> None:
 
 
 def _bench_device(args: argparse.Namespace) -> tuple[Device, str]:
+    provider_options = dict(args.provider_option)
     if args.link_gbps is not None and args.device in ("auto", "cpu", "host"):
+        if provider_options:
+            raise PipelineError("--provider-option sets ORT's CUDA provider: it does not apply to --link-gbps")
         device = HostDevice(link_gbps=args.link_gbps, latency_us=args.latency_us)
         return device, "host device with an emulated link (--link-gbps)"
     if args.device == "auto":
         reason = cuda_unavailable_reason(0)
         if reason is None:
-            return resolve_device("cuda:0"), "CUDA found"
+            return resolve_device("cuda:0", provider_options), "CUDA found"
+        if provider_options:
+            raise PipelineError(f"--provider-option sets ORT's CUDA provider, and there is no CUDA here: {reason}")
         device = HostDevice(link_gbps=DEFAULT_LINK_GBPS, latency_us=args.latency_us)
         return device, f"no CUDA ({reason}); host device with an emulated {DEFAULT_LINK_GBPS:g} GB/s link"
-    return resolve_device(args.device), f"--device {args.device}"
+    return resolve_device(args.device, provider_options), f"--device {args.device}"
 
 
 def add_constant_option(parser: Any) -> None:
@@ -378,7 +386,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             work,
             depths=args.depth,
             modes=args.modes,
-            intra_op_threads=args.threads,
+            session=SessionConfig(
+                intra_op_threads=args.threads,
+                graph_optimization=args.graph_optimization,
+                entries=dict(args.session_option),
+            ),
             copy_threads=args.copy_threads,
             tick=progress.tick,
         )
@@ -417,6 +429,11 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
             "copy_threads": resolve_copy_threads(args.copy_threads),
             "data": [path for _, path in args.data] or None,
             "constants": {name: values for name, values in args.constant} or None,
+            "ort": {
+                "graph_optimization": args.graph_optimization,
+                "session_config": dict(args.session_option),
+                "provider_options": dict(args.provider_option),
+            },
             "results": [row.to_dict() for row in results],
         }
         args.json.write_text(json.dumps(payload, indent=2))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .. import models
 from .._progress import Progress
-from ._args import column_map, constant_arrays, copy_threads, positive, size
+from ._args import add_ort_options, column_map, constant_arrays, copy_threads, ort_options, positive, size
 from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
@@ -69,6 +69,7 @@ def add_run(sub: Any) -> None:
         "(default: FFmpeg's choice)",
     )
     add_constant_option(run)
+    add_ort_options(run)
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -120,7 +121,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     preprocess = _auto_preprocess(args, model, kind)
     constants = _constants(args, model)
     options = PipelineOptions(
-        intra_op_threads=args.threads, stage_threads=ISSUING[args.issuing], copy_threads=args.copy_threads
+        intra_op_threads=args.threads,
+        stage_threads=ISSUING[args.issuing],
+        copy_threads=args.copy_threads,
+        **ort_options(args),
     )
     summary = JobSummary()
     with Pipeline(

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ._base import Device, DeviceBuffer, Event, Stream
@@ -45,20 +46,30 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def resolve_device(spec: str | Device = "auto") -> Device:
-    """A device from a spec: "auto" (CUDA if usable, else host), "cpu", "cuda", "cuda:N"."""
+def resolve_device(spec: str | Device = "auto", provider_options: Mapping[str, str] | None = None) -> Device:
+    """A device from a spec: "auto" (CUDA if usable, else host), "cpu", "cuda", "cuda:N".
+
+    ``provider_options`` are options of ORT's CUDA execution provider: they
+    need a CUDA device made here (a device object carries its own)."""
     if isinstance(spec, Device):
+        if provider_options:
+            raise ValueError(
+                f"provider options go to CudaDevice(provider_options=...) when a device object is given, got {spec!r}"
+            )
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a Device, got {spec!r}")
     text = spec.strip().lower()
     if text in ("cpu", "host"):
+        _no_provider_options(spec, provider_options, "the host device runs ORT's CPU provider with its defaults")
         return HostDevice()
     if text == "auto":
-        if cuda_unavailable_reason(0) is None:
+        reason = cuda_unavailable_reason(0)
+        if reason is None:
             from .cuda import CudaDevice
 
-            return CudaDevice(0)
+            return CudaDevice(0, provider_options)
+        _no_provider_options(spec, provider_options, f"no CUDA device here ({reason})")
         return HostDevice()
     if text == "cuda" or text.startswith("cuda:"):
         index_text = text.partition(":")[2] or "0"
@@ -66,5 +77,13 @@ def resolve_device(spec: str | Device = "auto") -> Device:
             raise ValueError(f"device {spec!r}: the CUDA index must be a whole number, as in 'cuda:0'")
         from .cuda import CudaDevice
 
-        return CudaDevice(int(index_text))
+        return CudaDevice(int(index_text), provider_options)
     raise ValueError(f"unknown device {spec!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or a Device object")
+
+
+def _no_provider_options(spec: str, provider_options: Mapping[str, str] | None, why: str) -> None:
+    if provider_options:
+        raise ValueError(
+            f"provider options {dict(provider_options)} are options of ORT's CUDA execution provider, "
+            f"but device {spec!r} is the host: {why}"
+        )

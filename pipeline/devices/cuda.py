@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,36 @@ def cuda_unavailable_reason(device_id: int = 0) -> str | None:
             f"{ort.get_available_providers()}); install onnxruntime-gpu, not onnxruntime"
         )
     return None
+
+
+#: provider options ortpipe sets itself: the device and the compute stream are the pipeline's
+_OWN_PROVIDER_OPTIONS = ("device_id", "user_compute_stream", "has_user_compute_stream")
+
+
+def checked_provider_options(options: Mapping[str, object]) -> dict[str, str]:
+    """CUDA EP options as ORT takes them (strings; a bool as "1"/"0"), refusing
+    the ones ortpipe sets itself and the ones its engine cannot honour.
+
+    ORT itself rejects an unknown option name when the session is made."""
+    checked: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"a provider option is named by a non-empty string, got {key!r}")
+        if key in _OWN_PROVIDER_OPTIONS:
+            raise ValueError(
+                f"provider option {key!r} is set by ortpipe (the device's index and the pipeline's compute stream); "
+                "choose the GPU with device='cuda:N'"
+            )
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        if not isinstance(value, str | int | float):
+            raise ValueError(f"provider option {key!r} takes a string or a number, got {value!r}")
+        checked[key] = str(value)
+    if checked.get("enable_cuda_graph", "0").strip().lower() not in ("0", "false"):
+        # Every slot has buffers of its own, so one captured graph would replay
+        # into the first slot's addresses; ortpipe runs with graphs off.
+        raise ValueError("provider option enable_cuda_graph is not supported: ortpipe does not capture CUDA graphs")
+    return checked
 
 
 class CudaEvent(Event):
@@ -148,14 +178,16 @@ class CudaDevice(Device):
 
     kind = "cuda"
 
-    def __init__(self, device_id: int = 0, provider_options: dict[str, str] | None = None) -> None:
+    def __init__(self, device_id: int = 0, provider_options: Mapping[str, object] | None = None) -> None:
+        checked = checked_provider_options(provider_options or {})  # a bad option says so, GPU or not
         reason = cuda_unavailable_reason(device_id)
         if reason is not None:
             raise DeviceUnavailableError(f"cuda:{device_id} is not usable: {reason}")
         self._cupy = _import_cupy()
         self.device_id = device_id
         self.ort_device = ("cuda", device_id)
-        self.provider_options = dict(provider_options or {})
+        #: options of ORT's CUDA execution provider, as strings (ORT's own names)
+        self.provider_options = checked
         _preload_cuda_libraries()
         props = self._cupy.cuda.runtime.getDeviceProperties(device_id)
         raw_name = props.get("name", b"GPU")
@@ -253,6 +285,7 @@ class CudaDevice(Device):
             "compute_capability": f"{props.get('major')}.{props.get('minor')}",
             "memory_gib": round(props.get("totalGlobalMem", 0) / 2**30, 1),
             "cuda_runtime": self._cupy.cuda.runtime.runtimeGetVersion(),
+            "provider_options": dict(self.provider_options),
         }
 
     def __repr__(self) -> str:
