@@ -246,6 +246,17 @@ class Layout:
         return self.batch_size if self.pad else rows
 
 
+def check_batch_size(batch_size: int | None, fixed_batch: int | None) -> None:
+    """A batch size a model that fixes its batch dim can take (fewer rows are padded)."""
+    if fixed_batch is not None and batch_size is not None and batch_size > fixed_batch:
+        raise PipelineInputError(
+            f"batch_size is larger than the model's fixed batch dim: the model takes at most {fixed_batch} "
+            "row(s) a run (export it with a dynamic batch dim to run more at once)",
+            expected=f"<= {fixed_batch}",
+            got=batch_size,
+        )
+
+
 def layout_for(
     feeds: dict[str, np.ndarray],
     inputs: tuple[TensorSpec, ...],
@@ -256,10 +267,7 @@ def layout_for(
     """The layout implied by the first batch and the configured batch size."""
     rows = next(iter(feeds.values())).shape[0]
     if fixed_batch is not None:
-        if batch_size is not None and batch_size > fixed_batch:
-            raise PipelineInputError(
-                "batch_size is larger than the model's fixed batch dim", expected=f"<= {fixed_batch}", got=batch_size
-            )
+        check_batch_size(batch_size, fixed_batch)
         size, pad = fixed_batch, True
     else:
         size, pad = (batch_size if batch_size is not None else rows), False

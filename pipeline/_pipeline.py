@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._batching import InputChecker, Layout, layout_for, split_rows
+from ._batching import InputChecker, Layout, check_batch_size, layout_for, split_rows
 from ._engine import BatchTrace, EngineRun, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
@@ -141,6 +141,7 @@ class Pipeline:
         self.session.set_constants(constants)
         batched = self.session.batched_inputs
         _check_batch_dims(batched)
+        check_batch_size(self.batch_size, self.session.fixed_batch())
         self.preprocess = _preprocess_by_input(preprocess, batched)
         # What the source sends: the batched inputs, the preprocessed ones as they come.
         self.source_inputs = tuple(

@@ -99,14 +99,18 @@ def test_bench_sweeps_batch_sizes(tmp_path, capsys):
     assert summary["items"] == 8 * summary["batches"]  # the trace is of the last batch size
 
 
-def test_bench_refuses_a_batch_size_sweep_on_a_fixed_batch_model(tmp_path, capsys):
+def test_bench_runs_a_fixed_batch_model_at_its_batch_size(tmp_path, capsys):
     from pipeline import models
 
-    path = tmp_path / "fixed.onnx"
+    path, report = tmp_path / "fixed.onnx", tmp_path / "bench.json"
     path.write_bytes(models.mlp(batch=4).SerializeToString())
-    assert main(["bench", str(path), "--batch-size", "1,8", "--batches", "2", "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "gives batches of 4, 4 rows" in err and "fixes its batch dim" in err
+    argv = ["bench", str(path), "--batches", "2", "--warmup", "1", "--depth", "1", "--no-progress"]
+    assert main([*argv, "--json", str(report)]) == 0  # no --batch-size: the model's
+    data = json.loads(report.read_text())
+    assert data["batch_sizes"] == [4] and {r["batch_size"] for r in data["results"]} == {4}
+    capsys.readouterr()
+    assert main([*argv, "--batch-size", "1,4"]) == 2
+    assert "fixes its batch dim at 4, so it is benchmarked at 4 row(s) a batch" in capsys.readouterr().err
 
 
 def test_bench_ort_options_reach_every_mode_and_the_json(tmp_path, capsys, monkeypatch):

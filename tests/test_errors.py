@@ -104,6 +104,8 @@ def test_a_batch_larger_than_a_fixed_batch_dim():
             list(pipe.map([_mlp_rows(9)]))
         with pytest.raises(PipelineInputError, match="larger than the model's fixed batch dim"):
             pipe.run(_mlp_rows(20), batch_size=16)
+    with pytest.raises(PipelineInputError, match="takes at most 8 row.*dynamic batch dim.*expected <= 8, got 16"):
+        Pipeline(models.mlp(batch=8), device="cpu", batch_size=16)  # refused when made, not at the first batch
 
 
 def test_bad_batch_touches_no_buffer():

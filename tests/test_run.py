@@ -421,3 +421,17 @@ def test_run_ort_options_reach_the_session(tmp_path, capsys, monkeypatch):
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
     assert main([*argv, "--device", "cpu", "--provider-option", "use_tf32=0"]) == 2
     assert "options of ORT's CUDA execution provider, but device 'cpu' is the host" in capsys.readouterr().err
+
+
+def test_run_a_fixed_batch_model_takes_its_batch_size_by_default(tmp_path, capsys):
+    model = models.mlp(batch=1)  # as many exported models are
+    path, output = _npy(tmp_path / "in.npy", (10, 64)), tmp_path / "out.npy"
+    file = tmp_path / "fixed.onnx"
+    file.write_bytes(model.SerializeToString())
+    argv = ["run", str(file), "--input", str(path), "--output", str(output), "--no-progress"]
+    assert main(argv) == 0
+    assert "10 items in 10 batches" in capsys.readouterr().out
+    want = np.concatenate([_session(model).run(None, {"x": row[None]})[0] for row in np.load(path)])
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
+    assert main([*argv, "--batch-size", "8"]) == 1
+    assert "takes at most 1 row(s) a run" in capsys.readouterr().err

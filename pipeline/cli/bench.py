@@ -43,6 +43,7 @@ from ._args import (
 )
 
 DEFAULT_MODEL = "convnet"
+DEFAULT_BATCH_SIZE = 32
 DEFAULT_LINK_GBPS = 12.0
 
 
@@ -58,8 +59,9 @@ def add_bench(sub: Any) -> None:
     bench.add_argument(
         "--batch-size",
         type=batch_sizes,
-        default=[32],
-        help="rows per batch (default 32); several, e.g. 1,8,32, run every mode at each",
+        default=None,
+        help=f"rows per batch (default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE}); several, "
+        "e.g. 1,8,32, run every mode at each",
     )
     bench.add_argument("--depth", type=depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3")
     amount = bench.add_mutually_exclusive_group()
@@ -359,13 +361,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
     # every batch size's batches are made (and --data checked) before any run
+    args.batch_size = _batch_sizes(args, constants)
     workloads = [_workload(args, size, count, constants) for size in args.batch_size]
-    sizes = ", ".join(str(work.batch_size) for _, work, _ in workloads)
-    if len(workloads) > 1 and len({work.batch_size for _, work, _ in workloads}) < len(workloads):
-        raise PipelineError(
-            f"--batch-size {','.join(map(str, args.batch_size))} gives batches of {sizes} rows: "
-            "the model fixes its batch dim, so a sweep needs a model with a dynamic one"
-        )
+    sizes = ", ".join(map(str, args.batch_size))
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
@@ -404,6 +402,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _write_outputs(args, info, results, traced)
     device.close()
     return 0
+
+
+def _batch_sizes(args: argparse.Namespace, constants: dict[str, np.ndarray]) -> list[int]:
+    """--batch-size, or the model's fixed batch dim, else the default.
+
+    A model that fixes its batch dim is benchmarked at that size only: the
+    baselines, like any plain loop on such a model, cannot run fewer rows."""
+    from .._session import declared_inputs
+
+    batched = [spec for spec in declared_inputs(_model_of(args.model)) if spec.name not in constants]
+    fixed = next((spec.shape[0] for spec in batched if spec.rank and isinstance(spec.shape[0], int)), None)
+    if fixed is not None and args.batch_size not in (None, [fixed]):
+        sizes = ",".join(map(str, args.batch_size))
+        raise PipelineError(
+            f"--batch-size {sizes}: the model fixes its batch dim at {fixed}, so it is benchmarked at "
+            f"{fixed} row(s) a batch (leave --batch-size out, or export the model with a dynamic batch dim)"
+        )
+    return args.batch_size or [fixed or DEFAULT_BATCH_SIZE]
 
 
 def _workload(

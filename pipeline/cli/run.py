@@ -17,6 +17,7 @@ from ._args import add_ort_options, column_map, constant_arrays, copy_threads, o
 from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
+DEFAULT_BATCH_SIZE = 64
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
 
 
@@ -26,7 +27,12 @@ def add_run(sub: Any) -> None:
     run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, or a folder of images")
     run.add_argument("--output", required=True, type=Path, help=".npy or .parquet")
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
-    run.add_argument("--batch-size", type=positive(int), default=64)
+    run.add_argument(
+        "--batch-size",
+        type=positive(int),
+        default=None,
+        help=f"rows per batch (default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE})",
+    )
     run.add_argument("--depth", type=positive(int), default=3)
     run.add_argument(
         "--preprocess",
@@ -136,10 +142,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         constants=constants,
         options=options,
     ) as pipe:
+        batch_size = args.batch_size or pipe.session.fixed_batch() or DEFAULT_BATCH_SIZE
         source = open_source(
             args.input,
             pipe,
-            args.batch_size,
+            batch_size,
             input_name=args.input_name,
             columns=dict(args.input_column),
             id_column=args.id_column,
@@ -151,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
         progress = Progress(
             "run",
-            total=(total + args.batch_size - 1) // args.batch_size if total else None,
+            total=(total + batch_size - 1) // batch_size if total else None,
             enabled=False if args.no_progress else None,
         )
         print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
