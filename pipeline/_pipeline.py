@@ -106,6 +106,7 @@ class Pipeline:
         *,
         preprocess: Preprocess | str | Sequence[Preprocess | str] | None = None,
         constants: Mapping[str, object] | None = None,
+        outputs: Sequence[str] | None = None,
         options: PipelineOptions | None = None,
     ) -> None:
         if not isinstance(depth, int) or depth < 1:
@@ -121,7 +122,7 @@ class Pipeline:
         self.streams = Streams(self.device.stream("h2d"), self.device.stream("compute"), self.device.stream("d2h"))
         self._finalizer = weakref.finalize(self, _close_streams, self.streams.all())
         try:
-            self._setup(model, preprocess, constants or {})
+            self._setup(model, preprocess, constants or {}, outputs)
         except BaseException:
             self._finalizer()  # a failed constructor leaves no stream worker behind
             raise
@@ -136,8 +137,9 @@ class Pipeline:
         model: ModelSource,
         preprocess: Preprocess | str | Sequence[Preprocess | str] | None,
         constants: Mapping[str, object],
+        outputs: Sequence[str] | None,
     ) -> None:
-        self.session = OrtSession(model, self.device, self.streams.compute, self.options.session())
+        self.session = OrtSession(model, self.device, self.streams.compute, self.options.session(), outputs)
         self.session.set_constants(constants)
         batched = self.session.batched_inputs
         _check_batch_dims(batched)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,35 @@ def _constant(spec: TensorSpec, value: object) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def _output_specs(args: Sequence[Any], chosen: Sequence[str] | None) -> tuple[TensorSpec, ...]:
+    """The specs of the chosen outputs (every one when None), in the model's order."""
+    names = [arg.name for arg in args]
+    if chosen is not None:
+        if isinstance(chosen, str) or not chosen:
+            raise ValueError(f"outputs must be a non-empty list of output names, got {chosen!r}")
+        unknown = [name for name in chosen if name not in names]
+        if unknown:
+            raise ModelError(f"outputs {unknown} are not outputs of the model; it has {names}")
+        args = [arg for arg in args if arg.name in set(chosen)]
+    tensors = [arg.name for arg in args if arg.type in ORT_TO_NUMPY]
+    specs = []
+    for arg in args:
+        if arg.type not in ORT_TO_NUMPY:
+            hint = ""
+            if arg.type.startswith(("seq(", "map(")):
+                hint = " (a scikit-learn classifier's ZipMap output is one: convert with zipmap=False for a tensor)"
+            fix = (
+                f"; choose the outputs to copy back with outputs={tensors} (--output-names on the command line)"
+                if tensors and chosen is None
+                else ""
+            )
+            raise ModelError(
+                f"output {arg.name!r} has type {arg.type}{hint}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}{fix}"
+            )
+        specs.append(_spec(arg, "output"))
+    return tuple(specs)
+
+
 def _spec(arg: Any, kind: str) -> TensorSpec:
     dtype = ORT_TO_NUMPY.get(arg.type)
     if dtype is None:
@@ -207,7 +236,11 @@ class OrtSession:
         device: Device,
         compute_stream: Stream | None = None,
         config: SessionConfig | None = None,
+        outputs: Sequence[str] | None = None,
     ) -> None:
+        """``outputs``: the model outputs to bind and copy back, in the model's
+        order (None: every one).  ORT still runs the whole graph; the others are
+        neither bound, copied back nor kept."""
         config = config or SessionConfig()
         self.device = device
         self.compute_stream = compute_stream
@@ -222,7 +255,7 @@ class OrtSession:
             raise ModelError(f"ONNX Runtime could not load the model: {exc}") from exc
         device.verify_session(self.session, compute_stream)
         self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
-        self.outputs = tuple(_spec(arg, "output") for arg in self.session.get_outputs())
+        self.outputs = _output_specs(self.session.get_outputs(), outputs)
         self.run_options = ort.RunOptions()
         # ORT's Python run_with_iobinding looks this key up on every call and a
         # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
@@ -286,7 +319,7 @@ class OrtSession:
                 feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
                 feeds.update(self.constants)
                 try:
-                    results = self.session.run(None, feeds)
+                    results = self.session.run(self.output_names, feeds)
                 except Exception as exc:
                     shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
                     raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
@@ -340,4 +373,5 @@ class OrtSession:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A plain ``session.run`` (numpy in, numpy out): the reference and the naive baseline."""
-        return dict(zip(self.output_names, self.session.run(None, {**feeds, **self.constants}), strict=True))
+        names = self.output_names
+        return dict(zip(names, self.session.run(names, {**feeds, **self.constants}), strict=True))

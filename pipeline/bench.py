@@ -49,13 +49,15 @@ Batch = dict[str, np.ndarray]
 @dataclass(frozen=True)
 class Workload:
     """What every mode runs: ``pool`` cycled, ``count`` batches or ``duration`` seconds;
-    ``constants``: the values of the model's inputs that are not batched."""
+    ``constants``: the values of the model's inputs that are not batched;
+    ``outputs``: the outputs every mode computes and copies back (None: all)."""
 
     pool: Sequence[Batch]
     count: int | None = 40
     duration: float | None = None
     warmup: int = 3
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    outputs: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.pool:
@@ -186,15 +188,16 @@ def _loop(mode: str, step: Callable[[Batch], None], clock: _StepClock, work: Wor
 def bench_naive(
     model: ModelSource, device: Device, work: Workload, config: SessionConfig | None = None, tick: Any = None
 ) -> ModeResult:
-    session = OrtSession(model, device, None, config)
+    session = OrtSession(model, device, None, config, work.outputs)
     clock = _StepClock()
     constants = dict(work.constants)
+    names = session.output_names
 
     def step(batch: Batch) -> None:
         clock.start(batch)
         device.charge_transfer(_nbytes(batch), "h2d")
         clock.mark("h2d")
-        outputs = session.session.run(None, {**batch, **constants})  # ORT's own copies are inside
+        outputs = session.session.run(names, {**batch, **constants})  # ORT's own copies are inside
         clock.mark("compute")
         out_bytes = _nbytes(outputs)
         device.charge_transfer(out_bytes, "d2h")
@@ -207,7 +210,7 @@ def bench_naive(
 def bench_iobinding(
     model: ModelSource, device: Device, work: Workload, config: SessionConfig | None = None, tick: Any = None
 ) -> ModeResult:
-    session = OrtSession(model, device, None, config)
+    session = OrtSession(model, device, None, config, work.outputs)
     device_type, device_id = device.ort_device
     binding = session.new_binding()
     clock = _StepClock()
@@ -244,7 +247,9 @@ def bench_pipelined(
     """The engine at ``depth``; the mode is named by ``options.stage_threads``."""
     options = options or PipelineOptions(stage_threads=True)
     mode = next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
-    with Pipeline(model, device=device, depth=depth, constants=work.constants, options=options) as pipe:
+    with Pipeline(
+        model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
+    ) as pipe:
         for _ in pipe.map_with(work.warm(), _discard):
             pass
         counted = _Counted(work.timed(tick))

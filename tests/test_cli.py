@@ -143,6 +143,18 @@ def test_bench_ort_options_reach_every_mode_and_the_json(tmp_path, capsys, monke
         assert "CUDA" in capsys.readouterr().err
 
 
+def test_bench_output_names_limit_what_every_mode_copies_back(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "multi_io", "--batch-size", "8", "--batches", "2", "--warmup", "1", "--depth", "1"]
+    assert main([*argv, "--output-names", "half", "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
+    data = json.loads(path.read_text())
+    assert data["outputs"] == ["half"]
+    engine = [row for row in data["results"] if row["depth"] is not None]
+    assert engine and all(row["link_gbps"]["d2h"] is not None for row in engine)
+    assert main([*argv, "--output-names", "nope", "--device", "cpu", "--no-progress"]) == 2
+    assert "['nope'] are not outputs of the model" in capsys.readouterr().err
+
+
 def test_bench_errors_are_clear(capsys):
     assert main(["bench", "no-such-model", "--batches", "2"]) == 2
     assert "neither a built-in" in capsys.readouterr().err

@@ -435,3 +435,24 @@ def test_run_a_fixed_batch_model_takes_its_batch_size_by_default(tmp_path, capsy
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
     assert main([*argv, "--batch-size", "8"]) == 1
     assert "takes at most 1 row(s) a run" in capsys.readouterr().err
+
+
+def test_run_output_names_write_only_those(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    from pipeline.models import IR_VERSION, OPSET
+
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["negated"]), helper.make_node("Abs", ["x"], ["magnitude"])],
+        "two_outputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 4]) for name in ("negated", "magnitude")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    file = tmp_path / "two.onnx"
+    file.write_bytes(model.SerializeToString())
+    path, output = _npy(tmp_path / "in.npy", (30, 4)), tmp_path / "out.npy"
+    argv = ["run", str(file), "--input", str(path), "--output", str(output), "--batch-size", "8", "--no-progress"]
+    assert main([*argv, "--output-names", "magnitude"]) == 0
+    np.testing.assert_array_equal(np.load(output), np.abs(np.load(path)))  # one output: the path itself
+    assert sorted(p.name for p in tmp_path.glob("out*")) == ["out.npy"]

@@ -201,3 +201,21 @@ def ort_options(args: argparse.Namespace) -> dict[str, Any]:
         "session_config": dict(args.session_option),
         "provider_options": dict(args.provider_option),
     }
+
+
+def names(text: str) -> list[str]:
+    """NAME[,NAME...]: a comma-separated list of names, in order."""
+    picked = [part.strip() for part in text.split(",") if part.strip()]
+    if not picked:
+        raise argparse.ArgumentTypeError(f"expected NAME[,NAME...], got {text!r}")
+    return list(dict.fromkeys(picked))
+
+
+def add_output_names_option(parser: Any) -> None:
+    parser.add_argument(
+        "--output-names",
+        type=names,
+        default=None,
+        metavar="NAME[,NAME]",
+        help="the model outputs to copy back (default: all): the others are not copied to the host or written",
+    )

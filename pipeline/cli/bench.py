@@ -31,6 +31,7 @@ from ..bench import (
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import (
     add_ort_options,
+    add_output_names_option,
     batch_sizes,
     choices_of,
     constant_arrays,
@@ -108,6 +109,7 @@ def add_bench(sub: Any) -> None:
     )
     add_constant_option(bench)
     add_ort_options(bench)
+    add_output_names_option(bench)
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
         "--trace",
@@ -432,7 +434,9 @@ def _workload(
     else:
         model, pool = synthetic_batches(args.model, batch_size, pool_size, args.input, constants)
         data_line = None
-    work = Workload(pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants)
+    work = Workload(
+        pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants, outputs=args.output_names
+    )
     return model, work, data_line
 
 
@@ -445,6 +449,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
             "copy_threads": resolve_copy_threads(args.copy_threads),
             "data": [path for _, path in args.data] or None,
             "constants": {name: values for name, values in args.constant} or None,
+            "outputs": args.output_names,
             "ort": {
                 "graph_optimization": args.graph_optimization,
                 "session_config": dict(args.session_option),

@@ -13,7 +13,16 @@ from typing import Any, Literal
 
 from .. import models
 from .._progress import Progress
-from ._args import add_ort_options, column_map, constant_arrays, copy_threads, ort_options, positive, size
+from ._args import (
+    add_ort_options,
+    add_output_names_option,
+    column_map,
+    constant_arrays,
+    copy_threads,
+    ort_options,
+    positive,
+    size,
+)
 from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
@@ -76,6 +85,7 @@ def add_run(sub: Any) -> None:
     )
     add_constant_option(run)
     add_ort_options(run)
+    add_output_names_option(run)
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -140,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         preprocess=preprocess,
         constants=constants,
+        outputs=args.output_names,
         options=options,
     ) as pipe:
         batch_size = args.batch_size or pipe.session.fixed_batch() or DEFAULT_BATCH_SIZE
