@@ -12,7 +12,10 @@ Modes: naive, iobinding, and the engine with stage threads (``pipelined``),
 from the caller's thread (``caller``) and as it runs by default (``auto``),
 at depths 1-3; the copy-bound model once more with one thread for the host
 copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
-by number of threads (``host_copy_gbps``).
+by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
+iobinding, caller and auto: the detector whose outputs depend on the data,
+and the conv net at 1, 8, 32 and 128 frames a batch (where throughput stops
+growing with the batch size).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -54,6 +57,8 @@ from pipeline.bench import (  # noqa: E402
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
 
 DEPTHS = (1, 2, 3)
+#: the rows of the steps that are not about depth or issuing
+SHORT_MODES = ("naive", "iobinding", "caller", "auto")
 
 
 def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
@@ -96,6 +101,25 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
             "modes": ("pipelined", "caller"),
             "depths": DEPTHS[-1:],
         },
+        {
+            # data-dependent outputs: every batch's hits are drained from ORT's memory
+            "name": "detect (data-dependent outputs)",
+            "model": models.detect(),
+            "batch": lambda i: models.example_batch("detect", rows, seed=i),
+            "modes": SHORT_MODES,
+            "depths": DEPTHS[-1:],
+        },
+        *(
+            {
+                "name": f"convnet batch sweep, {n} frames",
+                "model": models.convnet(),
+                "batch": lambda i, n=n: {"frames": rand(i, (n, 3, size, size))},
+                "modes": SHORT_MODES,
+                "depths": DEPTHS[-1:],
+                "seconds_scale": 0.5,
+            }
+            for n in ((1, 8, 32, 128) if big else (1, 4))
+        ),
     ]
 
 
@@ -160,7 +184,7 @@ def _model_step(
         results = run_modes(
             entry["model"],
             device,
-            Workload(pool, count=None, duration=seconds, warmup=3),
+            Workload(pool, count=None, duration=seconds * entry.get("seconds_scale", 1.0), warmup=3),
             depths=entry.get("depths", DEPTHS),
             modes=entry.get("modes", MODES),
             copy_threads=copy_threads,

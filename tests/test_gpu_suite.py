@@ -35,9 +35,16 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "balanced convnet",
         "tiny identity",
         "copy-bound identity, 1 copy thread",
+        "detect (data-dependent outputs)",
+        "convnet batch sweep, 1 frames",
+        "convnet batch sweep, 4 frames",
     ]
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
-    *main_set, one_copy_thread = report["models"]
+    *main_set, one_copy_thread, detect, sweep_1, sweep_4 = report["models"]
+    short = [("naive", None), ("iobinding", None), ("caller", 3), ("auto", 3)]
+    for entry, rows in ((detect, 16), (sweep_1, 1), (sweep_4, 4)):
+        assert [(r["mode"], r["depth"]) for r in entry["results"]] == short
+        assert {r["batch_size"] for r in entry["results"]} == {rows}
     assert one_copy_thread["copy_threads"] == 1
     assert [(r["mode"], r["depth"]) for r in one_copy_thread["results"]] == [("pipelined", 3), ("caller", 3)]
     for entry in main_set:
