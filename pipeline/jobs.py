@@ -85,8 +85,11 @@ def open_source(
     size: tuple[int, int] | None = None,
     pix_fmt: str = "rgb24",
     decode_threads: int | None = None,
+    skip_unreadable: bool = False,
 ) -> Iterable[SourceBatch]:
     kind = source_kind(path)
+    if skip_unreadable and kind != "images":
+        raise SourceError(f"skipping unreadable files is for a folder of images; {str(path)!r} is a {kind} source")
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
@@ -94,7 +97,7 @@ def open_source(
         return ParquetSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
         return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
-    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads)
+    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 
 def open_sink(path: str | Path, output_names: list[str]) -> Sink:

@@ -278,6 +278,12 @@ class ImageFolderSource:
     ``AUTO_DECODE_THREADS``), the next batch while the current one is sent on,
     and delivered in file order.  The threads end with the iteration, however
     it ends (exhausted, a failure, or the iterator closed).
+
+    A file that cannot be decoded ends the iteration with a
+    :class:`SourceError` naming it, unless ``skip_unreadable``: then it is left
+    out (a batch with it is that much shorter), and ``skipped`` lists
+    ``(path, reason)`` of every file left out, in file order — one corrupt
+    JPEG among millions need not end a night's scoring.
     """
 
     def __init__(
@@ -288,6 +294,7 @@ class ImageFolderSource:
         input_name: str | None = None,
         size: tuple[int, int] | None = None,
         decode_threads: int | None = None,
+        skip_unreadable: bool = False,
     ):
         self.path = _existing(path, "image folder")
         if not self.path.is_dir():
@@ -298,6 +305,9 @@ class ImageFolderSource:
         self.spec = _one_input(inputs, input_name, "an image folder source")
         self.batch_size, self.size = batch_size, size
         self.decode_threads = _decode_threads(decode_threads)
+        self.skip_unreadable = skip_unreadable
+        #: (path, why) of the files left out by ``skip_unreadable``, in file order
+        self.skipped: list[tuple[str, str]] = []
 
     def __len__(self) -> int:
         return len(self.files)
@@ -306,11 +316,13 @@ class ImageFolderSource:
         if self.decode_threads == 1:
             for start in range(0, len(self.files), self.batch_size):
                 chunk = self.files[start : start + self.batch_size]
-                yield self._batch(chunk, [self._load(file) for file in chunk])
+                batch = self._batch(chunk, [self._load(file) for file in chunk])
+                if batch is not None:
+                    yield batch
             return
         pool = concurrent.futures.ThreadPoolExecutor(self.decode_threads, thread_name_prefix="ortpipe-decode")
         try:
-            decoding: collections.deque[concurrent.futures.Future[np.ndarray]] = collections.deque()
+            decoding: collections.deque[concurrent.futures.Future[np.ndarray | SourceError]] = collections.deque()
             submitted = 0
             for start in range(0, len(self.files), self.batch_size):
                 # this batch and the next one in flight: bounded memory, threads kept busy
@@ -319,11 +331,14 @@ class ImageFolderSource:
                     decoding.append(pool.submit(self._load, file))
                 submitted = ahead
                 chunk = self.files[start : start + self.batch_size]
-                yield self._batch(chunk, [decoding.popleft().result() for _ in chunk])
+                batch = self._batch(chunk, [decoding.popleft().result() for _ in chunk])
+                if batch is not None:
+                    yield batch
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _load(self, file: Path) -> np.ndarray:
+    def _load(self, file: Path) -> np.ndarray | SourceError:
+        """The decoded image, or (to be raised or skipped in file order) why it cannot be."""
         from PIL import Image, UnidentifiedImageError
 
         try:
@@ -332,14 +347,26 @@ class ImageFolderSource:
                 if self.size is not None:
                     rgb = rgb.resize(self.size)
                 return np.asarray(rgb)
-        except (UnidentifiedImageError, OSError) as exc:
-            raise SourceError(f"{str(file)!r} cannot be read as an image: {exc}") from exc
+        except (UnidentifiedImageError, OSError, ValueError) as exc:  # ValueError: a truncated header
+            return SourceError(f"{str(file)!r} cannot be read as an image: {exc}")
 
-    def _batch(self, chunk: list[Path], images: list[np.ndarray]) -> SourceBatch:
+    def _batch(self, chunk: list[Path], loaded: list[np.ndarray | SourceError]) -> SourceBatch | None:
+        """The batch of the files that decoded (None when none did and the failures are skipped)."""
+        files, images = [], []
+        for file, image in zip(chunk, loaded, strict=True):
+            if isinstance(image, SourceError):
+                if not self.skip_unreadable:
+                    raise image
+                self.skipped.append((str(file), str(image)))
+                continue
+            files.append(file)
+            images.append(image)
+        if not images:
+            return None
         shapes = {a.shape for a in images}
         if len(shapes) > 1:
             raise SourceError(f"images in {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
-        return SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in chunk])})
+        return SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in files])})
 
 
 def _decode_threads(value: int | None) -> int:

@@ -456,3 +456,28 @@ def test_run_output_names_write_only_those(tmp_path, capsys):
     assert main([*argv, "--output-names", "magnitude"]) == 0
     np.testing.assert_array_equal(np.load(output), np.abs(np.load(path)))  # one output: the path itself
     assert sorted(p.name for p in tmp_path.glob("out*")) == ["out.npy"]
+
+
+def test_run_skip_unreadable_leaves_out_broken_images_and_lists_them(tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(folder / f"im{i}.png")
+    (folder / "im2.png").write_bytes(b"not a png")
+    output = tmp_path / "tags.parquet"
+    argv = ["run", "convnet", "--input", str(folder), "--output", str(output), "--size", "16x16"]
+    argv += ["--batch-size", "4", "--no-progress"]
+    assert main(argv) == 1  # without the option the broken file stops the run, named
+    assert "im2.png' cannot be read as an image" in capsys.readouterr().err
+    assert main([*argv, "--skip-unreadable"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 unreadable file(s)" in err and "im2.png' cannot be read" in err
+    paths = [Path(p).name for p in pq.read_table(output).column("path").to_pylist()]
+    assert paths == ["im0.png", "im1.png", "im3.png", "im4.png", "im5.png"]
+    npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
+    assert main([*npy, "--skip-unreadable", "--no-progress"]) == 1
+    assert "skipping unreadable files is for a folder of images" in capsys.readouterr().err

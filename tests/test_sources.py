@@ -69,6 +69,28 @@ def test_a_broken_file_is_named_after_the_batches_before_it(folder, inputs):
     assert _decode_threads() == []
 
 
+@pytest.mark.parametrize("decode_threads", [1, 3])
+def test_unreadable_files_can_be_left_out_and_are_listed(folder, inputs, decode_threads):
+    good = _batches(ImageFolderSource(folder, 4, inputs, size=(8, 8), decode_threads=1))
+    (folder / "im05.png").write_bytes(b"not a png")
+    (folder / "im09.png").write_bytes(b"")
+    for i in (12, 13, 14, 15):  # a whole batch of them: no batch at all for it
+        (folder / f"im{i:02d}.png").write_bytes(b"\x89PNG truncated")
+    source = ImageFolderSource(folder, 4, inputs, size=(8, 8), decode_threads=decode_threads, skip_unreadable=True)
+    batches = _batches(source)
+    bad = {5, 9, 12, 13, 14, 15}
+    kept = [p.rsplit("/", 1)[-1] for paths, _ in batches for p in paths]
+    assert kept == [f"im{i:02d}.png" for i in range(23) if i not in bad]
+    assert [len(paths) for paths, _ in batches] == [4, 3, 3, 4, 3]  # files 0-3, 4-7, 8-11, (12-15), 16-19, 20-22
+    frames = {p: f for paths, array in good for p, f in zip(paths, array, strict=True)}
+    for paths, array in batches:  # every kept image is the one decoded alone
+        for p, f in zip(paths, array, strict=True):
+            np.testing.assert_array_equal(f, frames[p])
+    assert [path.rsplit("/", 1)[-1] for path, _ in source.skipped] == [f"im{i:02d}.png" for i in sorted(bad)]
+    assert all("cannot be read as an image" in why for _, why in source.skipped)
+    assert _decode_threads() == []
+
+
 def test_images_of_different_sizes_need_a_size(folder, inputs):
     with pytest.raises(SourceError, match="differ in size"):
         _batches(ImageFolderSource(folder, 6, inputs, decode_threads=2))

@@ -83,6 +83,11 @@ def add_run(sub: Any) -> None:
         help="images: files decoded at once (default: one per CPU, up to 8); video: FFmpeg's decode threads "
         "(default: FFmpeg's choice)",
     )
+    run.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="a folder of images: leave out files that cannot be decoded (listed at the end) instead of stopping",
+    )
     add_constant_option(run)
     add_ort_options(run)
     add_output_names_option(run)
@@ -164,6 +169,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             size=_frame_size(args, pipe),
             pix_fmt=args.pix_fmt,
             decode_threads=args.decode_threads,
+            skip_unreadable=args.skip_unreadable,
         )
         sink = open_sink(args.output, pipe.output_names)
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
@@ -174,7 +180,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
         with _first_ctrl_c_stops() as stop:
-            run_job(pipe, source, sink, progress, summary, stop)
+            try:
+                run_job(pipe, source, sink, progress, summary, stop)
+            finally:  # also when the job failed: what was left out is part of what happened
+                _report_skipped(getattr(source, "skipped", []), args.output)
     print(summary)
     if summary.interrupted:
         print(
@@ -182,6 +191,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
+    """The files --skip-unreadable left out, every one, on stderr."""
+    if not skipped:
+        return
+    where = (
+        "its rows are the other files, in file order"
+        if output.suffix.lower() == ".npy"
+        else "the path column names the files written"
+    )
+    print(f"skipped {len(skipped)} unreadable file(s); {str(output)!r} has no row for them ({where}):", file=sys.stderr)
+    for _, why in skipped:
+        print(f"  {why}", file=sys.stderr)
 
 
 @contextlib.contextmanager
