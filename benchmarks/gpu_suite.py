@@ -15,7 +15,8 @@ copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
 by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
 iobinding, caller and auto: the detector whose outputs depend on the data,
 and the conv net at 1, 8, 32 and 128 frames a batch (where throughput stops
-growing with the batch size).
+growing with the batch size); last, ORT's profile of the conv net by operator
+(``convnet_ops``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -54,6 +55,7 @@ from pipeline.bench import (  # noqa: E402
     measure_host_copy_gbps,
     run_modes,
 )
+from pipeline.opprofile import profile_ops  # noqa: E402
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
 
 DEPTHS = (1, 2, 3)
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     steps += [(entry["name"], _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)]
+    steps.append(("convnet ops", lambda: report.update(convnet_ops=_convnet_ops(device, gpu and not args.quick))))
     if not args.no_tests:  # last: a hung test must not cost the figures
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
     run_steps(steps, report, args.out / "results.json", args.budget_s)
@@ -199,6 +202,15 @@ def _model_step(
             plot_timeline(deepest, out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
 
     return step
+
+
+def _convnet_ops(device: Any, big: bool) -> dict[str, Any]:
+    """ORT's profile of the conv net by operator (on CUDA: the host's issuing time per node)."""
+    frames, size = (64, 224) if big else (4, 32)
+    pool = [{"frames": np.random.default_rng(i).random((frames, 3, size, size), np.float32)} for i in range(2)]
+    profile = profile_ops(models.convnet(), device, pool, runs=10, warmup=3)
+    print(f"\nconvnet on {device.name}\n{profile}", flush=True)
+    return profile.to_dict()
 
 
 def run_steps(steps: list[tuple[str, Callable[[], None]]], report: dict[str, Any], path: Path, budget_s: float) -> None:

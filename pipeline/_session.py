@@ -200,6 +200,9 @@ class SessionConfig:
     #: ORT session config entries (``SessionOptions.add_session_config_entry``),
     #: added after ortpipe's own, so that one given here wins
     entries: Mapping[str, str] = field(default_factory=dict)
+    #: ORT's own profiler on, writing its trace-event JSON to files starting
+    #: with this (``end_profiling`` names the file); None: off
+    profile_prefix: str | None = None
 
     def __post_init__(self) -> None:
         if self.graph_optimization is not None and self.graph_optimization not in GRAPH_OPTIMIZATION:
@@ -224,6 +227,9 @@ class SessionConfig:
             options.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
         for key, value in self.entries.items():
             options.add_session_config_entry(key, value)
+        if self.profile_prefix is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = self.profile_prefix
         return options
 
 

@@ -155,6 +155,18 @@ def test_bench_output_names_limit_what_every_mode_copies_back(tmp_path, capsys):
     assert "['nope'] are not outputs of the model" in capsys.readouterr().err
 
 
+def test_bench_profile_ops_prints_and_writes_time_by_operator(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "convnet", "--batch-size", "2,4", "--batches", "2", "--warmup", "1", "--modes", "naive"]
+    assert main([*argv, "--device", "cpu", "--profile-ops", "--json", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "ORT profile, 20 runs:" in out and "Conv" in out
+    ops = json.loads(path.read_text())["ops"]
+    assert ops["runs"] == 20 and ops["ops"][0]["op"] == "Conv" and ops["host_side"] is False
+    assert main([*argv, "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
+    assert json.loads(path.read_text())["ops"] is None
+
+
 def test_bench_errors_are_clear(capsys):
     assert main(["bench", "no-such-model", "--batches", "2"]) == 2
     assert "neither a built-in" in capsys.readouterr().err

@@ -63,3 +63,11 @@ def test_provider_options_reach_the_cuda_provider():
         assert taken["cudnn_conv_algo_search"] == "HEURISTIC" and taken["use_tf32"] == "0"
         assert taken["user_compute_stream"] == str(pipe.streams.compute.ptr)  # still ours
         assert_outputs_equal(next(iter(pipe.map([batch]))), reference(model, batch), pipe.device)
+
+
+def test_ort_profile_on_cuda_says_its_times_are_the_hosts(cuda):
+    from pipeline.opprofile import profile_ops
+
+    profile = profile_ops(models.convnet(), cuda, [models.example_batch("convnet", 8)], runs=3, warmup=2)
+    assert "CUDAExecutionProvider" in {op.provider for op in profile.ops}
+    assert profile.host_side and "not GPU time" in str(profile)

@@ -40,6 +40,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "convnet batch sweep, 4 frames",
     ]
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
+    assert report["convnet_ops"]["runs"] == 10 and report["convnet_ops"]["ops"][0]["op"] == "Conv"
     *main_set, one_copy_thread, detect, sweep_1, sweep_4 = report["models"]
     short = [("naive", None), ("iobinding", None), ("caller", 3), ("auto", 3)]
     for entry, rows in ((detect, 16), (sweep_1, 1), (sweep_4, 4)):

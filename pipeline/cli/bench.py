@@ -123,6 +123,11 @@ def add_bench(sub: Any) -> None:
         default=None,
         help="PNG timeline of the deepest pipelined (else caller, else auto) run, at the last batch size",
     )
+    bench.add_argument(
+        "--profile-ops",
+        action="store_true",
+        help="after the modes, ORT's profiler over the same batches: time by operator (at the last batch size)",
+    )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
 
@@ -386,11 +391,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             work,
             depths=args.depth,
             modes=args.modes,
-            session=SessionConfig(
-                intra_op_threads=args.threads,
-                graph_optimization=args.graph_optimization,
-                entries=dict(args.session_option),
-            ),
+            session=_session_config(args),
             copy_threads=args.copy_threads,
             tick=progress.tick,
         )
@@ -401,7 +402,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     fastest = fastest_line(results)
     if fastest is not None:
         print(fastest)
-    _write_outputs(args, info, results, traced)
+    ops = None
+    if args.profile_ops:
+        from ..opprofile import profile_ops
+
+        model, work, _ = workloads[-1]
+        ops = profile_ops(
+            model,
+            device,
+            work.pool,
+            warmup=args.warmup,
+            constants=constants,
+            outputs=args.output_names,
+            session=_session_config(args),
+        )
+        print(ops)
+    _write_outputs(args, info, results, traced, ops)
     device.close()
     return 0
 
@@ -440,7 +456,15 @@ def _workload(
     return model, work, data_line
 
 
-def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any) -> None:
+def _session_config(args: argparse.Namespace) -> SessionConfig:
+    return SessionConfig(
+        intra_op_threads=args.threads, graph_optimization=args.graph_optimization, entries=dict(args.session_option)
+    )
+
+
+def _write_outputs(
+    args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any, ops: Any = None
+) -> None:
     if args.json is not None:
         payload = {
             "device": info,
@@ -456,6 +480,7 @@ def _write_outputs(args: argparse.Namespace, info: dict[str, Any], results: list
                 "provider_options": dict(args.provider_option),
             },
             "results": [row.to_dict() for row in results],
+            "ops": None if ops is None else ops.to_dict(),
         }
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
