@@ -27,6 +27,17 @@ caller's thread issues it) propagates as it is.  Every blocking wait polls a sto
 event; ``close()`` sets it, joins both threads and synchronizes the streams
 so no in-flight copy still references a buffer.
 
+NOTE [ inline h2d ]: pinned memory exists so that a copy engine can read
+the batch while the host goes on; a stream whose copies are done when
+``copy_h2d`` returns (the host device's inline streams: the CPU backend) has
+no such reader, so a batch bound at the slots' own shape, its arrays in C
+order and native byte order, is copied straight
+from the caller's arrays into the device slot, one host copy instead of two
+(their ``stage`` time is then 0 and the copy is all in ``h2d``).  The
+caller's arrays are not referenced once ``copy_h2d`` returns, before the
+source is asked for the next batch.  Padded, free-shape, strided and
+byte-swapped batches, and every other stream, are staged as usual.
+
 NOTE [ data-dependent outputs ]: an output whose shape depends on the data
 (a detector's boxes after NMS, NonZero) cannot be preallocated: a run into a
 buffer of its probed shape fails once the data asks for another.  Such a
@@ -59,7 +70,7 @@ from ._batching import InputChecker, Layout, RowShapes, SlotsOutgrown
 from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
-from ._rings import DeviceSlot, PinnedOutSlot, Rings
+from ._rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, DeviceBuffer, Event, NormalizeOp, Stream, typed_view
 
@@ -155,6 +166,11 @@ Take = Callable[[int, int, dict[str, np.ndarray]], T]
 MakeTake = Callable[[HostCopier], Take[T]]
 
 
+def _as_laid_out(array: np.ndarray) -> bool:
+    """The array's bytes are those of its slot: C order, native byte order (NOTE [ inline h2d ])."""
+    return array.flags.c_contiguous and array.dtype.isnative
+
+
 def copy_outputs(copier: HostCopier) -> Take[dict[str, np.ndarray]]:
     """The default ``take``: results that stay valid after the slot is reused."""
     copied = copier.copied
@@ -204,6 +220,7 @@ class EngineRun(Generic[T]):
         self._iterator = iter(source)
         self._config = config
         self._copier = HostCopier(config.copy_threads)
+        self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
         self._take = make_take(self._copier)
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
@@ -326,25 +343,20 @@ class EngineRun(Generic[T]):
     ) -> _Work | None:
         layout = self._layout
         bound = layout.bound_rows(rows)
-        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
-        copy = self._copier.copy
         t_wait = time.perf_counter()
-        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
-            return None
-        t_stage = time.perf_counter()
-        for name, dtype, row in layout.row_shapes if shapes is None else layout.rows_for(shapes):
-            # a free shape may be seen once: its view is not cached
-            view = (
-                pinned.view(name, dtype, (bound, *row))
-                if shapes is None
-                else typed_view(pinned.arrays[name], dtype, (bound, *row))
-            )
-            if bound > rows:
-                copy(view[:rows], feeds[name])
-                view[rows:] = 0
-            else:
-                copy(view, feeds[name])
-        t_staged = time.perf_counter()
+        pinned: PinnedInSlot | None = None
+        if self._h2d_inline and shapes is None and bound == rows and all(map(_as_laid_out, feeds.values())):
+            # NOTE [ inline h2d ]: the copy reads the batch itself
+            sources: dict[str, np.ndarray] = feeds
+            t_stage = t_staged = t_wait
+        else:
+            pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+            if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+                return None
+            t_stage = time.perf_counter()
+            self._stage(pinned, feeds, rows, bound, shapes)
+            t_staged = time.perf_counter()
+            sources = pinned.arrays
         slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
         if slot is None:
             return None
@@ -358,9 +370,10 @@ class EngineRun(Generic[T]):
             if events.h2d_start is not None:
                 events.h2d_start.record(link)
             for name, size in nbytes.items():
-                link.copy_h2d(slot.inputs[name], pinned.arrays[name], size)
+                link.copy_h2d(slot.inputs[name], sources[name], size)
             events.h2d_done.record(link)
-        pinned.last_copy = events.h2d_done
+        if pinned is not None:
+            pinned.last_copy = events.h2d_done
         trace = BatchTrace(
             index=index,
             rows=rows,
@@ -374,6 +387,24 @@ class EngineRun(Generic[T]):
             events=events,
         )
         return _Work(trace=trace, slot=slot, row_shapes=shapes)
+
+    def _stage(
+        self, pinned: PinnedInSlot, feeds: dict[str, np.ndarray], rows: int, bound: int, shapes: RowShapes | None
+    ) -> None:
+        """The host copy of a batch into its pinned-in slot, padding rows zeroed."""
+        layout, copy = self._layout, self._copier.copy
+        for name, dtype, row in layout.row_shapes if shapes is None else layout.rows_for(shapes):
+            # a free shape may be seen once: its view is not cached
+            view = (
+                pinned.view(name, dtype, (bound, *row))
+                if shapes is None
+                else typed_view(pinned.arrays[name], dtype, (bound, *row))
+            )
+            if bound > rows:
+                copy(view[:rows], feeds[name])
+                view[rows:] = 0
+            else:
+                copy(view, feeds[name])
 
     def _input_nbytes(self, rows: int, shapes: RowShapes | None) -> tuple[dict[str, int], int]:
         key = (rows, shapes)

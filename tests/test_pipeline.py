@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineClosedError, PipelineError, PipelineOptions, models
+from pipeline import HostDevice, Pipeline, PipelineClosedError, PipelineError, PipelineOptions, models
 
 from .conftest import assert_outputs_equal, ortpipe_threads, reference
 from .helpers import renamed_dims_model
@@ -182,3 +182,31 @@ def test_one_map_at_a_time():
 def test_bad_constructor_arguments(depth, batch_size):
     with pytest.raises(ValueError, match="depth|batch_size"):
         Pipeline(models.mlp(), device="cpu", depth=depth, batch_size=batch_size)
+
+
+def test_a_source_that_reuses_its_buffer_gets_every_batch_right(device, stage_threads):
+    """A decoder that refills one array per batch: each batch is read before the next is asked for."""
+    model = models.identity(features=8)
+
+    def refilled():
+        frame = np.empty((4, 8), np.float32)
+        for i in range(12):
+            frame[:] = i
+            yield frame
+
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(model, device=device, depth=3, options=options) as pipe:
+        outs = [out["y"] for out in pipe.map(refilled())]
+    assert [float(out[0, 0]) for out in outs] == [float(i) for i in range(12)]
+    assert all((out == out[0, 0]).all() for out in outs)
+
+
+def test_the_cpu_backend_copies_a_batch_once_and_stages_only_what_it_must():
+    """NOTE [ inline h2d ]: the host device's inline streams copy straight from the batch."""
+    with Pipeline(models.mlp(batch=8), device=HostDevice(), depth=2) as pipe:
+        pipe.run(_rows(0, 20)["x"], batch_size=8)  # 8, 8, then 4 rows padded to 8
+        stage_s = [t.stage_s for t in pipe.stats.timings]
+    assert stage_s[:2] == [0.0, 0.0] and stage_s[2] > 0
+    with Pipeline(models.mlp(), device=HostDevice(link_gbps=50.0), depth=2) as pipe:
+        pipe.run(_rows(0, 16)["x"], batch_size=8)  # a link's copies run later: staged
+        assert all(t.stage_s > 0 for t in pipe.stats.timings)

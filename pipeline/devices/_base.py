@@ -63,6 +63,10 @@ class Stream(abc.ABC):
     """An in-order queue of device work."""
 
     name: str
+    #: True when a copy is done when ``copy_h2d``/``copy_d2h`` returns, so its
+    #: host side may be any array the caller keeps only that long (the host
+    #: device's inline streams); False where copies run later (CUDA, workers)
+    copies_inline: bool = False
 
     @abc.abstractmethod
     def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:

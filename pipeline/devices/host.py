@@ -206,6 +206,7 @@ class HostStream(Stream):
         self.name = name
         self._device = device
         self._threaded = threaded
+        self.copies_inline = not threaded
         self._fault: BaseException | None = None
         self._closed = False
         self._rng = random.Random(seed)
