@@ -117,3 +117,17 @@ def assert_outputs_equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray]
             np.testing.assert_allclose(
                 got[name].astype(np.float64), want[name].astype(np.float64), rtol=2e-3, atol=2e-3, err_msg=name
             )
+
+
+@pytest.fixture
+def session_options(monkeypatch) -> list:
+    """The SessionOptions of every ORT session made during the test (real sessions, recorded)."""
+    made: list = []
+
+    class Recorded(ort.InferenceSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.get_session_options())
+
+    monkeypatch.setattr(ort, "InferenceSession", Recorded)
+    return made

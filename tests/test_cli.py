@@ -113,17 +113,10 @@ def test_bench_runs_a_fixed_batch_model_at_its_batch_size(tmp_path, capsys):
     assert "fixes its batch dim at 4, so it is benchmarked at 4 row(s) a batch" in capsys.readouterr().err
 
 
-def test_bench_ort_options_reach_every_mode_and_the_json(tmp_path, capsys, monkeypatch):
+def test_bench_ort_options_reach_every_mode_and_the_json(tmp_path, capsys, session_options):
     import onnxruntime as ort
 
-    made = []
-
-    class Recorded(ort.InferenceSession):  # a real session, its options kept for the test
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self.get_session_options())
-
-    monkeypatch.setattr(ort, "InferenceSession", Recorded)
+    made = session_options
     path = tmp_path / "bench.json"
     argv = ["bench", "mlp", "--batches", "2", "--warmup", "1", "--depth", "1", "--device", "cpu", "--no-progress"]
     given = ["--graph-optimization", "disabled", "--session-option", "session.set_denormal_as_zero=1"]

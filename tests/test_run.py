@@ -400,17 +400,10 @@ def test_run_decode_threads_option_gives_the_same_rows(tmp_path, capsys):
     assert exit_info.value.code == 2
 
 
-def test_run_ort_options_reach_the_session(tmp_path, capsys, monkeypatch):
+def test_run_ort_options_reach_the_session(tmp_path, capsys, session_options):
     import onnxruntime as ort
 
-    made = []
-
-    class Recorded(ort.InferenceSession):  # a real session, its options kept for the test
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self.get_session_options())
-
-    monkeypatch.setattr(ort, "InferenceSession", Recorded)
+    made = session_options
     path = _npy(tmp_path / "in.npy", (100, 64))
     output = tmp_path / "out.npy"
     argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "32", "--no-progress"]
