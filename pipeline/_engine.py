@@ -28,15 +28,15 @@ event; ``close()`` sets it, joins both threads and synchronizes the streams
 so no in-flight copy still references a buffer.
 
 NOTE [ inline h2d ]: pinned memory exists so that a copy engine can read
-the batch while the host goes on; a stream whose copies are done when
+the batch while the host goes on.  A stream whose copies are done when
 ``copy_h2d`` returns (the host device's inline streams: the CPU backend) has
 no such reader, so a batch bound at the slots' own shape, its arrays in C
-order and native byte order, is copied straight
-from the caller's arrays into the device slot, one host copy instead of two
-(their ``stage`` time is then 0 and the copy is all in ``h2d``).  The
-caller's arrays are not referenced once ``copy_h2d`` returns, before the
-source is asked for the next batch.  Padded, free-shape, strided and
-byte-swapped batches, and every other stream, are staged as usual.
+order and native byte order, is copied straight from the caller's arrays into
+the device slot: one host copy instead of two (its ``stage`` time is then 0,
+the copy is all in ``h2d``).  The caller's arrays are not referenced once
+``copy_h2d`` returns, before the source is asked for the next batch.
+Padded, free-shape, strided and byte-swapped batches, and every other
+stream, are staged as usual.
 
 NOTE [ data-dependent outputs ]: an output whose shape depends on the data
 (a detector's boxes after NMS, NonZero) cannot be preallocated: a run into a

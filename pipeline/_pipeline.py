@@ -72,7 +72,7 @@ class PipelineOptions:
     #: options of ORT's CUDA execution provider when the device is given by
     #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
     #: (a CudaDevice object takes them itself)
-    provider_options: Mapping[str, str] = field(default_factory=dict)
+    provider_options: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):

@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def resolve_device(spec: str | Device = "auto", provider_options: Mapping[str, str] | None = None) -> Device:
+def resolve_device(spec: str | Device = "auto", provider_options: Mapping[str, object] | None = None) -> Device:
     """A device from a spec: "auto" (CUDA if usable, else host), "cpu", "cuda", "cuda:N".
 
     ``provider_options`` are options of ORT's CUDA execution provider: they
@@ -81,7 +81,7 @@ def resolve_device(spec: str | Device = "auto", provider_options: Mapping[str, s
     raise ValueError(f"unknown device {spec!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or a Device object")
 
 
-def _no_provider_options(spec: str, provider_options: Mapping[str, str] | None, why: str) -> None:
+def _no_provider_options(spec: str, provider_options: Mapping[str, object] | None, why: str) -> None:
     if provider_options:
         raise ValueError(
             f"provider options {dict(provider_options)} are options of ORT's CUDA execution provider, "
