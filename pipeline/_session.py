@@ -221,11 +221,10 @@ class SessionConfig:
         options.log_severity_level = self.log_severity
         if self.intra_op_threads is not None:
             options.intra_op_num_threads = self.intra_op_threads
-        if not self.spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self.graph_optimization is not None:
             options.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
-        for key, value in self.entries.items():
+        ours = {} if self.spin else {"session.intra_op.allow_spinning": "0"}
+        for key, value in {**ours, **self.entries}.items():  # each key once: ORT warns when one is set again
             options.add_session_config_entry(key, value)
         if self.profile_prefix is not None:
             options.enable_profiling = True

@@ -27,9 +27,10 @@ def test_graph_optimization_reaches_the_session(name, level):
     assert session.session.get_session_options().graph_optimization_level == level
 
 
-def test_session_entries_reach_the_session_and_win_over_ortpipes_own():
+def test_session_entries_reach_the_session_and_win_over_ortpipes_own(capfd):
     entries = {"session.set_denormal_as_zero": "1", "session.intra_op.allow_spinning": "1"}
     session = OrtSession(models.mlp(), HostDevice(), config=SessionConfig(entries=entries))
+    assert "already exists" not in capfd.readouterr().err  # ortpipe's own value is not set first, then replaced
     options = session.session.get_session_options()
     for key, value in entries.items():
         assert options.get_session_config_entry(key) == value
