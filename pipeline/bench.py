@@ -391,6 +391,22 @@ def fastest_line(results: Sequence[ModeResult]) -> str | None:
     return line
 
 
+def spread_line(results: Sequence[ModeResult]) -> str | None:
+    """The fastest row's h2d, compute and d2h time a batch as p50 / p99 (trtexec prints the same)."""
+    timed = [r for r in results if r.stats is not None and r.stats.batches]
+    if not timed:
+        return None
+    best = max(timed, key=lambda r: r.items_per_s)
+    assert best.stats is not None
+    spread = best.stats.stage_percentiles_ms()
+    parts = [
+        f"{stage} {values['p50']:.3f} / {values['p99']:.3f}"
+        for stage in ("h2d", "compute", "d2h")
+        if (values := spread[stage]) is not None
+    ]
+    return f"  its time a batch, p50 / p99 ms: {', '.join(parts)}" if parts else None
+
+
 def format_table(results: Sequence[ModeResult]) -> str:
     """One row per batch size/mode/depth: items/s, speedup over naive at that batch
     size, latency, stage times, efficiency, bottleneck."""

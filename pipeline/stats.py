@@ -109,8 +109,12 @@ def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
     return timing
 
 
-def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else math.nan
+def _percentiles_ms(seconds: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 of durations in seconds, in ms (nan when there are none)."""
+    if not seconds:
+        return {"p50": math.nan, "p95": math.nan, "p99": math.nan}
+    p50, p95, p99 = np.percentile(np.asarray(seconds) * 1e3, (50, 95, 99))
+    return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
 #: timings kept whole (for traces and timelines) and latencies sampled for percentiles
@@ -130,8 +134,9 @@ class _Totals:
         self.stage_count = dict.fromkeys(STAGES, 0)
         self.bytes = {"h2d": 0, "d2h": 0}
         self.wait_sum = 0.0
-        #: latencies in ms: all of them up to ``keep``, then a uniform sample (reservoir)
-        self.latencies_ms: list[float] = []
+        #: every batch's timing up to ``keep``, then a uniform sample of them
+        #: (reservoir): the percentiles of latency and of each stage come from it
+        self.sample: list[BatchTiming] = []
         self._keep = keep
         self._rng = random.Random(0)
 
@@ -139,7 +144,7 @@ class _Totals:
         """A copy to compute figures from outside the lock (the sample's RNG is shared)."""
         other = copy.copy(self)
         other.stage_sum, other.stage_count = dict(self.stage_sum), dict(self.stage_count)
-        other.bytes, other.latencies_ms = dict(self.bytes), list(self.latencies_ms)
+        other.bytes, other.sample = dict(self.bytes), list(self.sample)
         return other
 
     # -- the figures -----------------------------------------------------------
@@ -162,8 +167,15 @@ class _Totals:
         return out
 
     def latency_ms(self) -> dict[str, float]:
-        values = self.latencies_ms
-        return {"p50": _percentile(values, 50), "p95": _percentile(values, 95), "p99": _percentile(values, 99)}
+        return _percentiles_ms([t.latency_s for t in self.sample])
+
+    def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
+        """p50/p95/p99 of every stage's time a batch (None where not timed)."""
+        out: dict[str, dict[str, float] | None] = {}
+        for stage in STAGES:
+            values = [v for t in self.sample if (v := t.stage_seconds(stage)) is not None]
+            out[stage] = _percentiles_ms(values) if values else None
+        return out
 
     def outside_stages_s(self) -> float | None:
         """Seconds per batch that no stage accounts for, beyond their sum (the
@@ -222,13 +234,12 @@ class _Totals:
         self.bytes["h2d"] += timing.h2d_bytes
         self.bytes["d2h"] += timing.d2h_bytes
         self.wait_sum += timing.wait_s
-        latency = timing.latency_s * 1e3
-        if len(self.latencies_ms) < self._keep:
-            self.latencies_ms.append(latency)
+        if len(self.sample) < self._keep:
+            self.sample.append(timing)
         else:
             slot = self._rng.randrange(self.batches)
             if slot < self._keep:
-                self.latencies_ms[slot] = latency
+                self.sample[slot] = timing
 
 
 class Stats:
@@ -331,6 +342,10 @@ class Stats:
     def latency_ms(self) -> dict[str, float]:
         return self._snapshot().latency_ms()
 
+    def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
+        """p50/p95/p99 ms of every stage's time a batch (None where not timed)."""
+        return self._snapshot().stage_percentiles_ms()
+
     @property
     def bottleneck(self) -> str | None:
         return self._snapshot().bottleneck()
@@ -358,6 +373,7 @@ class Stats:
             "bottleneck": totals.bottleneck(),
             "stage_ms": {k: (None if v is None else v * 1e3) for k, v in means.items()},
             "latency_ms": totals.latency_ms(),
+            "stage_percentiles_ms": totals.stage_percentiles_ms(),
             "link_gbps": totals.link_gbps(),
             "wait_ms": totals.wait_sum / totals.batches * 1e3 if totals.batches else None,
             "outside_stages_ms": None if (outside := totals.outside_stages_s()) is None else outside * 1e3,
@@ -378,6 +394,9 @@ class Stats:
             "stage ms: " + ", ".join(f"{k} {ms(v)}" for k, v in d["stage_ms"].items()),
             "latency ms: " + ", ".join(f"{k} {v:.3f}" for k, v in d["latency_ms"].items()),
         ]
+        for stage, spread in d["stage_percentiles_ms"].items():
+            if spread is not None and stage in ("h2d", "compute", "d2h"):
+                lines.append(f"{stage} ms: " + ", ".join(f"{k} {v:.3f}" for k, v in spread.items()))
         if d["issuing"] is not None:
             lines.append(f"issued by: {d['issuing']}")
         return "\n".join(lines)

@@ -20,6 +20,7 @@ def test_bench_prints_its_table(capsys):
         assert mode in out
     assert "items/s" in out and "vs naive" in out
     assert out.count("pipelined") == 2
+    assert "its time a batch, p50 / p99 ms: h2d " in out and ", compute " in out
 
 
 def test_bench_writes_json(tmp_path, capsys):
@@ -50,6 +51,7 @@ def test_bench_writes_json(tmp_path, capsys):
         assert 0 < row["efficiency"] < 2
         assert {"h2d", "compute", "d2h"} <= set(row["stage_ms"])
         assert {"p50", "p99"} <= set(row["latency_ms"])
+        assert all(row["stage_percentiles_ms"][stage]["p99"] > 0 for stage in ("h2d", "compute", "d2h"))
         assert row["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "host")
     assert data["results"][2]["depth"] == 2
     assert data["device"]["link"]["h2d_gbps"] == 8

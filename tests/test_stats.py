@@ -146,10 +146,25 @@ def test_long_runs_keep_constant_memory_and_exact_means():
     assert [t.index for t in stats.timings] == list(range(1000))
     assert stats.stage_mean_s()["h2d"] == pytest.approx(0.001)  # (0 + 1 + 2) / 3 ms, over every batch
     assert stats.wall_s == pytest.approx(29_999 + 29.999)
-    assert len(stats._totals.latencies_ms) == 1000  # a uniform sample of the 30,000
+    assert len(stats._totals.sample) == 1000  # a uniform sample of the 30,000
     lat = stats.latency_ms()
     assert lat["p50"] == pytest.approx(15_000, rel=0.1)  # ms; exact would be 14,999.5
     assert lat["p99"] == pytest.approx(29_700, rel=0.05)
+    h2d = stats.stage_percentiles_ms()["h2d"]  # 0, 1 or 2 ms, a third each
+    assert h2d["p50"] == pytest.approx(1.0) and h2d["p99"] == pytest.approx(2.0)
+
+
+def test_stage_percentiles_from_known_times():
+    timings = [
+        _timing(i, submitted=float(i), done=float(i) + 0.5, h2d=1e-3, compute=(i + 1) * 1e-3, d2h=None)
+        for i in range(100)
+    ]
+    spread = Stats(timings).stage_percentiles_ms()
+    assert spread["compute"] == pytest.approx({"p50": 50.5, "p95": 95.05, "p99": 99.01})  # 1..100 ms
+    assert spread["h2d"] == pytest.approx({"p50": 1.0, "p95": 1.0, "p99": 1.0})
+    assert spread["d2h"] is None  # not timed
+    assert Stats(timings).to_dict()["stage_percentiles_ms"]["compute"]["p99"] == pytest.approx(99.01)
+    assert "compute ms: p50 50.500, p95 95.050, p99 99.010" in str(Stats(timings))
 
 
 def test_figures_include_batches_not_yet_folded():

@@ -27,6 +27,7 @@ from ..bench import (
     measure_copy_gbps,
     measure_host_copy_gbps,
     run_modes,
+    spread_line,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
 from ._args import (
@@ -399,9 +400,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         traced = deepest_engine_run(rows)  # the trace shows the last batch size
     progress.close()
     print(format_table(results))
-    fastest = fastest_line(results)
-    if fastest is not None:
-        print(fastest)
+    for line in (fastest_line(results), spread_line(results)):
+        if line is not None:
+            print(line)
     ops = None
     if args.profile_ops:
         from ..opprofile import profile_ops
