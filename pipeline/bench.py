@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -438,3 +439,53 @@ def _format_row(row: ModeResult, naive: float | None) -> str:
         f"{head} {lat['p50']:>8.3f} {lat['p99']:>8.3f} {_ms(st['h2d']):>7} {_ms(st['compute']):>7} "
         f"{_ms(st['d2h']):>7} {stats['efficiency']:>5.2f}  {stats['bottleneck']}"
     )
+
+
+def row_key(row: Mapping[str, Any]) -> tuple[Any, str, Any]:
+    """What makes two result rows comparable: batch size, mode and depth."""
+    return (row.get("batch_size"), row.get("mode", "?"), row.get("depth"))
+
+
+def compare_with(baseline: Sequence[Mapping[str, Any]], results: Sequence[ModeResult]) -> list[dict[str, Any]]:
+    """Each row of ``results`` against the row of a saved run (``--json``'s ``results``) with its key:
+    items/s and p99 latency as new / old (None where the baseline has no such row)."""
+    old = {row_key(row): row for row in baseline}
+    compared = []
+    for result in results:
+        row = result.to_dict()
+        before = old.get(row_key(row))
+        entry: dict[str, Any] = {"batch_size": row["batch_size"], "mode": row["mode"], "depth": row["depth"]}
+        if before is None:
+            entry.update(items_per_s_ratio=None, p99_ratio=None)
+        else:
+            entry["items_per_s_ratio"] = _ratio(row.get("items_per_s"), before.get("items_per_s"))
+            entry["p99_ratio"] = _ratio(_p99(row), _p99(before))
+        compared.append(entry)
+    return compared
+
+
+def _p99(row: Mapping[str, Any]) -> float | None:
+    return (row.get("latency_ms") or {}).get("p99")
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    if new is None or not old or math.isnan(old) or math.isnan(new):
+        return None
+    return new / old
+
+
+def format_comparison(compared: Sequence[Mapping[str, Any]], name: str) -> str:
+    """The comparison as lines under the table."""
+
+    def ratio(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    lines = [f"against {name}: items/s and p99 latency, this run / that one"]
+    for entry in compared:
+        depth = "-" if entry["depth"] is None else entry["depth"]
+        where = f"  {entry['batch_size']!s:>6} {entry['mode']:<10} {depth!s:>5}"
+        if entry["items_per_s_ratio"] is None and entry["p99_ratio"] is None:
+            lines.append(f"{where}  not in that run")
+        else:
+            lines.append(f"{where}  items/s {ratio(entry['items_per_s_ratio'])}  p99 {ratio(entry['p99_ratio'])}")
+    return "\n".join(lines)

@@ -8,8 +8,10 @@ from pipeline import HostDevice, models
 from pipeline.bench import (
     ModeResult,
     Workload,
+    compare_with,
     deepest_engine_run,
     fastest_line,
+    format_comparison,
     format_table,
     measure_copy_gbps,
     run_modes,
@@ -131,3 +133,20 @@ def test_auto_mode_is_the_default_pipeline_and_says_how_it_issued():
     (auto,) = run_modes(models.mlp(), HostDevice(), work, depths=(2,), modes=["auto"])
     assert (auto.mode, auto.depth, auto.batches) == ("auto", 2, 6)
     assert auto.to_dict()["issuing"] == "caller thread"  # an in-memory source: no reason for threads
+
+
+def test_rows_are_compared_with_the_same_row_of_a_saved_run():
+    results = [
+        ModeResult("naive", None, 10, 100, 1.0, batch_size=4),  # no stats: no latency to compare
+        ModeResult("caller", 2, 10, 300, 1.0, batch_size=4),
+    ]
+    saved = [
+        {"mode": "naive", "depth": None, "batch_size": 4, "items_per_s": 50.0, "latency_ms": {"p99": 2.0}},
+        {"mode": "caller", "depth": 3, "batch_size": 4, "items_per_s": 100.0, "latency_ms": {"p99": 1.0}},
+    ]
+    compared = compare_with(saved, results)
+    assert compared[0] == {"batch_size": 4, "mode": "naive", "depth": None, "items_per_s_ratio": 2.0, "p99_ratio": None}
+    assert compared[1]["items_per_s_ratio"] is None  # no caller row at depth 2 there
+    text = format_comparison(compared, "old.json").splitlines()
+    assert text[0] == "against old.json: items/s and p99 latency, this run / that one"
+    assert "items/s 2.00x  p99 -" in text[1] and "not in that run" in text[2]

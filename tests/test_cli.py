@@ -162,6 +162,27 @@ def test_bench_profile_ops_prints_and_writes_time_by_operator(tmp_path, capsys):
     assert json.loads(path.read_text())["ops"] is None
 
 
+def test_bench_against_a_saved_run(tmp_path, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    argv = ["bench", "identity", "--batches", "3", "--warmup", "1", "--modes", "naive,caller", "--no-progress"]
+    assert main([*argv, "--depth", "1", "--json", str(old)]) == 0
+    saved = json.loads(old.read_text())
+    legacy = tmp_path / "legacy.json"  # written before rows carried their batch size
+    rows = [{k: v for k, v in row.items() if k != "batch_size"} for row in saved["results"]]
+    legacy.write_text(json.dumps({"batch_size": 32, "results": rows}))
+    capsys.readouterr()
+    assert main([*argv, "--depth", "1,2", "--baseline", str(legacy), "--json", str(new)]) == 0
+    out = capsys.readouterr().out
+    assert f"against {legacy}: items/s and p99 latency" in out and "not in that run" in out
+    rows = json.loads(new.read_text())["baseline"]["rows"]
+    assert [(r["mode"], r["depth"]) for r in rows] == [("naive", None), ("caller", 1), ("caller", 2)]
+    assert all(r["items_per_s_ratio"] > 0 for r in rows[:2]) and rows[2]["items_per_s_ratio"] is None
+    for bad, words in (("missing.json", "not a readable"), ("empty.json", "has no 'results' rows")):
+        (tmp_path / "empty.json").write_text("{}")
+        assert main([*argv, "--baseline", str(tmp_path / bad)]) == 2
+        assert words in capsys.readouterr().err
+
+
 def test_bench_errors_are_clear(capsys):
     assert main(["bench", "no-such-model", "--batches", "2"]) == 2
     assert "neither a built-in" in capsys.readouterr().err

@@ -21,8 +21,10 @@ from ..bench import (
     MODES,
     ModeResult,
     Workload,
+    compare_with,
     deepest_engine_run,
     fastest_line,
+    format_comparison,
     format_table,
     measure_copy_gbps,
     measure_host_copy_gbps,
@@ -123,6 +125,13 @@ def add_bench(sub: Any) -> None:
         type=Path,
         default=None,
         help="PNG timeline of the deepest pipelined (else caller, else auto) run, at the last batch size",
+    )
+    bench.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="a saved --json of an earlier run: each row's items/s and p99 latency against the same row there",
     )
     bench.add_argument(
         "--profile-ops",
@@ -365,6 +374,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
     if (args.trace or args.plot) and not any(mode in ENGINE_MODES for mode in args.modes):
         raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
+    baseline = _load_baseline(args.baseline)
     device, why = _bench_device(args)
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
@@ -403,6 +413,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for line in (fastest_line(results), spread_line(results)):
         if line is not None:
             print(line)
+    compared = None
+    if baseline is not None:
+        compared = compare_with(baseline, results)
+        print(format_comparison(compared, str(args.baseline)))
     ops = None
     if args.profile_ops:
         from ..opprofile import profile_ops
@@ -418,7 +432,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             session=_session_config(args),
         )
         print(ops)
-    _write_outputs(args, info, results, traced, ops)
+    _write_outputs(args, info, results, traced, ops, compared)
     device.close()
     return 0
 
@@ -463,8 +477,29 @@ def _session_config(args: argparse.Namespace) -> SessionConfig:
     )
 
 
+def _load_baseline(path: Path | None) -> list[dict[str, Any]] | None:
+    """The result rows of a saved ``--json``, or a PipelineError naming what is wrong (before any run)."""
+    if path is None:
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        rows = saved.get("results")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise PipelineError(f"--baseline {str(path)!r} is not a readable ortpipe bench --json file: {exc}") from exc
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and "mode" in row for row in rows):
+        raise PipelineError(f"--baseline {str(path)!r} has no 'results' rows of an ortpipe bench --json file")
+    for row in rows:  # files from before rows carried their batch size had one for the whole run
+        row.setdefault("batch_size", saved.get("batch_size"))
+    return rows
+
+
 def _write_outputs(
-    args: argparse.Namespace, info: dict[str, Any], results: list[ModeResult], stats: Any, ops: Any = None
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    results: list[ModeResult],
+    stats: Any,
+    ops: Any = None,
+    compared: Any = None,
 ) -> None:
     if args.json is not None:
         payload = {
@@ -482,6 +517,7 @@ def _write_outputs(
             },
             "results": [row.to_dict() for row in results],
             "ops": None if ops is None else ops.to_dict(),
+            "baseline": None if compared is None else {"path": str(args.baseline), "rows": compared},
         }
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
