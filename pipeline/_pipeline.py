@@ -68,11 +68,11 @@ class PipelineOptions:
     #: "all" (None: ORT's default, all)
     graph_optimization: str | None = None
     #: ORT session config entries, e.g. {"session.set_denormal_as_zero": "1"}
-    session_config: Mapping[str, str] = field(default_factory=dict)
+    session_config: Mapping[str, str] = field(default_factory=dict, hash=False)  # hash: the other fields
     #: options of ORT's CUDA execution provider when the device is given by
     #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
     #: (a CudaDevice object takes them itself)
-    provider_options: Mapping[str, object] = field(default_factory=dict)
+    provider_options: Mapping[str, object] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):

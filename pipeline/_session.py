@@ -199,7 +199,7 @@ class SessionConfig:
     graph_optimization: str | None = None
     #: ORT session config entries (``SessionOptions.add_session_config_entry``),
     #: added after ortpipe's own, so that one given here wins
-    entries: Mapping[str, str] = field(default_factory=dict)
+    entries: Mapping[str, str] = field(default_factory=dict, hash=False)  # hash: the other fields
     #: ORT's own profiler on, writing its trace-event JSON to files starting
     #: with this (``end_profiling`` names the file); None: off
     profile_prefix: str | None = None

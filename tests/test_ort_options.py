@@ -99,3 +99,10 @@ def test_provider_option_values_become_strings():
         "enable_cuda_graph": "0",
         "prefer_nhwc": "1",
     }
+
+
+def test_options_stay_hashable_and_compare_by_value():
+    a = PipelineOptions(session_config={"session.set_denormal_as_zero": "1"}, provider_options={"use_tf32": "0"})
+    b = PipelineOptions(session_config={"session.set_denormal_as_zero": "1"}, provider_options={"use_tf32": "0"})
+    assert a == b and hash(a) == hash(b) and a != PipelineOptions()
+    assert hash(SessionConfig(entries={"k": "v"})) == hash(SessionConfig())
