@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device
 from pipeline.bench import Workload, format_table, run_modes
+from pipeline.opprofile import profile_ops
 
 
 def main() -> list:
@@ -18,6 +19,8 @@ def main() -> list:
     print(format_table(results))
     best = max((r for r in results if r.mode == "pipelined"), key=lambda r: r.items_per_s)
     print(f"\nbest pipelined (depth {best.depth}):\n{best.stats}")
+    # Inside the compute stage: ORT's own profiler, by operator (ortpipe bench --profile-ops).
+    print(f"\n{profile_ops(models.busy(), device, batches, runs=5)}")
     return results
 
 
