@@ -21,8 +21,8 @@ import numpy as np
 
 from ._pipeline import Pipeline
 from ._progress import Progress
-from .sinks import NpySink, ParquetSink, SinkError
-from .sources import ImageFolderSource, NpySource, ParquetSource, SourceBatch, SourceError, VideoSource
+from .sinks import CsvSink, NpySink, ParquetSink, SinkError
+from .sources import CsvSource, ImageFolderSource, NpySource, ParquetSource, SourceBatch, SourceError, VideoSource
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -55,7 +55,7 @@ class JobSummary:
 
 
 def source_kind(path: str | Path) -> str:
-    """ "npy", "parquet", "video" or "images" from a path, or a SourceError."""
+    """ "npy", "parquet", "csv", "video" or "images" from a path, or a SourceError."""
     path = Path(path)
     if path.is_dir():
         return "images"
@@ -64,12 +64,14 @@ def source_kind(path: str | Path) -> str:
         return "npy"
     if suffix in (".parquet", ".pq"):
         return "parquet"
+    if suffix == ".csv":
+        return "csv"
     if suffix in VIDEO_SUFFIXES:
         return "video"
     if not path.exists():
         raise SourceError(f"input not found: {str(path)!r}")
     raise SourceError(
-        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, a video ({', '.join(VIDEO_SUFFIXES)}) "
+        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}) "
         "or a folder of images"
     )
 
@@ -95,6 +97,8 @@ def open_source(
         return NpySource(path, batch_size, specs, input_name)
     if kind == "parquet":
         return ParquetSource(path, batch_size, specs, columns, id_column)
+    if kind == "csv":
+        return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
         return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
@@ -106,7 +110,9 @@ def open_sink(path: str | Path, output_names: list[str]) -> Sink:
         return NpySink(path, output_names)
     if suffix in (".parquet", ".pq"):
         return ParquetSink(path)
-    raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy or .parquet")
+    if suffix == ".csv":
+        return CsvSink(path)
+    raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
 
 
 def run_job(

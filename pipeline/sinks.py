@@ -11,6 +11,8 @@ so far.
   is rewritten on close);
 * :class:`ParquetSink` - one table: the metadata columns (row id, or frame
   index and timestamp, or path) next to one column per output;
+* :class:`CsvSink` - the same as CSV, an output of several values a row
+  spread over one column per value;
 * :class:`CallbackSink` - your function.
 """
 
@@ -180,6 +182,42 @@ class ParquetSink:
             self._flush()
         finally:
             self._writer.close()  # writes the footer: the file is readable
+            self._writer = None
+
+
+class CsvSink:
+    """A CSV file: the metadata columns, then the outputs, an output of several
+    values a row as one column per value (``logits_0``, ``logits_1``, ...),
+    streamed batch by batch (pyarrow's writer)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = writable(path)
+        self._writer: Any = None
+        self._row_shapes: dict[str, tuple[int, ...]] = {}
+
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        import pyarrow as pa
+
+        columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
+        for name, values in outputs.items():
+            self._row_shapes[name] = check_rows(name, index, rows, values, self._row_shapes.get(name))
+            if name in columns:
+                name = f"output_{name}"
+            flat = np.array(values, copy=True).reshape(rows, -1)  # a copy: ``values`` views a pinned slot
+            if flat.shape[1] == 1 and values.ndim <= 1:
+                columns[name] = pa.array(flat[:, 0])
+            else:
+                columns.update({f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])})
+        batch = pa.record_batch(columns)
+        if self._writer is None:
+            import pyarrow.csv as pcsv
+
+            self._writer = pcsv.CSVWriter(self.path, batch.schema)
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
             self._writer = None
 
 

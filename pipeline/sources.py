@@ -7,6 +7,8 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`NpySource` - a ``.npy`` array, memory-mapped;
 * :class:`ParquetSource` - a Parquet table read in record batches (pyarrow),
   columns mapped to model inputs;
+* :class:`CsvSource` - a CSV file streamed with pyarrow's reader, columns
+  mapped the same way;
 * :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
 * :class:`ImageFolderSource` - a folder of images read with Pillow.
 
@@ -97,30 +99,29 @@ def _numeric(name: str, column: Any) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False)
 
 
-class ParquetSource:
-    """A Parquet table read in record batches; columns become model inputs.
+class _ColumnarSource:
+    """A table read in record batches; columns become model inputs.
 
     ``columns`` maps an input to one list column (``{"x": ["features"]}``) or
     to scalar columns stacked in order (``{"x": ["f0", "f1", ...]}``).  With
     no mapping, a one-input model takes every numeric column but the id column.
+    Each row keeps the id column's value (default ``row_id`` when the table
+    has one), else its row number.  Subclasses give the schema and the batches.
     """
 
-    def __init__(
+    kind = "table"
+    path: Path
+
+    def _setup(
         self,
-        path: str | Path,
+        schema: Any,
         batch_size: int,
         inputs: Sequence[TensorSpec],
-        columns: Mapping[str, Sequence[str]] | None = None,
-        id_column: str | None = None,
-    ):
-        import pyarrow.parquet as pq
-
-        self.path = _existing(path, "input Parquet file")
-        try:
-            self.file = pq.ParquetFile(self.path)
-        except Exception as exc:
-            raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
-        names = self.file.schema_arrow.names
+        columns: Mapping[str, Sequence[str]] | None,
+        id_column: str | None,
+    ) -> None:
+        self.schema = schema
+        names = schema.names
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
         if self.id_column is not None and self.id_column not in names:
             raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
@@ -131,9 +132,8 @@ class ParquetSource:
     def _map(self, given: dict[str, Sequence[str]], inputs: Sequence[TensorSpec], names: list[str]) -> dict:
         input_names = [spec.name for spec in inputs]
         if not given:
-            spec = _one_input(inputs, None, "a Parquet source without --input-column")
-            schema = self.file.schema_arrow
-            numeric = [n for n in names if n != self.id_column and _is_numeric(schema.field(n).type)]
+            spec = _one_input(inputs, None, f"a {self.kind} source without --input-column")
+            numeric = [n for n in names if n != self.id_column and _is_numeric(self.schema.field(n).type)]
             if not numeric:
                 raise SourceError(f"{str(self.path)!r} has no numeric columns for input {spec.name!r}: {names}")
             given = {spec.name: numeric}
@@ -149,15 +149,16 @@ class ParquetSource:
                 raise SourceError(f"columns {absent} for input {name!r} are not in {str(self.path)!r}: {names}")
         return given
 
-    def __len__(self) -> int:
-        return int(self.file.metadata.num_rows)
+    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        """pyarrow record batches of ``wanted`` columns, ``batch_size`` rows each (the last shorter)."""
+        raise NotImplementedError
 
     def __iter__(self) -> Iterator[SourceBatch]:
         wanted = sorted({c for cols in self.columns.values() for c in cols})
         if self.id_column is not None and self.id_column not in wanted:
             wanted.append(self.id_column)
         start = 0
-        for record in self.file.iter_batches(batch_size=self.batch_size, columns=wanted):
+        for record in self._record_batches(wanted):
             inputs = {}
             for name, cols in self.columns.items():
                 parts = [_numeric(c, record.column(record.schema.get_field_index(c))) for c in cols]
@@ -178,6 +179,89 @@ class ParquetSource:
         if not np.can_cast(values.dtype, dtype, casting="same_kind"):
             raise SourceError(f"columns for input {name!r} are {values.dtype}; the model takes {dtype}")
         return values.astype(dtype)
+
+
+class ParquetSource(_ColumnarSource):
+    """A Parquet table read in record batches (see :class:`_ColumnarSource` for the columns)."""
+
+    kind = "Parquet"
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        import pyarrow.parquet as pq
+
+        self.path = _existing(path, "input Parquet file")
+        try:
+            self.file = pq.ParquetFile(self.path)
+        except Exception as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
+        self._setup(self.file.schema_arrow, batch_size, inputs, columns, id_column)
+
+    def __len__(self) -> int:
+        return int(self.file.metadata.num_rows)
+
+    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        return self.file.iter_batches(batch_size=self.batch_size, columns=wanted)
+
+
+class CsvSource(_ColumnarSource):
+    """A CSV file streamed block by block (pyarrow's reader, types inferred from
+    the first block) and cut into batches of ``batch_size`` rows; columns as
+    for :class:`ParquetSource`.  Its length is not known before it is read."""
+
+    kind = "CSV"
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        self.path = _existing(path, "input CSV file")
+        with self._open() as reader:
+            schema = reader.schema
+        self._setup(schema, batch_size, inputs, columns, id_column)
+
+    def _open(self, wanted: list[str] | None = None) -> Any:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        try:
+            convert = pcsv.ConvertOptions(include_columns=wanted) if wanted else None
+            return pcsv.open_csv(self.path, convert_options=convert)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable CSV file: {exc}") from exc
+
+    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        with self._open(wanted) as reader:
+            pending: list[Any] = []
+            held = 0
+            while True:
+                try:
+                    block = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except pa.ArrowInvalid as exc:  # a later block that does not parse as the first did
+                    raise SourceError(f"{str(self.path)!r}: {exc}") from exc
+                pending.append(block)
+                held += block.num_rows
+                while held >= self.batch_size:
+                    table = pa.Table.from_batches(pending)
+                    yield from table.slice(0, self.batch_size).combine_chunks().to_batches()
+                    rest = table.slice(self.batch_size)
+                    pending, held = rest.to_batches(), rest.num_rows
+            if held:
+                yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
 
 
 def _is_numeric(arrow_type: Any) -> bool:

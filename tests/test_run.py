@@ -222,7 +222,9 @@ def test_image_folder_source(tmp_path):
             marks=pytest.mark.skipif(importlib.util.find_spec("av") is None, reason="needs PyAV"),
         ),
         (lambda d: _write(d / "bad.npy", b"nope"), [], "not a readable .npy"),
-        (lambda d: _write(d / "data.csv", b"a,b"), [], "cannot tell what"),
+        (lambda d: _write(d / "data.txt", b"a,b"), [], "cannot tell what"),
+        (lambda d: _write(d / "words.csv", b"a,b\nx,y\n"), [], "no numeric columns for input 'x'"),
+        (lambda d: _write(d / "ragged.csv", b"a,b\n1,2\n3\n"), ["--input-column", "x=a,b"], "ragged.csv"),
         (lambda d: _npy(d / "wide.npy", (10, 65)), [], "dim 1"),
         (lambda d: _table(d / "t.parquet"), ["--input-column", "x=f0,nope"], "columns ['nope']"),
         (lambda d: _table(d / "t.parquet"), ["--input-column", "pixels=f0"], "not inputs of the model"),
@@ -254,7 +256,7 @@ def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
     for output, words in [
         (tmp_path / "no" / "such" / "o.parquet", "does not exist"),
         (tmp_path, "is a folder"),
-        (tmp_path / "o.csv", "must end in .npy or .parquet"),
+        (tmp_path / "o.txt", "must end in .npy, .parquet or .csv"),
     ]:
         assert main(["run", "mlp", "--input", str(path), "--output", str(output), "--no-progress"]) != 0
         assert words in capsys.readouterr().err
@@ -474,3 +476,39 @@ def test_run_skip_unreadable_leaves_out_broken_images_and_lists_them(tmp_path, c
     npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
     assert main([*npy, "--skip-unreadable", "--no-progress"]) == 1
     assert "skipping unreadable files is for a folder of images" in capsys.readouterr().err
+
+
+def test_csv_in_csv_out_with_ids_across_the_readers_blocks(tmp_path):
+    import pyarrow.csv as pcsv
+
+    rng = np.random.default_rng(0)
+    rows = 20_000  # about 13 MB of text: several of the reader's 1 MB blocks, cut into batches of 4096
+    features = rng.standard_normal((rows, 64)).astype(np.float32)
+    columns = {"row_id": np.arange(rows, dtype=np.int64) * 7}
+    columns.update({f"f{i}": features[:, i] for i in range(64)})
+    source = tmp_path / "features.csv"
+    pcsv.write_csv(pa.table(columns), source)
+    output = tmp_path / "scores.csv"
+    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--batch-size", "4096", "--no-progress"]
+    assert main(argv) == 0
+    scored = pcsv.read_csv(output)
+    assert scored.num_rows == rows
+    np.testing.assert_array_equal(scored["row_id"].to_numpy(), columns["row_id"])
+    assert scored.column_names[1:] == [f"scores_{i}" for i in range(16)]  # one column per value
+    got = np.stack([scored[f"scores_{i}"].to_numpy() for i in range(16)], axis=1)
+    parsed = pcsv.read_csv(source)  # what the CSV's text gives back as float32
+    x = np.stack([parsed[f"f{i}"].to_numpy() for i in range(64)], axis=1).astype(np.float32)
+    np.testing.assert_allclose(got, _session(models.mlp()).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_csv_sink_writes_a_scalar_output_as_one_column(tmp_path):
+    import pyarrow.csv as pcsv
+
+    from pipeline.sinks import CsvSink
+
+    sink = CsvSink(tmp_path / "o.csv")
+    sink.write(0, 3, {"label": np.array([1, 0, 2]), "row_id": np.array([5, 6, 7])}, {"row_id": np.array([0, 1, 2])})
+    sink.close()
+    table = pcsv.read_csv(tmp_path / "o.csv")
+    assert table.column_names == ["row_id", "label", "output_row_id"]
+    assert table["label"].to_pylist() == [1, 0, 2] and table["output_row_id"].to_pylist() == [5, 6, 7]

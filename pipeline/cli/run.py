@@ -1,4 +1,4 @@
-"""``ortpipe run``: a model over a video, .npy, Parquet table or image folder."""
+"""``ortpipe run``: a model over a video, .npy, Parquet or CSV table, or image folder."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "
 
 
 def add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="run a model over a video, .npy, Parquet table or image folder")
+    run = sub.add_parser("run", help="run a model over a video, .npy, Parquet or CSV table, or image folder")
     run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
-    run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, or a folder of images")
-    run.add_argument("--output", required=True, type=Path, help=".npy or .parquet")
+    run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, .csv, or a folder of images")
+    run.add_argument("--output", required=True, type=Path, help=".npy, .parquet or .csv")
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     run.add_argument(
         "--batch-size",
@@ -57,9 +57,9 @@ def add_run(sub: Any) -> None:
         action="append",
         default=[],
         metavar="INPUT=COL[,COL]",
-        help="Parquet columns of a model input (one list column, or scalar columns in order)",
+        help="Parquet/CSV columns of a model input (one list column, or scalar columns in order)",
     )
-    run.add_argument("--id-column", default=None, help="Parquet column written beside the outputs (default row_id)")
+    run.add_argument("--id-column", default=None, help="Parquet/CSV column written beside the outputs (default row_id)")
     run.add_argument("--size", type=size, default=None, help="resize video frames / images to WIDTHxHEIGHT")
     run.add_argument("--pix-fmt", default="rgb24", choices=["rgb24", "bgr24"], help="channel order of video frames")
     run.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
