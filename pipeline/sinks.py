@@ -19,7 +19,7 @@ so far.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +45,23 @@ def check_rows(
             "write it with a CallbackSink or take it from Pipeline.map()"
         )
     return values.shape[1:]
+
+
+def _output_rows(
+    index: int,
+    rows: int,
+    outputs: dict[str, np.ndarray],
+    taken: Mapping[str, Any],
+    row_shapes: dict[str, tuple[int, ...]],
+) -> Iterator[tuple[str, np.ndarray, bool]]:
+    """Each output of a batch as (column name, ``[rows, values a row]`` copy, one scalar a row?),
+    checked to be one row per input row; a name the metadata ``taken`` is prefixed ``output_``."""
+    for name, values in outputs.items():
+        row_shapes[name] = check_rows(name, index, rows, values, row_shapes.get(name))
+        # A copy: pyarrow wraps numpy memory without copying, and ``values``
+        # is a view of a pinned slot that the engine reuses after this call.
+        flat = np.array(values, copy=True).reshape(rows, -1)
+        yield (f"output_{name}" if name in taken else name), flat, flat.shape[1] == 1 and values.ndim <= 1
 
 
 def writable(path: str | Path) -> Path:
@@ -145,14 +162,8 @@ class ParquetSink:
         import pyarrow as pa
 
         columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
-        for name, values in outputs.items():
-            self._row_shapes[name] = check_rows(name, index, rows, values, self._row_shapes.get(name))
-            if name in columns:
-                name = f"output_{name}"
-            # A copy: pa.array wraps numpy memory without copying, and ``values``
-            # is a view of a pinned slot that the engine reuses after this call.
-            flat = np.array(values, copy=True).reshape(rows, -1)
-            if flat.shape[1] == 1 and values.ndim <= 1:
+        for name, flat, scalar in _output_rows(index, rows, outputs, columns, self._row_shapes):
+            if scalar:
                 columns[name] = pa.array(flat[:, 0])
             else:
                 columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
@@ -199,12 +210,8 @@ class CsvSink:
         import pyarrow as pa
 
         columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
-        for name, values in outputs.items():
-            self._row_shapes[name] = check_rows(name, index, rows, values, self._row_shapes.get(name))
-            if name in columns:
-                name = f"output_{name}"
-            flat = np.array(values, copy=True).reshape(rows, -1)  # a copy: ``values`` views a pinned slot
-            if flat.shape[1] == 1 and values.ndim <= 1:
+        for name, flat, scalar in _output_rows(index, rows, outputs, columns, self._row_shapes):
+            if scalar:
                 columns[name] = pa.array(flat[:, 0])
             else:
                 columns.update({f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])})
