@@ -391,6 +391,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
         total=count * _runs(args.modes, args.depth) * len(workloads) if count else None,
         enabled=False if args.no_progress else None,
     )
+    results, traced = _run_workloads(args, device, workloads, progress.tick)
+    progress.close()
+    print(format_table(results))
+    for line in (fastest_line(results), spread_line(results)):
+        if line is not None:
+            print(line)
+    compared = None
+    if baseline is not None:
+        compared = compare_with(baseline, results)
+        print(format_comparison(compared, str(args.baseline)))
+    ops = _profile(args, device, workloads[-1], constants) if args.profile_ops else None
+    if ops is not None:
+        print(ops)
+    _write_outputs(args, info, results, traced, ops, compared)
+    device.close()
+    return 0
+
+
+def _run_workloads(
+    args: argparse.Namespace, device: Device, workloads: Sequence[tuple[Any, Workload, str | None]], tick: Any
+) -> tuple[list[ModeResult], Any]:
+    """Every mode at every batch size; and the stats the trace shows (of the last batch size)."""
     results: list[ModeResult] = []
     traced = None
     for model, work, data_line in workloads:
@@ -404,37 +426,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
             modes=args.modes,
             session=_session_config(args),
             copy_threads=args.copy_threads,
-            tick=progress.tick,
+            tick=tick,
         )
         results.extend(rows)
-        traced = deepest_engine_run(rows)  # the trace shows the last batch size
-    progress.close()
-    print(format_table(results))
-    for line in (fastest_line(results), spread_line(results)):
-        if line is not None:
-            print(line)
-    compared = None
-    if baseline is not None:
-        compared = compare_with(baseline, results)
-        print(format_comparison(compared, str(args.baseline)))
-    ops = None
-    if args.profile_ops:
-        from ..opprofile import profile_ops
+        traced = deepest_engine_run(rows)
+    return results, traced
 
-        model, work, _ = workloads[-1]
-        ops = profile_ops(
-            model,
-            device,
-            work.pool,
-            warmup=args.warmup,
-            constants=constants,
-            outputs=args.output_names,
-            session=_session_config(args),
-        )
-        print(ops)
-    _write_outputs(args, info, results, traced, ops, compared)
-    device.close()
-    return 0
+
+def _profile(
+    args: argparse.Namespace, device: Device, workload: tuple[Any, Workload, str | None], constants: dict[str, Any]
+) -> Any:
+    """--profile-ops: ORT's profile by operator over one workload's batches."""
+    from ..opprofile import profile_ops
+
+    model, work, _ = workload
+    return profile_ops(
+        model,
+        device,
+        work.pool,
+        warmup=args.warmup,
+        constants=constants,
+        outputs=args.output_names,
+        session=_session_config(args),
+    )
 
 
 def _batch_sizes(args: argparse.Namespace, constants: dict[str, np.ndarray]) -> list[int]:
