@@ -12,7 +12,7 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -113,6 +113,30 @@ def open_sink(path: str | Path, output_names: list[str]) -> Sink:
     if suffix == ".csv":
         return CsvSink(path)
     raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
+
+
+def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterator[SourceBatch]:
+    """The first ``limit`` rows of ``source``, its last batch cut to fit; no batch is read
+    after them, and the source's iteration is closed when this one ends (its threads with it)."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    items = iter(source)
+    left = limit
+    try:
+        for item in items:
+            rows = len(next(iter(item.inputs.values())))
+            if rows > left:
+                cut = {name: values[:left] for name, values in item.inputs.items()}
+                item = SourceBatch(cut, {name: values[:left] for name, values in item.meta.items()})
+                rows = left
+            left -= rows
+            yield item
+            if left == 0:
+                return
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
 def run_job(

@@ -512,3 +512,54 @@ def test_csv_sink_writes_a_scalar_output_as_one_column(tmp_path):
     table = pcsv.read_csv(tmp_path / "o.csv")
     assert table.column_names == ["row_id", "label", "output_row_id"]
     assert table["label"].to_pylist() == [1, 0, 2] and table["output_row_id"].to_pylist() == [5, 6, 7]
+
+
+def test_run_limit_takes_the_first_rows_only(tmp_path, capsys):
+    path, output = _npy(tmp_path / "in.npy", (100, 64)), tmp_path / "out.parquet"
+    np.save(path, np.random.default_rng(0).random((100, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "8", "--no-progress"]
+    assert main([*argv, "--limit", "30"]) == 0
+    assert "30 items in 4 batches" in capsys.readouterr().out  # 8, 8, 8 and 6: the last batch cut
+    scored = pq.read_table(output)
+    assert scored["row_id"].to_pylist() == list(range(30))
+    want = _session(models.mlp()).run(None, {"x": np.load(path)[:30]})[0]
+    np.testing.assert_allclose(np.stack(scored["scores"].to_numpy(zero_copy_only=False)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_first_rows_reads_no_batch_after_the_limit_and_closes_the_source():
+    from pipeline.jobs import first_rows
+    from pipeline.sources import SourceBatch
+
+    read, closed = [], []
+
+    def source():
+        try:
+            for i in range(10):
+                read.append(i)
+                yield SourceBatch({"x": np.full((4, 2), i)}, {"row_id": np.arange(4) + 4 * i})
+        finally:
+            closed.append(True)
+
+    taken = list(first_rows(source(), 8))  # exactly two batches
+    assert [len(b.inputs["x"]) for b in taken] == [4, 4] and read == [0, 1] and closed == [True]
+    cut = list(first_rows(source(), 6))
+    assert [len(b.inputs["x"]) for b in cut] == [4, 2] and cut[1].meta["row_id"].tolist() == [4, 5]
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        list(first_rows(source(), 0))
+
+
+def test_run_limit_on_an_image_folder_ends_its_decode_threads(tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(folder / f"im{i:02d}.png")
+    output = tmp_path / "tags.parquet"
+    argv = ["run", "convnet", "--input", str(folder), "--output", str(output), "--size", "16x16", "--limit", "5"]
+    assert main([*argv, "--batch-size", "2", "--decode-threads", "3", "--no-progress"]) == 0
+    assert [Path(p).name for p in pq.read_table(output).column("path").to_pylist()] == [
+        f"im{i:02d}.png" for i in range(5)
+    ]  # and the autouse fixture finds no decode thread left

@@ -84,6 +84,13 @@ def add_run(sub: Any) -> None:
         "(default: FFmpeg's choice)",
     )
     run.add_argument(
+        "--limit",
+        type=positive(int),
+        default=None,
+        metavar="N",
+        help="only the first N rows / frames / images (a quick try of a long job)",
+    )
+    run.add_argument(
         "--skip-unreadable",
         action="store_true",
         help="a folder of images: leave out files that cannot be decoded (listed at the end) instead of stopping",
@@ -133,7 +140,7 @@ def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .._pipeline import Pipeline, PipelineOptions
-    from ..jobs import JobSummary, open_sink, open_source, run_job, source_kind
+    from ..jobs import JobSummary, first_rows, open_sink, open_source, run_job, source_kind
     from ..sinks import writable
 
     kind = source_kind(args.input)
@@ -173,6 +180,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         sink = open_sink(args.output, pipe.output_names)
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
+        batches: Any = source
+        if args.limit is not None:
+            total = min(total, args.limit) if total else args.limit
+            batches = first_rows(source, args.limit)
         progress = Progress(
             "run",
             total=(total + batch_size - 1) // batch_size if total else None,
@@ -181,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
         with _first_ctrl_c_stops() as stop:
             try:
-                run_job(pipe, source, sink, progress, summary, stop)
+                run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
     print(summary)
