@@ -221,6 +221,14 @@ class Pipeline:
             pass
         return gathered.arrays
 
+    def memory(self) -> dict[str, int] | None:
+        """Bytes the pipeline's buffers hold now — ``pinned_in``, ``pinned_out``
+        (page-locked host memory) and ``device`` — for sizing depth and batch;
+        None before the first batch sizes them.  ORT's own arena (weights,
+        intermediate tensors) is not counted."""
+        rings = self._rings
+        return None if rings is None else rings.memory()
+
     # -- internals ----------------------------------------------------------
     def _iterate(
         self, iterator: Iterator[Batch], make_take: MakeTake[Any], batch_size: int | None = None

@@ -124,6 +124,19 @@ class Rings:
     #: the session's constants on the device: (buffer, dtype, shape) by input name
     constants: dict[str, tuple[DeviceBuffer, np.dtype, Shape]] = field(default_factory=dict)
 
+    def memory(self) -> dict[str, int]:
+        """Bytes held by each kind of buffer: page-locked host memory (pinned-in,
+        pinned-out) and device memory (the slots' inputs, preprocessed inputs
+        and outputs, and the constants).  ORT's own arena is not counted."""
+        slots = self._all_device_slots
+        device = sum(b.nbytes for s in slots for group in (s.inputs, s.model_inputs, s.outputs) for b in group.values())
+        pinned_out = sum(a.nbytes for slot in self.pinned_out._items for a in slot.arrays.values())
+        return {
+            "pinned_in": sum(a.nbytes for slot in self.pinned_in for a in slot.arrays.values()),
+            "pinned_out": pinned_out,
+            "device": device + sum(buffer.nbytes for buffer, _, _ in self.constants.values()),
+        }
+
     def reset(self) -> None:
         """Forget guards after the streams were synchronized (between runs)."""
         for staging in self.pinned_in:

@@ -210,3 +210,11 @@ def test_the_cpu_backend_copies_a_batch_once_and_stages_only_what_it_must():
     with Pipeline(models.mlp(), device=HostDevice(link_gbps=50.0), depth=2) as pipe:
         pipe.run(_rows(0, 16)["x"], batch_size=8)  # a link's copies run later: staged
         assert all(t.stage_s > 0 for t in pipe.stats.timings)
+
+
+def test_memory_says_what_the_buffers_hold():
+    """mlp: 64 float32 in, 16 out a row; 8 rows, depth 3: every kind of buffer, one per slot."""
+    with Pipeline(models.mlp(), device="cpu", depth=3, batch_size=8) as pipe:
+        assert pipe.memory() is None  # not sized before the first batch
+        pipe.run(_rows(0, 20)["x"])
+        assert pipe.memory() == {"pinned_in": 3 * 8 * 64 * 4, "pinned_out": 3 * 8 * 16 * 4, "device": 3 * 8 * 80 * 4}
