@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,27 +241,40 @@ class CsvSource(_ColumnarSource):
             raise SourceError(f"{str(self.path)!r} is not a readable CSV file: {exc}") from exc
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        with self._open(wanted) as reader:
+            yield from rebatch(self._blocks(reader), self.batch_size)
+
+    def _blocks(self, reader: Any) -> Iterator[Any]:
         import pyarrow as pa
 
-        with self._open(wanted) as reader:
-            pending: list[Any] = []
-            held = 0
-            while True:
-                try:
-                    block = reader.read_next_batch()
-                except StopIteration:
-                    break
-                except pa.ArrowInvalid as exc:  # a later block that does not parse as the first did
-                    raise SourceError(f"{str(self.path)!r}: {exc}") from exc
-                pending.append(block)
-                held += block.num_rows
-                while held >= self.batch_size:
-                    table = pa.Table.from_batches(pending)
-                    yield from table.slice(0, self.batch_size).combine_chunks().to_batches()
-                    rest = table.slice(self.batch_size)
-                    pending, held = rest.to_batches(), rest.num_rows
-            if held:
-                yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+        while True:
+            try:
+                yield reader.read_next_batch()
+            except StopIteration:
+                return
+            except pa.ArrowInvalid as exc:  # a later block that does not parse as the first did
+                raise SourceError(f"{str(self.path)!r}: {exc}") from exc
+
+
+def rebatch(blocks: Iterable[Any], rows: int) -> Iterator[Any]:
+    """pyarrow record batches of any sizes re-cut into batches of ``rows`` rows, in order
+    (the last one shorter), each one contiguous; empty blocks are skipped."""
+    import pyarrow as pa
+
+    pending: list[Any] = []
+    held = 0
+    for block in blocks:
+        if not block.num_rows:
+            continue
+        pending.append(block)
+        held += block.num_rows
+        while held >= rows:
+            table = pa.Table.from_batches(pending)
+            yield from table.slice(0, rows).combine_chunks().to_batches()
+            rest = table.slice(rows)
+            pending, held = rest.to_batches(), rest.num_rows
+    if held:
+        yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
 
 
 def _is_numeric(arrow_type: Any) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,3 +42,22 @@ def test_run_concatenates_exactly(total, batch):
     x = np.arange(total * 6, dtype=np.float32).reshape(total, 6)
     with Pipeline(MODEL, device="cpu", depth=2) as pipe:
         np.testing.assert_array_equal(pipe.run(x, batch_size=batch)["y"], x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    blocks=st.lists(st.integers(min_value=0, max_value=40), min_size=0, max_size=12),
+    rows=st.integers(min_value=1, max_value=25),
+)
+def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows):
+    """A CSV's blocks of any sizes (empty ones too) re-cut into batches of ``rows``."""
+    import pyarrow as pa
+
+    from pipeline.sources import rebatch
+
+    starts = np.cumsum([0, *blocks])
+    given_blocks = [pa.record_batch({"i": np.arange(a, b)}) for a, b in itertools.pairwise(starts)]
+    out = list(rebatch(given_blocks, rows))
+    total = int(starts[-1])
+    assert [b.num_rows for b in out] == [rows] * (total // rows) + ([total % rows] if total % rows else [])
+    assert np.concatenate([b.column(0).to_numpy() for b in out] or [np.arange(0)]).tolist() == list(range(total))
