@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
 import threading
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -76,6 +77,27 @@ def source_kind(path: str | Path) -> str:
     )
 
 
+#: the optional package each kind of file needs, and the extra that installs it
+_NEEDS = {
+    "parquet": ("pyarrow", "parquet"),
+    "csv": ("pyarrow", "parquet"),
+    "video": ("av", "video"),
+    "images": ("PIL", "images"),
+}
+
+
+def _require(kind: str, what: str, error: type[Exception]) -> None:
+    """``error`` naming the package and the extra to install, instead of an ImportError mid-job."""
+    needed = _NEEDS.get(kind)
+    if needed is None:
+        return
+    module, extra = needed
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise error(f"{what} needs the {module} package: pip install 'ortpipe[{extra}]' ({exc})") from exc
+
+
 def open_source(
     path: str | Path,
     pipe: Pipeline,
@@ -90,6 +112,7 @@ def open_source(
     skip_unreadable: bool = False,
 ) -> Iterable[SourceBatch]:
     kind = source_kind(path)
+    _require(kind, f"reading {str(path)!r}", SourceError)
     if skip_unreadable and kind != "images":
         raise SourceError(f"skipping unreadable files is for a folder of images; {str(path)!r} is a {kind} source")
     specs = pipe.source_inputs
@@ -109,8 +132,10 @@ def open_sink(path: str | Path, output_names: list[str]) -> Sink:
     if suffix == ".npy":
         return NpySink(path, output_names)
     if suffix in (".parquet", ".pq"):
+        _require("parquet", f"writing {str(path)!r}", SinkError)
         return ParquetSink(path)
     if suffix == ".csv":
+        _require("csv", f"writing {str(path)!r}", SinkError)
         return CsvSink(path)
     raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
 

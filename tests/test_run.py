@@ -563,3 +563,25 @@ def test_run_limit_on_an_image_folder_ends_its_decode_threads(tmp_path, capsys):
     assert [Path(p).name for p in pq.read_table(output).column("path").to_pylist()] == [
         f"im{i:02d}.png" for i in range(5)
     ]  # and the autouse fixture finds no decode thread left
+
+
+@pytest.mark.parametrize(
+    ("missing", "make_input", "output", "words"),
+    [
+        (
+            "pyarrow",
+            lambda d: _table(d / "t.parquet"),
+            "o.npy",
+            "reading .*t.parquet' needs the pyarrow package: pip install 'ortpipe\\[parquet\\]'",
+        ),
+        ("pyarrow", lambda d: _npy(d / "x.npy", (4, 64)), "o.csv", "writing .*o.csv' needs the pyarrow package"),
+        ("PIL", lambda d: d, "o.npy", "needs the PIL package: pip install 'ortpipe\\[images\\]'"),
+    ],
+)
+def test_a_missing_optional_package_names_its_extra(tmp_path, capsys, monkeypatch, missing, make_input, output, words):
+    import re
+
+    path = make_input(tmp_path)
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not installed: importing it raises ImportError
+    assert main(["run", "mlp", "--input", str(path), "--output", str(tmp_path / output), "--no-progress"]) == 1
+    assert re.search(words, capsys.readouterr().err)
