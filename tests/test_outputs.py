@@ -65,3 +65,23 @@ def test_a_model_with_a_zipmap_output_says_how_to_run_it_and_then_runs():
 def test_bad_output_choices_say_what_the_model_has(outputs, error, words):
     with pytest.raises(error, match=words):
         Pipeline(models.multi_io(), device="cpu", outputs=outputs)
+
+
+def test_ort_still_runs_the_branches_of_outputs_not_chosen():
+    """What the README says: choosing outputs saves their copies, not their compute."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Reshape", ["x", "shape"], ["z"])],
+        "two_branches",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [7, -1])],  # fails unless 7 divides the size
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    with pytest.raises(ModelError, match="cannot run on input shapes"):  # the probe run fails in the z branch
+        with Pipeline(model, device="cpu", outputs=["y"]) as pipe:
+            pipe.run(np.ones((1, 4), np.float32))
+    with Pipeline(model, device="cpu", outputs=["y"]) as pipe:  # 7 rows: the z branch can run
+        np.testing.assert_array_equal(pipe.run(np.ones((7, 4), np.float32), batch_size=7)["y"], np.ones((7, 4)))
