@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 import random
 import threading
 from collections.abc import Iterable
@@ -32,6 +33,8 @@ import numpy as np
 from ._engine import BatchTrace
 
 STAGES = ("source", "stage", "h2d", "compute", "d2h")
+#: the BatchTiming field that holds each stage's seconds
+STAGE_FIELDS = {"source": "source_s", "stage": "stage_s", "h2d": "h2d_s", "compute": "compute_s", "d2h": "d2h_s"}
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
 #: who issued a run's stages (:attr:`Stats.issuing`)
@@ -72,13 +75,7 @@ class BatchTiming:
         return self.done - self.submitted
 
     def stage_seconds(self, stage: str) -> float | None:
-        return {
-            "source": self.source_s,
-            "stage": self.stage_s,
-            "h2d": self.h2d_s,
-            "compute": self.compute_s,
-            "d2h": self.d2h_s,
-        }[stage]
+        return getattr(self, STAGE_FIELDS[stage])
 
 
 def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
@@ -173,7 +170,8 @@ class _Totals:
         """p50/p95/p99 of every stage's time a batch (None where not timed)."""
         out: dict[str, dict[str, float] | None] = {}
         for stage in STAGES:
-            values = [v for t in self.sample if (v := t.stage_seconds(stage)) is not None]
+            read = operator.attrgetter(STAGE_FIELDS[stage])  # one field read a timing, up to 20,000 of them
+            values = [v for v in map(read, self.sample) if v is not None]
             out[stage] = _percentiles_ms(values) if values else None
         return out
 
