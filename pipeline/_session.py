@@ -145,30 +145,31 @@ def _output_specs(args: Sequence[Any], chosen: Sequence[str] | None) -> tuple[Te
         unknown = [name for name in chosen if name not in names]
         if unknown:
             raise ModelError(f"outputs {unknown} are not outputs of the model; it has {names}")
-        args = [arg for arg in args if arg.name in set(chosen)]
+        wanted = set(chosen)
+        args = [arg for arg in args if arg.name in wanted]
     tensors = [arg.name for arg in args if arg.type in ORT_TO_NUMPY]
-    specs = []
-    for arg in args:
-        if arg.type not in ORT_TO_NUMPY:
-            hint = ""
-            if arg.type.startswith(("seq(", "map(")):
-                hint = " (a scikit-learn classifier's ZipMap output is one: convert with zipmap=False for a tensor)"
-            fix = (
-                f"; choose the outputs to copy back with outputs={tensors} (--output-names on the command line)"
-                if tensors and chosen is None
-                else ""
-            )
-            raise ModelError(
-                f"output {arg.name!r} has type {arg.type}{hint}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}{fix}"
-            )
-        specs.append(_spec(arg, "output"))
-    return tuple(specs)
+    return tuple(_spec(arg, "output", _output_advice(arg.type, tensors, chosen)) for arg in args)
 
 
-def _spec(arg: Any, kind: str) -> TensorSpec:
+def _output_advice(ort_type: str, tensors: list[str], chosen: Sequence[str] | None) -> tuple[str, str]:
+    """What an output that ortpipe cannot bind is (a hint) and how to run the model anyway (a fix)."""
+    hint = ""
+    if ort_type.startswith(("seq(", "map(")):
+        hint = " (a scikit-learn classifier's ZipMap output is one: convert with zipmap=False for a tensor)"
+    fix = ""
+    if tensors and chosen is None:
+        fix = f"; choose the outputs to copy back with outputs={tensors} (--output-names on the command line)"
+    return hint, fix
+
+
+def _spec(arg: Any, kind: str, advice: tuple[str, str] = ("", "")) -> TensorSpec:
+    """``advice``: (after the type, after the message) for a type ortpipe cannot bind."""
     dtype = ORT_TO_NUMPY.get(arg.type)
     if dtype is None:
-        raise ModelError(f"{kind} {arg.name!r} has type {arg.type}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}")
+        hint, fix = advice
+        raise ModelError(
+            f"{kind} {arg.name!r} has type {arg.type}{hint}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}{fix}"
+        )
     return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
