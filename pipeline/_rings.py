@@ -94,6 +94,11 @@ class Pool(Generic[T]):
         self._free: queue.SimpleQueue[T] = queue.SimpleQueue()
         self.reset()
 
+    @property
+    def items(self) -> tuple[T, ...]:
+        """Every item of the pool, free or held."""
+        return tuple(self._items)
+
     def reset(self) -> None:
         self._free = queue.SimpleQueue()
         for item in self._items:
@@ -130,7 +135,7 @@ class Rings:
         and outputs, and the constants).  ORT's own arena is not counted."""
         slots = self._all_device_slots
         device = sum(b.nbytes for s in slots for group in (s.inputs, s.model_inputs, s.outputs) for b in group.values())
-        pinned_out = sum(a.nbytes for slot in self.pinned_out._items for a in slot.arrays.values())
+        pinned_out = sum(a.nbytes for slot in self.pinned_out.items for a in slot.arrays.values())
         return {
             "pinned_in": sum(a.nbytes for slot in self.pinned_in for a in slot.arrays.values()),
             "pinned_out": pinned_out,
