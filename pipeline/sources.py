@@ -110,18 +110,18 @@ class _ColumnarSource:
     """
 
     kind = "table"
-    path: Path
 
-    def _setup(
+    def __init__(
         self,
-        schema: Any,
+        path: str | Path,
         batch_size: int,
         inputs: Sequence[TensorSpec],
-        columns: Mapping[str, Sequence[str]] | None,
-        id_column: str | None,
-    ) -> None:
-        self.schema = schema
-        names = schema.names
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        self.path = _existing(path, f"input {self.kind} file")
+        self.schema = self._read_schema()
+        names = self.schema.names
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
         if self.id_column is not None and self.id_column not in names:
             raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
@@ -148,6 +148,10 @@ class _ColumnarSource:
             if absent:
                 raise SourceError(f"columns {absent} for input {name!r} are not in {str(self.path)!r}: {names}")
         return given
+
+    def _read_schema(self) -> Any:
+        """The table's pyarrow schema, or a SourceError saying why the file cannot be read."""
+        raise NotImplementedError
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
         """pyarrow record batches of ``wanted`` columns, ``batch_size`` rows each (the last shorter)."""
@@ -186,22 +190,14 @@ class ParquetSource(_ColumnarSource):
 
     kind = "Parquet"
 
-    def __init__(
-        self,
-        path: str | Path,
-        batch_size: int,
-        inputs: Sequence[TensorSpec],
-        columns: Mapping[str, Sequence[str]] | None = None,
-        id_column: str | None = None,
-    ):
+    def _read_schema(self) -> Any:
         import pyarrow.parquet as pq
 
-        self.path = _existing(path, "input Parquet file")
         try:
             self.file = pq.ParquetFile(self.path)
         except Exception as exc:
             raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
-        self._setup(self.file.schema_arrow, batch_size, inputs, columns, id_column)
+        return self.file.schema_arrow
 
     def __len__(self) -> int:
         return int(self.file.metadata.num_rows)
@@ -217,18 +213,9 @@ class CsvSource(_ColumnarSource):
 
     kind = "CSV"
 
-    def __init__(
-        self,
-        path: str | Path,
-        batch_size: int,
-        inputs: Sequence[TensorSpec],
-        columns: Mapping[str, Sequence[str]] | None = None,
-        id_column: str | None = None,
-    ):
-        self.path = _existing(path, "input CSV file")
+    def _read_schema(self) -> Any:
         with self._open() as reader:
-            schema = reader.schema
-        self._setup(schema, batch_size, inputs, columns, id_column)
+            return reader.schema
 
     def _open(self, wanted: list[str] | None = None) -> Any:
         import pyarrow as pa
