@@ -180,15 +180,15 @@ def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) ->
 
 def synthetic_batches(
     model_arg: str,
+    probe: Any,
     batch_size: int,
     count: int,
     inputs: Sequence[Any] = (),
-    constants: dict[str, np.ndarray] | None = None,
-) -> tuple[Any, list]:
-    """The model (built-in or file) and ``count`` random batches that fit its batched inputs."""
-    if model_arg in models.BUILTIN and not inputs and not constants:
-        return models.get(model_arg), [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
-    model, probe = _probe_batched(model_arg, constants)
+) -> list:
+    """``count`` random batches that fit the batched inputs of the model ``probe`` is a session of
+    (a built-in's own example batches when neither --input nor --constant is given)."""
+    if model_arg in models.BUILTIN and not inputs and not probe.constants:
+        return [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
     given = {name: (shape, dtype) for name, shape, dtype in inputs}
     batched = probe.batched_inputs
     unknown = sorted(set(given) - {spec.name for spec in batched})
@@ -213,23 +213,21 @@ def synthetic_batches(
         if dtype is not None and np.dtype(dtype) != spec.dtype:
             raise PipelineError(f"--input {spec.name}: the model takes {spec.dtype.name}, not {dtype}")
         shapes[spec.name] = (concrete, spec.dtype)
-    batches = [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
-    return model, batches
+    return [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
 
 
 def data_batches(
-    model_arg: str,
+    probe: Any,
+    arrays: dict[str, np.ndarray],
     batch_size: int,
     count: int,
-    data: Sequence[tuple[str | None, str]],
-    constants: dict[str, np.ndarray] | None = None,
-) -> tuple[Any, list, str]:
-    """The model and up to ``count`` batches of ``batch_size`` rows cut from the
-    user's arrays (``--data``), checked against the model; and a line saying what was read."""
+    where: str,
+) -> tuple[list, str]:
+    """Up to ``count`` batches of ``batch_size`` rows cut from the user's arrays
+    (``--data``, read by ``_load_data``), checked against the batched inputs of
+    the model ``probe`` is a session of; and a line saying what was read."""
     from .._batching import InputChecker
 
-    model, probe = _probe_batched(model_arg, constants)
-    arrays = _load_data(data, [spec.name for spec in probe.batched_inputs])
     rows = {name: len(array) for name, array in arrays.items()}
     if len(set(rows.values())) > 1:
         raise PipelineError(f"--data arrays differ in rows {rows}: every input needs one row per item")
@@ -245,8 +243,7 @@ def data_batches(
             batches.append(checker.feeds(index, part))  # dtype, rank and fixed dims, named per batch
         except PipelineInputError as exc:
             raise PipelineError(f"--data does not fit the model: {exc}") from exc
-    where = ", ".join(path if name is None else f"{name}={path}" for name, path in data)
-    return model, batches, f"data: {where} ({total} rows; {len(batches)} batches of {batch_size} in the pool)"
+    return batches, f"data: {where} ({total} rows; {len(batches)} batches of {batch_size} in the pool)"
 
 
 def _load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict[str, np.ndarray]:
@@ -293,17 +290,20 @@ def _model_of(model_arg: str) -> Any:
     return model
 
 
-def _probe(model_arg: str) -> tuple[Any, Any]:
+def _probe(model_arg: str, config: SessionConfig | None = None) -> tuple[Any, Any]:
     """The model (built-in or a file path) and a host session on it, to read its inputs."""
     from .._session import OrtSession
 
     model = _model_of(model_arg)
-    return model, OrtSession(model, HostDevice())
+    return model, OrtSession(model, HostDevice(), config=config)
 
 
-def _probe_batched(model_arg: str, constants: dict[str, np.ndarray] | None) -> tuple[Any, Any]:
-    """``_probe`` with the constants set, so that its ``batched_inputs`` are what batches carry."""
-    model, probe = _probe(model_arg)
+def _probe_batched(
+    model_arg: str, constants: dict[str, np.ndarray] | None, config: SessionConfig | None = None
+) -> tuple[Any, Any]:
+    """``_probe`` with the constants set, so that its ``batched_inputs`` are what batches carry
+    (``config``: the session options every mode's sessions get, so that this one takes them too)."""
+    model, probe = _probe(model_arg, config)
     probe.set_constants(constants or {})
     scalars = [spec.name for spec in probe.batched_inputs if spec.rank == 0]
     if scalars:
@@ -378,9 +378,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     device, why = _bench_device(args)
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
-    # every batch size's batches are made (and --data checked) before any run
-    args.batch_size = _batch_sizes(args, constants)
-    workloads = [_workload(args, size, count, constants) for size in args.batch_size]
+    # the model is read and --data loaded once; every batch size's batches are made (and checked) before any run
+    model, probe = _probe_batched(args.model, constants, _session_config(args))
+    args.batch_size = _batch_sizes(args.batch_size, probe.fixed_batch())
+    arrays = _load_data(args.data, [spec.name for spec in probe.batched_inputs]) if args.data else None
+    workloads = [_workload(args, model, probe, arrays, size, count) for size in args.batch_size]
     sizes = ", ".join(map(str, args.batch_size))
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
@@ -451,34 +453,37 @@ def _profile(
     )
 
 
-def _batch_sizes(args: argparse.Namespace, constants: dict[str, np.ndarray]) -> list[int]:
+def _batch_sizes(given: list[int] | None, fixed: int | None) -> list[int]:
     """--batch-size, or the model's fixed batch dim, else the default.
 
     A model that fixes its batch dim is benchmarked at that size only: the
     baselines, like any plain loop on such a model, cannot run fewer rows."""
-    from .._session import declared_inputs
-
-    batched = [spec for spec in declared_inputs(_model_of(args.model)) if spec.name not in constants]
-    fixed = next((spec.shape[0] for spec in batched if spec.rank and isinstance(spec.shape[0], int)), None)
-    if fixed is not None and args.batch_size not in (None, [fixed]):
-        sizes = ",".join(map(str, args.batch_size))
+    if fixed is not None and given not in (None, [fixed]):
+        sizes = ",".join(map(str, given or []))
         raise PipelineError(
             f"--batch-size {sizes}: the model fixes its batch dim at {fixed}, so it is benchmarked at "
             f"{fixed} row(s) a batch (leave --batch-size out, or export the model with a dynamic batch dim)"
         )
-    return args.batch_size or [fixed or DEFAULT_BATCH_SIZE]
+    return given or [fixed or DEFAULT_BATCH_SIZE]
 
 
 def _workload(
-    args: argparse.Namespace, batch_size: int, count: int | None, constants: dict[str, np.ndarray]
+    args: argparse.Namespace,
+    model: Any,
+    probe: Any,
+    arrays: dict[str, np.ndarray] | None,
+    batch_size: int,
+    count: int | None,
 ) -> tuple[Any, Workload, str | None]:
     """The model, the workload of one batch size, and the --data line (None for random batches)."""
     pool_size = min(count or 16, 16)
-    if args.data:
-        model, pool, data_line = data_batches(args.model, batch_size, pool_size, args.data, constants)
+    data_line = None
+    if arrays is not None:
+        where = ", ".join(path if name is None else f"{name}={path}" for name, path in args.data)
+        pool, data_line = data_batches(probe, arrays, batch_size, pool_size, where)
     else:
-        model, pool = synthetic_batches(args.model, batch_size, pool_size, args.input, constants)
-        data_line = None
+        pool = synthetic_batches(args.model, probe, batch_size, pool_size, args.input)
+    constants = probe.constants
     work = Workload(
         pool, count=count, duration=args.duration, warmup=args.warmup, constants=constants, outputs=args.output_names
     )
