@@ -133,7 +133,8 @@ def _constant(spec: TensorSpec, value: object) -> np.ndarray:
         raise PipelineInputError(
             "a constant of the wrong shape", input_name=spec.name, expected=spec.describe_shape(), got=list(array.shape)
         )
-    return np.ascontiguousarray(array)
+    # not np.ascontiguousarray: it makes a scalar (rank 0) an array of one, a shape the input does not have
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _output_specs(args: Sequence[Any], chosen: Sequence[str] | None) -> tuple[TensorSpec, ...]:

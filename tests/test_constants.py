@@ -102,3 +102,14 @@ def test_cli_constants_for_bench_and_run(tmp_path, capsys):
     )
     assert main(["bench", str(model), *flags[:4], "--constant", "k=1,2", "--no-progress"]) == 2
     assert "--constant k: input 'k' is [1]; give its 1 value(s), comma-separated, got 2" in capsys.readouterr().err
+
+
+def test_a_scalar_constant_keeps_its_rank_and_its_checked_value_checks_again():
+    with Pipeline(scaled_model(), device="cpu", constants=CONSTANTS) as pipe:
+        assert {name: value.shape for name, value in pipe.session.constants.items()} == {
+            "scale": (),
+            "bias": (1, 4),
+            "k": (1,),
+        }
+        pipe.session.set_constants(pipe.session.constants)  # what bench does with its probe's values
+        np.testing.assert_allclose(pipe.run(_batches(1)[0])["y"], _batches(1)[0] * 2 + np.arange(4))
