@@ -18,6 +18,7 @@ from ._errors import (
     PipelineInputError,
     PipelineStageError,
 )
+from ._multi import MultiPipeline, MultiStats
 from ._pipeline import Pipeline, PipelineOptions
 from ._preprocess import Preprocess
 from ._session import OrtSession, SessionConfig, TensorSpec
@@ -35,6 +36,8 @@ __all__ = [
     "Layout",
     "LinkModel",
     "ModelError",
+    "MultiPipeline",
+    "MultiStats",
     "OrtSession",
     "Pipeline",
     "PipelineClosedError",

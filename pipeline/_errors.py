@@ -48,6 +48,7 @@ class PipelineInputError(PipelineError, ValueError):
         if expected is not None or got is not None:
             detail = f" (expected {expected}, got {got})"
         super().__init__(f"{prefix}{message}{detail}")
+        self.reason = message  # the message without where and what (for renumbered())
         self.batch_index = batch_index
         self.input_name = input_name
         self.expected = expected
@@ -60,11 +61,14 @@ class PipelineStageError(PipelineError):
     The original exception is chained as ``__cause__``.
     """
 
-    def __init__(self, stage: str, batch_index: int | None, cause: BaseException) -> None:
+    def __init__(self, stage: str, batch_index: int | None, cause: BaseException, *, device: str | None = None) -> None:
         at = f"batch {batch_index}" if batch_index is not None else "before the first batch"
-        super().__init__(f"{stage} stage failed at {at}: {type(cause).__name__}: {cause}")
+        on = f" on {device}" if device is not None else ""
+        super().__init__(f"{stage} stage failed at {at}{on}: {type(cause).__name__}: {cause}")
         self.stage = stage
         self.batch_index = batch_index
+        #: the device it failed on, where several share a run (MultiPipeline)
+        self.device = device
         self.cause = cause
         # chained wherever it is raised (the engine raises it in another thread's stead)
         self.__cause__ = cause
@@ -72,3 +76,16 @@ class PipelineStageError(PipelineError):
 
 class PipelineClosedError(PipelineError):
     """The pipeline was used after ``close()``."""
+
+
+def renumbered(error: BaseException, batch_index: int | None, device: str) -> BaseException:
+    """``error`` as it reads where batches are numbered across several devices:
+    the batch's index in the whole run instead of in one device's share, and
+    the device named.  Errors that name no batch come back as they are."""
+    if isinstance(error, PipelineStageError):
+        return PipelineStageError(error.stage, batch_index, error.cause, device=device)
+    if isinstance(error, PipelineInputError) and error.batch_index is not None:
+        return PipelineInputError(
+            error.reason, batch_index=batch_index, input_name=error.input_name, expected=error.expected, got=error.got
+        )
+    return error

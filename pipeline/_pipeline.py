@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -232,7 +232,7 @@ class Pipeline:
     # -- internals ----------------------------------------------------------
     def _iterate(
         self, iterator: Iterator[Batch], make_take: MakeTake[Any], batch_size: int | None = None
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         try:
             first = next(iterator)
         except StopIteration:

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._base import Device, DeviceBuffer, Event, Stream
@@ -26,6 +26,7 @@ __all__ = [
     "NormalizeOp",
     "Stream",
     "cuda_unavailable_reason",
+    "device_specs",
     "resolve_device",
     "typed_view",
 ]
@@ -79,6 +80,33 @@ def resolve_device(spec: str | Device = "auto", provider_options: Mapping[str, o
 
         return CudaDevice(int(index_text), provider_options)
     raise ValueError(f"unknown device {spec!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or a Device object")
+
+
+def device_specs(spec: str | Device | Sequence[str | Device]) -> list[str | Device]:
+    """The devices a spec names, one entry each, for :func:`resolve_device`:
+    a list of specs or devices, "cuda:0,cuda:1" (commas), "cuda:all" (every GPU
+    this process sees).  A name given twice is two devices of its own (two
+    sessions and stream sets on one GPU).  One spec names one device."""
+    if isinstance(spec, Device):
+        return [spec]
+    if isinstance(spec, str):
+        parts = [part.strip() for part in spec.split(",")]
+        if any(not part for part in parts):
+            raise ValueError(f"devices {spec!r}: an empty name between commas; expected e.g. 'cuda:0,cuda:1'")
+        if len(parts) == 1 and parts[0].lower() == "cuda:all":
+            from .cuda import cuda_device_count
+
+            return [f"cuda:{index}" for index in range(cuda_device_count())]
+        return list(parts)
+    if isinstance(spec, Sequence):
+        items = list(spec)
+        for item in items:
+            if not isinstance(item, str | Device):
+                raise TypeError(f"each device is a name such as 'cuda:1' or a Device, got {item!r}")
+        if not items:
+            raise ValueError("no devices given: name at least one, e.g. ['cuda:0', 'cuda:1']")
+        return items
+    raise TypeError(f"devices are a name, a comma-separated list of names, or a list of them; got {spec!r}")
 
 
 def _no_provider_options(spec: str, provider_options: Mapping[str, object] | None, why: str) -> None:

@@ -67,6 +67,14 @@ def cuda_unavailable_reason(device_id: int = 0) -> str | None:
     return None
 
 
+def cuda_device_count() -> int:
+    """How many CUDA devices this process sees, or DeviceUnavailableError saying why none."""
+    reason = cuda_unavailable_reason(0)
+    if reason is not None:
+        raise DeviceUnavailableError(f"no CUDA device to use: {reason}")
+    return int(_import_cupy().cuda.runtime.getDeviceCount())
+
+
 #: provider options ortpipe sets itself: the device and the compute stream are the pipeline's
 _OWN_PROVIDER_OPTIONS = ("device_id", "user_compute_stream", "has_user_compute_stream")
 

@@ -1,0 +1,527 @@
+"""``MultiPipeline``: one model on several devices, results in submission order.
+
+::
+
+    with MultiPipeline("model.onnx", devices="cuda:0,cuda:1", depth=3) as pipe:
+        for out in pipe.map(batches):      # in order, whichever device ran each
+            ...
+
+NOTE [ several devices ]: every device gets a :class:`Pipeline` of its own
+(session, streams, rings) and a driver thread that iterates its ``map()``:
+the driver is that pipeline's "caller", so with the default issuing each
+device costs one host thread, and ``PipelineOptions`` apply per device as
+they do alone.  Batches are not dealt out in turn: a device takes the next
+batch of the source when its pipeline asks for one (under one lock, which
+also numbers the batches), so a faster device, or one whose batches happen
+to be cheaper, takes more of them, and a stalled one holds up no other.
+The consumer puts the results back in submission order.
+
+Memory stays bounded: a device may hold at most ``2 * depth + 2`` batches
+that the consumer has not yet been given (tickets, handed back as each of
+its results is delivered).  A pipeline on the caller's thread asks for at
+most ``depth + 1`` batches beyond the one it delivers next, so a device can
+always finish the batch the consumer waits for; the rest of the margin lets
+a fast device run on while the consumer waits for a slower one's batch.
+
+Each device reads its batch while the source makes the next, so a source
+must not refill one array for every batch here (a single ``Pipeline`` reads
+each batch before it asks for the next; several devices cannot).
+
+NOTE [ one error path ] holds across devices: a failure stops the source
+(no device takes a batch after it), every batch before it is delivered, then
+it is raised with its index in the whole run and the device it happened on.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._batching import split_rows
+from ._engine import THREAD_PREFIX, copy_outputs
+from ._errors import PipelineClosedError, PipelineError, renumbered
+from ._hostcopy import HostCopier
+from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
+from ._preprocess import Preprocess
+from ._session import ModelSource, OrtSession, TensorSpec
+from .devices import Device, device_specs
+from .stats import Stats
+
+_JOIN_S = 5.0
+
+#: ``take(index, rows, outputs)`` of :meth:`MultiPipeline.map_with`
+Take = Callable[[int, int, dict[str, np.ndarray]], Any]
+
+
+def tickets_per_device(depth: int) -> int:
+    """Batches a device may hold that the consumer has not yet been given (NOTE [ several devices ])."""
+    return 2 * depth + 2
+
+
+class MultiPipeline:
+    """One model on several devices: batches go to whichever asks first, results come back in order.
+
+    ``devices`` is a list of names or :class:`Device` objects, or one string:
+    ``"cuda:0,cuda:1"``, ``"cuda:all"``.  A name given twice makes two
+    pipelines on one device (two sessions on two compute streams: ORT runs of
+    a small model overlap, like Triton's instance count).  The other
+    arguments are :class:`Pipeline`'s, the same for every device."""
+
+    def __init__(
+        self,
+        model: ModelSource,
+        devices: str | Sequence[str | Device],
+        depth: int = 3,
+        batch_size: int | None = None,
+        *,
+        preprocess: Preprocess | str | Sequence[Preprocess | str] | None = None,
+        constants: Mapping[str, object] | None = None,
+        outputs: Sequence[str] | None = None,
+        options: PipelineOptions | None = None,
+    ) -> None:
+        self.options = options or PipelineOptions()
+        self.depth = depth
+        self.batch_size = batch_size
+        self.pipelines: list[Pipeline] = []
+        try:
+            for spec in device_specs(devices):
+                self.pipelines.append(
+                    Pipeline(
+                        model,
+                        spec,
+                        depth,
+                        batch_size,
+                        preprocess=preprocess,
+                        constants=constants,
+                        outputs=outputs,
+                        options=self.options,
+                    )
+                )
+        except BaseException:
+            self._close_pipelines()  # a device that failed to start leaves the others closed
+            raise
+        self._stats = MultiStats(self.pipelines)
+        self._lock = threading.Lock()
+        self._active: _MultiRun | None = None
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> MultiPipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop any running ``map()``, join its threads, close every device's pipeline. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        active, self._active = self._active, None
+        try:
+            if active is not None:
+                active.close()
+        finally:
+            self._close_pipelines()
+
+    def _close_pipelines(self) -> None:
+        errors = []
+        for pipe in self.pipelines:
+            try:
+                pipe.close()
+            except Exception as exc:  # noqa: BLE001 - close the others, then raise the first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- what the pipelines share ------------------------------------------
+    @property
+    def session(self) -> OrtSession:
+        """The first device's session (every device runs the same model)."""
+        return self.pipelines[0].session
+
+    @property
+    def source_inputs(self) -> tuple[TensorSpec, ...]:
+        return self.pipelines[0].source_inputs
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.pipelines[0].input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.pipelines[0].output_names
+
+    @property
+    def devices(self) -> list[Device]:
+        return [pipe.device for pipe in self.pipelines]
+
+    @property
+    def stats(self) -> MultiStats:
+        """Figures of the running (or last) ``map()``/``run()``: the whole run's and each device's."""
+        return self._stats
+
+    def memory(self) -> dict[str, int] | None:
+        """Bytes of every device's buffers together (see :meth:`Pipeline.memory`)."""
+        found = [memory for pipe in self.pipelines if (memory := pipe.memory()) is not None]
+        if not found:
+            return None
+        return {key: sum(memory[key] for memory in found) for key in found[0]}
+
+    # -- the API ------------------------------------------------------------
+    def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
+        """Outputs ``{name: ndarray}`` for each batch, in submission order."""
+        return self._iterate(iter(batches), lambda index, rows, outputs: outputs)
+
+    def map_with(self, batches: Iterable[Batch], take: Take) -> Iterator[Any]:
+        """Like :meth:`map`, but yields ``take(index, rows, outputs)``, called
+        on the consumer's thread in submission order; ``index`` counts the
+        whole run's batches and ``outputs`` are arrays of their own (each
+        device's thread copied them out of its pinned slots)."""
+        return self._iterate(iter(batches), take)
+
+    def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
+        """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        first = self.pipelines[0]
+        feeds = first.checker.feeds(None, inputs)
+        size = batch_size or self.batch_size or first.session.fixed_batch() or 64
+        gathered = _Gather(next(iter(feeds.values())).shape[0])
+        for _ in self._iterate(split_rows(feeds, size), gathered.take):
+            pass
+        return gathered.arrays
+
+    def _iterate(self, iterator: Iterator[Batch], take: Take) -> Iterator[Any]:
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        return self._results(iterator, take)
+
+    def _results(self, iterator: Iterator[Batch], take: Take) -> Iterator[Any]:
+        # a generator: the devices' threads start when the first result is asked for
+        with self._lock:
+            if self._closed:
+                raise PipelineClosedError("this pipeline is closed")
+            if self._active is not None:
+                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            run = self._active = _MultiRun(self.pipelines, iterator, self.depth, self.options.poll_s)
+        self._stats = MultiStats(self.pipelines, run)
+        try:
+            for index, rows, outputs in run.results():
+                yield take(index, rows, outputs)
+        finally:
+            run.close()
+            with self._lock:
+                if self._active is run:
+                    self._active = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        names = [pipe.device.name for pipe in self.pipelines]
+        return f"MultiPipeline(devices={names}, depth={self.depth}, {state})"
+
+
+class _SharedSource:
+    """The run's source, shared by the devices: one lock takes and numbers each batch."""
+
+    def __init__(self, iterator: Iterator[Batch]) -> None:
+        self._iterator = iterator
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self._ended = False
+
+    def take(self, indices: collections.deque[int]) -> Batch | None:
+        """The next batch, its index appended to ``indices``; None once the source ended or was ended."""
+        with self._lock:
+            if self._ended:
+                return None
+            index = self._next_index
+            indices.append(index)  # before next(): a failing source's batch has its index too
+            self._next_index += 1
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                indices.pop()
+                self._next_index -= 1
+                self._ended = True
+                return None
+            except BaseException:
+                self._ended = True  # the device that took it reports the failure; no device takes another
+                raise
+
+    def end(self) -> None:
+        """No device takes another batch (a failure, or the consumer stopped)."""
+        self._ended = True  # a bool: read under the lock, set without it
+
+    @property
+    def taken(self) -> int:
+        return self._next_index
+
+
+class _DeviceFeed:
+    """One device's share of the shared source, as the iterator its pipeline's ``map()`` reads."""
+
+    def __init__(self, source: _SharedSource, tickets: int, stop: threading.Event, poll_s: float) -> None:
+        self._source = source
+        self._tickets = threading.Semaphore(tickets)
+        self._stop = stop
+        self._poll_s = poll_s
+        #: run-wide index of each batch this device took and has not delivered, oldest first
+        self.indices: collections.deque[int] = collections.deque()
+        self._delivered = 0  # batches of this device delivered (its pipeline's index of indices[0])
+
+    def __iter__(self) -> _DeviceFeed:
+        return self
+
+    def __next__(self) -> Batch:
+        while not self._tickets.acquire(timeout=self._poll_s):
+            if self._stop.is_set():
+                raise StopIteration
+        if self._stop.is_set():
+            self._tickets.release()
+            raise StopIteration
+        try:
+            batch = self._source.take(self.indices)
+        except BaseException:
+            self._tickets.release()
+            raise
+        if batch is None:
+            self._tickets.release()
+            raise StopIteration
+        return batch
+
+    def run_index(self, device_index: int | None) -> int | None:
+        """The run-wide index of this device's batch ``device_index`` (its pipeline counts its own)."""
+        if device_index is None:
+            return None
+        position = device_index - self._delivered
+        return self.indices[position] if 0 <= position < len(self.indices) else None
+
+    def delivered(self) -> int:
+        """The oldest batch's run-wide index, as its result leaves the device."""
+        self._delivered += 1
+        return self.indices.popleft()
+
+    def hand_back(self) -> None:
+        """A ticket back: the consumer was given one of this device's results."""
+        self._tickets.release()
+
+
+@dataclass(frozen=True)
+class _Result:
+    index: int
+    device: int
+    rows: int
+    outputs: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class _Failed:
+    index: int | None  # None: not one batch's failure (raised once the devices are done)
+    device: int
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class _Done:
+    device: int
+
+
+def _keep_outputs(copier: HostCopier) -> Callable[[int, int, dict[str, np.ndarray]], tuple[int, dict]]:
+    """A device pipeline's ``take``: its rows and outputs copied out of the pinned slot."""
+    copied = copy_outputs(copier)
+    return lambda index, rows, views: (rows, copied(index, rows, views))
+
+
+class _MultiRun:
+    """One ``map()`` over several devices: a driver thread each, and the consumer's reordering."""
+
+    def __init__(self, pipelines: list[Pipeline], iterator: Iterator[Batch], depth: int, poll_s: float) -> None:
+        self._pipelines = pipelines
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._source = _SharedSource(iterator)
+        self._feeds = [_DeviceFeed(self._source, tickets_per_device(depth), self._stop, poll_s) for _ in pipelines]
+        self._queue: queue.SimpleQueue[_Result | _Failed | _Done] = queue.SimpleQueue()
+        self.batches_by_device = [0] * len(pipelines)
+        self.items = 0
+        self.t_start = time.perf_counter()
+        self.t_last = self.t_start
+        self._threads = [
+            threading.Thread(target=self._drive, args=(k,), name=f"{THREAD_PREFIX}device-{k}", daemon=True)
+            for k in range(len(pipelines))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- a device's driver thread ---------------------------------------------
+    def _drive(self, k: int) -> None:
+        pipe, feed = self._pipelines[k], self._feeds[k]
+        results = pipe._iterate(feed, _keep_outputs)
+        try:
+            try:
+                for rows, outputs in results:
+                    self._queue.put(_Result(feed.delivered(), k, rows, outputs))
+                    if self._stop.is_set():
+                        return
+            finally:
+                results.close()  # this pipeline's run ends on this thread, which issued it
+        except BaseException as exc:  # noqa: BLE001 - every failure reaches the consumer
+            index = feed.run_index(getattr(exc, "batch_index", None))
+            self._source.end()
+            self._queue.put(_Failed(index, k, renumbered(exc, index, pipe.device.name)))
+        finally:
+            self._queue.put(_Done(k))
+
+    # -- the consumer -----------------------------------------------------------
+    def results(self) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+        """(run-wide index, rows, outputs) in submission order; raises the first failure after the batches before it."""
+        ready: dict[int, _Result] = {}
+        failure: _Failed | None = None
+        running = len(self._pipelines)
+        next_index = 0
+        while True:
+            found = ready.pop(next_index, None)
+            if found is not None:
+                self._feeds[found.device].hand_back()
+                self._count(found)
+                yield found.index, found.rows, found.outputs
+                next_index += 1
+                continue
+            if failure is not None and (failure.index == next_index or running == 0):
+                raise failure.error
+            if running == 0:
+                if self._stop.is_set():
+                    raise PipelineClosedError("the pipeline was closed while this map() was running")
+                if ready or next_index != self._source.taken:
+                    missing = f"batches {sorted(ready)} came back without batch {next_index}"
+                    raise PipelineError(f"{missing} (internal error)")
+                return
+            item = self._next_item()
+            if isinstance(item, _Result):
+                ready[item.index] = item
+            elif isinstance(item, _Done):
+                running -= 1
+            elif failure is None or _earlier(item, failure):
+                failure = item
+
+    def _next_item(self) -> _Result | _Failed | _Done:
+        while True:
+            try:
+                return self._queue.get(timeout=self._poll_s)
+            except queue.Empty:
+                if not any(thread.is_alive() for thread in self._threads) and self._queue.empty():
+                    raise PipelineError("the device threads ended without a result (internal error)") from None
+
+    def _count(self, result: _Result) -> None:
+        self.batches_by_device[result.device] += 1
+        self.items += result.rows
+        self.t_last = time.perf_counter()
+
+    def close(self) -> None:
+        """Stop taking batches, let every device's run end on its own thread, join them."""
+        self._stop.set()
+        self._source.end()
+        for thread in self._threads:
+            thread.join(timeout=_JOIN_S)
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            raise PipelineError(f"device threads still running after close: {alive} (is the source blocking?)")
+
+
+def _earlier(new: _Failed, old: _Failed) -> bool:
+    """The failure to raise is the earliest batch's; one that names no batch comes last."""
+    if new.index is None:
+        return False
+    return old.index is None or new.index < old.index
+
+
+class MultiStats:
+    """Figures of a run over several devices: the whole run's, and each device's :class:`Stats`."""
+
+    def __init__(self, pipelines: list[Pipeline], run: _MultiRun | None = None) -> None:
+        self._pipelines = pipelines
+        self._run = run
+
+    @property
+    def per_device(self) -> list[tuple[str, Stats]]:
+        """(device name, its pipeline's stats) for every device, in the order given."""
+        return [(pipe.device.name, pipe.stats) for pipe in self._pipelines]
+
+    @property
+    def batches(self) -> int:
+        return 0 if self._run is None else sum(self._run.batches_by_device)
+
+    @property
+    def items(self) -> int:
+        return 0 if self._run is None else self._run.items
+
+    @property
+    def wall_s(self) -> float:
+        """From the start of the run to the last result the consumer was given."""
+        return 0.0 if self._run is None else self._run.t_last - self._run.t_start
+
+    @property
+    def items_per_s(self) -> float:
+        wall = self.wall_s
+        return self.items / wall if wall > 0 else float("nan")
+
+    @property
+    def bound_items_per_s(self) -> float:
+        """The devices' bounds added up: what they would reach together if each ran at its own."""
+        bounds = [stats.bound_items_per_s for _, stats in self.per_device if stats.batches]
+        return sum(bounds) if bounds else float("nan")
+
+    @property
+    def efficiency(self) -> float:
+        bound = self.bound_items_per_s
+        return self.items_per_s / bound if bound == bound and bound > 0 else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        batches_by_device = [0] * len(self._pipelines) if self._run is None else list(self._run.batches_by_device)
+        devices = []
+        for position, ((name, stats), batches) in enumerate(zip(self.per_device, batches_by_device, strict=True)):
+            devices.append({"index": position, "device": name, "batches_delivered": batches, **stats.to_dict()})
+        bottlenecks = [d["bottleneck"] for d in devices if d["bottleneck"] is not None]
+        issuing = sorted({d["issuing"] for d in devices if d["issuing"] is not None})
+        wall = self.wall_s
+        return {
+            "batches": self.batches,
+            "items": self.items,
+            "wall_s": wall,
+            "items_per_s": self.items_per_s,
+            "batches_per_s": self.batches / wall if wall > 0 else float("nan"),
+            "bound_items_per_s": self.bound_items_per_s,
+            "efficiency": self.efficiency,
+            "bottleneck": ", ".join(dict.fromkeys(bottlenecks)) or None,  # each device's, once each
+            "issuing": "; ".join(issuing) or None,
+            "devices": devices,
+        }
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+        lines = [
+            f"{d['batches']} batches, {d['items']} items in {d['wall_s']:.3f} s on {len(d['devices'])} devices: "
+            f"{d['items_per_s']:,.1f} items/s; bound {d['bound_items_per_s']:,.1f} items/s, "
+            f"efficiency {d['efficiency']:.2f}"
+        ]
+        for device in d["devices"]:
+            lines.append(
+                f"  [{device['index']}] {device['device']}: {device['batches_delivered']} batches, "
+                f"{device['items_per_s']:,.1f} items/s, efficiency {device['efficiency']:.2f}, "
+                f"bottleneck {device['bottleneck']}"
+            )
+        return "\n".join(lines)
+
+    __repr__ = __str__
