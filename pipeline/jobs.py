@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
 from .sinks import CsvSink, NpySink, ParquetSink, SinkError
@@ -100,7 +101,7 @@ def _require(kind: str, what: str, error: type[Exception]) -> None:
 
 def open_source(
     path: str | Path,
-    pipe: Pipeline,
+    pipe: Pipeline | MultiPipeline,
     batch_size: int,
     *,
     input_name: str | None = None,
@@ -165,7 +166,7 @@ def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterator[SourceBatc
 
 
 def run_job(
-    pipe: Pipeline,
+    pipe: Pipeline | MultiPipeline,
     source: Iterable[SourceBatch],
     sink: Sink,
     progress: Progress | None = None,

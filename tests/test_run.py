@@ -585,3 +585,17 @@ def test_a_missing_optional_package_names_its_extra(tmp_path, capsys, monkeypatc
     monkeypatch.setitem(sys.modules, missing, None)  # as if not installed: importing it raises ImportError
     assert main(["run", "mlp", "--input", str(path), "--output", str(tmp_path / output), "--no-progress"]) == 1
     assert re.search(words, capsys.readouterr().err)
+
+
+def test_run_on_several_devices_writes_every_row_in_order(tmp_path, capsys, scoring_example):
+    """--device cpu,cpu: the batches are shared by two pipelines; the file is the one a single device writes."""
+    table_path = scoring_example.make_table(tmp_path / "features.parquet", rows=5_000)
+    argv = ["run", "mlp", "--input", str(table_path), "--batch-size", "256", "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "one.parquet"), "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "two.parquet"), "--device", "cpu,cpu", "--limit", "4100"]) == 0
+    out = capsys.readouterr().out
+    assert "device: host, host;" in out and "4100 items in 17 batches" in out
+    one, two = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "two.parquet")
+    assert two.num_rows == 4100
+    assert two.equals(one.slice(0, 4100))

@@ -35,7 +35,12 @@ def add_run(sub: Any) -> None:
     run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
     run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, .csv, or a folder of images")
     run.add_argument("--output", required=True, type=Path, help=".npy, .parquet or .csv")
-    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    run.add_argument(
+        "--device",
+        default="auto",
+        help="auto (default), cpu, cuda, cuda:N; several, comma-separated (cuda:0,cuda:1) or cuda:all, "
+        "share the batches (a name twice: two sessions on one GPU)",
+    )
     run.add_argument(
         "--batch-size",
         type=positive(int),
@@ -138,8 +143,31 @@ def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
     return None
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, constants: dict[str, Any]) -> Any:
+    """A Pipeline, or a MultiPipeline where --device names several devices."""
+    from .._multi import MultiPipeline
     from .._pipeline import Pipeline, PipelineOptions
+    from ..devices import device_specs
+
+    options = PipelineOptions(
+        intra_op_threads=args.threads,
+        stage_threads=ISSUING[args.issuing],
+        copy_threads=args.copy_threads,
+        **ort_options(args),
+    )
+    devices = device_specs(args.device)
+    kwargs = dict(preprocess=preprocess, constants=constants, outputs=args.output_names, options=options)
+    if len(devices) > 1:
+        return MultiPipeline(model, devices, args.depth, args.batch_size, **kwargs)
+    return Pipeline(model, devices[0], args.depth, args.batch_size, **kwargs)
+
+
+def _device_names(pipe: Any) -> str:
+    devices = getattr(pipe, "devices", None) or [pipe.device]
+    return ", ".join(device.name for device in devices)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, first_rows, open_sink, open_source, run_job, source_kind
     from ..sinks import writable
 
@@ -148,23 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     writable(args.output)  # fail before any work
     preprocess = _auto_preprocess(args, model, kind)
     constants = _constants(args, model)
-    options = PipelineOptions(
-        intra_op_threads=args.threads,
-        stage_threads=ISSUING[args.issuing],
-        copy_threads=args.copy_threads,
-        **ort_options(args),
-    )
     summary = JobSummary()
-    with Pipeline(
-        model,
-        device=args.device,
-        depth=args.depth,
-        batch_size=args.batch_size,
-        preprocess=preprocess,
-        constants=constants,
-        outputs=args.output_names,
-        options=options,
-    ) as pipe:
+    with _open_pipeline(args, model, preprocess, constants) as pipe:
         batch_size = args.batch_size or pipe.session.fixed_batch() or DEFAULT_BATCH_SIZE
         source = open_source(
             args.input,
@@ -189,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             total=(total + batch_size - 1) // batch_size if total else None,
             enabled=False if args.no_progress else None,
         )
-        print(f"device: {pipe.device.name}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
+        print(f"device: {_device_names(pipe)}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
         with _first_ctrl_c_stops() as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
