@@ -18,11 +18,12 @@ from ._errors import (
     PipelineInputError,
     PipelineStageError,
 )
-from ._multi import MultiPipeline, MultiStats
+from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions
 from ._preprocess import Preprocess
 from ._session import OrtSession, SessionConfig, TensorSpec
 from .devices import ChaosOptions, Device, HostDevice, LinkModel, cuda_unavailable_reason, resolve_device
+from .stats import MultiStats
 
 __version__ = "0.1.0"
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +51,7 @@ from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from ._preprocess import Preprocess
 from ._session import ModelSource, OrtSession, TensorSpec
 from .devices import Device, device_specs
-from .stats import Stats
+from .stats import Delivered, MultiStats, Stats
 
 _JOIN_S = 5.0
 
@@ -107,7 +106,7 @@ class MultiPipeline:
         except BaseException:
             self._close_pipelines()  # a device that failed to start leaves the others closed
             raise
-        self._stats = MultiStats(self.pipelines)
+        self._stats = MultiStats(self._per_device)
         self._lock = threading.Lock()
         self._active: _MultiRun | None = None
         self._closed = False
@@ -172,6 +171,9 @@ class MultiPipeline:
         """Figures of the running (or last) ``map()``/``run()``: the whole run's and each device's."""
         return self._stats
 
+    def _per_device(self) -> list[tuple[str, Stats]]:
+        return [(pipe.device.name, pipe.stats) for pipe in self.pipelines]
+
     def memory(self) -> dict[str, int] | None:
         """Bytes of every device's buffers together (see :meth:`Pipeline.memory`)."""
         found = [memory for pipe in self.pipelines if (memory := pipe.memory()) is not None]
@@ -216,7 +218,7 @@ class MultiPipeline:
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             run = self._active = _MultiRun(self.pipelines, iterator, self.depth, self.options.poll_s)
-        self._stats = MultiStats(self.pipelines, run)
+        self._stats = MultiStats(self._per_device, run.delivered)
         try:
             for index, rows, outputs in run.results():
                 yield take(index, rows, outputs)
@@ -354,10 +356,7 @@ class _MultiRun:
         self._source = _SharedSource(iterator)
         self._feeds = [_DeviceFeed(self._source, tickets_per_device(depth), self._stop, poll_s) for _ in pipelines]
         self._queue: queue.SimpleQueue[_Result | _Failed | _Done] = queue.SimpleQueue()
-        self.batches_by_device = [0] * len(pipelines)
-        self.items = 0
-        self.t_start = time.perf_counter()
-        self.t_last = self.t_start
+        self.delivered = Delivered(len(pipelines))
         self._threads = [
             threading.Thread(target=self._drive, args=(k,), name=f"{THREAD_PREFIX}device-{k}", daemon=True)
             for k in range(len(pipelines))
@@ -395,7 +394,7 @@ class _MultiRun:
             found = ready.pop(next_index, None)
             if found is not None:
                 self._feeds[found.device].hand_back()
-                self._count(found)
+                self.delivered.add(found.device, found.rows)
                 yield found.index, found.rows, found.outputs
                 next_index += 1
                 continue
@@ -424,11 +423,6 @@ class _MultiRun:
                 if not any(thread.is_alive() for thread in self._threads) and self._queue.empty():
                     raise PipelineError("the device threads ended without a result (internal error)") from None
 
-    def _count(self, result: _Result) -> None:
-        self.batches_by_device[result.device] += 1
-        self.items += result.rows
-        self.t_last = time.perf_counter()
-
     def close(self) -> None:
         """Stop taking batches, let every device's run end on its own thread, join them."""
         self._stop.set()
@@ -445,83 +439,3 @@ def _earlier(new: _Failed, old: _Failed) -> bool:
     if new.index is None:
         return False
     return old.index is None or new.index < old.index
-
-
-class MultiStats:
-    """Figures of a run over several devices: the whole run's, and each device's :class:`Stats`."""
-
-    def __init__(self, pipelines: list[Pipeline], run: _MultiRun | None = None) -> None:
-        self._pipelines = pipelines
-        self._run = run
-
-    @property
-    def per_device(self) -> list[tuple[str, Stats]]:
-        """(device name, its pipeline's stats) for every device, in the order given."""
-        return [(pipe.device.name, pipe.stats) for pipe in self._pipelines]
-
-    @property
-    def batches(self) -> int:
-        return 0 if self._run is None else sum(self._run.batches_by_device)
-
-    @property
-    def items(self) -> int:
-        return 0 if self._run is None else self._run.items
-
-    @property
-    def wall_s(self) -> float:
-        """From the start of the run to the last result the consumer was given."""
-        return 0.0 if self._run is None else self._run.t_last - self._run.t_start
-
-    @property
-    def items_per_s(self) -> float:
-        wall = self.wall_s
-        return self.items / wall if wall > 0 else float("nan")
-
-    @property
-    def bound_items_per_s(self) -> float:
-        """The devices' bounds added up: what they would reach together if each ran at its own."""
-        bounds = [stats.bound_items_per_s for _, stats in self.per_device if stats.batches]
-        return sum(bounds) if bounds else float("nan")
-
-    @property
-    def efficiency(self) -> float:
-        bound = self.bound_items_per_s
-        return self.items_per_s / bound if bound == bound and bound > 0 else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        batches_by_device = [0] * len(self._pipelines) if self._run is None else list(self._run.batches_by_device)
-        devices = []
-        for position, ((name, stats), batches) in enumerate(zip(self.per_device, batches_by_device, strict=True)):
-            devices.append({"index": position, "device": name, "batches_delivered": batches, **stats.to_dict()})
-        bottlenecks = [d["bottleneck"] for d in devices if d["bottleneck"] is not None]
-        issuing = sorted({d["issuing"] for d in devices if d["issuing"] is not None})
-        wall = self.wall_s
-        return {
-            "batches": self.batches,
-            "items": self.items,
-            "wall_s": wall,
-            "items_per_s": self.items_per_s,
-            "batches_per_s": self.batches / wall if wall > 0 else float("nan"),
-            "bound_items_per_s": self.bound_items_per_s,
-            "efficiency": self.efficiency,
-            "bottleneck": ", ".join(dict.fromkeys(bottlenecks)) or None,  # each device's, once each
-            "issuing": "; ".join(issuing) or None,
-            "devices": devices,
-        }
-
-    def __str__(self) -> str:
-        d = self.to_dict()
-        lines = [
-            f"{d['batches']} batches, {d['items']} items in {d['wall_s']:.3f} s on {len(d['devices'])} devices: "
-            f"{d['items_per_s']:,.1f} items/s; bound {d['bound_items_per_s']:,.1f} items/s, "
-            f"efficiency {d['efficiency']:.2f}"
-        ]
-        for device in d["devices"]:
-            lines.append(
-                f"  [{device['index']}] {device['device']}: {device['batches_delivered']} batches, "
-                f"{device['items_per_s']:,.1f} items/s, efficiency {device['efficiency']:.2f}, "
-                f"bottleneck {device['bottleneck']}"
-            )
-        return "\n".join(lines)
-
-    __repr__ = __str__

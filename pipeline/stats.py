@@ -24,7 +24,8 @@ import math
 import operator
 import random
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -305,6 +306,10 @@ class Stats:
         with self._lock:
             return list(self._kept)
 
+    def sample(self) -> list[BatchTiming]:
+        """Every batch's timing up to ``keep`` batches, then a uniform sample of ``keep`` (the percentiles' source)."""
+        return self._snapshot().sample
+
     # -- figures (each from one consistent snapshot) ------------------------
     @property
     def batches(self) -> int:
@@ -400,3 +405,125 @@ class Stats:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+class Delivered:
+    """What the consumer of a run over several devices was given: batches by
+    device, items, and when (perf_counter) the run started and the last came."""
+
+    def __init__(self, devices: int) -> None:
+        self.batches_by_device = [0] * devices
+        self.items = 0
+        self.t_start = time.perf_counter()
+        self.t_last = self.t_start
+
+    def add(self, device: int, rows: int) -> None:
+        self.batches_by_device[device] += 1
+        self.items += rows
+        self.t_last = time.perf_counter()
+
+
+class MultiStats:
+    """Figures of a run over several devices (``MultiPipeline``): the whole
+    run's and each device's :class:`Stats`.
+
+    Throughput is the consumer's: items given to it over the time from the
+    run's start to the last of them.  The bound is the devices' bounds added
+    up (what they would reach together if each ran at its own bound; devices
+    sharing a link or a GPU cannot), stage means weigh each device by its
+    batches, percentiles come from the devices' samples together."""
+
+    def __init__(self, per_device: Callable[[], list[tuple[str, Stats]]], delivered: Delivered | None = None) -> None:
+        self._per_device = per_device
+        self._delivered = delivered
+
+    @property
+    def per_device(self) -> list[tuple[str, Stats]]:
+        """(device name, its pipeline's stats) for every device, in the order given."""
+        return self._per_device()
+
+    @property
+    def batches(self) -> int:
+        return 0 if self._delivered is None else sum(self._delivered.batches_by_device)
+
+    @property
+    def items(self) -> int:
+        return 0 if self._delivered is None else self._delivered.items
+
+    @property
+    def wall_s(self) -> float:
+        """From the start of the run to the last result the consumer was given."""
+        return 0.0 if self._delivered is None else self._delivered.t_last - self._delivered.t_start
+
+    @property
+    def items_per_s(self) -> float:
+        wall = self.wall_s
+        return self.items / wall if wall > 0 else math.nan
+
+    @property
+    def bound_items_per_s(self) -> float:
+        bounds = [stats.bound_items_per_s for _, stats in self.per_device if stats.batches]
+        return sum(bounds) if bounds else math.nan
+
+    @property
+    def efficiency(self) -> float:
+        bound = self.bound_items_per_s
+        return self.items_per_s / bound if bound > 0 else math.nan  # nan compares False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Keys of :meth:`Stats.to_dict` for the whole run, and ``devices``: each device's, with its index."""
+        shares = [0] * len(self.per_device) if self._delivered is None else self._delivered.batches_by_device
+        devices = [
+            {"index": index, "device": name, "batches_delivered": share, **stats.to_dict()}
+            for index, ((name, stats), share) in enumerate(zip(self.per_device, shares, strict=True))
+        ]
+        sample = [timing for _, stats in self.per_device for timing in stats.sample()]
+        together = _Totals(len(sample))
+        for timing in sample:
+            together.fold(timing)
+        wall = self.wall_s
+        bottlenecks = [d["bottleneck"] for d in devices if d["bottleneck"] is not None]
+        issuing = sorted({d["issuing"] for d in devices if d["issuing"] is not None})
+        return {
+            "batches": self.batches,
+            "items": self.items,
+            "wall_s": wall,
+            "items_per_s": self.items_per_s,
+            "batches_per_s": self.batches / wall if wall > 0 else math.nan,
+            "bound_items_per_s": self.bound_items_per_s,
+            "efficiency": self.efficiency,
+            "bottleneck": ", ".join(dict.fromkeys(bottlenecks)) or None,  # each device's, once each
+            "stage_ms": _weighted_stage_ms(devices),
+            "latency_ms": together.latency_ms(),
+            "stage_percentiles_ms": together.stage_percentiles_ms(),
+            "issuing": "; ".join(issuing) or None,
+            "devices": devices,
+        }
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+        lines = [
+            f"{d['batches']} batches, {d['items']} items in {d['wall_s']:.3f} s on {len(d['devices'])} devices: "
+            f"{d['items_per_s']:,.1f} items/s; bound {d['bound_items_per_s']:,.1f} items/s, "
+            f"efficiency {d['efficiency']:.2f}",
+            "latency ms: " + ", ".join(f"{k} {v:.3f}" for k, v in d["latency_ms"].items()),
+        ]
+        for device in d["devices"]:
+            lines.append(
+                f"  [{device['index']}] {device['device']}: {device['batches_delivered']} batches, "
+                f"{device['items_per_s']:,.1f} items/s, efficiency {device['efficiency']:.2f}, "
+                f"bottleneck {device['bottleneck']}"
+            )
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _weighted_stage_ms(devices: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each stage's mean ms a batch over the devices, weighed by their batches (None where none timed it)."""
+    out: dict[str, float | None] = {}
+    for stage in STAGES:
+        timed = [(d["stage_ms"][stage], d["batches"]) for d in devices if d["stage_ms"][stage] is not None]
+        weight = sum(batches for _, batches in timed)
+        out[stage] = sum(ms * batches for ms, batches in timed) / weight if weight else None
+    return out

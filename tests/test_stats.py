@@ -196,3 +196,30 @@ def test_no_host_verdict_without_device_timing():
     timing = BatchTiming(0, 4, 100, 100, submitted=0.0, done=1.0, stage_s=0.001, wait_s=0.0)
     assert Stats([timing]).bottleneck == "stage"
     assert Stats([timing]).to_dict()["outside_stages_ms"] is None
+
+
+def test_figures_of_a_run_over_two_devices():
+    """Two devices' hand-made runs: the bound adds up, stage means weigh by batches,
+    percentiles come from both samples, throughput from what the consumer was given."""
+    from pipeline.stats import Delivered, MultiStats
+
+    fast = Stats(_timing(i, submitted=1.0 + 0.005 * i, done=1.010 + 0.005 * i) for i in range(3))
+    slow = Stats(_timing(i, submitted=1.0, done=1.040, compute=0.010) for i in range(1))
+    delivered = Delivered(2)
+    for device in (0, 1, 0, 0):
+        delivered.add(device, 10)
+    delivered.t_start, delivered.t_last = 1.0, 1.5
+    stats = MultiStats(lambda: [("a", fast), ("b", slow)], delivered)
+    d = stats.to_dict()
+    assert d["batches"] == 4 and d["items"] == 40 and d["wall_s"] == pytest.approx(0.5)
+    assert d["items_per_s"] == pytest.approx(80.0)
+    assert d["bound_items_per_s"] == pytest.approx(10 / 0.004 + 10 / 0.010)
+    assert d["efficiency"] == pytest.approx(80.0 / 3500)
+    assert d["stage_ms"]["compute"] == pytest.approx((3 * 4 + 1 * 10) / 4)
+    assert d["stage_ms"]["h2d"] == pytest.approx(2.0)
+    assert d["latency_ms"]["p50"] == pytest.approx(10.0) and d["latency_ms"]["p99"] > 35  # 10, 10, 10, 40
+    assert [(x["device"], x["batches_delivered"], x["batches"]) for x in d["devices"]] == [("a", 3, 3), ("b", 1, 1)]
+    assert d["bottleneck"] == "compute, host"  # each device's, once: b's one batch took 40 ms, its stages 16
+    assert "4 batches, 40 items in 0.500 s on 2 devices" in str(stats)
+    empty = MultiStats(lambda: [("a", Stats())]).to_dict()
+    assert empty["batches"] == 0 and math.isnan(empty["items_per_s"]) and empty["stage_ms"]["h2d"] is None
