@@ -11,7 +11,10 @@
 * ``auto`` - the engine as ``Pipeline`` runs by default
   (``stage_threads="auto"``): the calling thread until stage threads would
   pay, then they (not in :data:`DEFAULT_MODES`: it is one of the two above,
-  chosen by measuring; its row's stats say which).
+  chosen by measuring; its row's stats say which);
+* ``multi`` - a :class:`~pipeline.MultiPipeline` over several devices, or
+  several pipelines on one (issued as by default), at each requested depth:
+  how throughput scales with GPUs or with sessions on one GPU.
 
 Every mode gets the same :class:`Workload`: warm-up batches first (not
 timed), then a fixed number of batches or as many as fit in a duration.  On
@@ -35,12 +38,13 @@ import numpy as np
 import onnxruntime as ort
 
 from ._hostcopy import CopyThreads, HostCopier
+from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions
 from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
-from .stats import BatchTiming, Stats
+from .stats import BatchTiming, MultiStats, Stats
 
-MODES = ("naive", "iobinding", "pipelined", "caller", "auto")
+MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "multi")
 DEFAULT_MODES = MODES[:4]
 #: the modes that run ortpipe's engine, and the ``stage_threads`` of each
 ENGINE_MODES: dict[str, bool | Literal["auto"]] = {"pipelined": True, "caller": False, "auto": "auto"}
@@ -101,7 +105,7 @@ class ModeResult:
     batches: int
     items: int
     seconds: float
-    stats: Stats | None = None
+    stats: Stats | MultiStats | None = None
     batch_size: int | None = None  # rows a batch (None when the workload's batches differ)
 
     @property
@@ -261,6 +265,31 @@ def bench_pipelined(
         return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
 
 
+def bench_multi(
+    model: ModelSource,
+    devices: Sequence[Device],
+    work: Workload,
+    depth: int,
+    options: PipelineOptions | None = None,
+    tick: Any = None,
+) -> ModeResult:
+    """A MultiPipeline over ``devices`` (a device listed twice: two pipelines on it) at ``depth``."""
+    if len(devices) < 2:
+        raise ValueError(f"the multi mode needs two pipelines or more, got {len(devices)} device(s)")
+    with MultiPipeline(
+        model, list(devices), depth, constants=work.constants, outputs=work.outputs, options=options
+    ) as pipe:
+        for each in pipe.pipelines:  # each device warmed by itself: shared, one might get no warm batch
+            for _ in each.map_with(work.warm(), _discard):
+                pass
+        counted = _Counted(work.timed(tick))
+        start = time.perf_counter()
+        for _ in pipe.map_with(counted, _discard):
+            pass
+        seconds = time.perf_counter() - start
+        return ModeResult("multi", depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
+
+
 class _Counted:
     def __init__(self, batches: Iterator[Batch]) -> None:
         self._batches = batches
@@ -287,11 +316,13 @@ def run_modes(
     session: SessionConfig | None = None,
     copy_threads: CopyThreads = "auto",
     tick: Any = None,
+    multi_devices: Sequence[Device] = (),
 ) -> list[ModeResult]:
     """Every requested mode over the same workload, in the order of :data:`MODES`.
 
     ``session``: how every mode's ORT session is built (intra-op threads,
-    graph optimizations, config entries); the provider options are the device's."""
+    graph optimizations, config entries); the provider options are the device's.
+    ``multi_devices``: the pipelines' devices of the ``multi`` mode (one each)."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
@@ -305,24 +336,37 @@ def run_modes(
         results.append(bench_iobinding(model, device, work, config, tick))
     for mode, stage_threads in ENGINE_MODES.items():
         if mode in modes:
-            options = PipelineOptions(
-                intra_op_threads=session.intra_op_threads,
-                graph_optimization=session.graph_optimization,
-                session_config=session.entries,
-                stage_threads=stage_threads,
-                copy_threads=copy_threads,
-            )
+            options = _engine_options(session, stage_threads, copy_threads)
             for depth in depths:
                 results.append(bench_pipelined(model, device, work, depth, options, tick))
+    if "multi" in modes:
+        options = _engine_options(session, "auto", copy_threads)
+        for depth in depths:
+            results.append(bench_multi(model, multi_devices, work, depth, options, tick))
     return results
+
+
+def _engine_options(
+    session: SessionConfig, stage_threads: bool | Literal["auto"], copy_threads: CopyThreads
+) -> PipelineOptions:
+    """The engine modes' options: the run's session settings, issued as ``stage_threads`` says."""
+    return PipelineOptions(
+        intra_op_threads=session.intra_op_threads,
+        graph_optimization=session.graph_optimization,
+        session_config=session.entries,
+        stage_threads=stage_threads,
+        copy_threads=copy_threads,
+    )
 
 
 def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | None:
     """The stats a trace shows: the deepest pipelined run, else caller, else auto."""
     for mode in ENGINE_MODES:
-        rows = [r for r in results if r.mode == mode and r.stats is not None]
+        rows = [r for r in results if r.mode == mode and isinstance(r.stats, Stats)]
         if rows:
-            return max(rows, key=lambda r: r.depth or 0).stats
+            stats = max(rows, key=lambda r: r.depth or 0).stats
+            assert isinstance(stats, Stats)
+            return stats
     return None
 
 

@@ -470,6 +470,10 @@ class MultiStats:
         bound = self.bound_items_per_s
         return self.items_per_s / bound if bound > 0 else math.nan  # nan compares False
 
+    def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
+        """p50/p95/p99 ms of every stage's time a batch, over the devices' samples together."""
+        return self.to_dict()["stage_percentiles_ms"]
+
     def to_dict(self) -> dict[str, Any]:
         """Keys of :meth:`Stats.to_dict` for the whole run, and ``devices``: each device's, with its index."""
         shares = [0] * len(self.per_device) if self._delivered is None else self._delivered.batches_by_device

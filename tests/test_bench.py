@@ -150,3 +150,20 @@ def test_rows_are_compared_with_the_same_row_of_a_saved_run():
     text = format_comparison(compared, "old.json").splitlines()
     assert text[0] == "against old.json: items/s and p99 latency, this run / that one"
     assert "items/s 2.00x  p99 -" in text[1] and "not in that run" in text[2]
+
+
+def test_multi_mode_shares_the_workload_between_pipelines():
+    one, two = HostDevice(link_gbps=8.0), HostDevice(link_gbps=8.0)
+    work = Workload(_pool(), count=12, warmup=1)
+    results = run_modes(models.mlp(), one, work, depths=(1, 3), modes=["naive", "multi"], multi_devices=[one, two])
+    assert [(r.mode, r.depth) for r in results] == [("naive", None), ("multi", 1), ("multi", 3)]
+    for row in results[1:]:
+        assert row.batches == 12 and row.items == 48 and row.stats is not None and row.stats.batches == 12
+        shares = row.to_dict()["devices"]
+        assert sum(d["batches_delivered"] for d in shares) == 12
+        assert all(d["batches"] >= 1 for d in shares)  # each warmed by itself before the timed run
+    assert "multi" in format_table(results)
+    with pytest.raises(ValueError, match="two pipelines or more"):
+        run_modes(models.mlp(), one, work, modes=["multi"], multi_devices=[one])
+    one.close()
+    two.close()

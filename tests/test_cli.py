@@ -377,3 +377,23 @@ def test_bench_data_for_several_inputs_needs_names_and_equal_rows(tmp_path, caps
     np.savez(tmp_path / "uneven.npz", **uneven)
     assert main([*argv, "--data", str(tmp_path / "uneven.npz")]) == 2
     assert "--data arrays differ in rows" in capsys.readouterr().err
+
+
+def test_bench_on_several_devices_adds_the_multi_rows(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "mlp", "--batches", "8", "--warmup", "1", "--depth", "2", "--modes", "naive", "--no-progress"]
+    assert main([*argv, "--device", "cpu,cpu", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "multi: 2 pipelines on host, host" in out
+    data = json.loads(path.read_text())
+    assert [r["mode"] for r in data["results"]] == ["naive", "multi"]
+    assert data["multi_devices"] == ["host", "host"]
+    multi = data["results"][1]
+    assert multi["batches"] == 8 and len(multi["devices"]) == 2 and multi["latency_ms"]["p99"] > 0
+    assert main([*argv, "--device", "cpu", "--instances", "3", "--json", str(path)]) == 0
+    assert len(json.loads(path.read_text())["results"][1]["devices"]) == 3
+
+
+def test_bench_multi_mode_needs_two_pipelines(capsys):
+    assert main(["bench", "mlp", "--batches", "2", "--modes", "multi", "--device", "cpu", "--no-progress"]) != 0
+    assert "two pipelines or more" in capsys.readouterr().err

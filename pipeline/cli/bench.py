@@ -31,7 +31,7 @@ from ..bench import (
     run_modes,
     spread_line,
 )
-from ..devices import Device, HostDevice, cuda_unavailable_reason, resolve_device
+from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -59,7 +59,18 @@ def add_bench(sub: Any) -> None:
         default=DEFAULT_MODEL,
         help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
     )
-    bench.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    bench.add_argument(
+        "--device",
+        default="auto",
+        help="auto (default), cpu, cuda, cuda:N; several (cuda:0,cuda:1, cuda:all) add the multi mode over "
+        "them all, the other modes running on the first",
+    )
+    bench.add_argument(
+        "--instances",
+        type=positive(int),
+        default=1,
+        help="pipelines on each device in the multi mode (2 or more add it: sessions sharing one GPU)",
+    )
     bench.add_argument(
         "--batch-size",
         type=batch_sizes,
@@ -142,14 +153,29 @@ def add_bench(sub: Any) -> None:
     sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
 
 
-def _bench_device(args: argparse.Namespace) -> tuple[Device, str]:
+def _bench_devices(args: argparse.Namespace) -> tuple[list[Device], str]:
+    """The devices --device names (each its own emulated link on the host), and why the first was chosen."""
+    made: list[tuple[Device, str]] = []
+    try:
+        for spec in device_specs(args.device):
+            made.append(_bench_device(args, spec))
+    except BaseException:
+        for device, _ in made:
+            device.close()
+        raise
+    return [device for device, _ in made], made[0][1]
+
+
+def _bench_device(args: argparse.Namespace, spec: str | Device) -> tuple[Device, str]:
+    if isinstance(spec, Device):  # pragma: no cover - device_specs of a command line gives names
+        return spec, "a device object"
     provider_options = dict(args.provider_option)
-    if args.link_gbps is not None and args.device in ("auto", "cpu", "host"):
+    if args.link_gbps is not None and spec in ("auto", "cpu", "host"):
         if provider_options:
             raise PipelineError("--provider-option sets ORT's CUDA provider: it does not apply to --link-gbps")
         device = HostDevice(link_gbps=args.link_gbps, latency_us=args.latency_us)
         return device, "host device with an emulated link (--link-gbps)"
-    if args.device == "auto":
+    if spec == "auto":
         reason = cuda_unavailable_reason(0)
         if reason is None:
             return resolve_device("cuda:0", provider_options), "CUDA found"
@@ -157,7 +183,7 @@ def _bench_device(args: argparse.Namespace) -> tuple[Device, str]:
             raise PipelineError(f"--provider-option sets ORT's CUDA provider, and there is no CUDA here: {reason}")
         device = HostDevice(link_gbps=DEFAULT_LINK_GBPS, latency_us=args.latency_us)
         return device, f"no CUDA ({reason}); host device with an emulated {DEFAULT_LINK_GBPS:g} GB/s link"
-    return resolve_device(args.device, provider_options), f"--device {args.device}"
+    return resolve_device(spec, provider_options), f"--device {spec}"
 
 
 def add_constant_option(parser: Any) -> None:
@@ -365,7 +391,7 @@ def _describe(info: dict[str, Any]) -> str:
 
 def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
     """Timed runs a bench makes: one per baseline, one per depth of each engine mode."""
-    engine = sum(mode in ENGINE_MODES for mode in modes)
+    engine = sum(mode in ENGINE_MODES or mode == "multi" for mode in modes)
     return len(modes) - engine + engine * len(depths)
 
 
@@ -375,7 +401,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if (args.trace or args.plot) and not any(mode in ENGINE_MODES for mode in args.modes):
         raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
     baseline = _load_baseline(args.baseline)
-    device, why = _bench_device(args)
+    devices, why = _bench_devices(args)
+    try:
+        return _bench(args, baseline, devices, why)
+    finally:
+        for device in devices:
+            device.close()
+
+
+def _multi_devices(args: argparse.Namespace, devices: list[Device]) -> list[Device]:
+    """The multi mode's pipelines, a device each (--instances of every --device); adds the mode where they are 2+."""
+    pipelines = [device for device in devices for _ in range(args.instances)]
+    if len(pipelines) > 1 and "multi" not in args.modes:
+        args.modes = [*args.modes, "multi"]
+    if "multi" in args.modes and len(pipelines) < 2:
+        raise PipelineError("the multi mode needs two pipelines or more: name several --device, or --instances 2")
+    return pipelines if "multi" in args.modes else []
+
+
+def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: str) -> int:
+    device = devices[0]
+    multi = _multi_devices(args, devices)
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
     # the model is read and --data loaded once; every batch size's batches are made (and checked) before any run
@@ -386,6 +432,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sizes = ", ".join(map(str, args.batch_size))
     info = _device_line(device)
     print(f"device: {_describe(info)}  [{why}]")
+    if multi:
+        print(f"multi: {len(multi)} pipelines on {', '.join(d.name for d in multi)}")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
     print(f"model: {args.model}  batch size {sizes}, {amount} per mode, {args.warmup} warm-up")
     progress = Progress(
@@ -393,7 +441,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         total=count * _runs(args.modes, args.depth) * len(workloads) if count else None,
         enabled=False if args.no_progress else None,
     )
-    results, traced = _run_workloads(args, device, workloads, progress.tick)
+    results, traced = _run_workloads(args, device, workloads, progress.tick, multi)
     progress.close()
     print(format_table(results))
     for line in (fastest_line(results), spread_line(results)):
@@ -406,13 +454,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     ops = _profile(args, device, workloads[-1], constants) if args.profile_ops else None
     if ops is not None:
         print(ops)
-    _write_outputs(args, info, results, traced, ops, compared)
-    device.close()
+    _write_outputs(args, info, results, traced, ops, compared, [d.name for d in multi] or None)
     return 0
 
 
 def _run_workloads(
-    args: argparse.Namespace, device: Device, workloads: Sequence[tuple[Any, Workload, str | None]], tick: Any
+    args: argparse.Namespace,
+    device: Device,
+    workloads: Sequence[tuple[Any, Workload, str | None]],
+    tick: Any,
+    multi: Sequence[Device] = (),
 ) -> tuple[list[ModeResult], Any]:
     """Every mode at every batch size; and the stats the trace shows (of the last batch size)."""
     results: list[ModeResult] = []
@@ -429,6 +480,7 @@ def _run_workloads(
             session=_session_config(args),
             copy_threads=args.copy_threads,
             tick=tick,
+            multi_devices=multi,
         )
         results.extend(rows)
         traced = deepest_engine_run(rows)
@@ -519,6 +571,7 @@ def _write_outputs(
     stats: Any,
     ops: Any = None,
     compared: Any = None,
+    multi: list[str] | None = None,
 ) -> None:
     if args.json is not None:
         payload = {
@@ -529,6 +582,7 @@ def _write_outputs(
             "data": [path for _, path in args.data] or None,
             "constants": {name: values for name, values in args.constant} or None,
             "outputs": args.output_names,
+            "multi_devices": multi,
             "ort": {
                 "graph_optimization": args.graph_optimization,
                 "session_config": dict(args.session_option),
