@@ -15,8 +15,10 @@ copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
 by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
 iobinding, caller and auto: the detector whose outputs depend on the data,
 and the conv net at 1, 8, 32 and 128 frames a batch (where throughput stops
-growing with the batch size); last, ORT's profile of the conv net by operator
-(``convnet_ops``).
+growing with the batch size); the one-row identity and the conv net at 8
+frames as two pipelines on one GPU (``multi``: two sessions on two compute
+streams, against one from the caller's thread and auto); last, ORT's profile
+of the conv net by operator (``convnet_ops``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -61,6 +63,8 @@ from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
 DEPTHS = (1, 2, 3)
 #: the rows of the steps that are not about depth or issuing
 SHORT_MODES = ("naive", "iobinding", "caller", "auto")
+#: the rows of every other step: each mode on one device
+DEFAULT_SET_MODES = tuple(mode for mode in MODES if mode != "multi")
 
 
 def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
@@ -111,6 +115,22 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
             "modes": SHORT_MODES,
             "depths": DEPTHS[-1:],
         },
+        *(
+            {
+                # small batches: ORT's issuing on the host may limit one session; two share the GPU
+                "name": f"{name}, 2 pipelines on one device",
+                "model": model,
+                "batch": batch,
+                "modes": ("caller", "auto", "multi"),
+                "depths": DEPTHS[-1:],
+                "instances": 2,
+                "seconds_scale": 0.5,
+            }
+            for name, model, batch in (
+                ("tiny identity", models.identity(features=4), lambda i: {"x": rand(i, (1, 4))}),
+                ("convnet, 8 frames", models.convnet(), lambda i: {"frames": rand(i, (8, 3, size, size))}),
+            )
+        ),
         *(
             {
                 "name": f"convnet batch sweep, {n} frames",
@@ -189,8 +209,9 @@ def _model_step(
             device,
             Workload(pool, count=None, duration=seconds * entry.get("seconds_scale", 1.0), warmup=3),
             depths=entry.get("depths", DEPTHS),
-            modes=entry.get("modes", MODES),
+            modes=entry.get("modes", DEFAULT_SET_MODES),
             copy_threads=copy_threads,
+            multi_devices=[device] * entry.get("instances", 0),
         )
         print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
         report["models"].append(
