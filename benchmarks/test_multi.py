@@ -49,3 +49,24 @@ def test_devices_share_a_copy_bound_run(benchmark, config):
         f"\n{config}: {stats['items_per_s']:,.0f} items/s ({stats['batches_per_s']:,.0f} batches/s), "
         f"efficiency {stats['efficiency']:.2f} against the devices' bounds added up, batches a pipeline {shares}"
     )
+
+
+@pytest.mark.parametrize(("pipelines", "threads"), [(1, 1), (2, 1), (1, 2)], ids=["1x1", "2x1", "1x2"])
+def test_sessions_share_the_cpu(benchmark, pipelines, threads):
+    """Compute-bound on the CPU backend: one session on one ORT thread, two
+    sessions of one thread each (two pipelines), one session on two threads."""
+    device = HostDevice()
+    batch = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)
+    batches = [batch] * 100
+    options = PipelineOptions(intra_op_threads=threads)
+    with MultiPipeline(models.busy(features=256, layers=8), [device] * pipelines, options=options) as pipe:
+        list(pipe.map(batches[:6]))
+
+        def run() -> None:
+            for _ in pipe.map_with(batches, lambda i, r, v: None):
+                pass
+
+        benchmark.pedantic(run, rounds=3, iterations=1)
+        stats = pipe.stats.to_dict()
+    benchmark.extra_info.update(pipelines=pipelines, threads=threads, items_per_s=stats["items_per_s"])
+    print(f"\n{pipelines} pipeline(s), {threads} ORT thread(s) each: {stats['items_per_s']:,.0f} items/s")
