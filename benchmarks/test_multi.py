@@ -18,6 +18,19 @@ ROWS, FEATURES = 64, 1024  # 256 KiB of float32 a batch
 LINK_GBPS = 0.25
 BATCHES = 300
 
+
+def _timed(benchmark, pipe: MultiPipeline, batches: list[np.ndarray]) -> dict:
+    """Three timed rounds of ``batches`` after a warm-up; the last round's stats."""
+    list(pipe.map(batches[:6]))
+
+    def run() -> None:
+        for _ in pipe.map_with(batches, lambda i, r, v: None):
+            pass
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    return pipe.stats.to_dict()
+
+
 #: config name -> how many devices, and pipelines per device
 CONFIGS = {"one device": (1, 1), "two devices": (2, 1), "two pipelines on one device": (1, 2)}
 
@@ -31,14 +44,7 @@ def test_devices_share_a_copy_bound_run(benchmark, config):
     targets = [device for device in devices for _ in range(per_device)]
     options = PipelineOptions(intra_op_threads=1)
     with MultiPipeline(models.identity(features=FEATURES), targets, depth=3, options=options) as pipe:
-        list(pipe.map(batches[:6]))
-
-        def run() -> None:
-            for _ in pipe.map_with(batches, lambda i, r, v: None):
-                pass
-
-        benchmark.pedantic(run, rounds=3, iterations=1)
-        stats = pipe.stats.to_dict()
+        stats = _timed(benchmark, pipe, batches)
     for device in devices:
         device.close()
     shares = [d["batches_delivered"] for d in stats["devices"]]
@@ -60,13 +66,6 @@ def test_sessions_share_the_cpu(benchmark, pipelines, threads):
     batches = [batch] * 100
     options = PipelineOptions(intra_op_threads=threads)
     with MultiPipeline(models.busy(features=256, layers=8), [device] * pipelines, options=options) as pipe:
-        list(pipe.map(batches[:6]))
-
-        def run() -> None:
-            for _ in pipe.map_with(batches, lambda i, r, v: None):
-                pass
-
-        benchmark.pedantic(run, rounds=3, iterations=1)
-        stats = pipe.stats.to_dict()
+        stats = _timed(benchmark, pipe, batches)
     benchmark.extra_info.update(pipelines=pipelines, threads=threads, items_per_s=stats["items_per_s"])
     print(f"\n{pipelines} pipeline(s), {threads} ORT thread(s) each: {stats['items_per_s']:,.0f} items/s")

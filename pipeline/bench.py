@@ -257,12 +257,7 @@ def bench_pipelined(
     ) as pipe:
         for _ in pipe.map_with(work.warm(), _discard):
             pass
-        counted = _Counted(work.timed(tick))
-        start = time.perf_counter()
-        for _ in pipe.map_with(counted, _discard):
-            pass
-        seconds = time.perf_counter() - start
-        return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
+        return _timed(mode, depth, pipe, work, tick)
 
 
 def bench_multi(
@@ -282,12 +277,17 @@ def bench_multi(
         for each in pipe.pipelines:  # each device warmed by itself: shared, one might get no warm batch
             for _ in each.map_with(work.warm(), _discard):
                 pass
-        counted = _Counted(work.timed(tick))
-        start = time.perf_counter()
-        for _ in pipe.map_with(counted, _discard):
-            pass
-        seconds = time.perf_counter() - start
-        return ModeResult("multi", depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
+        return _timed("multi", depth, pipe, work, tick)
+
+
+def _timed(mode: str, depth: int, pipe: Pipeline | MultiPipeline, work: Workload, tick: Any) -> ModeResult:
+    """The timed batches of ``work`` through a warmed pipeline, as one row."""
+    counted = _Counted(work.timed(tick))
+    start = time.perf_counter()
+    for _ in pipe.map_with(counted, _discard):
+        pass
+    seconds = time.perf_counter() - start
+    return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
 
 
 class _Counted:
