@@ -14,6 +14,13 @@ to allocate (no probe run per shape).  A batch that does not fit
 (:class:`SlotsOutgrown`) makes the pipeline finish the batches before it and
 carry on with slots grown to hold both.
 
+NOTE [ static shapes ]: ``PipelineOptions(static_shapes=True)`` (and CUDA
+graphs, which need it) runs every batch at one shape, the slots': a short
+batch is padded (its outputs sliced), and a batch with more rows than the
+slots or other dims beyond the batch dim is refused instead of re-sizing the
+slots or being bound at its own shape.  A captured CUDA graph replays fixed
+addresses and shapes; cuDNN and TensorRT tune once per shape.
+
 Every check runs before a batch touches a buffer and raises
 :class:`PipelineInputError` naming the batch, the input, what was expected
 and what came.
@@ -160,9 +167,14 @@ class Layout:
     """
 
     batch_size: int
-    pad: bool
+    pad: bool  # a short batch is padded to batch_size rows (else bound at its own)
     row_shapes: tuple[tuple[str, np.dtype, Shape], ...]  # (name, dtype, shape without dim 0)
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = ()  # (name, how, model dtype)
+    #: batch_size is the model's fixed batch dim: never more rows a run
+    fixed: bool = False
+    #: NOTE [ static shapes ]: every run at the slots' own shape; a batch that
+    #: would need other slots or another shape is refused, not run
+    static: bool = False
 
     @cached_property
     def input_names(self) -> tuple[str, ...]:
@@ -200,9 +212,10 @@ class Layout:
         """A checked batch's rows, and its row shapes where they are not the slots'
         (NOTE [ free dims ]); raises :class:`SlotsOutgrown` where the slots cannot hold it."""
         rows = next(iter(feeds.values())).shape[0]
-        if rows > self.batch_size and self.pad:
+        if rows > self.batch_size and (self.fixed or self.static):
+            why = "the model fixes its batch dim" if self.fixed else _STATIC_ROWS
             raise PipelineInputError(
-                "batch larger than the slots (the model fixes its batch dim)",
+                f"batch larger than the slots ({why})",
                 batch_index=index,
                 input_name=self.row_shapes[0][0],
                 expected=f"<= {self.batch_size} rows",
@@ -213,16 +226,31 @@ class Layout:
         if shapes == self.slot_rows:
             if rows <= self.batch_size:
                 return rows, None
+        elif self.static:
+            self._refuse_shape(index, shapes)
         elif rows <= self.batch_size and all(
             math.prod(got) <= math.prod(room) for got, room in zip(shapes, self.slot_rows, strict=True)
         ):
             return rows, shapes
         raise SlotsOutgrown(self._grown(rows, shapes))
 
+    def _refuse_shape(self, index: int | None, shapes: RowShapes) -> None:
+        """NOTE [ static shapes ]: a batch whose dims beyond the batch dim are not the slots'."""
+        for (name, _, row), got in zip(self.row_shapes, shapes, strict=True):
+            if got != row:
+                raise PipelineInputError(
+                    "with static shapes every batch has the first batch's dims beyond the batch dim "
+                    "(pad it to them: a CUDA graph replays one shape)",
+                    batch_index=index,
+                    input_name=name,
+                    expected=f"[N, {', '.join(map(str, row))}]",
+                    got=f"[N, {', '.join(map(str, got))}]",
+                )
+
     def holds(self, other: Layout) -> bool:
         """Whether these slots can take every batch ``other``'s can (so a new
         ``map()`` keeps them instead of making its own)."""
-        same_kind = (self.pad, self.preprocess) == (other.pad, other.preprocess) and [
+        same_kind = (self.pad, self.static, self.preprocess) == (other.pad, other.static, other.preprocess) and [
             (name, dtype) for name, dtype, _ in self.row_shapes
         ] == [(name, dtype) for name, dtype, _ in other.row_shapes]
         return (
@@ -246,6 +274,9 @@ class Layout:
         return self.batch_size if self.pad else rows
 
 
+_STATIC_ROWS = "with static shapes the slots are sized once: give batch_size, the most rows a batch has"
+
+
 def check_batch_size(batch_size: int | None, fixed_batch: int | None) -> None:
     """A batch size a model that fixes its batch dim can take (fewer rows are padded)."""
     if fixed_batch is not None and batch_size is not None and batch_size > fixed_batch:
@@ -263,18 +294,23 @@ def layout_for(
     fixed_batch: int | None,
     batch_size: int | None,
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = (),
+    static: bool = False,
 ) -> Layout:
-    """The layout implied by the first batch and the configured batch size."""
+    """The layout implied by the first batch and the configured batch size
+    (``static``: NOTE [ static shapes ]; short batches are padded then)."""
     rows = next(iter(feeds.values())).shape[0]
+    fixed = fixed_batch is not None
     if fixed_batch is not None:
         check_batch_size(batch_size, fixed_batch)
-        size, pad = fixed_batch, True
+        size = fixed_batch
     else:
-        size, pad = (batch_size if batch_size is not None else rows), False
+        size = batch_size if batch_size is not None else rows
     if size < 1:
         raise PipelineInputError("batch_size must be >= 1", got=size)
     row_shapes = tuple((spec.name, spec.dtype, tuple(feeds[spec.name].shape[1:])) for spec in inputs)
-    return Layout(batch_size=size, pad=pad, row_shapes=row_shapes, preprocess=preprocess)
+    return Layout(
+        batch_size=size, pad=fixed or static, row_shapes=row_shapes, preprocess=preprocess, fixed=fixed, static=static
+    )
 
 
 def split_rows(feeds: dict[str, np.ndarray], batch_size: int) -> Iterator[dict[str, np.ndarray]]:

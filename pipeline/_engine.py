@@ -67,7 +67,7 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 
 from ._batching import InputChecker, Layout, RowShapes, SlotsOutgrown
-from ._errors import PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
@@ -158,6 +158,10 @@ class _Failure:
     error: BaseException
 
 
+_GRAPH_RUN_FAILED = (
+    "{} (with CUDA graphs every output is preallocated at the shape the probe run gave: a model whose "
+    "output shapes depend on the data cannot run as a graph; run it with cuda_graph off)"
+)
 _END = object()
 _CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
 
@@ -576,8 +580,10 @@ class EngineRun(Generic[T]):
         try:
             self._bind(slot, work)
             try:
-                session.run_bound(slot.binding)
+                session.run_bound(slot.binding, slot.run_options)
             except Exception as exc:
+                if session.cuda_graph:  # NOTE [ CUDA graphs ]: no output ORT allocates
+                    raise ModelError(_GRAPH_RUN_FAILED.format(exc)) from exc
                 if work.row_shapes is not None:  # nothing was preallocated: nothing to retry
                     raise
                 work.allocated = self._rerun_allocating(slot, work, exc)  # maybe a data-dependent shape
@@ -619,7 +625,7 @@ class EngineRun(Generic[T]):
 
     def _retried(self, slot: DeviceSlot) -> bool:
         try:
-            self._session.run_bound(slot.binding)
+            self._session.run_bound(slot.binding, slot.run_options)
         except Exception:  # noqa: BLE001 - the first failure is the one reported
             return False
         return True

@@ -89,8 +89,14 @@ class MultiPipeline:
         self.depth = depth
         self.batch_size = batch_size
         self.pipelines: list[Pipeline] = []
+        specs = device_specs(devices)
+        if self.options.cuda_graph and len(specs) > 1:
+            raise ValueError(
+                "cuda_graph runs one pipeline at a time in a process: ORT captures a graph in CUDA's global mode, "
+                "when no other thread may call CUDA (and several pipelines have a thread each)"
+            )
         try:
-            for spec in device_specs(devices):
+            for spec in specs:
                 self.pipelines.append(
                     Pipeline(
                         model,

@@ -73,10 +73,25 @@ class PipelineOptions:
     #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
     #: (a CudaDevice object takes them itself)
     provider_options: Mapping[str, object] = field(default_factory=dict, hash=False)
+    #: NOTE [ static shapes ] in ``_batching``: every run at the slots' shape,
+    #: short batches padded; a batch that needs other slots or shapes refused
+    static_shapes: bool = False
+    #: NOTE [ CUDA graphs ] in ``_rings``: ORT captures each slot's run as a CUDA
+    #: graph and replays it (one launch instead of a kernel launch per node);
+    #: CUDA only, implies static_shapes, and "auto" issuing stays on the caller's thread
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
             raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
+        for name in ("static_shapes", "cuda_graph"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.cuda_graph and self.stage_threads is True:
+            raise ValueError(
+                "cuda_graph needs the caller's thread to issue every stage (stage_threads=False or 'auto'): "
+                "ORT captures a graph in CUDA's global mode, when no other thread may call CUDA"
+            )
         resolve_copy_threads(self.copy_threads)  # checks it
         self.session()  # checks the ORT options
 
@@ -86,7 +101,19 @@ class PipelineOptions:
             intra_op_threads=self.intra_op_threads,
             graph_optimization=self.graph_optimization,
             entries=dict(self.session_config),
+            cuda_graph=self.cuda_graph,
         )
+
+    @property
+    def static(self) -> bool:
+        """Every run at one shape: asked for, or needed by CUDA graphs."""
+        return self.static_shapes or self.cuda_graph
+
+    @property
+    def issuing(self) -> bool | Literal["auto"]:
+        """``stage_threads`` as the engine takes it: a CUDA graph is kept by the
+        thread that captured it, so "auto" does not hand over then."""
+        return False if self.cuda_graph and self.stage_threads == "auto" else self.stage_threads
 
 
 def _close_streams(streams: tuple[Any, ...]) -> None:
@@ -241,10 +268,15 @@ class Pipeline:
             raise PipelineStageError("source", 0, exc) from exc
         feeds = self.checker.feeds(0, first)
         layout = layout_for(
-            feeds, self.source_inputs, self.session.fixed_batch(), batch_size or self.batch_size, self._transforms
+            feeds,
+            self.source_inputs,
+            self.session.fixed_batch(),
+            batch_size or self.batch_size,
+            self._transforms,
+            static=self.options.static,
         )
         stats = Stats()  # one for the whole map(), whichever slots its batches go through
-        stats.issuing = _ISSUING[self.options.stage_threads]
+        stats.issuing = _ISSUING[self.options.issuing]
         source: Iterator[object] = itertools.chain([first], iterator)
         first_index = 0
         while True:
@@ -282,7 +314,7 @@ class Pipeline:
                 checker=self.checker,
                 source=source,
                 config=RunConfig(
-                    self.depth, self.options.timing, self.options.poll_s, self.options.stage_threads, self.copy_threads
+                    self.depth, self.options.timing, self.options.poll_s, self.options.issuing, self.copy_threads
                 ),
                 make_take=make_take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),

@@ -19,6 +19,21 @@ one :class:`DeviceSlot` with two guard events, one per stream.
 The session's constants (inputs that are not batched) are copied to the
 device once, when the rings are made, and only read after that: every slot
 binds the same buffers.
+
+NOTE [ CUDA graphs ]: with ``PipelineOptions(cuda_graph=True)`` ORT's CUDA EP
+captures a run as a CUDA graph and from then on replays it, one launch
+instead of one per kernel.  A graph replays the addresses and shapes it was
+captured with, and every slot has buffers of its own, so every slot gets a
+graph of its own: its run options carry a ``gpu_graph_id`` that no other
+slot, and no slot of earlier rings, was given (the old graphs point at freed
+buffers).  The binding of a slot never changes under static shapes (NOTE [
+static shapes ]), so each slot's graph is captured on its first runs and
+replayed after.  ORT keeps graphs per calling thread and captures in CUDA's
+global mode, where no other thread may call CUDA meanwhile: so the caller's
+thread issues every stage (``stage_threads`` False, or "auto", which then
+never hands over), a new thread would capture again, and one process runs
+one graph-capturing pipeline at a time.  Outputs whose shape depends on the
+data cannot be captured (ORT allocates them): such a model fails with graphs.
 """
 
 from __future__ import annotations
@@ -69,6 +84,8 @@ class DeviceSlot:
     #: preprocessed inputs in the model's dtype/layout, written and read on the compute stream
     model_inputs: dict[str, DeviceBuffer] = field(default_factory=dict)
     bound_key: tuple | None = None
+    #: this slot's run options (its CUDA graph's id) or None: the session's (NOTE [ CUDA graphs ])
+    run_options: Any = None
     inputs_free: Event | None = None  # the run that read the inputs
     outputs_free: Event | None = None  # the d2h that read the outputs
 
@@ -166,6 +183,7 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
             outputs={n: device.device_empty(b) for n, b in out_bytes.items()},
             binding=session.new_binding(),
             model_inputs={n: device.device_empty(b) for n, b in model_bytes.items()},
+            run_options=session.slot_run_options(),
         )
         for _ in range(depth)
     ]

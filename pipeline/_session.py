@@ -205,6 +205,8 @@ class SessionConfig:
     #: ORT's own profiler on, writing its trace-event JSON to files starting
     #: with this (``end_profiling`` names the file); None: off
     profile_prefix: str | None = None
+    #: ORT captures runs as CUDA graphs (NOTE [ CUDA graphs ] in ``_rings``)
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         if self.graph_optimization is not None and self.graph_optimization not in GRAPH_OPTIMIZATION:
@@ -252,10 +254,9 @@ class OrtSession:
         self.device = device
         self.compute_stream = compute_stream
         options = config.session_options()
+        providers = device.ort_providers(compute_stream, cuda_graph=config.cuda_graph)
         try:
-            self.session = ort.InferenceSession(
-                ort_model_arg(model), sess_options=options, providers=device.ort_providers(compute_stream)
-            )
+            self.session = ort.InferenceSession(ort_model_arg(model), sess_options=options, providers=providers)
         except ModelError:
             raise
         except Exception as exc:
@@ -263,19 +264,12 @@ class OrtSession:
         device.verify_session(self.session, compute_stream)
         self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
         self.outputs = _output_specs(self.session.get_outputs(), outputs)
-        self.run_options = ort.RunOptions()
-        # ORT's Python run_with_iobinding looks this key up on every call and a
-        # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
-        self.run_options.add_run_config_entry("gpu_graph_id", "-1")
-        if device.kind == "cuda":
-            # NOTE [ no device sync in Run ]: the engine records an event after
-            # Run returns and the d2h stream waits on it.
-            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        if config.log_severity >= 3:
-            # A failed run comes back as an exception with ORT's message; logged
-            # as well it is noise, and a data-dependent output's first mismatch
-            # with its probed shape is expected and handled.
-            self.run_options.log_severity_level = 4
+        self._quiet = config.log_severity >= 3
+        #: every run's options but the graph slots' (probe runs never capture)
+        self.run_options = self._new_run_options(-1)
+        #: ORT captures each slot's runs as a graph of its own (NOTE [ CUDA graphs ])
+        self.cuda_graph = config.cuda_graph
+        self._graph_ids = 0
         #: outputs whose shape was seen to depend on the data, not only on input shapes
         self.dynamic_outputs: frozenset[str] = frozenset()
         #: values of the inputs that are not batched, fed as they are to every run
@@ -375,8 +369,32 @@ class OrtSession:
         threads that read the set see the old one or the new one)."""
         self.dynamic_outputs = self.dynamic_outputs | frozenset(names)
 
-    def run_bound(self, binding: ort.IOBinding) -> None:
-        self.session.run_with_iobinding(binding, self.run_options)
+    def _new_run_options(self, graph_id: int) -> ort.RunOptions:
+        options = ort.RunOptions()
+        # ORT's Python run_with_iobinding looks this key up on every call and a
+        # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
+        options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        if self.device.kind == "cuda":
+            # NOTE [ no device sync in Run ]: the engine records an event after
+            # Run returns and the d2h stream waits on it.
+            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        if self._quiet:
+            # A failed run comes back as an exception with ORT's message; logged
+            # as well it is noise, and a data-dependent output's first mismatch
+            # with its probed shape is expected and handled.
+            options.log_severity_level = 4
+        return options
+
+    def slot_run_options(self) -> ort.RunOptions | None:
+        """The run options of a new slot: with CUDA graphs a graph id of its
+        own, never given before (NOTE [ CUDA graphs ]); else None, the shared ones."""
+        if not self.cuda_graph:
+            return None
+        self._graph_ids += 1
+        return self._new_run_options(self._graph_ids)
+
+    def run_bound(self, binding: ort.IOBinding, run_options: ort.RunOptions | None = None) -> None:
+        self.session.run_with_iobinding(binding, run_options or self.run_options)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A plain ``session.run`` (numpy in, numpy out): the reference and the naive baseline."""

@@ -71,3 +71,40 @@ def test_ort_profile_on_cuda_says_its_times_are_the_hosts(cuda):
     profile = profile_ops(models.convnet(), cuda, [models.example_batch("convnet", 8)], runs=3, warmup=2)
     assert "CUDAExecutionProvider" in {op.provider for op in profile.ops}
     assert profile.host_side and "not GPU time" in str(profile)
+
+
+def _graph_ids(pipe: Pipeline) -> set[str]:
+    return {slot.run_options.get_run_config_entry("gpu_graph_id") for slot in pipe._rings._all_device_slots}
+
+
+def test_cuda_graphs_replay_the_same_outputs(cuda):
+    """NOTE [ CUDA graphs ]: one graph per slot, captured on its first runs and
+    replayed after, also by a second map(); new slots get new graph ids."""
+    model = models.convnet()
+    batches = [models.example_batch("convnet", 8, seed)["frames"] for seed in range(9)]
+    batches.append(models.example_batch("convnet", 5, 99)["frames"])  # padded to 8
+    options = PipelineOptions(cuda_graph=True)
+    with Pipeline(model, device=cuda, depth=2, batch_size=8, options=options) as pipe:
+        session = pipe.session.session
+        assert session.get_provider_options()["CUDAExecutionProvider"]["enable_cuda_graph"] == "1"
+        first = list(pipe.map(batches))
+        again = list(pipe.map(batches))
+        assert pipe.stats.issuing == "caller thread"
+        assert _graph_ids(pipe) == {"1", "2"}
+        pipe.run(np.concatenate(batches[:4]), batch_size=16)  # other slots: graphs of their own
+        assert _graph_ids(pipe) == {"3", "4"}
+    for batch, a, b in zip(batches, first, again, strict=True):
+        want = reference(model, {"frames": batch})
+        assert_outputs_equal(a, want, cuda)
+        np.testing.assert_array_equal(a["logits"], b["logits"])
+
+
+def test_cuda_graphs_refuse_outputs_shaped_by_the_data(cuda):
+    """Either ORT refuses the graph when the session is made (a node off the CUDA
+    EP) or the first batch whose hits differ fails, saying why."""
+    from pipeline import ModelError, PipelineStageError
+
+    batches = [models.example_batch("detect", 16, seed) for seed in range(6)]
+    with pytest.raises((PipelineStageError, ModelError), match="graph"):
+        with Pipeline(models.detect(), device=cuda, depth=2, options=PipelineOptions(cuda_graph=True)) as pipe:
+            list(pipe.map(batches))

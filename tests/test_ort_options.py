@@ -77,7 +77,7 @@ def test_provider_options_need_a_cuda_device():
     [
         ({"user_compute_stream": "1"}, "'user_compute_stream' is set by ortpipe"),
         ({"device_id": "1"}, "'device_id' is set by ortpipe.*device='cuda:N'"),
-        ({"enable_cuda_graph": "1"}, "enable_cuda_graph is not supported"),
+        ({"enable_cuda_graph": "1"}, r"enable_cuda_graph is set by ortpipe: ask for PipelineOptions\(cuda_graph="),
         ({"use_tf32": [0]}, "takes a string or a number"),
         ({3: "1"}, "named by a non-empty string"),
     ],

@@ -127,10 +127,11 @@ class Device(abc.ABC):
         """A new event; ``timing=False`` is cheaper where no time is read."""
 
     @abc.abstractmethod
-    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+    def ort_providers(self, compute_stream: Stream | None, cuda_graph: bool = False) -> list[Any]:
         """The ``providers`` argument for an ORT session on this device.
 
-        With ``compute_stream`` the session's work is bound to that stream.
+        With ``compute_stream`` the session's work is bound to that stream;
+        ``cuda_graph``: ORT captures runs as CUDA graphs (a CUDA device's own).
         """
 
     @abc.abstractmethod

@@ -99,9 +99,12 @@ def checked_provider_options(options: Mapping[str, object]) -> dict[str, str]:
             raise ValueError(f"provider option {key!r} takes a string or a number, got {value!r}")
         checked[key] = str(value)
     if checked.get("enable_cuda_graph", "0").strip().lower() not in ("0", "false"):
-        # Every slot has buffers of its own, so one captured graph would replay
-        # into the first slot's addresses; ortpipe runs with graphs off.
-        raise ValueError("provider option enable_cuda_graph is not supported: ortpipe does not capture CUDA graphs")
+        # Every slot has buffers of its own: one captured graph would replay into
+        # the first slot's addresses.  The pipeline gives each slot its own graph.
+        raise ValueError(
+            "provider option enable_cuda_graph is set by ortpipe: ask for PipelineOptions(cuda_graph=True) "
+            "(--cuda-graph), which captures one graph per slot"
+        )
     return checked
 
 
@@ -260,8 +263,10 @@ class CudaDevice(Device):
         with self._cupy.cuda.Device(self.device_id):
             return CudaEvent(self._cupy, timing)
 
-    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+    def ort_providers(self, compute_stream: Stream | None, cuda_graph: bool = False) -> list[Any]:
         options = {"device_id": str(self.device_id), **self.provider_options}
+        if cuda_graph:  # NOTE [ CUDA graphs ]: one graph per slot, by its gpu_graph_id run option
+            options["enable_cuda_graph"] = "1"
         if compute_stream is not None:
             if not isinstance(compute_stream, CudaStream):
                 raise TypeError(f"the compute stream of a CUDA session must be a CUDA stream, got {compute_stream!r}")

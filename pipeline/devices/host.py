@@ -405,7 +405,12 @@ class HostDevice(Device):
     def event(self, timing: bool = True) -> HostEvent:
         return HostEvent(self._signal)
 
-    def ort_providers(self, compute_stream: Stream | None) -> list[Any]:
+    def ort_providers(self, compute_stream: Stream | None, cuda_graph: bool = False) -> list[Any]:
+        if cuda_graph:
+            raise ValueError(
+                "CUDA graphs need a CUDA device: the host device runs ORT's CPU provider (static_shapes=True "
+                "gives the same one-shape runs here)"
+            )
         return ["CPUExecutionProvider"]
 
     def describe(self) -> dict[str, Any]:
