@@ -17,7 +17,8 @@ iobinding, caller and auto: the detector whose outputs depend on the data,
 and the conv net at 1, 8, 32 and 128 frames a batch (where throughput stops
 growing with the batch size); the one-row identity and the conv net at 8
 frames as two pipelines on one GPU (``multi``: two sessions on two compute
-streams, against one from the caller's thread and auto); last, ORT's profile
+streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
+from the caller's thread and auto; last, ORT's profile
 of the conv net by operator (``convnet_ops``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
@@ -64,7 +65,7 @@ DEPTHS = (1, 2, 3)
 #: the rows of the steps that are not about depth or issuing
 SHORT_MODES = ("naive", "iobinding", "caller", "auto")
 #: the rows of every other step: each mode on one device
-DEFAULT_SET_MODES = tuple(mode for mode in MODES if mode != "multi")
+DEFAULT_SET_MODES = tuple(mode for mode in MODES if mode not in ("graph", "multi"))
 
 
 def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
@@ -117,11 +118,12 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
         },
         *(
             {
-                # small batches: ORT's issuing on the host may limit one session; two share the GPU
-                "name": f"{name}, 2 pipelines on one device",
+                # small batches: ORT's issuing on the host may limit one session; CUDA graphs
+                # replay it in one launch, two sessions share the GPU
+                "name": f"{name}: CUDA graphs, 2 pipelines on one device",
                 "model": model,
                 "batch": batch,
-                "modes": ("caller", "auto", "multi"),
+                "modes": ("caller", "auto", *(("graph",) if gpu else ()), "multi"),
                 "depths": DEPTHS[-1:],
                 "instances": 2,
                 "seconds_scale": 0.5,

@@ -12,6 +12,10 @@
   (``stage_threads="auto"``): the calling thread until stage threads would
   pay, then they (not in :data:`DEFAULT_MODES`: it is one of the two above,
   chosen by measuring; its row's stats say which);
+* ``graph`` - the engine from the calling thread with CUDA graphs
+  (``PipelineOptions(cuda_graph=True)``: one captured graph a slot,
+  replayed), at each requested depth; CUDA only: beside ``caller`` it says
+  what the graphs save;
 * ``multi`` - a :class:`~pipeline.MultiPipeline` over several devices, or
   several pipelines on one (issued as by default), at each requested depth:
   how throughput scales with GPUs or with sessions on one GPU.
@@ -44,7 +48,7 @@ from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
 
-MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "multi")
+MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "graph", "multi")
 DEFAULT_MODES = MODES[:4]
 #: the modes that run ortpipe's engine, and the ``stage_threads`` of each
 ENGINE_MODES: dict[str, bool | Literal["auto"]] = {"pipelined": True, "caller": False, "auto": "auto"}
@@ -249,9 +253,14 @@ def bench_pipelined(
     options: PipelineOptions | None = None,
     tick: Any = None,
 ) -> ModeResult:
-    """The engine at ``depth``; the mode is named by ``options.stage_threads``."""
+    """The engine at ``depth``; the mode is named by ``options``: ``graph`` with
+    CUDA graphs, else by ``stage_threads``."""
     options = options or PipelineOptions(stage_threads=True)
-    mode = next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
+    mode = (
+        "graph"
+        if options.cuda_graph
+        else next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
+    )
     with Pipeline(
         model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
@@ -339,6 +348,10 @@ def run_modes(
             options = _engine_options(session, stage_threads, copy_threads)
             for depth in depths:
                 results.append(bench_pipelined(model, device, work, depth, options, tick))
+    if "graph" in modes:
+        options = _engine_options(session, False, copy_threads, cuda_graph=True)
+        for depth in depths:
+            results.append(bench_pipelined(model, device, work, depth, options, tick))
     if "multi" in modes:
         options = _engine_options(session, "auto", copy_threads)
         for depth in depths:
@@ -347,7 +360,7 @@ def run_modes(
 
 
 def _engine_options(
-    session: SessionConfig, stage_threads: bool | Literal["auto"], copy_threads: CopyThreads
+    session: SessionConfig, stage_threads: bool | Literal["auto"], copy_threads: CopyThreads, cuda_graph: bool = False
 ) -> PipelineOptions:
     """The engine modes' options: the run's session settings, issued as ``stage_threads`` says."""
     return PipelineOptions(
@@ -356,6 +369,7 @@ def _engine_options(
         session_config=session.entries,
         stage_threads=stage_threads,
         copy_threads=copy_threads,
+        cuda_graph=cuda_graph,
     )
 
 

@@ -397,3 +397,12 @@ def test_bench_on_several_devices_adds_the_multi_rows(tmp_path, capsys):
 def test_bench_multi_mode_needs_two_pipelines(capsys):
     assert main(["bench", "mlp", "--batches", "2", "--modes", "multi", "--device", "cpu", "--no-progress"]) != 0
     assert "two pipelines or more" in capsys.readouterr().err
+
+
+def test_bench_graph_mode_needs_cuda(capsys):
+    from pipeline import cuda_unavailable_reason
+
+    if cuda_unavailable_reason(0) is None:
+        pytest.skip("a GPU is here: the graph mode runs (tests/test_cuda.py)")
+    assert main(["bench", "mlp", "--batches", "2", "--modes", "caller,graph", "--device", "cpu", "--no-progress"]) != 0
+    assert "the graph mode captures CUDA graphs: it needs a CUDA device" in capsys.readouterr().err

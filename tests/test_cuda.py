@@ -108,3 +108,12 @@ def test_cuda_graphs_refuse_outputs_shaped_by_the_data(cuda):
     with pytest.raises((PipelineStageError, ModelError), match="graph"):
         with Pipeline(models.detect(), device=cuda, depth=2, options=PipelineOptions(cuda_graph=True)) as pipe:
             list(pipe.map(batches))
+
+
+def test_bench_graph_rows_beside_caller(cuda):
+    from pipeline.bench import Workload, run_modes
+
+    pool = [models.example_batch("convnet", 8, seed) for seed in range(2)]
+    rows = run_modes(models.convnet(), cuda, Workload(pool, count=10, warmup=3), depths=(2,), modes=["caller", "graph"])
+    assert [(r.mode, r.depth) for r in rows] == [("caller", 2), ("graph", 2)]
+    assert rows[1].batches == 10 and rows[1].stats is not None and rows[1].stats.batches == 10

@@ -36,8 +36,8 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "tiny identity",
         "copy-bound identity, 1 copy thread",
         "detect (data-dependent outputs)",
-        "tiny identity, 2 pipelines on one device",
-        "convnet, 8 frames, 2 pipelines on one device",
+        "tiny identity: CUDA graphs, 2 pipelines on one device",
+        "convnet, 8 frames: CUDA graphs, 2 pipelines on one device",
         "convnet batch sweep, 1 frames",
         "convnet batch sweep, 4 frames",
     ]
@@ -46,6 +46,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     *main_set, one_copy_thread, detect, tiny_two, convnet_two, sweep_1, sweep_4 = report["models"]
     short = [("naive", None), ("iobinding", None), ("caller", 3), ("auto", 3)]
     for entry in (tiny_two, convnet_two):
+        # without a GPU there is no graph row
         assert [(r["mode"], r["depth"]) for r in entry["results"]] == [("caller", 3), ("auto", 3), ("multi", 3)]
         assert len(entry["results"][-1]["devices"]) == 2
     for entry, rows in ((detect, 16), (sweep_1, 1), (sweep_4, 4)):

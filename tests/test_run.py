@@ -599,3 +599,19 @@ def test_run_on_several_devices_writes_every_row_in_order(tmp_path, capsys, scor
     one, two = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "two.parquet")
     assert two.num_rows == 4100
     assert two.equals(one.slice(0, 4100))
+
+
+def test_run_static_shapes_pads_the_last_batch_and_cuda_graph_needs_cuda(tmp_path, capsys):
+    from pipeline import cuda_unavailable_reason
+
+    path = _npy(tmp_path / "in.npy", (100, 64))
+    output = tmp_path / "out.npy"
+    argv = ["run", "mlp", "--input", str(path), "--output", str(output), "--batch-size", "32", "--no-progress"]
+    assert main([*argv, "--device", "cpu", "--static-shapes"]) == 0
+    want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
+    if cuda_unavailable_reason(0) is None:
+        return
+    capsys.readouterr()
+    assert main([*argv, "--device", "cpu", "--cuda-graph"]) != 0
+    assert "CUDA graphs need a CUDA device" in capsys.readouterr().err

@@ -88,7 +88,8 @@ def add_bench(sub: Any) -> None:
         type=choices_of(MODES, "--modes"),
         default=list(DEFAULT_MODES),
         help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}; caller = the engine with no "
-        "stage threads, auto = as Pipeline issues by default)",
+        "stage threads, auto = as Pipeline issues by default, graph = caller with CUDA graphs (CUDA only), "
+        "multi = several pipelines, see --device and --instances)",
     )
     bench.add_argument(
         "--link-gbps",
@@ -391,7 +392,7 @@ def _describe(info: dict[str, Any]) -> str:
 
 def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
     """Timed runs a bench makes: one per baseline, one per depth of each engine mode."""
-    engine = sum(mode in ENGINE_MODES or mode == "multi" for mode in modes)
+    engine = sum(mode in ENGINE_MODES or mode in ("graph", "multi") for mode in modes)
     return len(modes) - engine + engine * len(depths)
 
 
@@ -421,6 +422,8 @@ def _multi_devices(args: argparse.Namespace, devices: list[Device]) -> list[Devi
 
 def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: str) -> int:
     device = devices[0]
+    if "graph" in args.modes and device.kind != "cuda":
+        raise PipelineError(f"the graph mode captures CUDA graphs: it needs a CUDA device, not {device.name}")
     multi = _multi_devices(args, devices)
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)

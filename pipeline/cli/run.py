@@ -100,6 +100,16 @@ def add_run(sub: Any) -> None:
         action="store_true",
         help="a folder of images: leave out files that cannot be decoded (listed at the end) instead of stopping",
     )
+    run.add_argument(
+        "--static-shapes",
+        action="store_true",
+        help="every batch at one shape: the last, short one padded (cuDNN and TensorRT tune one shape)",
+    )
+    run.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="CUDA only: ORT captures each slot's run as a CUDA graph and replays it (implies --static-shapes)",
+    )
     add_constant_option(run)
     add_ort_options(run)
     add_output_names_option(run)
@@ -153,6 +163,8 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
         intra_op_threads=args.threads,
         stage_threads=ISSUING[args.issuing],
         copy_threads=args.copy_threads,
+        static_shapes=args.static_shapes,
+        cuda_graph=args.cuda_graph,
         **ort_options(args),
     )
     devices = device_specs(args.device)
