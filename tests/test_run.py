@@ -337,7 +337,7 @@ def models_inputs():
         return pipe.source_inputs
 
 
-@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark"])
+@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark", "several_devices"])
 def test_examples_run(tmp_path, name, capsys):
     if name == "video_frames":
         pytest.importorskip("av", reason="the video example needs PyAV")
