@@ -36,7 +36,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._errors import PipelineInputError
+from ._errors import ModelError, PipelineInputError
 from ._preprocess import Preprocess
 from ._session import Shape, TensorSpec, nbytes_of
 
@@ -299,15 +299,50 @@ def layout_for(
     """The layout implied by the first batch and the configured batch size
     (``static``: NOTE [ static shapes ]; short batches are padded then)."""
     rows = next(iter(feeds.values())).shape[0]
+    row_shapes = tuple((spec.name, spec.dtype, tuple(feeds[spec.name].shape[1:])) for spec in inputs)
+    return _slots_of(row_shapes, fixed_batch, batch_size, rows, preprocess, static)
+
+
+def layout_of_model(
+    inputs: tuple[TensorSpec, ...],
+    fixed_batch: int | None,
+    batch_size: int | None,
+    preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = (),
+    static: bool = False,
+) -> Layout:
+    """The layout of slots that are filled in place (NOTE [ filled slots ] in
+    ``_engine``): no batch comes first, so every dim comes from the model."""
+    if fixed_batch is None and batch_size is None:
+        raise ValueError("map_filled() needs batch_size (the rows of a slot) for a model with a dynamic batch dim")
+    row_shapes = []
+    for spec in inputs:
+        row = tuple(dim for dim in spec.shape[1:] if isinstance(dim, int))
+        if len(row) != spec.rank - 1:
+            raise ModelError(
+                f"input {spec.name!r} is {spec.describe_shape()}: map_filled() sizes the slots from the model, "
+                "so every dim beyond the batch dim must be a number (use map() for free dims)"
+            )
+        row_shapes.append((spec.name, spec.dtype, row))
+    return _slots_of(tuple(row_shapes), fixed_batch, batch_size, 0, preprocess, static)
+
+
+def _slots_of(
+    row_shapes: tuple[tuple[str, np.dtype, Shape], ...],
+    fixed_batch: int | None,
+    batch_size: int | None,
+    first_rows: int,
+    preprocess: tuple[tuple[str, Preprocess, np.dtype], ...],
+    static: bool,
+) -> Layout:
+    """Slots of the model's fixed batch dim, else of ``batch_size``, else of the first batch's rows."""
     fixed = fixed_batch is not None
     if fixed_batch is not None:
         check_batch_size(batch_size, fixed_batch)
         size = fixed_batch
     else:
-        size = batch_size if batch_size is not None else rows
+        size = batch_size if batch_size is not None else first_rows
     if size < 1:
         raise PipelineInputError("batch_size must be >= 1", got=size)
-    row_shapes = tuple((spec.name, spec.dtype, tuple(feeds[spec.name].shape[1:])) for spec in inputs)
     return Layout(
         batch_size=size, pad=fixed or static, row_shapes=row_shapes, preprocess=preprocess, fixed=fixed, static=static
     )

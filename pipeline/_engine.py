@@ -38,6 +38,14 @@ the copy is all in ``h2d``).  The caller's arrays are not referenced once
 Padded, free-shape, strided and byte-swapped batches, and every other
 stream, are staged as usual.
 
+NOTE [ filled slots ]: ``Pipeline.map_filled(fill)`` has no source of
+arrays: ``fill(index, slot)`` writes batch ``index`` straight into the
+page-locked arrays of its pinned-in slot (typed views of ``batch_size`` rows)
+and returns how many rows it wrote.  It is called once that slot's last h2d
+is done, the same host guard the staging copy waits on, so the batch skips a
+host copy: a decoder or a feature computation writes where the copy engine
+reads.  The time inside ``fill`` is the ``source`` stage; ``stage`` is 0.
+
 NOTE [ data-dependent outputs ]: an output whose shape depends on the data
 (a detector's boxes after NMS, NonZero) cannot be preallocated: a run into a
 buffer of its probed shape fails once the data asks for another.  Such a
@@ -57,6 +65,7 @@ from ORT's values when it is delivered.
 from __future__ import annotations
 
 import collections
+import operator
 import queue
 import threading
 import time
@@ -166,6 +175,9 @@ _END = object()
 _CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
 
 Take = Callable[[int, int, dict[str, np.ndarray]], T]
+#: NOTE [ filled slots ]: ``fill(index, slot)`` writes batch ``index`` into the
+#: pinned-in arrays of ``slot`` and returns the rows it wrote, or None at the end
+Fill = Callable[[int, dict[str, np.ndarray]], int | None]
 #: makes a run's ``take`` from the run's host copier (NOTE [ parallel host copies ])
 MakeTake = Callable[[HostCopier], Take[T]]
 
@@ -173,6 +185,24 @@ MakeTake = Callable[[HostCopier], Take[T]]
 def _as_laid_out(array: np.ndarray) -> bool:
     """The array's bytes are those of its slot: C order, native byte order (NOTE [ inline h2d ])."""
     return array.flags.c_contiguous and array.dtype.isnative
+
+
+def _rows_written(value: object, index: int, batch_size: int) -> int:
+    """What a ``fill`` returned, as rows (0: the end), or why it cannot be (NOTE [ filled slots ])."""
+    if value is None:
+        return 0
+    try:
+        rows = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        rows = -1
+    if isinstance(value, bool) or not 0 <= rows <= batch_size:
+        raise PipelineInputError(
+            "fill() returns the rows it wrote into the slot, or None (or 0) when there are no more",
+            batch_index=index,
+            expected=f"an int in 0..{batch_size} or None",
+            got=repr(value),
+        )
+    return rows
 
 
 def copy_outputs(copier: HostCopier) -> Take[dict[str, np.ndarray]]:
@@ -214,6 +244,7 @@ class EngineRun(Generic[T]):
         on_batch: Callable[[BatchTrace], None] | None = None,
         on_hand_over: Callable[[int], None] | None = None,
         first_index: int = 0,
+        fill: Fill | None = None,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -222,6 +253,7 @@ class EngineRun(Generic[T]):
         self._layout: Layout = rings.layout
         self._checker = checker
         self._iterator = iter(source)
+        self._fill = fill  # NOTE [ filled slots ]: batches written into the slots, not taken from source
         self._config = config
         self._copier = HostCopier(config.copy_threads)
         self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
@@ -314,6 +346,8 @@ class EngineRun(Generic[T]):
         its ``_Work``, or ``_END``, a ``_Failure``, or None once stopped."""
         if self._stop.is_set():
             return None
+        if self._fill is not None:
+            return self._produce_filled(index)
         t_ask = time.perf_counter()
         try:
             batch = next(iterator)
@@ -345,26 +379,38 @@ class EngineRun(Generic[T]):
         t_submit: float,
         source_s: float,
     ) -> _Work | None:
-        layout = self._layout
-        bound = layout.bound_rows(rows)
+        bound = self._layout.bound_rows(rows)
         t_wait = time.perf_counter()
-        pinned: PinnedInSlot | None = None
         if self._h2d_inline and shapes is None and bound == rows and all(map(_as_laid_out, feeds.values())):
             # NOTE [ inline h2d ]: the copy reads the batch itself
-            sources: dict[str, np.ndarray] = feeds
-            t_stage = t_staged = t_wait
-        else:
-            pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
-            if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
-                return None
-            t_stage = time.perf_counter()
-            self._stage(pinned, feeds, rows, bound, shapes)
-            t_staged = time.perf_counter()
-            sources = pinned.arrays
+            return self._send(index, feeds, None, rows, bound, shapes, (t_submit, source_s, t_wait, 0.0, 0.0))
+        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+            return None
+        t_stage = time.perf_counter()
+        self._stage(pinned, feeds, rows, bound, shapes)
+        t_staged = time.perf_counter()
+        times = (t_submit, source_s, t_staged, t_staged - t_stage, t_stage - t_wait)
+        return self._send(index, pinned.arrays, pinned, rows, bound, shapes, times)
+
+    def _send(
+        self,
+        index: int,
+        sources: dict[str, np.ndarray],
+        pinned: PinnedInSlot | None,
+        rows: int,
+        bound: int,
+        shapes: RowShapes | None,
+        times: tuple[float, float, float, float, float],
+    ) -> _Work | None:
+        """The h2d of a batch whose ``bound`` rows are in ``sources`` (a pinned-in
+        slot's arrays, or the batch itself), once a device slot is free.
+        ``times``: submitted, source seconds, staged, stage seconds, waits so far."""
         slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
         if slot is None:
             return None
         t_slot = time.perf_counter()
+        t_submit, source_s, t_staged, stage_s, wait_s = times
         events = BatchEvents.new(self._device, self._config.timing)
         link = self._streams.h2d
         nbytes, total_bytes = self._input_nbytes(bound, shapes)
@@ -386,11 +432,46 @@ class EngineRun(Generic[T]):
             t_submit=t_submit,
             source_s=source_s,
             t_staged=t_staged,
-            stage_s=t_staged - t_stage,
-            wait_in_s=(t_stage - t_wait) + (t_slot - t_staged),
+            stage_s=stage_s,
+            wait_in_s=wait_s + (t_slot - t_staged),
             events=events,
         )
         return _Work(trace=trace, slot=slot, row_shapes=shapes)
+
+    def _produce_filled(self, index: int) -> object | None:
+        """NOTE [ filled slots ]: the user's ``fill`` writes batch ``index``
+        straight into its pinned-in slot, once that slot's last h2d is done (the
+        host guard of NOTE [ buffer reuse ]); then it is sent as if staged."""
+        assert self._fill is not None
+        layout = self._layout
+        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+        t_wait = time.perf_counter()
+        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+            return None
+        views = {name: pinned.view(name, dtype, (layout.batch_size, *row)) for name, dtype, row in layout.row_shapes}
+        t_ask = time.perf_counter()
+        try:
+            rows = self._fill(index, views)
+        except Exception as exc:  # noqa: BLE001 - the fill's failure is the user's to see
+            return _Failure(PipelineStageError("source", index, exc))
+        if self._stop.is_set():
+            return None
+        t_submit = time.perf_counter()
+        try:
+            rows = _rows_written(rows, index, layout.batch_size)
+        except PipelineInputError as exc:
+            return _Failure(exc)
+        if rows == 0:
+            return _END
+        bound = layout.bound_rows(rows)
+        if bound > rows:
+            for view in views.values():
+                view[rows:bound] = 0  # padding rows: a fixed batch dim, or static shapes
+        times = (t_submit, t_submit - t_ask, t_submit, 0.0, t_ask - t_wait)
+        try:
+            return self._send(index, pinned.arrays, pinned, rows, bound, None, times)
+        except Exception as exc:  # noqa: BLE001
+            return _Failure(PipelineStageError("stage", index, exc))
 
     def _stage(
         self, pinned: PinnedInSlot, feeds: dict[str, np.ndarray], rows: int, bound: int, shapes: RowShapes | None

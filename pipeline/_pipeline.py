@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._batching import InputChecker, Layout, check_batch_size, layout_for, split_rows
-from ._engine import BatchTrace, EngineRun, MakeTake, RunConfig, Streams, Take, copy_outputs
+from ._batching import InputChecker, Layout, check_batch_size, layout_for, layout_of_model, split_rows
+from ._engine import BatchTrace, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
 from ._preprocess import Preprocess
@@ -236,6 +236,27 @@ class Pipeline:
             raise PipelineClosedError("this pipeline is closed")
         return self._iterate(iter(batches), lambda copier: take)
 
+    def map_filled(self, fill: Fill, take: Take[Any] | None = None, batch_size: int | None = None) -> Iterator[Any]:
+        """Batches written in place (NOTE [ filled slots ]): ``fill(index, slot)``
+        writes batch ``index`` into ``slot`` — ``{input name: array}``, page-locked,
+        ``batch_size`` rows each, the dtypes and dims the source sends — and
+        returns the rows it wrote (fewer in the last batch), or None when there
+        are no more.  One host copy less a batch than :meth:`map`: the slot is
+        the memory the h2d copy reads.  Outputs as :meth:`map` gives them, or as
+        ``take`` makes them (see :meth:`map_with`).  Every dim beyond the batch
+        dim must be fixed in the model; a dynamic batch dim needs ``batch_size``."""
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
+        layout = layout_of_model(
+            self.source_inputs,
+            self.session.fixed_batch(),
+            batch_size or self.batch_size,
+            self._transforms,
+            static=self.options.static,
+        )
+        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
+        return self._filled(layout, fill, make_take)
+
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
         if self._closed:
@@ -275,19 +296,12 @@ class Pipeline:
             self._transforms,
             static=self.options.static,
         )
-        stats = Stats()  # one for the whole map(), whichever slots its batches go through
-        stats.issuing = _ISSUING[self.options.issuing]
+        stats = self._new_stats()  # one for the whole map(), whichever slots its batches go through
         source: Iterator[object] = itertools.chain([first], iterator)
         first_index = 0
         while True:
             run = self._start_run(layout, source, first_index, make_take, stats)
-            try:
-                yield from run.results()
-            finally:
-                run.close()
-                with self._lock:
-                    if self._active is run:
-                        self._active = None
+            yield from self._results_of(run)
             grown = run.outgrown
             if grown is None:
                 return
@@ -296,8 +310,32 @@ class Pipeline:
             layout, first_index = grown.layout, grown.index
             source = itertools.chain([grown.feeds], iterator)
 
+    def _filled(self, layout: Layout, fill: Fill, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
+        run = self._start_run(layout, iter(()), 0, make_take, self._new_stats(), fill)
+        yield from self._results_of(run)
+
+    def _new_stats(self) -> Stats:
+        stats = Stats()
+        stats.issuing = _ISSUING[self.options.issuing]
+        return stats
+
+    def _results_of(self, run: EngineRun[Any]) -> Generator[Any, None, None]:
+        try:
+            yield from run.results()
+        finally:
+            run.close()
+            with self._lock:
+                if self._active is run:
+                    self._active = None
+
     def _start_run(
-        self, layout: Layout, source: Iterator[object], first_index: int, make_take: MakeTake[Any], stats: Stats
+        self,
+        layout: Layout,
+        source: Iterator[object],
+        first_index: int,
+        make_take: MakeTake[Any],
+        stats: Stats,
+        fill: Fill | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
             if self._closed:  # closed from another thread while the slots were being re-sized
@@ -320,6 +358,7 @@ class Pipeline:
                 on_batch=_both(stats.add_trace, self.options.on_batch),
                 on_hand_over=stats.handed_over,
                 first_index=first_index,
+                fill=fill,
             )
             self._active = run
         return run
