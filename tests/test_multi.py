@@ -287,3 +287,36 @@ def test_two_pipelines_on_one_gpu():
         assert {d.kind for d in pipe.devices} == {"cuda"}
     for batch, out in zip(batches, outs, strict=True):
         assert_outputs_equal(out, reference(model, {"x": batch}), pipe.devices[0])
+
+
+def test_constants_outputs_and_preprocess_reach_every_device():
+    from pipeline import Preprocess
+
+    from .helpers import scaled_model
+
+    constants = {"scale": 2.0, "bias": [[0.5, 0.0, -0.5, 1.0]], "k": [2]}
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, 255, (6, 4), dtype=np.uint8) for _ in range(12)]
+    with MultiPipeline(
+        scaled_model(),
+        "cpu,cpu",
+        depth=2,
+        constants=constants,
+        outputs=["top"],
+        preprocess=Preprocess(input="x", scale=1 / 255),
+    ) as pipe:
+        outs = list(pipe.map(batches))
+        assert pipe.source_inputs[0].dtype == np.uint8 and pipe.output_names == ["top"]
+    for batch, out in zip(batches, outs, strict=True):
+        x = batch.astype(np.float32) * np.float32(1 / 255)
+        want = reference(
+            scaled_model(),
+            {
+                "x": x,
+                "scale": np.array(2.0, np.float32),
+                "bias": np.array([[0.5, 0.0, -0.5, 1.0]], np.float32),
+                "k": np.array([2]),
+            },
+        )
+        assert set(out) == {"top"}
+        np.testing.assert_allclose(out["top"], want["top"], rtol=1e-5, atol=1e-6)
