@@ -373,14 +373,16 @@ def _engine_options(
     )
 
 
-def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | None:
-    """The stats a trace shows: the deepest pipelined run, else caller, else auto."""
-    for mode in ENGINE_MODES:
-        rows = [r for r in results if r.mode == mode and isinstance(r.stats, Stats)]
+#: the modes whose rows a trace can show, the first one present chosen
+TRACED_MODES = (*ENGINE_MODES, "graph", "multi")
+
+
+def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | MultiStats | None:
+    """The stats a trace shows: the deepest pipelined run, else caller, auto, graph, multi."""
+    for mode in TRACED_MODES:
+        rows = [r for r in results if r.mode == mode and r.stats is not None]
         if rows:
-            stats = max(rows, key=lambda r: r.depth or 0).stats
-            assert isinstance(stats, Stats)
-            return stats
+            return max(rows, key=lambda r: r.depth or 0).stats
     return None
 
 

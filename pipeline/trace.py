@@ -7,6 +7,10 @@ stage.  Device slices are placed on the host clock through
 ``Stats.device_origin``: exact on the host device; on CUDA, device time 0 is
 pinned to the first h2d's enqueue, so the two clocks may be off by the
 launch latency.
+
+A run over several devices (:class:`~pipeline.stats.MultiStats`) gets those
+tracks once per device, each device its own pair of processes (Perfetto) or
+band of rows (PNG), on one clock; a batch is numbered as its device counted it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .stats import BatchTiming, Stats
+from .stats import BatchTiming, MultiStats, Stats
 
 DEVICE_TRACKS = ("h2d", "compute", "d2h")
 HOST_TRACKS = ("source", "stage", "consumer")
 _PID_DEVICE, _PID_HOST = 1, 2
+ROWS = ("source", "stage", "h2d", "compute", "d2h", "consumer")  # the PNG's, top to bottom
 
 
 def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, float, float]]:
@@ -41,31 +46,52 @@ def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, f
     return out
 
 
-def timeline(stats: Stats) -> list[dict[str, Any]]:
-    """Every slice as {track, batch, start_s, dur_s}, time 0 = the first ask of the source."""
-    timings = stats.timings
-    if not timings:
+def _parts(stats: Stats | MultiStats) -> list[tuple[str | None, Stats]]:
+    """(device name or None for a single device, its stats)."""
+    return (
+        [(f"[{k}] {name}", part) for k, (name, part) in enumerate(stats.per_device)]
+        if isinstance(stats, MultiStats)
+        else [(None, stats)]
+    )
+
+
+def _zero(parts: list[tuple[str | None, Stats]]) -> float | None:
+    asks = [t.submitted - t.source_s for _, part in parts for t in part.timings]
+    return min(asks) if asks else None
+
+
+def timeline(stats: Stats | MultiStats) -> list[dict[str, Any]]:
+    """Every slice as {track, batch, start_s, dur_s} (and ``device`` for several),
+    time 0 = the first ask of the source."""
+    parts = _parts(stats)
+    zero = _zero(parts)
+    if zero is None:
         return []
-    zero = min(t.submitted - t.source_s for t in timings)
     return [
-        {"track": track, "batch": t.index, "start_s": start, "dur_s": dur}
-        for t in timings
-        for track, start, dur in _slices(t, stats, zero)
+        {"track": track, "batch": t.index, "start_s": start, "dur_s": dur, **({} if name is None else {"device": name})}
+        for name, part in parts
+        for t in part.timings
+        for track, start, dur in _slices(t, part, zero)
     ]
 
 
-def chrome_trace(stats: Stats, title: str = "ortpipe") -> dict[str, Any]:
+def chrome_trace(stats: Stats | MultiStats, title: str = "ortpipe") -> dict[str, Any]:
     """Trace-event JSON (the 'JSON Object Format'): complete events, µs."""
-    tracks = {name: (_PID_DEVICE, i + 1) for i, name in enumerate(DEVICE_TRACKS)}
-    tracks.update({name: (_PID_HOST, i + 1) for i, name in enumerate(HOST_TRACKS)})
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": _PID_DEVICE, "tid": 0, "args": {"name": f"{title}: device streams"}},
-        {"ph": "M", "name": "process_name", "pid": _PID_HOST, "tid": 0, "args": {"name": f"{title}: host stages"}},
-    ]
-    for name, (pid, tid) in tracks.items():
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+    tracks: dict[tuple[str | None, str], tuple[int, int]] = {}
+    events: list[dict[str, Any]] = []
+    for k, (device, _) in enumerate(_parts(stats)):
+        label = title if device is None else f"{title} {device}"
+        pid_device, pid_host = _PID_DEVICE + 2 * k, _PID_HOST + 2 * k
+        events.append(_meta("process_name", pid_device, 0, f"{label}: device streams"))
+        events.append(_meta("process_name", pid_host, 0, f"{label}: host stages"))
+        for i, name in enumerate(DEVICE_TRACKS):
+            tracks[device, name] = (pid_device, i + 1)
+        for i, name in enumerate(HOST_TRACKS):
+            tracks[device, name] = (pid_host, i + 1)
+    for (_, name), (pid, tid) in tracks.items():
+        events.append(_meta("thread_name", pid, tid, name))
     for item in timeline(stats):
-        pid, tid = tracks[item["track"]]
+        pid, tid = tracks[item.get("device"), item["track"]]
         event = {
             "name": f"{item['track']} {item['batch']}",
             "cat": item["track"],
@@ -82,13 +108,19 @@ def chrome_trace(stats: Stats, title: str = "ortpipe") -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"summary": stats.to_dict()}}
 
 
-def write_chrome_trace(stats: Stats, path: str | Path, title: str = "ortpipe") -> Path:
+def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def write_chrome_trace(stats: Stats | MultiStats, path: str | Path, title: str = "ortpipe") -> Path:
     path = Path(path)
     path.write_text(json.dumps(chrome_trace(stats, title)))
     return path
 
 
-def plot_timeline(stats: Stats, path: str | Path, title: str = "ortpipe timeline", max_batches: int = 40) -> Path:
+def plot_timeline(
+    stats: Stats | MultiStats, path: str | Path, title: str = "ortpipe timeline", max_batches: int = 40
+) -> Path:
     """A PNG Gantt chart of the first ``max_batches`` batches (needs matplotlib: ortpipe[plot])."""
     try:
         import matplotlib
@@ -97,12 +129,13 @@ def plot_timeline(stats: Stats, path: str | Path, title: str = "ortpipe timeline
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("the timeline picture needs matplotlib: pip install 'ortpipe[plot]'") from exc
-    rows = ["source", "stage", "h2d", "compute", "d2h", "consumer"]
+    devices = [device for device, _ in _parts(stats)]
+    rows = [track if device is None else f"{device.split(' ')[0]} {track}" for device in devices for track in ROWS]
     items = [i for i in timeline(stats) if i["batch"] < max_batches]
-    figure, axes = plt.subplots(figsize=(12, 3.2))
+    figure, axes = plt.subplots(figsize=(12, 0.4 + 0.47 * len(rows)))
     colours = plt.get_cmap("tab10")
     for item in items:
-        y = rows.index(item["track"])
+        y = devices.index(item.get("device")) * len(ROWS) + ROWS.index(item["track"])
         start_ms, dur_ms = item["start_s"] * 1e3, max(item["dur_s"] * 1e3, 0.02)
         axes.broken_barh([(start_ms, dur_ms)], (y - 0.4, 0.8), facecolors=colours(item["batch"] % 10))
     axes.set_yticks(range(len(rows)), rows)

@@ -163,6 +163,7 @@ def test_multi_mode_shares_the_workload_between_pipelines():
         assert sum(d["batches_delivered"] for d in shares) == 12
         assert all(d["batches"] >= 1 for d in shares)  # each warmed by itself before the timed run
     assert "multi" in format_table(results)
+    assert deepest_engine_run(results) is results[2].stats  # a trace shows the deepest multi run
     with pytest.raises(ValueError, match="two pipelines or more"):
         run_modes(models.mlp(), one, work, modes=["multi"], multi_devices=[one])
     one.close()

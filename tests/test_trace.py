@@ -81,3 +81,32 @@ def test_trace_and_plot_of_a_real_run(tmp_path):
         assert item["start_s"] >= staged["start_s"] + staged["dur_s"] - 1e-6
     png = plot_timeline(stats, tmp_path / "t.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_over_two_devices_has_tracks_for_each(tmp_path):
+    from pipeline import MultiPipeline
+
+    batches = [models.example_batch("mlp", 8, seed)["x"] for seed in range(12)]
+    devices = [HostDevice(link_gbps=2.0), HostDevice(link_gbps=2.0)]
+    with MultiPipeline(models.mlp(), devices, depth=2) as pipe:
+        list(pipe.map(batches))
+        stats = pipe.stats
+        trace = json.loads(json.dumps(chrome_trace(stats, title="two")))
+        png = plot_timeline(stats, tmp_path / "two.png")
+    for device in devices:
+        device.close()
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert names == [
+        "two [0] host (emulated link h2d 2 GB/s, d2h 2 GB/s): device streams",
+        "two [0] host (emulated link h2d 2 GB/s, d2h 2 GB/s): host stages",
+        "two [1] host (emulated link h2d 2 GB/s, d2h 2 GB/s): device streams",
+        "two [1] host (emulated link h2d 2 GB/s, d2h 2 GB/s): host stages",
+    ]
+    shares = [d["batches_delivered"] for d in stats.to_dict()["devices"]]
+    for k, share in enumerate(shares):
+        h2d = [e for e in trace["traceEvents"] if e.get("cat") == "h2d" and e["pid"] == 1 + 2 * k]
+        assert len(h2d) == share and all(e["dur"] > 0 for e in h2d)
+    items = timeline(stats)
+    assert {item["device"].split(" ")[0] for item in items} == {"[0]", "[1]"}
+    assert min(item["start_s"] for item in items) >= 0.0  # one clock, zero at the first ask
+    assert png.stat().st_size > 1000

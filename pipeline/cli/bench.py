@@ -17,8 +17,8 @@ from .._progress import Progress
 from .._session import SessionConfig
 from ..bench import (
     DEFAULT_MODES,
-    ENGINE_MODES,
     MODES,
+    TRACED_MODES,
     ModeResult,
     Workload,
     compare_with,
@@ -392,15 +392,15 @@ def _describe(info: dict[str, Any]) -> str:
 
 def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
     """Timed runs a bench makes: one per baseline, one per depth of each engine mode."""
-    engine = sum(mode in ENGINE_MODES or mode in ("graph", "multi") for mode in modes)
+    engine = sum(mode in TRACED_MODES for mode in modes)
     return len(modes) - engine + engine * len(depths)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.data and args.input:
         raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
-    if (args.trace or args.plot) and not any(mode in ENGINE_MODES for mode in args.modes):
-        raise PipelineError("--trace/--plot need an engine mode (pipelined, caller or auto) in --modes")
+    if (args.trace or args.plot) and not any(mode in TRACED_MODES for mode in args.modes):
+        raise PipelineError(f"--trace/--plot need an engine mode ({', '.join(TRACED_MODES)}) in --modes")
     baseline = _load_baseline(args.baseline)
     devices, why = _bench_devices(args)
     try:
