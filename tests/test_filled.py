@@ -133,3 +133,25 @@ def test_the_slots_are_sized_from_the_model():
     with Pipeline(token_model(), device="cpu") as pipe:
         with pytest.raises(ModelError, match=r"input 'ids' is \[N, S\]: map_filled\(\) sizes the slots from the model"):
             pipe.map_filled(lambda i, slot: None, batch_size=4)
+
+
+def test_auto_issuing_hands_a_filled_run_over_to_the_stage_threads():
+    """A fill as slow as the model: "auto" hands over mid-run, and the threads go on filling in order."""
+    import time
+
+    model = models.busy(features=256, layers=8)
+    data = [np.random.default_rng(seed).standard_normal((128, 256)).astype(np.float32) for seed in range(60)]
+
+    def fill(index, slot):
+        if index == len(data):
+            return None
+        time.sleep(0.002)
+        slot["x"][:] = data[index]
+        return 128
+
+    with Pipeline(model, device="cpu", depth=3, batch_size=128) as pipe:
+        outs = list(pipe.map_filled(fill))
+        issuing = pipe.stats.issuing
+    assert "stage threads from batch" in issuing, issuing
+    for batch, out in zip(data, outs, strict=True):
+        assert_outputs_equal(out, reference(model, {"x": batch}))
