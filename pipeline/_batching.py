@@ -46,6 +46,22 @@ def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:
     return got == expected or got.newbyteorder("=") == expected
 
 
+_DLPACK_CPU = 1  # kDLCPU: DLPack's device type of host memory
+
+
+def _in_device_memory(value: object) -> bool:
+    """Whether ``value`` is an array in accelerator memory (CUDA array interface, or DLPack off the CPU)."""
+    if hasattr(value, "__cuda_array_interface__"):
+        return True
+    where = getattr(value, "__dlpack_device__", None)
+    if where is None:
+        return False
+    try:
+        return int(where()[0]) != _DLPACK_CPU
+    except Exception:  # noqa: BLE001 - a broken protocol is not ours to report here
+        return False
+
+
 class InputChecker:
     """Turns what a user passes into ``{input name: ndarray}`` that fits the model."""
 
@@ -99,6 +115,15 @@ class InputChecker:
     @staticmethod
     def _check(index: int | None, spec: TensorSpec, fixed: tuple[tuple[int, int], ...], value: object) -> np.ndarray:
         if not isinstance(value, np.ndarray):
+            if _in_device_memory(value):
+                raise PipelineInputError(
+                    "an array in GPU memory: the pipeline copies batches from host memory to the device itself "
+                    "(overlapped with the runs); pass host arrays (CuPy: .get(), PyTorch: .cpu().numpy())",
+                    batch_index=index,
+                    input_name=spec.name,
+                    expected="numpy.ndarray",
+                    got=f"{type(value).__module__}.{type(value).__name__}",
+                )
             if not hasattr(value, "__array__") and not isinstance(value, list | tuple):
                 raise PipelineInputError(
                     "not an array",

@@ -117,3 +117,13 @@ def test_bench_graph_rows_beside_caller(cuda):
     rows = run_modes(models.convnet(), cuda, Workload(pool, count=10, warmup=3), depths=(2,), modes=["caller", "graph"])
     assert [(r.mode, r.depth) for r in rows] == [("caller", 2), ("graph", 2)]
     assert rows[1].batches == 10 and rows[1].stats is not None and rows[1].stats.batches == 10
+
+
+def test_a_cupy_array_is_refused_saying_what_to_pass(cuda):
+    import cupy
+
+    from pipeline import PipelineInputError
+
+    with Pipeline(models.mlp(), device=cuda) as pipe:
+        with pytest.raises(PipelineInputError, match=r"an array in GPU memory.*\.get\(\)"):
+            list(pipe.map([cupy.asarray(models.example_batch("mlp", 4)["x"])]))

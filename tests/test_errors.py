@@ -232,3 +232,45 @@ def test_close_from_another_thread_unblocks_a_waiting_consumer(stage_threads):
     closer.join()
     assert time.monotonic() - started < 3.0
     assert wait_no_threads() == []
+
+
+class _GpuArray:
+    """What CuPy and PyTorch CUDA tensors expose: the CUDA array interface (no memory behind it here)."""
+
+    shape, dtype = (4, 64), np.dtype(np.float32)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": "<f4", "data": (0, False), "version": 3}
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+
+class _DlpackOnGpu:
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+
+@pytest.mark.parametrize("value", [_GpuArray(), _DlpackOnGpu()], ids=["cuda-array-interface", "dlpack"])
+def test_an_array_in_gpu_memory_is_refused_saying_what_to_pass(value):
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        got, error = _collect(pipe, [_mlp_rows(4), value])
+    assert isinstance(error, PipelineInputError), error
+    assert len(got) == 1
+    message = str(error)
+    assert message.startswith("batch 1, input 'x': an array in GPU memory") and ".get()" in message
+    assert f"got tests.test_errors.{type(value).__name__}" in message
+
+
+def test_a_host_dlpack_array_is_taken():
+    class HostDlpack(np.ndarray):
+        pass
+
+    rows = _mlp_rows(4).view(HostDlpack)  # numpy arrays speak DLPack, on the CPU
+    assert rows.__dlpack_device__()[0] == 1
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        assert len(list(pipe.map([rows]))) == 1
