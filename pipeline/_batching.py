@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -39,6 +39,7 @@ import numpy as np
 from ._errors import ModelError, PipelineInputError
 from ._preprocess import Preprocess
 from ._session import Shape, TensorSpec, nbytes_of
+from .devices import DeviceArray
 
 
 def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:
@@ -65,8 +66,17 @@ def _in_device_memory(value: object) -> bool:
 class InputChecker:
     """Turns what a user passes into ``{input name: ndarray}`` that fits the model."""
 
-    def __init__(self, inputs: tuple[TensorSpec, ...]) -> None:
+    def __init__(
+        self,
+        inputs: tuple[TensorSpec, ...],
+        device_array: Callable[[object], DeviceArray | None] | None = None,
+        device_name: str = "the host",
+    ) -> None:
+        """``device_array``: the pipeline device's recognizer of arrays in its
+        memory (NOTE [ device arrays ]); None: host arrays only."""
         self.inputs = inputs
+        self._device_array = device_array
+        self._device_name = device_name
         self._names = [spec.name for spec in inputs]
         # (spec, its dims the model fixes beyond the batch dim): worked out once,
         # checked for every batch
@@ -112,19 +122,23 @@ class InputChecker:
             )
         return {self._names[0]: batch}
 
-    @staticmethod
-    def _check(index: int | None, spec: TensorSpec, fixed: tuple[tuple[int, int], ...], value: object) -> np.ndarray:
+    def _check(
+        self, index: int | None, spec: TensorSpec, fixed: tuple[tuple[int, int], ...], value: object
+    ) -> np.ndarray:
         if not isinstance(value, np.ndarray):
-            if _in_device_memory(value):
+            found = self._on_device(index, spec, value)
+            if found is not None:
+                value = found  # checked below like an ndarray: it has dtype, ndim and shape
+            elif _in_device_memory(value):
                 raise PipelineInputError(
-                    "an array in GPU memory: the pipeline copies batches from host memory to the device itself "
-                    "(overlapped with the runs); pass host arrays (CuPy: .get(), PyTorch: .cpu().numpy())",
+                    f"an array in GPU memory, and the pipeline runs on {self._device_name}: pass host arrays "
+                    "(CuPy: .get(), PyTorch: .cpu().numpy()), or run the pipeline on that GPU",
                     batch_index=index,
                     input_name=spec.name,
                     expected="numpy.ndarray",
                     got=f"{type(value).__module__}.{type(value).__name__}",
                 )
-            if not hasattr(value, "__array__") and not isinstance(value, list | tuple):
+            elif not hasattr(value, "__array__") and not isinstance(value, list | tuple):
                 raise PipelineInputError(
                     "not an array",
                     batch_index=index,
@@ -132,7 +146,8 @@ class InputChecker:
                     expected="numpy.ndarray",
                     got=type(value).__name__,
                 )
-            value = np.asarray(value)
+            else:
+                value = np.asarray(value)
         if not _same_dtype(value.dtype, spec.dtype):
             raise PipelineInputError(
                 "wrong dtype", batch_index=index, input_name=spec.name, expected=spec.dtype.name, got=value.dtype.name
@@ -157,7 +172,17 @@ class InputChecker:
                 )
         if shape[0] == 0:
             raise PipelineInputError("empty batch", batch_index=index, input_name=spec.name, expected=">= 1 row", got=0)
-        return value
+        return value  # type: ignore[return-value] # an ndarray or a DeviceArray (NOTE [ device arrays ])
+
+    def _on_device(self, index: int | None, spec: TensorSpec, value: object) -> DeviceArray | None:
+        if self._device_array is None:
+            return None
+        try:
+            return self._device_array(value)
+        except ValueError as exc:
+            raise PipelineInputError(
+                str(exc), batch_index=index, input_name=spec.name, expected=f"an array of {self._device_name}"
+            ) from exc
 
     @staticmethod
     def _same_rows(index: int | None, feeds: dict[str, np.ndarray]) -> None:

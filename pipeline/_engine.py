@@ -81,7 +81,7 @@ from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, DeviceBuffer, Event, NormalizeOp, Stream, typed_view
+from .devices import Device, DeviceArray, DeviceBuffer, Event, NormalizeOp, Stream, typed_view
 
 T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
@@ -150,6 +150,8 @@ class _Work:
     #: the batch's row shapes where they are not the slots' (NOTE [ free dims ]):
     #: bound at these, every output left for ORT to allocate
     row_shapes: RowShapes | None = None
+    #: the batch's device arrays, referenced until it is delivered (NOTE [ device arrays ])
+    device_feeds: dict[str, DeviceArray] | None = None
 
 
 @dataclass(frozen=True)
@@ -381,9 +383,18 @@ class EngineRun(Generic[T]):
     ) -> _Work | None:
         bound = self._layout.bound_rows(rows)
         t_wait = time.perf_counter()
-        if self._h2d_inline and shapes is None and bound == rows and all(map(_as_laid_out, feeds.values())):
-            # NOTE [ inline h2d ]: the copy reads the batch itself
-            return self._send(index, feeds, None, rows, bound, shapes, (t_submit, source_s, t_wait, 0.0, 0.0))
+        on_device = None
+        for value in feeds.values():
+            if type(value) is DeviceArray:  # NOTE [ device arrays ]: copied device to device, not staged
+                on_device = {name: v for name, v in feeds.items() if type(v) is DeviceArray}
+                feeds = {name: v for name, v in feeds.items() if name not in on_device}
+                break
+        if not feeds or (
+            self._h2d_inline and shapes is None and bound == rows and all(map(_as_laid_out, feeds.values()))
+        ):
+            # NOTE [ inline h2d ]: the copy reads the batch itself (or no input is on the host)
+            times = (t_submit, source_s, t_wait, 0.0, 0.0)
+            return self._send(index, feeds, None, rows, bound, shapes, times, on_device)
         pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
         if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
             return None
@@ -391,7 +402,7 @@ class EngineRun(Generic[T]):
         self._stage(pinned, feeds, rows, bound, shapes)
         t_staged = time.perf_counter()
         times = (t_submit, source_s, t_staged, t_staged - t_stage, t_stage - t_wait)
-        return self._send(index, pinned.arrays, pinned, rows, bound, shapes, times)
+        return self._send(index, pinned.arrays, pinned, rows, bound, shapes, times, on_device)
 
     def _send(
         self,
@@ -402,9 +413,11 @@ class EngineRun(Generic[T]):
         bound: int,
         shapes: RowShapes | None,
         times: tuple[float, float, float, float, float],
+        on_device: dict[str, DeviceArray] | None = None,
     ) -> _Work | None:
         """The h2d of a batch whose ``bound`` rows are in ``sources`` (a pinned-in
-        slot's arrays, or the batch itself), once a device slot is free.
+        slot's arrays, or the batch itself), once a device slot is free; its
+        inputs ``on_device`` copied device to device (NOTE [ device arrays ]).
         ``times``: submitted, source seconds, staged, stage seconds, waits so far."""
         slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
         if slot is None:
@@ -419,8 +432,11 @@ class EngineRun(Generic[T]):
                 link.wait_event(slot.inputs_free)
             if events.h2d_start is not None:
                 events.h2d_start.record(link)
-            for name, size in nbytes.items():
-                link.copy_h2d(slot.inputs[name], sources[name], size)
+            if on_device is None:
+                for name, size in nbytes.items():
+                    link.copy_h2d(slot.inputs[name], sources[name], size)
+            else:
+                total_bytes = self._send_mixed(link, slot, sources, nbytes, on_device)
             events.h2d_done.record(link)
         if pinned is not None:
             pinned.last_copy = events.h2d_done
@@ -436,7 +452,32 @@ class EngineRun(Generic[T]):
             wait_in_s=wait_s + (t_slot - t_staged),
             events=events,
         )
-        return _Work(trace=trace, slot=slot, row_shapes=shapes)
+        return _Work(trace=trace, slot=slot, row_shapes=shapes, device_feeds=on_device)
+
+    @staticmethod
+    def _send_mixed(
+        link: Stream,
+        slot: DeviceSlot,
+        sources: dict[str, np.ndarray],
+        nbytes: dict[str, int],
+        on_device: dict[str, DeviceArray],
+    ) -> int:
+        """NOTE [ device arrays ]: the host inputs copied h2d, the device ones
+        device to device once their producers' streams are waited for, padding
+        rows zeroed; the bytes that crossed the host link."""
+        for stream in {array.stream for array in on_device.values()}:
+            link.wait_producer(stream)
+        crossed = 0
+        for name, size in nbytes.items():
+            array = on_device.get(name)
+            if array is None:
+                link.copy_h2d(slot.inputs[name], sources[name], size)
+                crossed += size
+                continue
+            link.copy_d2d(slot.inputs[name], array, array.nbytes)
+            if size > array.nbytes:
+                link.zero(slot.inputs[name], array.nbytes, size - array.nbytes)
+        return crossed
 
     def _produce_filled(self, index: int) -> object | None:
         """NOTE [ filled slots ]: the user's ``fill`` writes batch ``index``
@@ -476,9 +517,12 @@ class EngineRun(Generic[T]):
     def _stage(
         self, pinned: PinnedInSlot, feeds: dict[str, np.ndarray], rows: int, bound: int, shapes: RowShapes | None
     ) -> None:
-        """The host copy of a batch into its pinned-in slot, padding rows zeroed."""
+        """The host copy of a batch into its pinned-in slot, padding rows zeroed
+        (``feeds``: its host inputs; NOTE [ device arrays ] are copied on the device)."""
         layout, copy = self._layout, self._copier.copy
         for name, dtype, row in layout.row_shapes if shapes is None else layout.rows_for(shapes):
+            if name not in feeds:
+                continue
             # a free shape may be seen once: its view is not cached
             view = (
                 pinned.view(name, dtype, (bound, *row))

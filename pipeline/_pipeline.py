@@ -179,7 +179,7 @@ class Pipeline:
         self._transforms = tuple(
             (spec.name, self.preprocess[spec.name], spec.dtype) for spec in batched if spec.name in self.preprocess
         )
-        self.checker = InputChecker(self.source_inputs)
+        self.checker = InputChecker(self.source_inputs, self.device.device_array, self.device.name)
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> Pipeline:

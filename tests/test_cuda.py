@@ -119,11 +119,36 @@ def test_bench_graph_rows_beside_caller(cuda):
     assert rows[1].batches == 10 and rows[1].stats is not None and rows[1].stats.batches == 10
 
 
-def test_a_cupy_array_is_refused_saying_what_to_pass(cuda):
+def test_cupy_arrays_are_copied_on_the_device(cuda):
+    """NOTE [ device arrays ]: CuPy arrays written on a stream of their own; the
+    copy stream waits for it, copies device to device; a short one is padded."""
+    import cupy
+
+    model = models.convnet(batch=4, height=16, width=16)
+    frames = [np.random.default_rng(seed).random((4, 3, 16, 16), np.float32) for seed in range(6)]
+    frames[-1] = frames[-1][:3]
+    producer = cupy.cuda.Stream(non_blocking=True)
+
+    def on_gpu():
+        for batch in frames:
+            with producer:
+                yield cupy.asarray(batch) * 1.0  # a kernel on the producer's stream, maybe not done yet
+
+    with Pipeline(model, device=cuda, depth=2) as pipe:
+        outs = list(pipe.map(on_gpu()))
+        assert pipe.stats.to_dict()["stage_ms"]["stage"] == 0.0
+    for batch, out in zip(frames, outs, strict=True):
+        padded = np.concatenate([batch, np.zeros((4 - len(batch), 3, 16, 16), np.float32)])
+        want = reference(model, {"frames": padded})["logits"][: len(batch)]
+        np.testing.assert_allclose(out["logits"], want, rtol=2e-3, atol=2e-3)
+
+
+def test_a_strided_cupy_array_is_refused(cuda):
     import cupy
 
     from pipeline import PipelineInputError
 
     with Pipeline(models.mlp(), device=cuda) as pipe:
-        with pytest.raises(PipelineInputError, match=r"an array in GPU memory.*\.get\(\)"):
-            list(pipe.map([cupy.asarray(models.example_batch("mlp", 4)["x"])]))
+        strided = cupy.zeros((4, 128), np.float32)[:, ::2]
+        with pytest.raises(PipelineInputError, match="strided GPU array"):
+            list(pipe.map([strided]))

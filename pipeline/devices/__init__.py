@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._base import Device, DeviceBuffer, Event, Stream
+from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream
 from ._normalize import NormalizeOp
 from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel, typed_view
 
@@ -17,6 +17,7 @@ __all__ = [
     "ChaosOptions",
     "CudaDevice",
     "Device",
+    "DeviceArray",
     "DeviceBuffer",
     "Event",
     "HostDevice",

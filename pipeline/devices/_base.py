@@ -14,6 +14,17 @@ NOTE [ buffer ownership ]: a :class:`DeviceBuffer` is a raw pointer plus the
 object that keeps its memory alive.  Streams and ORT bindings only see the
 pointer, so whoever enqueues work on a buffer must keep the buffer referenced
 until the event of that work has completed.  The engine's rings do this.
+
+NOTE [ device arrays ]: a batch may hand over an input that already lives in
+the pipeline's device memory (a GPU decoder's frames, an earlier model's
+output: a CuPy array, a PyTorch CUDA tensor, anything with the CUDA array
+interface) as a :class:`DeviceArray`.  The copy stream waits for the stream
+its producer wrote it on, then copies it device-to-device into the slot (a
+pipeline's slots are its own: no foreign pointer is ever bound to ORT).  The
+engine keeps the array referenced until its batch is delivered; the caller
+must not write it again before then.  The host device makes them with
+:meth:`~pipeline.HostDevice.to_device`, so the engine's handling is tested
+without a GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +48,54 @@ class DeviceBuffer:
     ptr: int
     nbytes: int
     owner: Any
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a C-ordered array of ``shape``."""
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """An array in a device's memory, C order, handed over by the caller (NOTE [ device arrays ])."""
+
+    buffer: DeviceBuffer  # where it is; ``owner`` keeps it alive
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    #: the device whose memory it is
+    home: Any
+    #: the CUDA stream its producer wrote it on (the CUDA array interface's
+    #: ``stream``: 1 legacy, 2 per-thread, else a handle); None: it is ready
+    stream: int | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes
+
+    def __getitem__(self, rows: slice) -> DeviceArray:
+        """Rows ``start:stop`` (axis 0, step 1): the same memory, from an offset."""
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError(f"a DeviceArray is cut by rows only (array[start:stop]), got {rows!r}")
+        start, stop, _ = rows.indices(self.shape[0])
+        stop = max(start, stop)
+        row_bytes = self.buffer.nbytes // self.shape[0] if self.shape[0] else 0
+        offset, nbytes = start * row_bytes, (stop - start) * row_bytes
+        owner = self.buffer.owner
+        if isinstance(owner, np.ndarray):  # the host device's memory: the bytes themselves
+            owner = owner[offset : offset + nbytes]
+        buffer = DeviceBuffer(ptr=self.buffer.ptr + offset, nbytes=nbytes, owner=owner)
+        return DeviceArray(buffer, (stop - start, *self.shape[1:]), self.dtype, self.home, self.stream)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray({list(self.shape)}, {self.dtype.name}, on {getattr(self.home, 'name', self.home)})"
 
 
 class Event(abc.ABC):
@@ -75,6 +134,19 @@ class Stream(abc.ABC):
     @abc.abstractmethod
     def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
         """Copy the first ``nbytes`` of ``src`` into host array ``dst`` (page-locked)."""
+
+    @abc.abstractmethod
+    def copy_d2d(self, dst: DeviceBuffer, src: DeviceArray, nbytes: int) -> None:
+        """Copy the first ``nbytes`` of a device array into ``dst`` (NOTE [ device arrays ])."""
+
+    @abc.abstractmethod
+    def zero(self, dst: DeviceBuffer, offset: int, nbytes: int) -> None:
+        """Set ``nbytes`` of ``dst`` from ``offset`` to zero (padding rows)."""
+
+    @abc.abstractmethod
+    def wait_producer(self, handle: int | None) -> None:
+        """Make later work wait for what is enqueued now on another CUDA stream
+        (a device array's producer); None: nothing to wait for."""
 
     @abc.abstractmethod
     def launch(self, fn: Callable[[], None]) -> None:
@@ -117,6 +189,12 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def device_empty(self, nbytes: int) -> DeviceBuffer:
         """``nbytes`` of device memory."""
+
+    def device_array(self, value: object) -> DeviceArray | None:
+        """``value`` as an array in this device's memory (NOTE [ device arrays ]),
+        None if it is not one; ValueError if it is one this device cannot take
+        (another device's, strided)."""
+        return None
 
     @abc.abstractmethod
     def stream(self, name: str) -> Stream:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import DeviceError, DeviceUnavailableError
-from ._base import Device, DeviceBuffer, Event, Stream
+from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream, c_strides
 from ._normalize import CUDA_SOURCE, NormalizeOp
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
@@ -167,6 +167,25 @@ class CudaStream(Stream):
             raise DeviceError(f"d2h copy of {nbytes} bytes overruns a buffer ({src.nbytes} -> {dst.nbytes})")
         self._memcpy(dst.ctypes.data, src.ptr, nbytes, self._cupy.cuda.runtime.memcpyDeviceToHost)
 
+    def copy_d2d(self, dst: DeviceBuffer, src: DeviceArray, nbytes: int) -> None:
+        if nbytes > dst.nbytes or nbytes > src.nbytes:
+            raise DeviceError(f"d2d copy of {nbytes} bytes overruns a buffer ({src.nbytes} -> {dst.nbytes})")
+        self._memcpy(dst.ptr, src.buffer.ptr, nbytes, self._cupy.cuda.runtime.memcpyDeviceToDevice)
+
+    def zero(self, dst: DeviceBuffer, offset: int, nbytes: int) -> None:
+        if offset + nbytes > dst.nbytes:
+            raise DeviceError(f"zeroing {nbytes} bytes at {offset} overruns a buffer of {dst.nbytes}")
+        self._cupy.cuda.runtime.memsetAsync(dst.ptr + offset, 0, nbytes, self.ptr)
+
+    def wait_producer(self, handle: int | None) -> None:
+        if handle is None:
+            return
+        # An event recorded now on the producer's stream (1 and 2 are CUDA's
+        # legacy and per-thread default streams, valid handles as they are).
+        marker = self._cupy.cuda.Event(block=False, disable_timing=True)
+        marker.record(self._cupy.cuda.ExternalStream(handle))
+        self.raw.wait_event(marker)
+
     def launch(self, fn: Callable[[], None]) -> None:
         fn()
 
@@ -255,6 +274,27 @@ class CudaDevice(Device):
 
     def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
         return DeviceBuffer(ptr=value.data_ptr(), nbytes=nbytes, owner=value)
+
+    def device_array(self, value: object) -> DeviceArray | None:
+        """An array with the CUDA array interface (CuPy, PyTorch, Numba) in this GPU's memory."""
+        interface = getattr(value, "__cuda_array_interface__", None)
+        if interface is None:
+            return None
+        shape = tuple(int(dim) for dim in interface["shape"])
+        dtype = np.dtype(interface["typestr"])
+        strides = interface.get("strides")
+        if strides is not None and tuple(strides) != c_strides(shape, dtype.itemsize):
+            raise ValueError(f"a strided GPU array (strides {tuple(strides)}): make it C-contiguous first")
+        if interface.get("mask") is not None:
+            raise ValueError("a masked GPU array: the pipeline takes plain arrays")
+        ptr = int(interface["data"][0])
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes:
+            where = self._cupy.cuda.runtime.pointerGetAttributes(ptr).device
+            if where != self.device_id:
+                raise ValueError(f"an array in the memory of cuda:{where}, not of {self.name}")
+        stream = interface.get("stream")
+        return DeviceArray(DeviceBuffer(ptr, nbytes, value), shape, dtype, home=self, stream=stream)
 
     def stream(self, name: str) -> CudaStream:
         return CudaStream(self._cupy, self.device_id, name)

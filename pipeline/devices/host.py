@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import DeviceError
-from ._base import Device, DeviceBuffer, Event, Stream
+from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream
 from ._normalize import NormalizeOp, normalize_numpy
 
 _POLL_S = 0.05
@@ -268,6 +268,21 @@ class HostStream(Stream):
     def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
         self._enqueue(self._device._copy, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
 
+    def copy_d2d(self, dst: DeviceBuffer, src: DeviceArray, nbytes: int) -> None:
+        def copy() -> None:  # device memory to device memory: no link to cross
+            np.copyto(dst.owner[:nbytes], _as_bytes(src.buffer.owner)[:nbytes])
+
+        self._enqueue(copy)
+
+    def zero(self, dst: DeviceBuffer, offset: int, nbytes: int) -> None:
+        def clear() -> None:
+            dst.owner[offset : offset + nbytes] = 0
+
+        self._enqueue(clear)
+
+    def wait_producer(self, handle: int | None) -> None:
+        """Nothing: the host device's arrays are written before they are handed over."""
+
     def launch(self, fn: Callable[[], None]) -> None:
         self._enqueue(fn)
 
@@ -391,6 +406,21 @@ class HostDevice(Device):
     def device_empty(self, nbytes: int) -> DeviceBuffer:
         owner = _aligned_bytes(nbytes)
         return DeviceBuffer(ptr=owner.ctypes.data, nbytes=nbytes, owner=owner)
+
+    def to_device(self, array: np.ndarray) -> DeviceArray:
+        """A copy of ``array`` in this device's memory: what a GPU decoder or an
+        earlier model hands over on CUDA (NOTE [ device arrays ]), for the host."""
+        array = np.ascontiguousarray(array)
+        buffer = self.device_empty(array.nbytes)
+        np.copyto(buffer.owner[: array.nbytes], array.reshape(-1).view(np.uint8))
+        return DeviceArray(buffer, tuple(array.shape), array.dtype, home=self)
+
+    def device_array(self, value: object) -> DeviceArray | None:
+        if not isinstance(value, DeviceArray):
+            return None
+        if value.home is not self:
+            raise ValueError(f"an array in the memory of {getattr(value.home, 'name', value.home)}, not of {self.name}")
+        return value
 
     def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
         # ORT's CPU memory seen as numpy without a copy: the host streams copy arrays.
