@@ -14,7 +14,8 @@ at depths 1-3; the copy-bound model once more with one thread for the host
 copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
 by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
 iobinding, caller and auto: the detector whose outputs depend on the data,
-and the conv net at 1, 8, 32 and 128 frames a batch (where throughput stops
+the conv net on frames already in device memory (caller and auto); the conv
+net at 1, 8, 32 and 128 frames a batch (where throughput stops
 growing with the batch size); the one-row identity and the conv net at 8
 frames as two pipelines on one GPU (``multi``: two sessions on two compute
 streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
@@ -133,6 +134,16 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
                 ("convnet, 8 frames", models.convnet(), lambda i: {"frames": rand(i, (8, 3, size, size))}),
             )
         ),
+        {
+            # NOTE [ device arrays ]: frames a GPU decoder left in device memory, copied device to device
+            "name": "convnet, frames already on the device",
+            "model": models.convnet(),
+            "batch": lambda i: {"frames": rand(i, (frames, 3, size, size))},
+            "on_device": True,
+            "modes": ("caller", "auto"),
+            "depths": DEPTHS[-1:],
+            "seconds_scale": 0.5,
+        },
         *(
             {
                 "name": f"convnet batch sweep, {n} frames",
@@ -205,6 +216,8 @@ def _model_step(
 
     def step() -> None:
         pool = [entry["batch"](i) for i in range(4)]
+        if entry.get("on_device"):
+            pool = [_to_device(device, batch) for batch in pool]
         copy_threads = entry.get("copy_threads", "auto")
         results = run_modes(
             entry["model"],
@@ -225,6 +238,15 @@ def _model_step(
             plot_timeline(deepest, out / "timeline.png", title=f"{entry['name']}, depth {DEPTHS[-1]}")
 
     return step
+
+
+def _to_device(device: Any, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The batch in the device's memory: CuPy arrays on a GPU, the host device's own arrays without."""
+    if device.kind == "cuda":
+        import cupy
+
+        return {name: cupy.asarray(value) for name, value in batch.items()}
+    return {name: device.to_device(value) for name, value in batch.items()}
 
 
 def _convnet_ops(device: Any, big: bool) -> dict[str, Any]:

@@ -38,12 +38,15 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "detect (data-dependent outputs)",
         "tiny identity: CUDA graphs, 2 pipelines on one device",
         "convnet, 8 frames: CUDA graphs, 2 pipelines on one device",
+        "convnet, frames already on the device",
         "convnet batch sweep, 1 frames",
         "convnet batch sweep, 4 frames",
     ]
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
     assert report["convnet_ops"]["runs"] == 10 and report["convnet_ops"]["ops"][0]["op"] == "Conv"
-    *main_set, one_copy_thread, detect, tiny_two, convnet_two, sweep_1, sweep_4 = report["models"]
+    *main_set, one_copy_thread, detect, tiny_two, convnet_two, on_device, sweep_1, sweep_4 = report["models"]
+    assert [(r["mode"], r["depth"]) for r in on_device["results"]] == [("caller", 3), ("auto", 3)]
+    assert all(r["stage_ms"]["stage"] == 0.0 for r in on_device["results"])  # nothing staged
     short = [("naive", None), ("iobinding", None), ("caller", 3), ("auto", 3)]
     for entry in (tiny_two, convnet_two):
         # without a GPU there is no graph row
