@@ -22,7 +22,16 @@ from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions
 from ._preprocess import Preprocess
 from ._session import OrtSession, SessionConfig, TensorSpec
-from .devices import ChaosOptions, Device, HostDevice, LinkModel, cuda_unavailable_reason, resolve_device
+from .devices import (
+    ChaosOptions,
+    Device,
+    DeviceArray,
+    HostDevice,
+    LinkModel,
+    cuda_unavailable_reason,
+    device_specs,
+    resolve_device,
+)
 from .stats import MultiStats
 
 __version__ = "0.1.0"
@@ -31,6 +40,7 @@ __all__ = [
     "BatchTrace",
     "ChaosOptions",
     "Device",
+    "DeviceArray",
     "DeviceError",
     "DeviceUnavailableError",
     "HostDevice",
@@ -50,6 +60,7 @@ __all__ = [
     "SessionConfig",
     "TensorSpec",
     "cuda_unavailable_reason",
+    "device_specs",
     "models",
     "resolve_device",
 ]
