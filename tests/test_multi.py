@@ -153,10 +153,12 @@ def test_a_failure_inside_ort_keeps_the_results_before_it(stage_threads):
     assert wait_no_threads() == []
 
 
-def test_breaking_out_early_stops_every_device():
+def test_breaking_out_early_stops_every_device(stage_threads):
     model = models.get("mlp")
     endless = itertools.cycle(_mlp_batches(4))
-    with MultiPipeline(model, [HostDevice(link_gbps=1.0), HostDevice(link_gbps=1.0)], depth=3) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads)
+    devices = [HostDevice(link_gbps=1.0), HostDevice(link_gbps=1.0)]
+    with MultiPipeline(model, devices, depth=3, options=options) as pipe:
         for count, _ in enumerate(pipe.map(endless)):
             if count == 5:
                 break
