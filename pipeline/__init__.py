@@ -18,6 +18,7 @@ from ._errors import (
     PipelineInputError,
     PipelineStageError,
 )
+from ._feed import Feed, FeedClosed
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions
 from ._preprocess import Preprocess
@@ -43,6 +44,8 @@ __all__ = [
     "DeviceArray",
     "DeviceError",
     "DeviceUnavailableError",
+    "Feed",
+    "FeedClosed",
     "HostDevice",
     "Layout",
     "LinkModel",

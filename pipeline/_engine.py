@@ -77,6 +77,7 @@ import numpy as np
 
 from ._batching import InputChecker, Layout, RowShapes, SlotsOutgrown
 from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._feed import interrupt_source
 from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
@@ -247,6 +248,7 @@ class EngineRun(Generic[T]):
         on_hand_over: Callable[[int], None] | None = None,
         first_index: int = 0,
         fill: Fill | None = None,
+        user_source: object = None,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -256,6 +258,8 @@ class EngineRun(Generic[T]):
         self._checker = checker
         self._iterator = iter(source)
         self._fill = fill  # NOTE [ filled slots ]: batches written into the slots, not taken from source
+        #: the caller's own iterator, told when this run stops reading it (NOTE [ interrupted feed ])
+        self._user_source = user_source
         self._config = config
         self._copier = HostCopier(config.copy_threads)
         self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
@@ -926,6 +930,8 @@ class EngineRun(Generic[T]):
                 return
             self._closed = True
             self._stop.set()
+        if self.outgrown is None:  # a re-sized run goes on reading the source (NOTE [ free dims ])
+            interrupt_source(self._user_source)  # a producer waiting in a Feed wakes up
         for thread in self._threads:
             thread.join(timeout=_JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]

@@ -46,6 +46,7 @@ import numpy as np
 from ._batching import split_rows
 from ._engine import THREAD_PREFIX, copy_outputs
 from ._errors import PipelineClosedError, PipelineError, renumbered
+from ._feed import interrupt_source
 from ._hostcopy import HostCopier
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from ._preprocess import Preprocess
@@ -244,7 +245,7 @@ class _SharedSource:
     """The run's source, shared by the devices: one lock takes and numbers each batch."""
 
     def __init__(self, iterator: Iterator[Batch]) -> None:
-        self._iterator = iterator
+        self.iterator = iterator
         self._lock = threading.Lock()
         self._next_index = 0
         self._ended = False
@@ -258,7 +259,7 @@ class _SharedSource:
             indices.append(index)  # before next(): a failing source's batch has its index too
             self._next_index += 1
             try:
-                return next(self._iterator)
+                return next(self.iterator)
             except StopIteration:
                 indices.pop()
                 self._next_index -= 1
@@ -433,6 +434,7 @@ class _MultiRun:
         """Stop taking batches, let every device's run end on its own thread, join them."""
         self._stop.set()
         self._source.end()
+        interrupt_source(self._source.iterator)  # NOTE [ interrupted feed ]: a device may wait in it
         for thread in self._threads:
             thread.join(timeout=_JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]

@@ -300,7 +300,7 @@ class Pipeline:
         source: Iterator[object] = itertools.chain([first], iterator)
         first_index = 0
         while True:
-            run = self._start_run(layout, source, first_index, make_take, stats)
+            run = self._start_run(layout, source, first_index, make_take, stats, user_source=iterator)
             yield from self._results_of(run)
             grown = run.outgrown
             if grown is None:
@@ -336,6 +336,7 @@ class Pipeline:
         make_take: MakeTake[Any],
         stats: Stats,
         fill: Fill | None = None,
+        user_source: object = None,
     ) -> EngineRun[Any]:
         with self._lock:
             if self._closed:  # closed from another thread while the slots were being re-sized
@@ -359,6 +360,7 @@ class Pipeline:
                 on_hand_over=stats.handed_over,
                 first_index=first_index,
                 fill=fill,
+                user_source=user_source,
             )
             self._active = run
         return run
