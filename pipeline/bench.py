@@ -452,6 +452,23 @@ def fastest_line(results: Sequence[ModeResult]) -> str | None:
     return line
 
 
+def scaling_line(results: Sequence[ModeResult]) -> str | None:
+    """The best multi row against the best single-pipeline engine row at its batch size: how it scales."""
+    multi = [r for r in results if r.mode == "multi"]
+    if not multi:
+        return None
+    best = max(multi, key=lambda r: r.items_per_s)
+    single = [r for r in results if r.mode in (*ENGINE_MODES, "graph") and r.batch_size == best.batch_size]
+    pipelines = len(best.stats.per_device) if isinstance(best.stats, MultiStats) else "?"
+    line = f"multi: {pipelines} pipelines at depth {best.depth}, {best.items_per_s:,.1f} items/s"
+    if single:
+        one = max(single, key=lambda r: r.items_per_s)
+        line += (
+            f" = {best.items_per_s / one.items_per_s:.2f}x the best single pipeline ({one.mode} at depth {one.depth})"
+        )
+    return line
+
+
 def spread_line(results: Sequence[ModeResult]) -> str | None:
     """The fastest row's h2d, compute and d2h time a batch as p50 / p99 (trtexec prints the same)."""
     timed = [r for r in results if r.stats is not None and r.stats.batches]

@@ -15,6 +15,7 @@ from pipeline.bench import (
     format_table,
     measure_copy_gbps,
     run_modes,
+    scaling_line,
 )
 from pipeline.stats import Stats
 
@@ -164,6 +165,11 @@ def test_multi_mode_shares_the_workload_between_pipelines():
         assert all(d["batches"] >= 1 for d in shares)  # each warmed by itself before the timed run
     assert "multi" in format_table(results)
     assert deepest_engine_run(results) is results[2].stats  # a trace shows the deepest multi run
+    caller = run_modes(models.mlp(), one, work, depths=(3,), modes=["caller"])
+    line = scaling_line([*results, *caller])
+    assert line is not None and line.startswith("multi: 2 pipelines at depth ")
+    assert "x the best single pipeline (caller at depth 3)" in line
+    assert scaling_line(caller) is None
     with pytest.raises(ValueError, match="two pipelines or more"):
         run_modes(models.mlp(), one, work, modes=["multi"], multi_devices=[one])
     one.close()

@@ -385,6 +385,7 @@ def test_bench_on_several_devices_adds_the_multi_rows(tmp_path, capsys):
     assert main([*argv, "--device", "cpu,cpu", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "multi: 2 pipelines on host, host" in out
+    assert "multi: 2 pipelines at depth 2" in out  # the scaling line; no single engine row to compare with here
     data = json.loads(path.read_text())
     assert [r["mode"] for r in data["results"]] == ["naive", "multi"]
     assert data["multi_devices"] == ["host", "host"]

@@ -29,6 +29,7 @@ from ..bench import (
     measure_copy_gbps,
     measure_host_copy_gbps,
     run_modes,
+    scaling_line,
     spread_line,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
@@ -447,7 +448,7 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     results, traced = _run_workloads(args, device, workloads, progress.tick, multi)
     progress.close()
     print(format_table(results))
-    for line in (fastest_line(results), spread_line(results)):
+    for line in (fastest_line(results), spread_line(results), scaling_line(results)):
         if line is not None:
             print(line)
     compared = None
