@@ -200,6 +200,11 @@ class MultiPipeline:
         device's thread copied them out of its pinned slots)."""
         return self._iterate(iter(batches), take)
 
+    def warm_up(self, batch: Batch, runs_per_slot: int = 3) -> float:
+        """:meth:`Pipeline.warm_up` on every device in turn (shared batches
+        might leave one cold); the seconds it took in all."""
+        return sum(pipe.warm_up(batch, runs_per_slot) for pipe in self.pipelines)
+
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
         if self._closed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -257,6 +258,21 @@ class Pipeline:
         make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
         return self._filled(layout, fill, make_take)
 
+    def warm_up(self, batch: Batch, runs_per_slot: int = 3) -> float:
+        """Run ``batch`` (one batch, as :meth:`map` takes it) through every slot
+        ``runs_per_slot`` times, outputs discarded, and return the seconds it
+        took: cuDNN's algorithm search for its shape, the growth of ORT's arena
+        and, with ``cuda_graph``, each slot's capture (ORT captures after a
+        regular run) happen here instead of in the first batches you time or
+        serve.  The slots are sized for it and kept for the next ``map()``
+        with the same layout, so warm up with a full batch."""
+        if not isinstance(runs_per_slot, int) or runs_per_slot < 1:
+            raise ValueError(f"runs_per_slot must be an int >= 1, got {runs_per_slot!r}")
+        start = time.perf_counter()
+        for _ in self.map_with(itertools.repeat(batch, self.depth * runs_per_slot), _discard):
+            pass
+        return time.perf_counter() - start
+
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
         if self._closed:
@@ -377,6 +393,10 @@ class Pipeline:
             f"Pipeline(inputs={self.input_names}, outputs={self.output_names}, "
             f"device={self.device.name!r}, depth={self.depth}, {state})"
         )
+
+
+def _discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+    """A ``take`` that keeps nothing (warm-up runs)."""
 
 
 def _check_batch_dims(batched: tuple[TensorSpec, ...]) -> None:

@@ -322,3 +322,10 @@ def test_constants_outputs_and_preprocess_reach_every_device():
         )
         assert set(out) == {"top"}
         np.testing.assert_allclose(out["top"], want["top"], rtol=1e-5, atol=1e-6)
+
+
+def test_warm_up_warms_every_device():
+    batch = _mlp_batches(1)[0]
+    with MultiPipeline(models.get("mlp"), "cpu,cpu", depth=2) as pipe:
+        assert pipe.warm_up(batch, runs_per_slot=2) > 0
+        assert [each.stats.batches for each in pipe.pipelines] == [4, 4]

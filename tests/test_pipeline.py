@@ -218,3 +218,19 @@ def test_memory_says_what_the_buffers_hold():
         assert pipe.memory() is None  # not sized before the first batch
         pipe.run(_rows(0, 20)["x"])
         assert pipe.memory() == {"pinned_in": 3 * 8 * 64 * 4, "pinned_out": 3 * 8 * 16 * 4, "device": 3 * 8 * 80 * 4}
+
+
+def test_warm_up_runs_every_slot_and_keeps_the_slots(device):
+    seen: list[int] = []
+    batch = models.example_batch("mlp", 16, 0)["x"]
+    options = PipelineOptions(on_batch=lambda trace: seen.append(trace.index))
+    with Pipeline(models.mlp(), device=device, depth=3, options=options) as pipe:
+        assert pipe.warm_up(batch, runs_per_slot=2) > 0
+        rings = pipe._rings
+        assert len(seen) == 6  # depth x runs_per_slot, the slots taken in turn
+        outs = list(pipe.map([batch, batch[:5]]))
+        assert pipe._rings is rings  # the map that follows keeps them
+    np.testing.assert_allclose(outs[1]["scores"], outs[0]["scores"][:5], rtol=1e-6)
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        with pytest.raises(ValueError, match="runs_per_slot must be an int >= 1"):
+            pipe.warm_up(batch, runs_per_slot=0)
