@@ -115,6 +115,21 @@ def _percentiles_ms(seconds: list[float]) -> dict[str, float]:
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
+def _latency_ms(sample: list[BatchTiming]) -> dict[str, float]:
+    """p50/p95/p99 ms of the batches' latency (submitted -> delivered)."""
+    return _percentiles_ms([t.latency_s for t in sample])
+
+
+def _stage_percentiles_ms(sample: list[BatchTiming]) -> dict[str, dict[str, float] | None]:
+    """p50/p95/p99 ms of every stage's time a batch (None where not timed)."""
+    out: dict[str, dict[str, float] | None] = {}
+    for stage in STAGES:
+        read = operator.attrgetter(STAGE_FIELDS[stage])  # one field read a timing, up to 20,000 of them
+        values = [v for v in map(read, sample) if v is not None]
+        out[stage] = _percentiles_ms(values) if values else None
+    return out
+
+
 #: timings kept whole (for traces and timelines) and latencies sampled for percentiles
 KEEP = 20_000
 _FOLD_EVERY = 1024
@@ -165,16 +180,10 @@ class _Totals:
         return out
 
     def latency_ms(self) -> dict[str, float]:
-        return _percentiles_ms([t.latency_s for t in self.sample])
+        return _latency_ms(self.sample)
 
     def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
-        """p50/p95/p99 of every stage's time a batch (None where not timed)."""
-        out: dict[str, dict[str, float] | None] = {}
-        for stage in STAGES:
-            read = operator.attrgetter(STAGE_FIELDS[stage])  # one field read a timing, up to 20,000 of them
-            values = [v for v in map(read, self.sample) if v is not None]
-            out[stage] = _percentiles_ms(values) if values else None
-        return out
+        return _stage_percentiles_ms(self.sample)
 
     def outside_stages_s(self) -> float | None:
         """Seconds per batch that no stage accounts for, beyond their sum (the
@@ -462,44 +471,45 @@ class MultiStats:
 
     @property
     def bound_items_per_s(self) -> float:
-        bounds = [stats.bound_items_per_s for _, stats in self.per_device if stats.batches]
-        return sum(bounds) if bounds else math.nan
+        return _bounds_added([stats.bound_items_per_s for _, stats in self.per_device if stats.batches])
 
     @property
     def efficiency(self) -> float:
-        bound = self.bound_items_per_s
-        return self.items_per_s / bound if bound > 0 else math.nan  # nan compares False
+        return _efficiency(self.items_per_s, self.bound_items_per_s)
 
     def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
         """p50/p95/p99 ms of every stage's time a batch, over the devices' samples together."""
-        return self.to_dict()["stage_percentiles_ms"]
+        return _stage_percentiles_ms(self._sample(self.per_device))
+
+    @staticmethod
+    def _sample(per_device: list[tuple[str, Stats]]) -> list[BatchTiming]:
+        return [timing for _, stats in per_device for timing in stats.sample()]
 
     def to_dict(self) -> dict[str, Any]:
         """Keys of :meth:`Stats.to_dict` for the whole run, and ``devices``: each device's, with its index."""
-        shares = [0] * len(self.per_device) if self._delivered is None else self._delivered.batches_by_device
+        per_device = self.per_device  # each device's figures read once: every read copies its sample
+        shares = [0] * len(per_device) if self._delivered is None else self._delivered.batches_by_device
         devices = [
             {"index": index, "device": name, "batches_delivered": share, **stats.to_dict()}
-            for index, ((name, stats), share) in enumerate(zip(self.per_device, shares, strict=True))
+            for index, ((name, stats), share) in enumerate(zip(per_device, shares, strict=True))
         ]
-        sample = [timing for _, stats in self.per_device for timing in stats.sample()]
-        together = _Totals(len(sample))
-        for timing in sample:
-            together.fold(timing)
-        wall = self.wall_s
+        sample = self._sample(per_device)
+        wall, items_per_s = self.wall_s, self.items_per_s
+        bound = _bounds_added([d["bound_items_per_s"] for d in devices if d["batches"]])
         bottlenecks = [d["bottleneck"] for d in devices if d["bottleneck"] is not None]
         issuing = sorted({d["issuing"] for d in devices if d["issuing"] is not None})
         return {
             "batches": self.batches,
             "items": self.items,
             "wall_s": wall,
-            "items_per_s": self.items_per_s,
+            "items_per_s": items_per_s,
             "batches_per_s": self.batches / wall if wall > 0 else math.nan,
-            "bound_items_per_s": self.bound_items_per_s,
-            "efficiency": self.efficiency,
+            "bound_items_per_s": bound,
+            "efficiency": _efficiency(items_per_s, bound),
             "bottleneck": ", ".join(dict.fromkeys(bottlenecks)) or None,  # each device's, once each
             "stage_ms": _weighted_stage_ms(devices),
-            "latency_ms": together.latency_ms(),
-            "stage_percentiles_ms": together.stage_percentiles_ms(),
+            "latency_ms": _latency_ms(sample),
+            "stage_percentiles_ms": _stage_percentiles_ms(sample),
             "issuing": "; ".join(issuing) or None,
             "devices": devices,
         }
@@ -521,6 +531,14 @@ class MultiStats:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _bounds_added(bounds: list[float]) -> float:
+    return sum(bounds) if bounds else math.nan
+
+
+def _efficiency(items_per_s: float, bound: float) -> float:
+    return items_per_s / bound if bound > 0 else math.nan  # nan compares False
 
 
 def _weighted_stage_ms(devices: list[dict[str, Any]]) -> dict[str, float | None]:
