@@ -217,7 +217,6 @@ class Layout:
     """
 
     batch_size: int
-    pad: bool  # a short batch is padded to batch_size rows (else bound at its own)
     row_shapes: tuple[tuple[str, np.dtype, Shape], ...]  # (name, dtype, shape without dim 0)
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = ()  # (name, how, model dtype)
     #: batch_size is the model's fixed batch dim: never more rows a run
@@ -225,6 +224,11 @@ class Layout:
     #: NOTE [ static shapes ]: every run at the slots' own shape; a batch that
     #: would need other slots or another shape is refused, not run
     static: bool = False
+
+    @property
+    def pad(self) -> bool:
+        """A short batch is padded to ``batch_size`` rows (else bound at its own)."""
+        return self.fixed or self.static
 
     @cached_property
     def input_names(self) -> tuple[str, ...]:
@@ -300,7 +304,7 @@ class Layout:
     def holds(self, other: Layout) -> bool:
         """Whether these slots can take every batch ``other``'s can (so a new
         ``map()`` keeps them instead of making its own)."""
-        same_kind = (self.pad, self.static, self.preprocess) == (other.pad, other.static, other.preprocess) and [
+        same_kind = (self.fixed, self.static, self.preprocess) == (other.fixed, other.static, other.preprocess) and [
             (name, dtype) for name, dtype, _ in self.row_shapes
         ] == [(name, dtype) for name, dtype, _ in other.row_shapes]
         return (
@@ -393,9 +397,7 @@ def _slots_of(
         size = batch_size if batch_size is not None else first_rows
     if size < 1:
         raise PipelineInputError("batch_size must be >= 1", got=size)
-    return Layout(
-        batch_size=size, pad=fixed or static, row_shapes=row_shapes, preprocess=preprocess, fixed=fixed, static=static
-    )
+    return Layout(batch_size=size, row_shapes=row_shapes, preprocess=preprocess, fixed=fixed, static=static)
 
 
 def split_rows(feeds: dict[str, np.ndarray], batch_size: int) -> Iterator[dict[str, np.ndarray]]:
