@@ -64,6 +64,27 @@ def _output_rows(
         yield (f"output_{name}" if name in taken else name), flat, flat.shape[1] == 1 and values.ndim <= 1
 
 
+def _record_batch(
+    index: int,
+    rows: int,
+    outputs: dict[str, np.ndarray],
+    meta: dict[str, np.ndarray],
+    row_shapes: dict[str, tuple[int, ...]],
+    several: Callable[[str, np.ndarray], dict[str, Any]],
+) -> Any:
+    """A pyarrow record batch of the metadata columns, then the outputs: one
+    value a row as a column, several as the columns ``several(name, flat)`` makes."""
+    import pyarrow as pa
+
+    columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
+    for name, flat, scalar in _output_rows(index, rows, outputs, columns, row_shapes):
+        if scalar:
+            columns[name] = pa.array(flat[:, 0])
+        else:
+            columns.update(several(name, flat))
+    return pa.record_batch(columns)
+
+
 def writable(path: str | Path) -> Path:
     """The path, after checking that its folder exists and can be written."""
     path = Path(path)
@@ -147,6 +168,13 @@ class NpySink:
             stream.close()
 
 
+def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one fixed-size list column."""
+    import pyarrow as pa
+
+    return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
+
+
 class ParquetSink:
     """Metadata columns, then one column per output (a list column when a row holds several values)."""
 
@@ -159,15 +187,7 @@ class ParquetSink:
         self._row_shapes: dict[str, tuple[int, ...]] = {}
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        import pyarrow as pa
-
-        columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
-        for name, flat, scalar in _output_rows(index, rows, outputs, columns, self._row_shapes):
-            if scalar:
-                columns[name] = pa.array(flat[:, 0])
-            else:
-                columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
-        batch = pa.record_batch(columns)
+        batch = _record_batch(index, rows, outputs, meta, self._row_shapes, _list_column)
         if self._writer is None:
             import pyarrow.parquet as pq
 
@@ -196,6 +216,13 @@ class ParquetSink:
             self._writer = None
 
 
+def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
+    import pyarrow as pa
+
+    return {f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])}
+
+
 class CsvSink:
     """A CSV file: the metadata columns, then the outputs, an output of several
     values a row as one column per value (``logits_0``, ``logits_1``, ...),
@@ -207,15 +234,7 @@ class CsvSink:
         self._row_shapes: dict[str, tuple[int, ...]] = {}
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        import pyarrow as pa
-
-        columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
-        for name, flat, scalar in _output_rows(index, rows, outputs, columns, self._row_shapes):
-            if scalar:
-                columns[name] = pa.array(flat[:, 0])
-            else:
-                columns.update({f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])})
-        batch = pa.record_batch(columns)
+        batch = _record_batch(index, rows, outputs, meta, self._row_shapes, _value_columns)
         if self._writer is None:
             import pyarrow.csv as pcsv
 
