@@ -200,6 +200,10 @@ class MultiPipeline:
         device's thread copied them out of its pinned slots)."""
         return self._iterate(iter(batches), take)
 
+    def rows_per_batch(self, batch_size: int | None = None) -> int:
+        """:meth:`Pipeline.rows_per_batch` (every device's pipeline has the same batch size and model)."""
+        return self.pipelines[0].rows_per_batch(batch_size)
+
     def warm_up(self, batch: Batch, runs_per_slot: int = 3) -> float:
         """:meth:`Pipeline.warm_up` on every device in turn (shared batches
         might leave one cold); the seconds it took in all."""
@@ -209,9 +213,8 @@ class MultiPipeline:
         """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
         if self._closed:
             raise PipelineClosedError("this pipeline is closed")
-        first = self.pipelines[0]
-        feeds = first.checker.feeds(None, inputs)
-        size = batch_size or self.batch_size or first.session.fixed_batch() or 64
+        feeds = self.pipelines[0].checker.feeds(None, inputs)
+        size = self.rows_per_batch(batch_size)
         gathered = _Gather(next(iter(feeds.values())).shape[0])
         for _ in self._iterate(split_rows(feeds, size), gathered.take):
             pass

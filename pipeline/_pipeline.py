@@ -36,6 +36,8 @@ from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]
+#: rows a batch cut from whole arrays gets when nothing says otherwise (``run()``, ``ortpipe run``)
+DEFAULT_BATCH_SIZE = 64
 #: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)
 _ISSUING = {True: STAGE_THREADS, False: CALLER_THREAD, "auto": CALLER_THREAD}
 
@@ -269,7 +271,7 @@ class Pipeline:
         if not isinstance(runs_per_slot, int) or runs_per_slot < 1:
             raise ValueError(f"runs_per_slot must be an int >= 1, got {runs_per_slot!r}")
         start = time.perf_counter()
-        for _ in self.map_with(itertools.repeat(batch, self.depth * runs_per_slot), _discard):
+        for _ in self.map_with(itertools.repeat(batch, self.depth * runs_per_slot), discard):
             pass
         return time.perf_counter() - start
 
@@ -278,12 +280,17 @@ class Pipeline:
         if self._closed:
             raise PipelineClosedError("this pipeline is closed")
         feeds = self.checker.feeds(None, inputs)
-        size = batch_size or self.batch_size or self.session.fixed_batch() or 64
+        size = self.rows_per_batch(batch_size)
         total = next(iter(feeds.values())).shape[0]
         gathered = _Gather(total)
         for _ in self._iterate(split_rows(feeds, size), gathered.taking, batch_size=size):
             pass
         return gathered.arrays
+
+    def rows_per_batch(self, batch_size: int | None = None) -> int:
+        """The rows a batch cut from whole arrays gets: ``batch_size``, else the
+        pipeline's, else the model's fixed batch dim, else :data:`DEFAULT_BATCH_SIZE`."""
+        return batch_size or self.batch_size or self.session.fixed_batch() or DEFAULT_BATCH_SIZE
 
     def memory(self) -> dict[str, int] | None:
         """Bytes the pipeline's buffers hold now — ``pinned_in``, ``pinned_out``
@@ -395,8 +402,8 @@ class Pipeline:
         )
 
 
-def _discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-    """A ``take`` that keeps nothing (warm-up runs)."""
+def discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+    """A ``take`` that keeps nothing: warm-up runs, and throughput alone (the benchmarks)."""
 
 
 def _check_batch_dims(batched: tuple[TensorSpec, ...]) -> None:

@@ -43,7 +43,7 @@ import onnxruntime as ort
 
 from ._hostcopy import CopyThreads, HostCopier
 from ._multi import MultiPipeline
-from ._pipeline import Pipeline, PipelineOptions
+from ._pipeline import Pipeline, PipelineOptions, discard
 from ._session import ModelSource, OrtSession, SessionConfig
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
@@ -264,7 +264,7 @@ def bench_pipelined(
     with Pipeline(
         model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
-        for _ in pipe.map_with(work.warm(), _discard):
+        for _ in pipe.map_with(work.warm(), discard):
             pass
         return _timed(mode, depth, pipe, work, tick)
 
@@ -284,7 +284,7 @@ def bench_multi(
         model, list(devices), depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
         for each in pipe.pipelines:  # each device warmed by itself: shared, one might get no warm batch
-            for _ in each.map_with(work.warm(), _discard):
+            for _ in each.map_with(work.warm(), discard):
                 pass
         return _timed("multi", depth, pipe, work, tick)
 
@@ -293,7 +293,7 @@ def _timed(mode: str, depth: int, pipe: Pipeline | MultiPipeline, work: Workload
     """The timed batches of ``work`` through a warmed pipeline, as one row."""
     counted = _Counted(work.timed(tick))
     start = time.perf_counter()
-    for _ in pipe.map_with(counted, _discard):
+    for _ in pipe.map_with(counted, discard):
         pass
     seconds = time.perf_counter() - start
     return ModeResult(mode, depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
@@ -309,10 +309,6 @@ class _Counted:
             self.batches += 1
             self.items += _rows(batch)
             yield batch
-
-
-def _discard(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-    """A consumer that takes nothing: the engine's throughput alone."""
 
 
 def run_modes(

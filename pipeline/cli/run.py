@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import models
+from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
 from ._args import (
     add_ort_options,
@@ -26,7 +27,6 @@ from ._args import (
 from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
-DEFAULT_BATCH_SIZE = 64
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
 
 
@@ -190,7 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     constants = _constants(args, model)
     summary = JobSummary()
     with _open_pipeline(args, model, preprocess, constants) as pipe:
-        batch_size = args.batch_size or pipe.session.fixed_batch() or DEFAULT_BATCH_SIZE
+        batch_size = pipe.rows_per_batch()  # --batch-size, else the model's fixed batch dim, else the default
         source = open_source(
             args.input,
             pipe,
