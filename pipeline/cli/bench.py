@@ -131,13 +131,14 @@ def add_bench(sub: Any) -> None:
         "--trace",
         type=Path,
         default=None,
-        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, else auto) run, at the last batch size",
+        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, auto, graph, multi) run, "
+        "at the last batch size",
     )
     bench.add_argument(
         "--plot",
         type=Path,
         default=None,
-        help="PNG timeline of the deepest pipelined (else caller, else auto) run, at the last batch size",
+        help="PNG timeline of the deepest pipelined (else caller, auto, graph, multi) run, at the last batch size",
     )
     bench.add_argument(
         "--baseline",
