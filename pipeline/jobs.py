@@ -141,6 +141,13 @@ def open_sink(path: str | Path, output_names: list[str]) -> Sink:
     raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
 
 
+def _close_iteration(items: Iterator[object]) -> None:
+    """End a source's iteration now (a generator's ``close``), not when it is collected."""
+    close = getattr(items, "close", None)
+    if close is not None:
+        close()
+
+
 def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterator[SourceBatch]:
     """The first ``limit`` rows of ``source``, its last batch cut to fit; no batch is read
     after them, and the source's iteration is closed when this one ends (its threads with it)."""
@@ -160,9 +167,7 @@ def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterator[SourceBatc
             if left == 0:
                 return
     finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()
+        _close_iteration(items)
 
 
 def run_job(
@@ -192,9 +197,7 @@ def run_job(
                 metas.append(item.meta)  # results come back in this order
                 yield item.inputs
         finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()  # a source's own threads (image decoding) end with the job
+            _close_iteration(items)  # a source's own threads (image decoding) end with the job
 
     def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
         sink.write(index, rows, views, metas.popleft())
