@@ -170,6 +170,11 @@ class MultiPipeline:
         return self.pipelines[0].output_names
 
     @property
+    def data_dependent_outputs(self) -> frozenset[str]:
+        """The outputs any device has found to depend on the data (each finds its own)."""
+        return frozenset().union(*(pipe.data_dependent_outputs for pipe in self.pipelines))
+
+    @property
     def devices(self) -> list[Device]:
         return [pipe.device for pipe in self.pipelines]
 

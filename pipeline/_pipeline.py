@@ -225,6 +225,13 @@ class Pipeline:
     def output_names(self) -> list[str]:
         return self.session.output_names
 
+    @property
+    def data_dependent_outputs(self) -> frozenset[str]:
+        """The outputs found so far to have a shape that depends on the data (a
+        detector's boxes after NMS): they hold a count of their own each batch,
+        not one row per input row (NOTE [ data-dependent outputs ])."""
+        return self.session.dynamic_outputs
+
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """Outputs ``{name: ndarray}`` for each batch, in submission order."""
         if self._closed:

@@ -13,7 +13,7 @@ import contextlib
 import importlib
 import threading
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -128,16 +128,34 @@ def open_source(
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 
-def open_sink(path: str | Path, output_names: list[str]) -> Sink:
+def open_sink(
+    path: str | Path,
+    pipe: Pipeline | MultiPipeline,
+    data_dependent: Collection[str] = (),
+) -> Sink:
+    """The sink for ``path``'s suffix (.npy, .parquet/.pq, .csv) of ``pipe``'s outputs.
+
+    The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
+    on the data by the first write are written per batch (NOTE [ per-batch
+    outputs ] in sinks)."""
+    output_names = pipe.output_names
+    unknown = sorted(set(data_dependent) - set(output_names))
+    if unknown:
+        raise SinkError(f"data-dependent output(s) {unknown} are not among the outputs written, {output_names}")
+    named = frozenset(data_dependent)
+
+    def known() -> frozenset[str]:
+        return named | pipe.data_dependent_outputs
+
     suffix = Path(path).suffix.lower()
     if suffix == ".npy":
-        return NpySink(path, output_names)
+        return NpySink(path, output_names, known)
     if suffix in (".parquet", ".pq"):
         _require("parquet", f"writing {str(path)!r}", SinkError)
-        return ParquetSink(path)
+        return ParquetSink(path, data_dependent=known)
     if suffix == ".csv":
         _require("csv", f"writing {str(path)!r}", SinkError)
-        return CsvSink(path)
+        return CsvSink(path, known)
     raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
 
 

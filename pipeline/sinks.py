@@ -14,12 +14,29 @@ so far.
 * :class:`CsvSink` - the same as CSV, an output of several values a row
   spread over one column per value;
 * :class:`CallbackSink` - your function.
+
+NOTE [ per-batch outputs ]: most outputs hold one row per input row and are
+written next to that row's metadata.  A detector's boxes after NMS or a
+NonZero hold a count of their own each batch (NOTE [ data-dependent outputs ]
+in the engine), so they cannot share a row with anything: such an output is
+written per batch, its items one after another, tied to their batch by index
+- in a table of its own beside the main one (``<stem>.<output>.parquet``, a
+``batch`` column then the items), the main table getting a ``batch`` column
+to join on; in ``.npy``, the items concatenated and ``<stem>.offsets.npy``
+saying where each batch's begin (CSR offsets).  Which outputs are written so
+is decided at the first write, and kept (:class:`OutputKinds`): those named
+``data_dependent`` (``jobs.open_sink`` adds what the pipeline has found by
+then), scalars, and any whose first dim is not the batch's rows.  An output
+whose count happened to equal the rows in the first batch is refused later
+with a message that says to name it.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator, Mapping
+import math
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,6 +49,46 @@ class SinkError(PipelineError):
     """An output path cannot be written."""
 
 
+#: names of the outputs known to be data-dependent, or a function that tells them when asked
+DataDependent = Collection[str] | Callable[[], Collection[str]]
+
+
+class OutputKinds:
+    """Which outputs hold one row per input row and which a count of their own
+    each batch (a detector's boxes after NMS, NonZero): NOTE [ per-batch outputs ].
+
+    An output's kind is decided the first time it is written and kept: per
+    batch when it is named in ``data_dependent`` (names, or a function asked
+    then: ``lambda: pipe.data_dependent_outputs``), when it is a scalar, or when
+    its first dim is not the batch's rows; one row per input row otherwise.
+    """
+
+    def __init__(self, data_dependent: DataDependent = ()) -> None:
+        self._data_dependent = data_dependent
+        self._per_batch: dict[str, bool] = {}
+
+    def _known(self) -> Collection[str]:
+        known = self._data_dependent
+        return known() if callable(known) else known
+
+    def split(
+        self, rows: int, outputs: Mapping[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``outputs`` as (one row per input row, per batch)."""
+        per_row: dict[str, np.ndarray] = {}
+        per_batch: dict[str, np.ndarray] = {}
+        for name, values in outputs.items():
+            kind = self._per_batch.get(name)
+            if kind is None:
+                kind = self._per_batch[name] = values.ndim == 0 or values.shape[0] != rows or name in self._known()
+            (per_batch if kind else per_row)[name] = values
+        return per_row, per_batch
+
+    @property
+    def any_per_batch(self) -> bool:
+        return any(self._per_batch.values())
+
+
 def check_rows(
     name: str, index: int, rows: int, values: np.ndarray, row_shape: tuple[int, ...] | None
 ) -> tuple[int, ...]:
@@ -40,49 +97,67 @@ def check_rows(
     if values.ndim == 0 or values.shape[0] != rows or (row_shape is not None and values.shape[1:] != row_shape):
         expected = f"[{rows}, ...]" if row_shape is None else str([rows, *row_shape])
         raise SinkError(
-            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected {expected}: this sink "
-            "writes one row per input row, and this output's shape depends on the data, not on the rows; "
-            "write it with a CallbackSink or take it from Pipeline.map()"
+            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected {expected}: it held one "
+            "row per input row in the first batch, so this sink writes it so; if its shape depends on the data, "
+            "name it in the sink's data_dependent (ortpipe run --data-dependent NAME) to write it per batch"
         )
     return values.shape[1:]
 
 
-def _output_rows(
-    index: int,
-    rows: int,
-    outputs: dict[str, np.ndarray],
-    taken: Mapping[str, Any],
-    row_shapes: dict[str, tuple[int, ...]],
-) -> Iterator[tuple[str, np.ndarray, bool]]:
-    """Each output of a batch as (column name, ``[rows, values a row]`` copy, one scalar a row?),
-    checked to be one row per input row; a name the metadata ``taken`` is prefixed ``output_``."""
-    for name, values in outputs.items():
-        row_shapes[name] = check_rows(name, index, rows, values, row_shapes.get(name))
-        # A copy: pyarrow wraps numpy memory without copying, and ``values``
-        # is a view of a pinned slot that the engine reuses after this call.
-        flat = np.array(values, copy=True).reshape(rows, -1)
-        yield (f"output_{name}" if name in taken else name), flat, flat.shape[1] == 1 and values.ndim <= 1
+def check_items(name: str, index: int, values: np.ndarray, item_shape: tuple[int, ...] | None) -> np.ndarray:
+    """A per-batch output of batch ``index`` as ``[count, ...]`` (a scalar is one item),
+    after checking that its items keep the shape of the first batch's."""
+    items = values.reshape(1) if values.ndim == 0 else values
+    if item_shape is not None and items.shape[1:] != item_shape:
+        raise SinkError(
+            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected [count, "
+            f"{', '.join(map(str, item_shape))}]: a per-batch output may change its count, not the shape of its items"
+        )
+    return items
 
 
-def _record_batch(
-    index: int,
-    rows: int,
-    outputs: dict[str, np.ndarray],
-    meta: dict[str, np.ndarray],
-    row_shapes: dict[str, tuple[int, ...]],
-    several: Callable[[str, np.ndarray], dict[str, Any]],
-) -> Any:
-    """A pyarrow record batch of the metadata columns, then the outputs: one
-    value a row as a column, several as the columns ``several(name, flat)`` makes."""
+def _flat(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``[rows, values a row]`` copy of ``values``, and whether a row is one scalar.
+
+    A copy: pyarrow wraps numpy memory without copying, and ``values`` is a
+    view of a pinned slot that the engine reuses after the write."""
+    flat = np.array(values, copy=True).reshape(len(values), math.prod(values.shape[1:]))
+    return flat, flat.shape[1] == 1 and values.ndim <= 1
+
+
+def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarray, bool]], several: Several) -> Any:
+    """A pyarrow record batch of ``columns`` (numpy or pyarrow arrays), then the
+    outputs: one value a row as a column, several as the columns ``several(name, flat)``
+    makes; an output whose name a column has is prefixed ``output_``."""
     import pyarrow as pa
 
-    columns: dict[str, Any] = {name: pa.array(values) for name, values in meta.items()}
-    for name, flat, scalar in _output_rows(index, rows, outputs, columns, row_shapes):
+    arrays: dict[str, Any] = {name: pa.array(values) for name, values in columns.items()}
+    for name, flat, scalar in list(outputs):
+        name = f"output_{name}" if name in arrays else name
         if scalar:
-            columns[name] = pa.array(flat[:, 0])
+            arrays[name] = pa.array(flat[:, 0])
         else:
-            columns.update(several(name, flat))
-    return pa.record_batch(columns)
+            arrays.update(several(name, flat))
+    return pa.record_batch(arrays)
+
+
+#: how an output of several values a row becomes columns: ``several(name, flat)``
+Several = Callable[[str, np.ndarray], dict[str, Any]]
+
+
+def file_part(name: str) -> str:
+    """An output name as part of a file name (``/`` and other odd characters as ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def _beside(base: Path, suffix: str, names: Iterable[str]) -> dict[str, Path]:
+    """``<stem>.<name><suffix>`` beside ``base`` for each name, each checked writable;
+    two names that become one file name are refused."""
+    stem = base.name[: -len(suffix)] if base.name.endswith(suffix) else base.name
+    paths = {name: base.with_name(f"{stem}.{file_part(name)}{suffix}") for name in names}
+    if len(set(paths.values())) != len(paths):
+        raise SinkError(f"outputs {sorted(paths)} do not make distinct file names beside {str(base)!r}")
+    return {name: writable(path) for name, path in paths.items()}
 
 
 def writable(path: str | Path) -> Path:
@@ -145,55 +220,83 @@ class _NpyStream:
         self.file.close()
 
 
-class NpySink:
-    """``path`` for a one-output model; ``<stem>.<output>.npy`` beside it for several."""
+def _close_all(files: Iterable[Any]) -> None:
+    """Close every file, also when one fails; the first failure is raised after."""
+    failure: BaseException | None = None
+    for file in files:
+        try:
+            file.close()
+        except BaseException as exc:  # noqa: BLE001 - the others must be closed too
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
-    def __init__(self, path: str | Path, output_names: list[str]) -> None:
+
+class NpySink:
+    """``path`` for a one-output model; ``<stem>.<output>.npy`` beside it for several.
+
+    An output written per batch (NOTE [ per-batch outputs ]) holds every
+    batch's items one after another, and ``offsets_paths[name]``
+    (``<its stem>.offsets.npy``, int64) says where each batch's are: batch
+    ``i``'s are rows ``offsets[i]:offsets[i + 1]``.
+    """
+
+    def __init__(self, path: str | Path, output_names: list[str], data_dependent: DataDependent = ()) -> None:
         base = writable(path)
-        if len(output_names) == 1:
-            self.paths = {output_names[0]: base}
-        else:
-            stem = base.name[: -len(".npy")] if base.name.endswith(".npy") else base.name
-            self.paths = {name: writable(base.with_name(f"{stem}.{name}.npy")) for name in output_names}
+        self.paths = {output_names[0]: base} if len(output_names) == 1 else _beside(base, ".npy", output_names)
+        self.offsets_paths: dict[str, Path] = {}
+        self._kinds = OutputKinds(data_dependent)
         self._streams = {name: _NpyStream(p) for name, p in self.paths.items()}
+        self._offsets: dict[str, _NpyStream] = {}
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        for name, values in outputs.items():
+        per_row, per_batch = self._kinds.split(rows, outputs)
+        items = {name: check_items(name, index, values, self._known_shape(name)) for name, values in per_batch.items()}
+        for name, values in per_row.items():
+            check_rows(name, index, rows, values, self._known_shape(name))
+        for name, values in per_row.items():
+            self._streams[name].append(values)
+        for name, values in items.items():
             stream = self._streams[name]
-            check_rows(name, index, rows, values, stream.row_shape if stream.dtype is not None else None)
             stream.append(values)
+            self._offsets_stream(name).append(np.array([stream.rows], np.int64))
+
+    def _known_shape(self, name: str) -> tuple[int, ...] | None:
+        stream = self._streams[name]
+        return stream.row_shape if stream.dtype is not None else None
+
+    def _offsets_stream(self, name: str) -> _NpyStream:
+        stream = self._offsets.get(name)
+        if stream is None:
+            path = _beside(self.paths[name], ".npy", ["offsets"])["offsets"]
+            if path in self.paths.values():
+                raise SinkError(f"the offsets of output {name!r} would overwrite {str(path)!r}, another output's file")
+            stream = self._offsets[name] = _NpyStream(path)
+            self.offsets_paths[name] = path
+            stream.append(np.zeros(1, np.int64))  # batch 0 starts at item 0
+        return stream
 
     def close(self) -> None:
-        for stream in self._streams.values():
-            stream.close()
+        _close_all([*self._streams.values(), *self._offsets.values()])
 
 
-def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
-    """Several values a row as one fixed-size list column."""
-    import pyarrow as pa
+class _ParquetFile:
+    """A Parquet file written in row groups of about ``row_group_rows``."""
 
-    return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
-
-
-class ParquetSink:
-    """Metadata columns, then one column per output (a list column when a row holds several values)."""
-
-    def __init__(self, path: str | Path, row_group_rows: int = 65536) -> None:
-        self.path = writable(path)
+    def __init__(self, path: Path, row_group_rows: int) -> None:
+        self.path = path
         self.row_group_rows = row_group_rows
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
-        self._row_shapes: dict[str, tuple[int, ...]] = {}
 
-    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        batch = _record_batch(index, rows, outputs, meta, self._row_shapes, _list_column)
+    def write(self, batch: Any) -> None:
         if self._writer is None:
             import pyarrow.parquet as pq
 
             self._writer = pq.ParquetWriter(self.path, batch.schema)
         self._pending.append(batch)
-        self._pending_rows += rows
+        self._pending_rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
             self._flush()
 
@@ -216,25 +319,14 @@ class ParquetSink:
             self._writer = None
 
 
-def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
-    """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
-    import pyarrow as pa
+class _CsvFile:
+    """A CSV file streamed batch by batch (pyarrow's writer)."""
 
-    return {f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])}
-
-
-class CsvSink:
-    """A CSV file: the metadata columns, then the outputs, an output of several
-    values a row as one column per value (``logits_0``, ``logits_1``, ...),
-    streamed batch by batch (pyarrow's writer)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = writable(path)
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._writer: Any = None
-        self._row_shapes: dict[str, tuple[int, ...]] = {}
 
-    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        batch = _record_batch(index, rows, outputs, meta, self._row_shapes, _value_columns)
+    def write(self, batch: Any) -> None:
         if self._writer is None:
             import pyarrow.csv as pcsv
 
@@ -245,6 +337,112 @@ class CsvSink:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class _TableSink:
+    """One table of the metadata columns and the per-row outputs, and one table
+    beside it for each per-batch output (NOTE [ per-batch outputs ]):
+    ``<stem>.<output><suffix>``, a ``batch`` column then the output's items.
+    The main table gets the ``batch`` column too when there are such outputs
+    (``ortpipe_batch`` when the metadata has a ``batch`` already)."""
+
+    _suffix = ""
+
+    def __init__(self, path: str | Path, data_dependent: DataDependent = ()) -> None:
+        self.path = writable(path)
+        #: the table of each per-batch output, once the first batch has told which they are
+        self.side_paths: dict[str, Path] = {}
+        self._kinds = OutputKinds(data_dependent)
+        self._main = self._open(self.path)
+        self._sides: dict[str, Any] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._batch_column = "batch"
+
+    def _open(self, path: Path) -> Any:
+        raise NotImplementedError
+
+    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        per_row, per_batch = self._kinds.split(rows, outputs)
+        if not self._sides and per_batch:
+            self._open_sides(list(per_batch), meta)
+        columns: dict[str, Any] = dict(meta)
+        if per_batch:
+            columns[self._batch_column] = np.full(rows, index, np.int64)
+        main = _record_batch(columns, self._per_row(index, rows, per_row), self._several)
+        sides = {name: self._items(index, name, values) for name, values in per_batch.items()}
+        self._main.write(main)
+        for name, side in sides.items():
+            self._sides[name].write(side)
+
+    def _per_row(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, bool]]:
+        checked = []
+        for name, values in outputs.items():
+            self._shapes[name] = check_rows(name, index, rows, values, self._shapes.get(name))
+            checked.append((name, *_flat(values)))
+        return checked
+
+    def _items(self, index: int, name: str, values: np.ndarray) -> Any:
+        """Batch ``index``'s items of a per-batch output as a record batch of its table."""
+        items = check_items(name, index, values, self._shapes.get(name))
+        self._shapes[name] = items.shape[1:]
+        batch = {self._batch_column: np.full(len(items), index, np.int64)}
+        return _record_batch(batch, [(name, *_flat(items))], self._several)
+
+    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
+        if "batch" in meta:
+            self._batch_column = "ortpipe_batch"
+        self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names)
+        self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
+
+    def close(self) -> None:
+        _close_all([self._main, *self._sides.values()])
+
+
+def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one fixed-size list column."""
+    import pyarrow as pa
+
+    return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
+
+
+class ParquetSink(_TableSink):
+    """Metadata columns, then one column per output (a list column when a row holds several values)."""
+
+    _suffix = ".parquet"
+
+    def __init__(self, path: str | Path, row_group_rows: int = 65536, data_dependent: DataDependent = ()) -> None:
+        self.row_group_rows = row_group_rows
+        super().__init__(path, data_dependent)
+
+    def _open(self, path: Path) -> _ParquetFile:
+        return _ParquetFile(path, self.row_group_rows)
+
+    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
+        return _list_column(name, flat)
+
+
+def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
+    import pyarrow as pa
+
+    return {f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])}
+
+
+class CsvSink(_TableSink):
+    """A CSV file: the metadata columns, then the outputs, an output of several
+    values a row as one column per value (``logits_0``, ``logits_1``, ...),
+    streamed batch by batch."""
+
+    _suffix = ".csv"
+
+    def _open(self, path: Path) -> _CsvFile:
+        return _CsvFile(path)
+
+    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
+        return _value_columns(name, flat)
 
 
 class CallbackSink:

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from pipeline import Pipeline, PipelineInputError, PipelineOptions, PipelineStageError, models
-from pipeline.jobs import run_job
-from pipeline.sinks import NpySink, ParquetSink, SinkError
+from pipeline.cli import main
+from pipeline.jobs import open_sink, run_job
+from pipeline.sinks import NpySink, SinkError
 from pipeline.sources import SourceBatch
 
 from .conftest import assert_outputs_equal, reference, wait_no_threads
@@ -87,11 +88,110 @@ def test_a_real_failure_is_still_reported_not_retried_into_silence():
     assert caught.value.batch_index == 1 and "out of data bounds" in str(caught.value.__cause__)
 
 
-@pytest.mark.parametrize("sink", [NpySink, ParquetSink])
-def test_per_row_sinks_refuse_a_data_dependent_output(tmp_path, sink):
-    path = tmp_path / ("out.npy" if sink is NpySink else "out.parquet")
+def _detect_job(tmp_path, name: str, batches: list[np.ndarray], **sink_options):
+    """``batches`` through the detect model into ``tmp_path / name`` with the sink ``open_sink`` picks."""
+    with Pipeline(models.detect(), device="cpu", depth=2) as pipe:
+        sink = open_sink(tmp_path / name, pipe, **sink_options)
+        summary = run_job(
+            pipe, [SourceBatch({"x": batch}, {"row_id": np.arange(len(batch))}) for batch in batches], sink
+        )
+    assert summary.batches == len(batches)
+    return sink
+
+
+def _reference_by_batch(batches: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    return [reference(models.detect(), {"x": batch}) for batch in batches]
+
+
+def test_npy_writes_each_batchs_hits_one_after_another_with_offsets(tmp_path):
+    batches = _batches([8, 8, 5, 8])
+    sink = _detect_job(tmp_path, "dets.npy", batches)
+    assert set(sink.offsets_paths) == DYNAMIC
+    want = _reference_by_batch(batches)
+    np.testing.assert_array_equal(np.load(sink.paths["best"]), np.concatenate([w["best"] for w in want]))
+    for name in DYNAMIC:
+        values, offsets = np.load(sink.paths[name]), np.load(sink.offsets_paths[name])
+        assert sink.offsets_paths[name].name == f"dets.{name}.offsets.npy"
+        assert offsets.dtype == np.int64 and offsets[0] == 0 and len(offsets) == len(batches) + 1
+        for i, batch_want in enumerate(want):
+            np.testing.assert_array_equal(values[offsets[i] : offsets[i + 1]], batch_want[name], err_msg=f"{name} {i}")
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_tables_write_each_per_batch_output_beside_the_main_one(tmp_path, suffix):
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    read = pq.read_table if suffix == ".parquet" else pcsv.read_csv
+    batches = _batches([8, 8, 5, 8])
+    sink = _detect_job(tmp_path, f"dets{suffix}", batches)
+    assert {name: path.name for name, path in sink.side_paths.items()} == {n: f"dets.{n}{suffix}" for n in DYNAMIC}
+    want = _reference_by_batch(batches)
+    main = read(sink.path)
+    assert main.column_names == ["row_id", "batch", "best"]
+    np.testing.assert_array_equal(
+        main["batch"].to_numpy(), np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    )
+    # CSV holds text: float32 read back as float64
+    np.testing.assert_allclose(main["best"].to_numpy(), np.concatenate([w["best"] for w in want]), rtol=1e-6)
+    hits, scores = read(sink.side_paths["hits"]), read(sink.side_paths["hit_scores"])
+    assert scores.column_names == ["batch", "hit_scores"]
+    if suffix == ".parquet":
+        assert hits.column_names == ["batch", "hits"]
+        hit_values = np.stack(hits["hits"].to_numpy(zero_copy_only=False)) if hits.num_rows else np.empty((0, 2))
+    else:
+        assert hits.column_names == ["batch", "hits_0", "hits_1"]
+        hit_values = np.stack([hits["hits_0"].to_numpy(), hits["hits_1"].to_numpy()], axis=1)
+    for i, batch_want in enumerate(want):
+        np.testing.assert_array_equal(hit_values[hits["batch"].to_numpy() == i], batch_want["hits"], err_msg=str(i))
+        np.testing.assert_allclose(
+            scores["hit_scores"].to_numpy()[scores["batch"].to_numpy() == i], batch_want["hit_scores"], rtol=1e-6
+        )
+
+
+def _exactly_one_hit_a_row(rows: int) -> np.ndarray:
+    batch = np.zeros((rows, 64), np.float32)
+    batch[:, 3] = 2.0
+    return batch
+
+
+def test_a_count_that_equals_the_rows_in_the_first_batch_is_still_written_per_batch(tmp_path):
+    """Batch 0 has as many hits as rows; the pipeline has found the output dynamic (the probe had none)."""
+    batches = [_exactly_one_hit_a_row(8), *_batches([8, 8])]
+    sink = _detect_job(tmp_path, "dets.npy", batches)
+    offsets = np.load(sink.offsets_paths["hits"])
+    want = _reference_by_batch(batches)
+    assert offsets.tolist() == np.cumsum([0, *(len(w["hits"]) for w in want)]).tolist()
+
+
+def test_a_per_row_sink_that_saw_a_coincidence_says_to_name_the_output(tmp_path):
+    """A sink told nothing, whose first batch had a hit a row, fails on batch 1 and says how to fix it."""
+    batches = [_exactly_one_hit_a_row(8), *_batches([8, 8])]
     with Pipeline(models.detect(), device="cpu") as pipe:
-        target = sink(path, pipe.output_names) if sink is NpySink else sink(path)
-        source = [SourceBatch({"x": batch}) for batch in _batches([8, 8])]
-        with pytest.raises(SinkError, match=r"output 'hits' of batch 0 has shape \[0, 2\], expected \[8, \.\.\.\]"):
-            run_job(pipe, source, target)
+        source = [SourceBatch({"x": batch}) for batch in batches]
+        sink = NpySink(tmp_path / "out.npy", pipe.output_names)
+        with pytest.raises(
+            SinkError, match=r"output 'hits' of batch 1 has shape \[\d+, 2\], expected \[8, 2\]"
+        ) as caught:
+            run_job(pipe, source, sink)
+    assert "--data-dependent" in str(caught.value)
+    assert np.load(sink.paths["best"]).shape == (8,)  # batch 0, written before the failure, is readable
+
+
+def test_outputs_named_data_dependent_must_be_outputs(tmp_path):
+    with Pipeline(models.detect(), device="cpu") as pipe, pytest.raises(SinkError, match=r"\['boxes'\] are not"):
+        open_sink(tmp_path / "out.parquet", pipe, data_dependent=["boxes"])
+
+
+def test_ortpipe_run_writes_a_detectors_hits_per_batch(tmp_path, capsys):
+    data = np.concatenate(_batches([8, 8, 8]))
+    np.save(tmp_path / "x.npy", data)
+    argv = ["run", "detect", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "dets.parquet")]
+    assert main([*argv, "--batch-size", "8", "--device", "cpu", "--no-progress"]) == 0
+    import pyarrow.parquet as pq
+
+    hits = pq.read_table(tmp_path / "dets.hits.parquet")
+    want = [reference(models.detect(), {"x": data[i : i + 8]})["hits"] for i in range(0, len(data), 8)]
+    assert hits["batch"].to_numpy().tolist() == [i for i, w in enumerate(want) for _ in range(len(w))]
+    assert main([*argv, "--data-dependent", "boxes", "--device", "cpu", "--no-progress"]) == 1
+    assert "boxes" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from ._args import (
     column_map,
     constant_arrays,
     copy_threads,
+    names,
     ort_options,
     positive,
     size,
@@ -113,6 +114,15 @@ def add_run(sub: Any) -> None:
     add_constant_option(run)
     add_ort_options(run)
     add_output_names_option(run)
+    run.add_argument(
+        "--data-dependent",
+        type=names,
+        default=(),
+        metavar="NAME[,NAME]",
+        help="outputs that hold a count of their own each batch (a detector's boxes), written per batch: "
+        "beside a table, a table each with a batch column; in .npy, one after another with an .offsets.npy "
+        "(found by itself when the count differs from the rows; a built-in model's are known)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -203,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             decode_threads=args.decode_threads,
             skip_unreadable=args.skip_unreadable,
         )
-        sink = open_sink(args.output, pipe.output_names)
+        sink = open_sink(args.output, pipe, _data_dependent(args, pipe.output_names))
         total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
         batches: Any = source
         if args.limit is not None:
@@ -227,6 +237,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
+    """--data-dependent, and a built-in model's own data-dependent outputs that are written."""
+    builtin = models.BUILTIN.get(args.model)
+    known = [name for name in (builtin.data_dependent if builtin else ()) if name in written]
+    return list(dict.fromkeys([*args.data_dependent, *known]))
 
 
 def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
