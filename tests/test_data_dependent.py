@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineInputError, PipelineOptions, PipelineStageError, models
+from pipeline import MultiPipeline, Pipeline, PipelineInputError, PipelineOptions, PipelineStageError, models
 from pipeline.cli import main
 from pipeline.jobs import open_sink, run_job
 from pipeline.sinks import NpySink, SinkError
@@ -195,3 +195,15 @@ def test_ortpipe_run_writes_a_detectors_hits_per_batch(tmp_path, capsys):
     assert hits["batch"].to_numpy().tolist() == [i for i, w in enumerate(want) for _ in range(len(w))]
     assert main([*argv, "--data-dependent", "boxes", "--device", "cpu", "--no-progress"]) == 1
     assert "boxes" in capsys.readouterr().err
+
+
+def test_several_devices_write_per_batch_outputs_in_order(tmp_path):
+    batches = [_exactly_one_hit_a_row(8), *_batches([8, 5, 8, 8, 3])]
+    with MultiPipeline(models.detect(), "cpu,cpu", depth=2) as pipe:
+        sink = open_sink(tmp_path / "dets.npy", pipe)
+        run_job(pipe, [SourceBatch({"x": batch}) for batch in batches], sink)
+        assert pipe.data_dependent_outputs == DYNAMIC  # each device found them; together they say so
+    want = _reference_by_batch(batches)
+    values, offsets = np.load(sink.paths["hits"]), np.load(sink.offsets_paths["hits"])
+    for i, batch_want in enumerate(want):
+        np.testing.assert_array_equal(values[offsets[i] : offsets[i + 1]], batch_want["hits"], err_msg=str(i))

@@ -337,7 +337,7 @@ def models_inputs():
         return pipe.source_inputs
 
 
-@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark", "several_devices"])
+@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark", "several_devices", "detections"])
 def test_examples_run(tmp_path, name, capsys):
     if name == "video_frames":
         pytest.importorskip("av", reason="the video example needs PyAV")
@@ -348,6 +348,16 @@ def test_examples_run(tmp_path, name, capsys):
         output = module.main(str(tmp_path))
         assert Path(output).exists()
     assert capsys.readouterr().out
+
+
+def test_the_detections_example_joins_each_hit_to_its_frame(tmp_path, capsys):
+    example = _example("detections")
+    output = example.main(str(tmp_path))
+    batches = example.frames(1000, batch_size=32)
+    scores = np.concatenate([batch.inputs["x"] for batch in batches])
+    ids = np.concatenate([batch.meta["frame_id"] for batch in batches])
+    want = {int(i): int(n) for i, n in zip(ids, (scores > 1.5).sum(axis=1), strict=True) if n}
+    assert example.hits_by_frame(output, tmp_path / "dets.hits.parquet") == want
 
 
 def test_python_module_entry_point():
