@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -126,17 +127,16 @@ def add_run(sub: Any) -> None:
     run.add_argument("--no-progress", action="store_true")
 
 
-def _auto_preprocess(args: argparse.Namespace, model: Any, kind: str) -> Any:
+def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
     """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
     from .._preprocess import Preprocess
-    from .._session import declared_inputs
 
     if args.preprocess is not None:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
     if kind not in ("video", "images"):
         return None
     constant = {name for name, _ in args.constant}
-    inputs = [s for s in declared_inputs(model) if s.name not in constant]  # read from the file, no session
+    inputs = [s for s in declared() if s.name not in constant]
     if not inputs:
         return None
     spec = next((s for s in inputs if s.name == args.input_name), inputs[0])
@@ -146,11 +146,11 @@ def _auto_preprocess(args: argparse.Namespace, model: Any, kind: str) -> Any:
     return None
 
 
-def _constants(args: argparse.Namespace, model: Any) -> dict[str, Any]:
-    """--constant values, shaped and typed from the model file's declared inputs."""
+def _declared_inputs(model: Any) -> Callable[[], Sequence[Any]]:
+    """The model file's declared inputs, read (without a session) the first time they are asked for, once."""
     from .._session import declared_inputs
 
-    return constant_arrays(declared_inputs(model), args.constant) if args.constant else {}
+    return functools.cache(lambda: declared_inputs(model))
 
 
 def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
@@ -196,8 +196,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     kind = source_kind(args.input)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     writable(args.output)  # fail before any work
-    preprocess = _auto_preprocess(args, model, kind)
-    constants = _constants(args, model)
+    declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
+    preprocess = _auto_preprocess(args, declared, kind)
+    constants = constant_arrays(declared(), args.constant) if args.constant else {}
     summary = JobSummary()
     with _open_pipeline(args, model, preprocess, constants) as pipe:
         batch_size = pipe.rows_per_batch()  # --batch-size, else the model's fixed batch dim, else the default
