@@ -20,7 +20,9 @@ growing with the batch size); the one-row identity and the conv net at 8
 frames as two pipelines on one GPU (``multi``: two sessions on two compute
 streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
 from the caller's thread and auto; last, ORT's profile
-of the conv net by operator (``convnet_ops``).
+of the conv net by operator (``convnet_ops``), and a job of uint8 frames
+made a row at a time, written straight into the pinned slots against stacked
+and staged (``frames_into_slots``).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -48,7 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import HostDevice, cuda_unavailable_reason, models, resolve_device  # noqa: E402
+from pipeline import HostDevice, Pipeline, Preprocess, cuda_unavailable_reason, models, resolve_device  # noqa: E402
 from pipeline._hostcopy import auto_copy_threads  # noqa: E402
 from pipeline.bench import (  # noqa: E402
     MODES,
@@ -59,7 +61,10 @@ from pipeline.bench import (  # noqa: E402
     measure_host_copy_gbps,
     run_modes,
 )
+from pipeline.jobs import run_job  # noqa: E402
 from pipeline.opprofile import profile_ops  # noqa: E402
+from pipeline.sinks import CallbackSink  # noqa: E402
+from pipeline.sources import RowSource  # noqa: E402
 from pipeline.trace import plot_timeline, write_chrome_trace  # noqa: E402
 
 DEPTHS = (1, 2, 3)
@@ -200,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     steps += [(entry["name"], _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)]
     steps.append(("convnet ops", lambda: report.update(convnet_ops=_convnet_ops(device, gpu and not args.quick))))
+    big = gpu and not args.quick
+    steps.append(("frames into slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
     if not args.no_tests:  # last: a hung test must not cost the figures
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
     run_steps(steps, report, args.out / "results.json", args.budget_s)
@@ -256,6 +263,43 @@ def _convnet_ops(device: Any, big: bool) -> dict[str, Any]:
     profile = profile_ops(models.convnet(), device, pool, runs=10, warmup=3)
     print(f"\nconvnet on {device.name}\n{profile}", flush=True)
     return profile.to_dict()
+
+
+class _DecodedFrames(RowSource):
+    """Frames made one at a time, as a decoder makes them (here each is taken
+    from a pool): what a video or an image folder gives ``run_job``."""
+
+    def __init__(self, spec: Any, batch_size: int, batches: int, pool: list[np.ndarray]) -> None:
+        self.spec, self.batch_size, self.batches, self.pool = spec, batch_size, batches, pool
+
+    def chunks(self) -> Any:
+        for batch in range(self.batches):
+            first = batch * self.batch_size
+            rows = [self.pool[(first + i) % len(self.pool)] for i in range(self.batch_size)]
+            yield rows, {"frame_index": np.arange(first, first + self.batch_size)}
+
+
+def _frames_into_slots(device: Any, big: bool, rounds: int = 3) -> dict[str, Any]:
+    """NOTE [ sources that fill slots ]: a job of uint8 frames into the conv net
+    (H and W fixed, converted on the device), the frames written straight into
+    the pinned slots against stacked and staged; the best of ``rounds`` each,
+    alternated."""
+    frames, size, batches = (64, 224, 40) if big else (8, 32, 10)
+    rng = np.random.default_rng(0)
+    pool = [rng.integers(0, 256, (size, size, 3), np.uint8) for _ in range(16)]
+    nhwc = Preprocess(scale=1 / 255, layout="nhwc")
+    best: dict[str, dict[str, Any]] = {}
+    with Pipeline(models.convnet(height=size, width=size), device=device, depth=3, preprocess=nhwc) as pipe:
+        spec = pipe.source_inputs[0]
+        for _ in range(rounds + 1):  # the first round warms up
+            for way in ("staged", "filled"):
+                source = _DecodedFrames(spec, frames, batches, pool)
+                summary = run_job(pipe, source, CallbackSink(lambda *_: None), fill_slots=way == "filled")
+                if way not in best or summary.items_per_s > best[way]["items_per_s"]:
+                    best[way] = {"items_per_s": summary.items_per_s, "filled": summary.filled, **summary.stats}
+    ratio = best["filled"]["items_per_s"] / best["staged"]["items_per_s"]
+    print(f"\nframes into slots on {device.name}: filled / staged {ratio:.2f}x", flush=True)
+    return {"frames": frames, "size": size, "batches": batches, "ratio": ratio, **best}
 
 
 def run_steps(steps: list[tuple[str, Callable[[], None]]], report: dict[str, Any], path: Path, budget_s: float) -> None:

@@ -357,6 +357,12 @@ def layout_for(
     return _slots_of(row_shapes, fixed_batch, batch_size, rows, preprocess, static)
 
 
+def fixed_row_shape(spec: TensorSpec) -> Shape | None:
+    """The dims of ``spec`` beyond the batch dim, when the model fixes every one of them."""
+    row = tuple(dim for dim in spec.shape[1:] if isinstance(dim, int))
+    return row if len(row) == spec.rank - 1 else None
+
+
 def layout_of_model(
     inputs: tuple[TensorSpec, ...],
     fixed_batch: int | None,
@@ -370,8 +376,8 @@ def layout_of_model(
         raise ValueError("map_filled() needs batch_size (the rows of a slot) for a model with a dynamic batch dim")
     row_shapes = []
     for spec in inputs:
-        row = tuple(dim for dim in spec.shape[1:] if isinstance(dim, int))
-        if len(row) != spec.rank - 1:
+        row = fixed_row_shape(spec)
+        if row is None:
             raise ModelError(
                 f"input {spec.name!r} is {spec.describe_shape()}: map_filled() sizes the slots from the model, "
                 "so every dim beyond the batch dim must be a number (use map() for free dims)"

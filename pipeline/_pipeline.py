@@ -25,7 +25,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._batching import InputChecker, Layout, check_batch_size, layout_for, layout_of_model, split_rows
+from ._batching import (
+    InputChecker,
+    Layout,
+    check_batch_size,
+    fixed_row_shape,
+    layout_for,
+    layout_of_model,
+    split_rows,
+)
 from ._engine import BatchTrace, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
@@ -245,6 +253,12 @@ class Pipeline:
         if self._closed:
             raise PipelineClosedError("this pipeline is closed")
         return self._iterate(iter(batches), lambda copier: take)
+
+    @property
+    def fills_slots(self) -> bool:
+        """Whether :meth:`map_filled` can size the slots from the model alone:
+        every dim of every source input beyond the batch dim is a number."""
+        return all(fixed_row_shape(spec) is not None for spec in self.source_inputs)
 
     def map_filled(self, fill: Fill, take: Take[Any] | None = None, batch_size: int | None = None) -> Iterator[Any]:
         """Batches written in place (NOTE [ filled slots ]): ``fill(index, slot)``

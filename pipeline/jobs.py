@@ -13,7 +13,7 @@ import contextlib
 import importlib
 import threading
 import time
-from collections.abc import Collection, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,7 +24,17 @@ from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
 from .sinks import CsvSink, NpySink, ParquetSink, SinkError
-from .sources import CsvSource, ImageFolderSource, NpySource, ParquetSource, SourceBatch, SourceError, VideoSource
+from .sources import (
+    CsvSource,
+    ImageFolderSource,
+    NpySource,
+    ParquetSource,
+    RowSource,
+    SlotFiller,
+    SourceBatch,
+    SourceError,
+    VideoSource,
+)
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -41,6 +51,8 @@ class JobSummary:
     batches: int = 0
     seconds: float = 0.0
     interrupted: bool = False
+    #: the source decoded straight into the pinned slots (NOTE [ sources that fill slots ])
+    filled: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,6 +65,8 @@ class JobSummary:
             text += f"; efficiency {self.stats['efficiency']:.2f}, bottleneck {self.stats['bottleneck']}"
             if self.stats.get("issuing"):
                 text += f"; issued by {self.stats['issuing']}"
+        if self.filled:
+            text += "; decoded into the pinned slots"
         return text + (" (interrupted)" if self.interrupted else "")
 
 
@@ -195,27 +209,25 @@ def run_job(
     progress: Progress | None = None,
     summary: JobSummary | None = None,
     stop: threading.Event | None = None,
+    fill_slots: bool = True,
 ) -> JobSummary:
     """Every batch of ``source`` through ``pipe`` into ``sink``; the sink is always closed.
 
     Setting ``stop`` ends the job gracefully: no new batch is read, the ones in
     flight are delivered and written, and the summary says ``interrupted``.
-    Pass your own ``summary`` to read how far a job got when it raised.
+    Pass your own ``summary`` to read how far a job got when it raised.  A
+    source that makes its batches a row at a time (a video, an image folder)
+    decodes straight into the pipeline's pinned slots where it can
+    (``summary.filled``; NOTE [ sources that fill slots ]); ``fill_slots=False``
+    has it make arrays of its own that the engine stages, as any source.
     """
-    metas: collections.deque[dict[str, np.ndarray]] = collections.deque()
+    metas: collections.deque[dict[str, np.ndarray]] = collections.deque()  # results come back in this order
     summary = summary if summary is not None else JobSummary()
 
-    def batches() -> Generator[dict[str, np.ndarray], None, None]:
-        items = iter(source)
-        try:
-            for item in items:
-                if stop is not None and stop.is_set():
-                    summary.interrupted = True
-                    return
-                metas.append(item.meta)  # results come back in this order
-                yield item.inputs
-        finally:
-            _close_iteration(items)  # a source's own threads (image decoding) end with the job
+    def stopped() -> bool:
+        if stop is not None and stop.is_set():
+            summary.interrupted = True
+        return summary.interrupted
 
     def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
         sink.write(index, rows, views, metas.popleft())
@@ -224,10 +236,17 @@ def run_job(
         if progress is not None:
             progress.tick(rows)
 
-    feed = batches()
+    filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) else None
+    feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
+    summary.filled = filler is not None
     start = time.perf_counter()
-    try:
-        for _ in pipe.map_with(feed, take):
+    try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
+        if filler is not None and isinstance(pipe, Pipeline):
+            fill = _fill_from(filler, metas, stopped)
+            results = pipe.map_filled(fill, take, batch_size=filler.batch_size)
+        else:
+            results = pipe.map_with(feed, take)
+        for _ in results:
             pass
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -235,7 +254,7 @@ def run_job(
     finally:
         summary.seconds = time.perf_counter() - start
         with contextlib.suppress(ValueError):  # ValueError: still running in a thread that did not stop
-            feed.close()  # the engine's threads are joined: end the source's iteration here
+            (filler or feed).close()  # the engine's threads are joined: end the source's iteration here
         summary.stats = pipe.stats.to_dict()
         try:
             sink.close()
@@ -243,3 +262,43 @@ def run_job(
             if progress is not None:
                 progress.close()
     return summary
+
+
+def _batches(
+    source: Iterable[SourceBatch], metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
+) -> Generator[dict[str, np.ndarray], None, None]:
+    """The source's batches' inputs, their metadata kept in ``metas``, until ``stopped()``."""
+    items = iter(source)
+    try:
+        for item in items:
+            if stopped():
+                return
+            metas.append(item.meta)
+            yield item.inputs
+    finally:
+        _close_iteration(items)  # a source's own threads (image decoding) end with the job
+
+
+def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> SlotFiller | None:
+    """The source's slot filler, where it has one and ``pipe`` can size its slots from the model."""
+    if isinstance(source, RowSource) and pipe.fills_slots:
+        return source.filler()
+    return None
+
+
+def _fill_from(
+    filler: SlotFiller, metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
+) -> Callable[[int, dict[str, np.ndarray]], int | None]:
+    """``map_filled``'s fill: the filler's next batch into the slot, its metadata kept in ``metas``."""
+
+    def fill(index: int, slot: dict[str, np.ndarray]) -> int | None:
+        if stopped():
+            return None
+        written = filler.fill(slot)
+        if written is None:
+            return None
+        rows, meta = written
+        metas.append(meta)
+        return rows
+
+    return fill

@@ -13,6 +13,21 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`ImageFolderSource` - a folder of images read with Pillow.
 
 Errors name the file and what was wrong with it (:class:`SourceError`).
+
+NOTE [ sources that fill slots ]: a video or an image folder makes its
+batches a row at a time (a decoded frame, an image), which would then be
+stacked into an array of the batch and copied again into page-locked memory
+before the h2d - two host copies of every frame, each at memory speed on one
+core, a millisecond a batch of 32 frames at 224x224.  So these sources are
+:class:`RowSource` s: ``jobs.run_job`` asks one for a :class:`SlotFiller` and
+runs ``Pipeline.map_filled``, which hands it each pinned-in slot once its
+last h2d is done; the rows are written straight there, and the copy engine
+reads them from where they were written.  That needs slots sized from the
+model alone (``Pipeline.fills_slots``: every dim beyond the batch dim fixed,
+as exported vision models have them) and one pipeline; elsewhere - free
+dims, several devices, ``fill_slots=False`` - the source is iterated and its
+batches staged as any source's.  A row the slot cannot hold (another size,
+another dtype) fails with both shapes named.
 """
 
 from __future__ import annotations
@@ -272,7 +287,77 @@ def _is_numeric(arrow_type: Any) -> bool:
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
 
 
-class VideoSource:
+#: a batch made a row at a time: its rows (one array each) and their metadata
+Chunk = tuple[list[np.ndarray], dict[str, np.ndarray]]
+
+
+class RowSource:
+    """A source that makes its batches a row at a time - a decoded frame, an
+    image - and can write them straight into the pipeline's pinned slots
+    (NOTE [ sources that fill slots ]); iterated, it stacks each batch into an
+    array of its own, as any source.
+
+    Your own decoder (a camera, a codec of your own) is one too: set ``spec``
+    (the input it feeds: ``pipe.source_inputs``) and ``batch_size``, and make
+    :meth:`chunks` yield each batch's rows and metadata; ``run_job`` then
+    writes its rows into the slots.
+    """
+
+    spec: TensorSpec
+    batch_size: int
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Each batch, at most ``batch_size`` rows: (one array a row, {name: one value a row})."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        for rows, meta in self.chunks():
+            yield SourceBatch({self.spec.name: np.stack(rows)}, meta)
+
+    def filler(self) -> SlotFiller:
+        """A fresh iteration of the source that writes each batch into a slot."""
+        return SlotFiller(
+            self.chunks(), self.spec.name, self.batch_size, str(getattr(self, "path", type(self).__name__))
+        )
+
+
+class SlotFiller:
+    """Writes a :class:`RowSource`'s batches into pinned slots, one per
+    ``fill(slot)``; ``close()`` ends the source's iteration (its threads)."""
+
+    def __init__(self, chunks: Iterator[Chunk], input_name: str, batch_size: int, where: str) -> None:
+        self._chunks = chunks
+        self.input_name = input_name
+        #: the most rows a batch has: the rows of a slot
+        self.batch_size = batch_size
+        self._where = where
+
+    def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The next batch written into ``slot[input_name]``'s first rows: (rows, metadata), or None at the end."""
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            return None
+        rows, meta = chunk
+        target = slot[self.input_name]
+        if len(rows) > len(target):
+            raise SourceError(f"{self._where!r}: a batch of {len(rows)} rows does not fit a slot of {len(target)}")
+        for index, row in enumerate(rows):
+            if row.shape != target.shape[1:] or row.dtype != target.dtype:
+                raise SourceError(
+                    f"{self._where!r} gives {row.dtype}{list(row.shape)} rows, input {self.input_name!r} takes "
+                    f"{target.dtype}{list(target.shape[1:])}: resize with size=(W, H) (--size), or convert with "
+                    "a preprocess (--preprocess)"
+                )
+            target[index] = row
+        return len(rows), meta
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+
+class VideoSource(RowSource):
     """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
 
     ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
@@ -311,7 +396,7 @@ class VideoSource:
     def __len__(self) -> int:
         return self.frames_hint
 
-    def __iter__(self) -> Iterator[SourceBatch]:
+    def chunks(self) -> Iterator[Chunk]:
         import av
         from av.video.reformatter import VideoReformatter
 
@@ -332,18 +417,16 @@ class VideoSource:
                     indices.append(index)
                     times.append(float(frame.time) if frame.time is not None else float("nan"))
                     if len(frames) == self.batch_size:
-                        yield self._batch(frames, indices, times)
+                        yield self._chunk(frames, indices, times)
                         frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
             raise SourceError(f"{str(self.path)!r}: decoding failed after {len(indices)} frames: {exc}") from exc
         if frames:
-            yield self._batch(frames, indices, times)
+            yield self._chunk(frames, indices, times)
 
-    def _batch(self, frames: list[np.ndarray], indices: list[int], times: list[float]) -> SourceBatch:
-        return SourceBatch(
-            {self.spec.name: np.stack(frames)},
-            {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)},
-        )
+    @staticmethod
+    def _chunk(frames: list[np.ndarray], indices: list[int], times: list[float]) -> Chunk:
+        return frames, {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -353,7 +436,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 AUTO_DECODE_THREADS = 8
 
 
-class ImageFolderSource:
+class ImageFolderSource(RowSource):
     """Images of a folder (sorted by name) as uint8 ``[N, H, W, 3]``, resized to ``size``.
 
     Decoding a JPEG costs milliseconds, more than a small model takes for it,
@@ -396,13 +479,13 @@ class ImageFolderSource:
     def __len__(self) -> int:
         return len(self.files)
 
-    def __iter__(self) -> Iterator[SourceBatch]:
+    def chunks(self) -> Iterator[Chunk]:
         if self.decode_threads == 1:
             for start in range(0, len(self.files), self.batch_size):
-                chunk = self.files[start : start + self.batch_size]
-                batch = self._batch(chunk, [self._load(file) for file in chunk])
-                if batch is not None:
-                    yield batch
+                files = self.files[start : start + self.batch_size]
+                chunk = self._chunk(files, [self._load(file) for file in files])
+                if chunk is not None:
+                    yield chunk
             return
         pool = concurrent.futures.ThreadPoolExecutor(self.decode_threads, thread_name_prefix="ortpipe-decode")
         try:
@@ -414,10 +497,10 @@ class ImageFolderSource:
                 for file in self.files[submitted:ahead]:
                     decoding.append(pool.submit(self._load, file))
                 submitted = ahead
-                chunk = self.files[start : start + self.batch_size]
-                batch = self._batch(chunk, [decoding.popleft().result() for _ in chunk])
-                if batch is not None:
-                    yield batch
+                files = self.files[start : start + self.batch_size]
+                chunk = self._chunk(files, [decoding.popleft().result() for _ in files])
+                if chunk is not None:
+                    yield chunk
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -434,7 +517,7 @@ class ImageFolderSource:
         except (UnidentifiedImageError, OSError, ValueError) as exc:  # ValueError: a truncated header
             return SourceError(f"{str(file)!r} cannot be read as an image: {exc}")
 
-    def _batch(self, chunk: list[Path], loaded: list[np.ndarray | SourceError]) -> SourceBatch | None:
+    def _chunk(self, chunk: list[Path], loaded: list[np.ndarray | SourceError]) -> Chunk | None:
         """The batch of the files that decoded (None when none did and the failures are skipped)."""
         files, images = [], []
         for file, image in zip(chunk, loaded, strict=True):
@@ -450,7 +533,7 @@ class ImageFolderSource:
         shapes = {a.shape for a in images}
         if len(shapes) > 1:
             raise SourceError(f"images in {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
-        return SourceBatch({self.spec.name: np.stack(images)}, {"path": np.asarray([str(f) for f in files])})
+        return images, {"path": np.asarray([str(f) for f in files])}
 
 
 def _decode_threads(value: int | None) -> int:

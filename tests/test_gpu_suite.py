@@ -72,6 +72,10 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
             ("auto", 2),
             ("auto", 3),
         ]
+    frames = report["frames_into_slots"]
+    assert (frames["staged"]["filled"], frames["filled"]["filled"]) == (False, True)
+    assert frames["filled"]["stage_ms"]["stage"] == 0.0 and frames["filled"]["items"] == 8 * 10
+    assert frames["ratio"] > 0
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
 

@@ -1,0 +1,163 @@
+"""Jobs whose source decodes straight into the pinned slots (NOTE [ sources that fill slots ]).
+
+Each filled job is held against the same job with the source making arrays
+of its own (``fill_slots=False``, the engine staging them), on every device:
+chaos mode shows no slot is written while its last h2d may still read it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import MultiPipeline, Pipeline, PipelineStageError, Preprocess, models
+from pipeline.jobs import run_job
+from pipeline.sinks import CallbackSink, NpySink, ParquetSink
+from pipeline.sources import ImageFolderSource, SourceError, VideoSource
+
+from .conftest import wait_no_threads
+
+SIZE = 16
+NHWC = Preprocess(scale=1 / 255, layout="nhwc")
+
+
+def _model(batch="N"):
+    return models.convnet(batch=batch, height=SIZE, width=SIZE)  # H and W fixed: the slots are sized from it
+
+
+def _job(pipe, source, path, fill_slots=True):
+    summary = run_job(pipe, source, ParquetSink(path), fill_slots=fill_slots)
+    return summary, pq.read_table(path)
+
+
+@pytest.fixture
+def video(tmp_path):
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    path = tmp_path / "clip.mp4"
+    rng = np.random.default_rng(0)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=30)
+        stream.width = stream.height = 32
+        stream.pix_fmt = "yuv420p"
+        for _ in range(45):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (32, 32, 3), np.uint8), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return path
+
+
+@pytest.fixture
+def images(tmp_path):
+    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(22):
+        Image.fromarray(rng.integers(0, 256, (SIZE, SIZE, 3), np.uint8)).save(folder / f"im{i:02d}.png")
+    return folder
+
+
+def test_video_frames_decoded_into_the_slots_equal_the_staged_ones(tmp_path, video, device):
+    with Pipeline(_model(), device="cpu", preprocess=NHWC) as pipe:
+        staged, want = _job(
+            pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), tmp_path / "a.parquet", False
+        )
+    with Pipeline(_model(), device=device, depth=2, preprocess=NHWC) as pipe:
+        filled, got = _job(pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), tmp_path / "b.parquet")
+    assert filled.filled and not staged.filled and "decoded into the pinned slots" in str(filled)
+    assert filled.items == staged.items == 45 and filled.batches == 6  # the last batch 5 frames
+    assert filled.stats["stage_ms"]["stage"] == 0.0  # no staging copy: the decoder wrote the slot
+    assert got.column_names == want.column_names == ["frame_index", "timestamp", "logits"]
+    np.testing.assert_array_equal(got["frame_index"].to_numpy(), want["frame_index"].to_numpy())
+    exact = device.kind == "cpu"
+    logits = [np.stack(table["logits"].to_numpy(zero_copy_only=False)) for table in (got, want)]
+    np.testing.assert_allclose(*logits, rtol=0 if exact else 1e-4, atol=0 if exact else 1e-5)
+
+
+@pytest.mark.parametrize("decode_threads", [1, 3])
+def test_images_decoded_into_the_slots_skip_the_unreadable_ones(tmp_path, images, decode_threads):
+    (images / "im05.png").write_bytes(b"not a png")
+    for i in (8, 9, 10, 11):  # a whole batch of them: no batch for it
+        (images / f"im{i:02d}.png").write_bytes(b"")
+
+    def source(pipe):
+        return ImageFolderSource(images, 4, pipe.source_inputs, decode_threads=decode_threads, skip_unreadable=True)
+
+    with Pipeline(_model(), device="cpu", preprocess=NHWC) as pipe:
+        _, want = _job(pipe, source(pipe), tmp_path / "a.parquet", fill_slots=False)
+        filling = source(pipe)
+        summary, got = _job(pipe, filling, tmp_path / "b.parquet")
+    assert summary.filled and summary.items == 22 - 5 and summary.batches == 5  # files 0-3, 4-7, 12-15, 16-19, 20-21
+    assert [path.rsplit("/", 1)[-1] for path, _ in filling.skipped] == [
+        "im05.png",
+        "im08.png",
+        "im09.png",
+        "im10.png",
+        "im11.png",
+    ]
+    assert got["path"].to_pylist() == want["path"].to_pylist()
+    assert got["logits"].to_pylist() == want["logits"].to_pylist()
+    assert wait_no_threads() == []  # the decode threads end with the job
+
+
+def test_a_frame_the_slot_cannot_hold_is_named_and_the_batches_before_it_are_kept(tmp_path, images):
+    Image = pytest.importorskip("PIL.Image")
+    for i in range(8, 12):
+        Image.new("RGB", (SIZE + 4, SIZE)).save(images / f"im{i:02d}.png")
+    output = tmp_path / "out.npy"
+    with Pipeline(_model(), device="cpu", preprocess=NHWC) as pipe:
+        source = ImageFolderSource(images, 4, pipe.source_inputs)
+        with pytest.raises(PipelineStageError) as caught:
+            run_job(pipe, source, NpySink(output, pipe.output_names))
+    cause = caught.value.__cause__
+    assert caught.value.batch_index == 2 and isinstance(cause, SourceError)
+    assert "gives uint8[16, 20, 3] rows, input 'frames' takes uint8[16, 16, 3]: resize with size=(W, H)" in str(cause)
+    assert np.load(output).shape == (8, 10)
+    assert wait_no_threads() == []
+
+
+def test_a_stopped_filled_job_writes_what_it_took_and_ends(tmp_path, video):
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def write(index, outputs, meta):
+        seen.append(len(meta["frame_index"]))
+        stop.set()
+
+    with Pipeline(_model(), device="cpu", depth=2, preprocess=NHWC) as pipe:
+        source = VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE))
+        summary = run_job(pipe, source, CallbackSink(write), stop=stop)
+    assert summary.filled and summary.interrupted
+    assert 1 <= summary.batches < 6 and summary.items == sum(seen)
+    assert wait_no_threads() == []
+
+
+def test_sources_are_staged_where_the_slots_cannot_be_sized_from_the_model(tmp_path, video):
+    free = models.convnet()  # H and W free: only the first batch tells the slots' shape
+    with Pipeline(free, device="cpu", preprocess=NHWC) as pipe:
+        summary = run_job(
+            pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), ParquetSink(tmp_path / "a.pq")
+        )
+        assert not pipe.fills_slots and not summary.filled and summary.items == 45
+    with MultiPipeline(_model(), "cpu,cpu", preprocess=NHWC) as pipe:  # several devices: each has its own slots
+        summary = run_job(
+            pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), ParquetSink(tmp_path / "b.pq")
+        )
+    assert not summary.filled and summary.items == 45
+
+
+def test_ortpipe_run_decodes_images_into_the_slots_of_a_fixed_size_model(tmp_path, images, capsys):
+    import onnx
+
+    from pipeline.cli import main
+
+    model = tmp_path / "fixed.onnx"
+    onnx.save(_model(), str(model))
+    output = tmp_path / "out.parquet"
+    argv = ["run", str(model), "--input", str(images), "--output", str(output), "--batch-size", "8"]
+    assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
+    assert "decoded into the pinned slots" in capsys.readouterr().out
+    assert pq.read_table(output).num_rows == 22
