@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -369,21 +369,50 @@ def layout_of_model(
     batch_size: int | None,
     preprocess: tuple[tuple[str, Preprocess, np.dtype], ...] = (),
     static: bool = False,
+    row_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Layout:
     """The layout of slots that are filled in place (NOTE [ filled slots ] in
-    ``_engine``): no batch comes first, so every dim comes from the model."""
+    ``_engine``): no batch comes first, so every dim comes from the model, or
+    for free dims from ``row_shapes`` (checked against the model's fixed dims)."""
     if fixed_batch is None and batch_size is None:
         raise ValueError("map_filled() needs batch_size (the rows of a slot) for a model with a dynamic batch dim")
-    row_shapes = []
+    given = dict(row_shapes or {})
+    unknown = sorted(set(given) - {spec.name for spec in inputs})
+    if unknown:
+        raise ValueError(
+            f"row_shapes names {unknown}, which are not inputs the batches carry: {[s.name for s in inputs]}"
+        )
+    shapes = []
     for spec in inputs:
-        row = fixed_row_shape(spec)
+        row = _given_row_shape(spec, given[spec.name]) if spec.name in given else fixed_row_shape(spec)
         if row is None:
             raise ModelError(
                 f"input {spec.name!r} is {spec.describe_shape()}: map_filled() sizes the slots from the model, "
-                "so every dim beyond the batch dim must be a number (use map() for free dims)"
+                "so every dim beyond the batch dim must be a number, or given in row_shapes (or use map())"
             )
-        row_shapes.append((spec.name, spec.dtype, row))
-    return _slots_of(tuple(row_shapes), fixed_batch, batch_size, 0, preprocess, static)
+        shapes.append((spec.name, spec.dtype, row))
+    return _slots_of(tuple(shapes), fixed_batch, batch_size, 0, preprocess, static)
+
+
+def row_shape_fits(spec: TensorSpec, row: Sequence[int]) -> bool:
+    """Whether ``row`` can be the dims of ``spec`` beyond the batch dim (the model's fixed ones kept)."""
+    model_row = spec.shape[1:]
+    return len(row) == len(model_row) and all(
+        dim > 0 and (not isinstance(want, int) or want == dim) for want, dim in zip(model_row, row, strict=True)
+    )
+
+
+def _given_row_shape(spec: TensorSpec, row: Sequence[int]) -> Shape:
+    """``row`` as the dims of ``spec`` beyond the batch dim, checked against the ones the model fixes."""
+    shape = tuple(int(dim) for dim in row)
+    if not row_shape_fits(spec, shape):
+        raise PipelineInputError(
+            "a row shape that does not fit the model",
+            input_name=spec.name,
+            expected="[" + ", ".join("?" if d is None else str(d) for d in spec.shape[1:]) + "]",
+            got=list(shape),
+        )
+    return shape
 
 
 def _slots_of(

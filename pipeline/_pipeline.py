@@ -260,15 +260,23 @@ class Pipeline:
         every dim of every source input beyond the batch dim is a number."""
         return all(fixed_row_shape(spec) is not None for spec in self.source_inputs)
 
-    def map_filled(self, fill: Fill, take: Take[Any] | None = None, batch_size: int | None = None) -> Iterator[Any]:
+    def map_filled(
+        self,
+        fill: Fill,
+        take: Take[Any] | None = None,
+        batch_size: int | None = None,
+        row_shapes: Mapping[str, Sequence[int]] | None = None,
+    ) -> Iterator[Any]:
         """Batches written in place (NOTE [ filled slots ]): ``fill(index, slot)``
         writes batch ``index`` into ``slot`` — ``{input name: array}``, page-locked,
         ``batch_size`` rows each, the dtypes and dims the source sends — and
         returns the rows it wrote (fewer in the last batch), or None when there
         are no more.  One host copy less a batch than :meth:`map`: the slot is
         the memory the h2d copy reads.  Outputs as :meth:`map` gives them, or as
-        ``take`` makes them (see :meth:`map_with`).  Every dim beyond the batch
-        dim must be fixed in the model; a dynamic batch dim needs ``batch_size``."""
+        ``take`` makes them (see :meth:`map_with`).  The slots are sized from the
+        model: a dim it leaves free beyond the batch dim is given by
+        ``row_shapes`` (``{input: dims of one row}``); a dynamic batch dim needs
+        ``batch_size``."""
         if self._closed:
             raise PipelineClosedError("this pipeline is closed")
         layout = layout_of_model(
@@ -277,6 +285,7 @@ class Pipeline:
             batch_size or self.batch_size,
             self._transforms,
             static=self.options.static,
+            row_shapes=row_shapes,
         )
         make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
         return self._filled(layout, fill, make_take)

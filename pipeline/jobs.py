@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._batching import row_shape_fits
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
@@ -243,7 +244,7 @@ def run_job(
     try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
         if filler is not None and isinstance(pipe, Pipeline):
             fill = _fill_from(filler, metas, stopped)
-            results = pipe.map_filled(fill, take, batch_size=filler.batch_size)
+            results = pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
         else:
             results = pipe.map_with(feed, take)
         for _ in results:
@@ -280,10 +281,16 @@ def _batches(
 
 
 def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> SlotFiller | None:
-    """The source's slot filler, where it has one and ``pipe`` can size its slots from the model."""
-    if isinstance(source, RowSource) and pipe.fills_slots:
+    """The source's slot filler, where it has one and the slots can be sized: from
+    the model, or from the rows the source says it makes (NOTE [ sources that fill slots ])."""
+    if not isinstance(source, RowSource) or [spec.name for spec in pipe.source_inputs] != [source.spec.name]:
+        return None  # a row source feeds one input: with others, the batches tell what is missing
+    if pipe.fills_slots:
         return source.filler()
-    return None
+    spec, row = pipe.source_inputs[0], source.row_shape
+    if row is not None and row_shape_fits(spec, row):
+        return source.filler(row_shapes={spec.name: row})
+    return None  # rows the model cannot take are staged: the batch's check says what is wrong
 
 
 def _fill_from(

@@ -22,11 +22,14 @@ core, a millisecond a batch of 32 frames at 224x224.  So these sources are
 :class:`RowSource` s: ``jobs.run_job`` asks one for a :class:`SlotFiller` and
 runs ``Pipeline.map_filled``, which hands it each pinned-in slot once its
 last h2d is done; the rows are written straight there, and the copy engine
-reads them from where they were written.  That needs slots sized from the
-model alone (``Pipeline.fills_slots``: every dim beyond the batch dim fixed,
-as exported vision models have them) and one pipeline; elsewhere - free
-dims, several devices, ``fill_slots=False`` - the source is iterated and its
-batches staged as any source's.  A row the slot cannot hold (another size,
+reads them from where they were written.  That needs one pipeline and slots
+of a known size: from the model alone (``Pipeline.fills_slots``: every dim
+beyond the batch dim fixed, as exported vision models have them), else from
+the source's ``row_shape`` (a video knows its frame size before decoding;
+images know theirs when resized to ``size``) where the model can take it.
+Elsewhere - images of unknown size into free dims, several devices,
+``fill_slots=False`` - the source is iterated and its batches staged as any
+source's.  A row the slot cannot hold (another size,
 another dtype) fails with both shapes named.
 """
 
@@ -305,6 +308,9 @@ class RowSource:
 
     spec: TensorSpec
     batch_size: int
+    #: the dims of every row, where known before decoding (a video's frame size): the slots of a
+    #: model that leaves them free can be sized from it
+    row_shape: tuple[int, ...] | None = None
 
     def chunks(self) -> Iterator[Chunk]:
         """Each batch, at most ``batch_size`` rows: (one array a row, {name: one value a row})."""
@@ -314,22 +320,31 @@ class RowSource:
         for rows, meta in self.chunks():
             yield SourceBatch({self.spec.name: np.stack(rows)}, meta)
 
-    def filler(self) -> SlotFiller:
-        """A fresh iteration of the source that writes each batch into a slot."""
-        return SlotFiller(
-            self.chunks(), self.spec.name, self.batch_size, str(getattr(self, "path", type(self).__name__))
-        )
+    def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> SlotFiller:
+        """A fresh iteration of the source that writes each batch into a slot
+        (``row_shapes``: what the slots are to be sized by, where not by the model)."""
+        where = str(getattr(self, "path", type(self).__name__))
+        return SlotFiller(self.chunks(), self.spec.name, self.batch_size, where, row_shapes)
 
 
 class SlotFiller:
     """Writes a :class:`RowSource`'s batches into pinned slots, one per
     ``fill(slot)``; ``close()`` ends the source's iteration (its threads)."""
 
-    def __init__(self, chunks: Iterator[Chunk], input_name: str, batch_size: int, where: str) -> None:
+    def __init__(
+        self,
+        chunks: Iterator[Chunk],
+        input_name: str,
+        batch_size: int,
+        where: str,
+        row_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
         self._chunks = chunks
         self.input_name = input_name
         #: the most rows a batch has: the rows of a slot
         self.batch_size = batch_size
+        #: ``map_filled``'s row_shapes: the dims of a row where the model leaves them free
+        self.row_shapes = row_shapes
         self._where = where
 
     def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
@@ -390,8 +405,10 @@ class VideoSource(RowSource):
                     raise SourceError(f"{str(self.path)!r} has no video stream")
                 stream = container.streams.video[0]
                 self.frames_hint = int(stream.frames or 0)
+                width, height = size or (stream.width, stream.height)
         except av.error.FFmpegError as exc:
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
+        self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
 
     def __len__(self) -> int:
         return self.frames_hint
@@ -471,6 +488,7 @@ class ImageFolderSource(RowSource):
             raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {str(self.path)!r}")
         self.spec = _one_input(inputs, input_name, "an image folder source")
         self.batch_size, self.size = batch_size, size
+        self.row_shape = None if size is None else (size[1], size[0], 3)
         self.decode_threads = _decode_threads(decode_threads)
         self.skip_unreadable = skip_unreadable
         #: (path, why) of the files left out by ``skip_unreadable``, in file order

@@ -155,3 +155,28 @@ def test_auto_issuing_hands_a_filled_run_over_to_the_stage_threads():
     assert "stage threads from batch" in issuing, issuing
     for batch, out in zip(data, outs, strict=True):
         assert_outputs_equal(out, reference(model, {"x": batch}))
+
+
+def test_row_shapes_size_the_slots_of_a_model_with_free_dims():
+    model = models.convnet()  # [N, 3, H, W]
+    frames = [np.random.default_rng(seed).random((4, 3, 12, 20), np.float32) for seed in range(3)]
+
+    def fill(index, slot):
+        if index == len(frames):
+            return None
+        slot["frames"][:] = frames[index]
+        return 4
+
+    with Pipeline(model, device="cpu", depth=2) as pipe:
+        outs = list(pipe.map_filled(fill, batch_size=4, row_shapes={"frames": (3, 12, 20)}))
+        for batch, out in zip(frames, outs, strict=True):
+            assert_outputs_equal(out, reference(model, {"frames": batch}))
+        with pytest.raises(
+            PipelineInputError,
+            match=r"a row shape that does not fit the model \(expected \[3, H, W\], got \[4, 12, 20\]\)",
+        ):
+            pipe.map_filled(fill, batch_size=4, row_shapes={"frames": (4, 12, 20)})  # the model fixes 3 channels
+        with pytest.raises(ValueError, match=r"row_shapes names \['pixels'\]"):
+            pipe.map_filled(fill, batch_size=4, row_shapes={"pixels": (3, 12, 20)})
+        with pytest.raises(ModelError, match="or given in row_shapes"):
+            pipe.map_filled(fill, batch_size=4)

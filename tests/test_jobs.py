@@ -135,17 +135,24 @@ def test_a_stopped_filled_job_writes_what_it_took_and_ends(tmp_path, video):
     assert wait_no_threads() == []
 
 
-def test_sources_are_staged_where_the_slots_cannot_be_sized_from_the_model(tmp_path, video):
-    free = models.convnet()  # H and W free: only the first batch tells the slots' shape
-    with Pipeline(free, device="cpu", preprocess=NHWC) as pipe:
-        summary = run_job(
-            pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), ParquetSink(tmp_path / "a.pq")
-        )
-        assert not pipe.fills_slots and not summary.filled and summary.items == 45
+@pytest.mark.parametrize("size", [None, (24, 16)])
+def test_a_model_with_free_dims_takes_the_video_frame_size(tmp_path, video, size):
+    """H and W free in the model: the slots are sized by the frames the video makes (its own size, or size=)."""
+    with Pipeline(models.convnet(), device="cpu", depth=2, preprocess=NHWC) as pipe:
+        assert not pipe.fills_slots
+        staged, want = _job(pipe, VideoSource(video, 8, pipe.source_inputs, size=size), tmp_path / "a.pq", False)
+        filled, got = _job(pipe, VideoSource(video, 8, pipe.source_inputs, size=size), tmp_path / "b.pq")
+    assert filled.filled and filled.items == staged.items == 45
+    assert got["logits"].to_pylist() == want["logits"].to_pylist()
+
+
+def test_sources_are_staged_where_the_slots_cannot_be_sized(tmp_path, images, video):
+    with Pipeline(models.convnet(), device="cpu", preprocess=NHWC) as pipe:  # free dims, images of unknown size
+        summary = run_job(pipe, ImageFolderSource(images, 8, pipe.source_inputs), ParquetSink(tmp_path / "a.pq"))
+    assert not summary.filled and summary.items == 22
     with MultiPipeline(_model(), "cpu,cpu", preprocess=NHWC) as pipe:  # several devices: each has its own slots
-        summary = run_job(
-            pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), ParquetSink(tmp_path / "b.pq")
-        )
+        source = VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE))
+        summary = run_job(pipe, source, ParquetSink(tmp_path / "b.pq"))
     assert not summary.filled and summary.items == 45
 
 
