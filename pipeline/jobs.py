@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ._pipeline import Pipeline
 from ._progress import Progress
 from .sinks import CsvSink, NpySink, ParquetSink, SinkError
 from .sources import (
+    Chunk,
     CsvSource,
     ImageFolderSource,
     NpySource,
@@ -36,6 +37,9 @@ from .sources import (
     SourceError,
     VideoSource,
 )
+
+#: an item of a source's iteration (a batch, a chunk of rows)
+T = TypeVar("T")
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -181,26 +185,55 @@ def _close_iteration(items: Iterator[object]) -> None:
         close()
 
 
-def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterator[SourceBatch]:
+def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatch]:
     """The first ``limit`` rows of ``source``, its last batch cut to fit; no batch is read
-    after them, and the source's iteration is closed when this one ends (its threads with it)."""
+    after them, and the source's iteration is closed when this one ends (its threads with it).
+    A :class:`RowSource` stays one, so that it still fills the slots."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    items = iter(source)
+    if isinstance(source, RowSource):
+        return _FirstRowsOf(source, limit)
+    return _first(iter(source), limit, lambda item: len(next(iter(item.inputs.values()))), _cut_batch)
+
+
+class _FirstRowsOf(RowSource):
+    """A row source's first ``limit`` rows (:func:`first_rows`)."""
+
+    def __init__(self, source: RowSource, limit: int) -> None:
+        self.spec, self.batch_size, self.row_shape = source.spec, source.batch_size, source.row_shape
+        self.path = getattr(source, "path", type(source).__name__)
+        self._source, self._limit = source, limit
+
+    def chunks(self) -> Iterator[Chunk]:
+        return _first(self._source.chunks(), self._limit, lambda chunk: len(chunk[0]), _cut_chunk)
+
+
+def _first(items: Iterator[T], limit: int, rows_of: Callable[[T], int], cut: Callable[[T, int], T]) -> Iterator[T]:
+    """``items`` up to ``limit`` rows, the last one ``cut(item, rows)`` to fit; ``items`` closed at the end."""
     left = limit
     try:
         for item in items:
-            rows = len(next(iter(item.inputs.values())))
+            rows = rows_of(item)
             if rows > left:
-                cut = {name: values[:left] for name, values in item.inputs.items()}
-                item = SourceBatch(cut, {name: values[:left] for name, values in item.meta.items()})
-                rows = left
+                item, rows = cut(item, left), left
             left -= rows
             yield item
             if left == 0:
                 return
     finally:
         _close_iteration(items)
+
+
+def _cut_batch(item: SourceBatch, rows: int) -> SourceBatch:
+    return SourceBatch(
+        {name: values[:rows] for name, values in item.inputs.items()},
+        {name: values[:rows] for name, values in item.meta.items()},
+    )
+
+
+def _cut_chunk(chunk: Chunk, rows: int) -> Chunk:
+    frames, meta = chunk
+    return frames[:rows], {name: values[:rows] for name, values in meta.items()}
 
 
 def run_job(

@@ -168,3 +168,16 @@ def test_ortpipe_run_decodes_images_into_the_slots_of_a_fixed_size_model(tmp_pat
     assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
     assert "decoded into the pinned slots" in capsys.readouterr().out
     assert pq.read_table(output).num_rows == 22
+
+
+def test_the_first_rows_of_a_video_still_fill_the_slots(tmp_path, video):
+    from pipeline.jobs import first_rows
+
+    with Pipeline(_model(), device="cpu", preprocess=NHWC) as pipe:
+        _, want = _job(pipe, VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), tmp_path / "a.pq")
+        first = first_rows(VideoSource(video, 8, pipe.source_inputs, size=(SIZE, SIZE)), 20)
+        summary, got = _job(pipe, first, tmp_path / "b.pq")
+    assert summary.filled and summary.items == 20 and summary.batches == 3  # 8 + 8 + 4
+    assert got["frame_index"].to_pylist() == list(range(20))
+    assert got["logits"].to_pylist() == want["logits"].to_pylist()[:20]
+    assert wait_no_threads() == []
