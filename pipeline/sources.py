@@ -29,8 +29,8 @@ the source's ``row_shape`` (a video knows its frame size before decoding;
 images know theirs when resized to ``size``) where the model can take it.
 Elsewhere - images of unknown size into free dims, several devices,
 ``fill_slots=False`` - the source is iterated and its batches staged as any
-source's.  A row the slot cannot hold (another size,
-another dtype) fails with both shapes named.
+source's.  A row the slot cannot hold (another size, another dtype) fails
+with both shapes named.
 """
 
 from __future__ import annotations
