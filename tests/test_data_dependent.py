@@ -207,3 +207,36 @@ def test_several_devices_write_per_batch_outputs_in_order(tmp_path):
     values, offsets = np.load(sink.paths["hits"]), np.load(sink.offsets_paths["hits"])
     for i, batch_want in enumerate(want):
         np.testing.assert_array_equal(values[offsets[i] : offsets[i + 1]], batch_want["hits"], err_msg=str(i))
+
+
+@pytest.mark.parametrize("name", ["dets.parquet", "dets.npy"])
+def test_a_stopped_job_leaves_every_table_readable_and_in_step(tmp_path, name):
+    """Stopped after the first batch written: the main table and the ones beside it hold the same batches."""
+    import threading
+
+    import pyarrow.parquet as pq
+
+    stop = threading.Event()
+    batches = _batches([8] * 12)
+    with Pipeline(models.detect(), device="cpu", depth=2) as pipe:
+        sink = open_sink(tmp_path / name, pipe)
+        write = sink.write
+
+        def write_then_stop(index, rows, outputs, meta):
+            write(index, rows, outputs, meta)
+            stop.set()
+
+        sink.write = write_then_stop
+        summary = run_job(pipe, [SourceBatch({"x": batch}) for batch in batches], sink, stop=stop)
+    assert summary.interrupted and 1 <= summary.batches < len(batches)
+    want = _reference_by_batch(batches[: summary.batches])
+    if name.endswith(".npy"):
+        offsets = np.load(sink.offsets_paths["hits"])
+        assert len(offsets) == summary.batches + 1
+        assert np.load(sink.paths["hits"]).shape == (offsets[-1], 2) and offsets[-1] == sum(
+            len(w["hits"]) for w in want
+        )
+    else:
+        assert pq.read_table(sink.path)["batch"].to_pylist()[-1] == summary.batches - 1
+        hits = pq.read_table(sink.side_paths["hits"])
+        assert hits.num_rows == sum(len(w["hits"]) for w in want)
