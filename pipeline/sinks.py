@@ -276,6 +276,11 @@ class NpySink:
             stream.append(np.zeros(1, np.int64))  # batch 0 starts at item 0
         return stream
 
+    @property
+    def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
+        """Each output written per batch: (its values, its offsets)."""
+        return {name: (self.paths[name], path) for name, path in self.offsets_paths.items()}
+
     def close(self) -> None:
         _close_all([*self._streams.values(), *self._offsets.values()])
 
@@ -396,6 +401,11 @@ class _TableSink:
             self._batch_column = "ortpipe_batch"
         self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names)
         self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
+
+    @property
+    def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
+        """Each output written per batch: (its table,)."""
+        return {name: (path,) for name, path in self.side_paths.items()}
 
     def close(self) -> None:
         _close_all([self._main, *self._sides.values()])

@@ -188,6 +188,11 @@ def test_ortpipe_run_writes_a_detectors_hits_per_batch(tmp_path, capsys):
     np.save(tmp_path / "x.npy", data)
     argv = ["run", "detect", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "dets.parquet")]
     assert main([*argv, "--batch-size", "8", "--device", "cpu", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "output 'hits', a count of its own each batch: " in out
+        and "dets.hits.parquet' (join on the batch column)" in out
+    )
     import pyarrow.parquet as pq
 
     hits = pq.read_table(tmp_path / "dets.hits.parquet")

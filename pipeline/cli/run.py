@@ -232,6 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
     print(summary)
+    _report_per_batch(sink)
     if summary.interrupted:
         print(
             f"interrupted after {summary.items} items; {str(args.output)!r} holds them and is readable", file=sys.stderr
@@ -245,6 +246,13 @@ def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
     builtin = models.BUILTIN.get(args.model)
     known = [name for name in (builtin.data_dependent if builtin else ()) if name in written]
     return list(dict.fromkeys([*args.data_dependent, *known]))
+
+
+def _report_per_batch(sink: Any) -> None:
+    """Where the outputs written per batch went (NOTE [ per-batch outputs ]): not in the file named."""
+    for name, paths in getattr(sink, "per_batch_paths", {}).items():
+        how = "values and offsets" if len(paths) > 1 else "join on the batch column"
+        print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
 
 
 def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
