@@ -18,9 +18,12 @@ class Progress:
         enabled: bool | None = None,
         stream: TextIO | None = None,
         fps: float = 8.0,
+        approximate: bool = False,
     ) -> None:
         self.label = label
         self.total = total
+        #: the total is an estimate (a CSV's rows): shown as ``~total``
+        self.approximate = approximate
         self.stream = stream or sys.stderr
         self.enabled = sys.stdout.isatty() if enabled is None else enabled
         self.count = 0
@@ -43,7 +46,8 @@ class Progress:
         if self.total:
             done = min(self.count / self.total, 1.0)
             bar = "#" * int(done * 24)
-            text = f"\r{self.label} [{bar:<24}] {self.count}/{self.total} {rate}"
+            total = f"~{self.total}" if self.approximate else str(self.total)
+            text = f"\r{self.label} [{bar:<24}] {self.count}/{total} {rate}"
         else:
             text = f"\r{self.label} {self.count} batches, {elapsed:.1f} s, {rate}"
         self.stream.write(text)

@@ -227,12 +227,24 @@ class ParquetSource(_ColumnarSource):
 class CsvSource(_ColumnarSource):
     """A CSV file streamed block by block (pyarrow's reader, types inferred from
     the first block) and cut into batches of ``batch_size`` rows; columns as
-    for :class:`ParquetSource`.  Its length is not known before it is read."""
+    for :class:`ParquetSource`.  Its length is not known before it is read:
+    ``rows_hint`` estimates it from the first block."""
 
     kind = "CSV"
+    #: about how many rows the file holds (for a progress bar): its size over the bytes a row of the first block
+    rows_hint = 0
 
     def _read_schema(self) -> Any:
+        import pyarrow.csv as pcsv
+
         with self._open() as reader:
+            try:
+                first = reader.read_next_batch().num_rows
+            except StopIteration:
+                first = 0
+            size = self.path.stat().st_size
+            # pyarrow's blocks are block_size bytes of the file, the last one shorter
+            self.rows_hint = round(first * size / max(1, min(size, pcsv.ReadOptions().block_size)))
             return reader.schema
 
     def _open(self, wanted: list[str] | None = None) -> Any:

@@ -292,6 +292,9 @@ def test_progress_bar_draws_when_enabled():
         progress.tick(10)
     progress.close()
     assert "4/4" in stream.getvalue() and "items/s" in stream.getvalue()
+    estimated = io.StringIO()
+    Progress("run", total=40, enabled=True, stream=estimated, fps=1e9, approximate=True).tick(8)
+    assert "1/~40" in estimated.getvalue()
     quiet = io.StringIO()
     Progress("bench", enabled=False, stream=quiet).tick(1)
     assert quiet.getvalue() == ""

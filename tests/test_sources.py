@@ -126,3 +126,19 @@ def test_a_job_failing_on_its_first_batch_ends_the_decode_threads(folder, inputs
 def test_decode_threads_must_be_a_positive_int(folder, inputs, bad):
     with pytest.raises(ValueError, match="decode_threads must be an int >= 1 or None"):
         ImageFolderSource(folder, 4, inputs, decode_threads=bad)
+
+
+@pytest.mark.parametrize("rows", [50, 200_000])
+def test_a_csv_estimates_its_rows_from_its_first_block(tmp_path, rows):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    from pipeline.sources import CsvSource
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "t.csv"
+    pcsv.write_csv(pa.table({"id": np.arange(rows), "x": rng.standard_normal(rows).astype(np.float32)}), path)
+    with Pipeline(models.identity(features=1), device="cpu") as pipe:
+        source = CsvSource(path, 64, pipe.source_inputs, columns={"x": ["x"]}, id_column="id")
+    assert abs(source.rows_hint - rows) <= 0.05 * rows  # one block (the small file): exact
+    assert source.rows_hint == rows or rows > 1000

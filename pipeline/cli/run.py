@@ -215,15 +215,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             skip_unreadable=args.skip_unreadable,
         )
         sink = open_sink(args.output, pipe, _data_dependent(args, pipe.output_names))
-        total = len(source) if hasattr(source, "__len__") else 0  # type: ignore[arg-type]
+        exact = hasattr(source, "__len__")  # a CSV's rows are only estimated before it is read
+        total = len(source) if exact else getattr(source, "rows_hint", 0)  # type: ignore[arg-type]
         batches: Any = source
         if args.limit is not None:
+            exact = exact or not total or total >= args.limit  # the limit is the total
             total = min(total, args.limit) if total else args.limit
             batches = first_rows(source, args.limit)
         progress = Progress(
             "run",
             total=(total + batch_size - 1) // batch_size if total else None,
             enabled=False if args.no_progress else None,
+            approximate=not exact,
         )
         print(f"device: {_device_names(pipe)}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
         with _first_ctrl_c_stops() as stop:
