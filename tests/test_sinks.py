@@ -79,3 +79,13 @@ def test_without_per_batch_outputs_the_table_has_no_batch_column(tmp_path):
     _write(sink, [(2, {"logits": np.zeros((2, 3), np.float32)}, {"row_id": np.arange(2)})])
     assert pcsv.read_csv(sink.path).column_names == ["row_id", "logits_0", "logits_1", "logits_2"]
     assert sink.side_paths == {}
+
+
+def test_the_one_output_of_a_model_keeps_the_path_and_its_offsets_go_beside_it(tmp_path):
+    sink = NpySink(tmp_path / "boxes.npy", ["boxes"])
+    counts = [3, 0, 5]
+    _write(sink, [(2, {"boxes": np.full((n, 4), i, np.float32)}, {}) for i, n in enumerate(counts)])
+    assert sink.paths["boxes"].name == "boxes.npy" and sink.offsets_paths["boxes"].name == "boxes.offsets.npy"
+    assert np.load(tmp_path / "boxes.offsets.npy").tolist() == [0, 3, 3, 8]
+    assert np.load(tmp_path / "boxes.npy")[:, 0].tolist() == [0, 0, 0, 2, 2, 2, 2, 2]
+    assert sink.per_batch_paths == {"boxes": (tmp_path / "boxes.npy", tmp_path / "boxes.offsets.npy")}
