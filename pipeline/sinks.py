@@ -84,10 +84,6 @@ class OutputKinds:
             (per_batch if kind else per_row)[name] = values
         return per_row, per_batch
 
-    @property
-    def any_per_batch(self) -> bool:
-        return any(self._per_batch.values())
-
 
 def check_rows(
     name: str, index: int, rows: int, values: np.ndarray, row_shape: tuple[int, ...] | None
@@ -125,6 +121,10 @@ def _flat(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return flat, flat.shape[1] == 1 and values.ndim <= 1
 
 
+#: how an output of several values a row becomes columns: ``several(name, flat)``
+Several = Callable[[str, np.ndarray], dict[str, Any]]
+
+
 def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarray, bool]], several: Several) -> Any:
     """A pyarrow record batch of ``columns`` (numpy or pyarrow arrays), then the
     outputs: one value a row as a column, several as the columns ``several(name, flat)``
@@ -139,10 +139,6 @@ def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarr
         else:
             arrays.update(several(name, flat))
     return pa.record_batch(arrays)
-
-
-#: how an output of several values a row becomes columns: ``several(name, flat)``
-Several = Callable[[str, np.ndarray], dict[str, Any]]
 
 
 def file_part(name: str) -> str:
