@@ -409,7 +409,7 @@ def _given_row_shape(spec: TensorSpec, row: Sequence[int]) -> Shape:
         raise PipelineInputError(
             "a row shape that does not fit the model",
             input_name=spec.name,
-            expected="[" + ", ".join("?" if d is None else str(d) for d in spec.shape[1:]) + "]",
+            expected=dataclasses.replace(spec, shape=spec.shape[1:]).describe_shape(),
             got=list(shape),
         )
     return shape
