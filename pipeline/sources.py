@@ -17,8 +17,9 @@ Errors name the file and what was wrong with it (:class:`SourceError`).
 NOTE [ sources that fill slots ]: a video or an image folder makes its
 batches a row at a time (a decoded frame, an image), which would then be
 stacked into an array of the batch and copied again into page-locked memory
-before the h2d - two host copies of every frame, each at memory speed on one
-core, a millisecond a batch of 32 frames at 224x224.  So these sources are
+before the h2d - two host copies of every frame where one would do, each
+at memory speed on one core (about half a millisecond a batch of 32 frames
+at 224x224 here).  So these sources are
 :class:`RowSource` s: ``jobs.run_job`` asks one for a :class:`SlotFiller` and
 runs ``Pipeline.map_filled``, which hands it each pinned-in slot once its
 last h2d is done; the rows are written straight there, and the copy engine
