@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ._batching import split_rows
+from ._closing import close_all
 from ._engine import THREAD_PREFIX, copy_outputs
 from ._errors import PipelineClosedError, PipelineError, renumbered
 from ._feed import interrupt_source
@@ -138,14 +139,7 @@ class MultiPipeline:
             self._close_pipelines()
 
     def _close_pipelines(self) -> None:
-        errors = []
-        for pipe in self.pipelines:
-            try:
-                pipe.close()
-            except Exception as exc:  # noqa: BLE001 - close the others, then raise the first
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        close_all(self.pipelines)  # every device's, then the first failure
 
     @property
     def closed(self) -> bool:

@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ._closing import close_all
 from ._errors import PipelineError
 
 
@@ -216,18 +217,6 @@ class _NpyStream:
         self.file.close()
 
 
-def _close_all(files: Iterable[Any]) -> None:
-    """Close every file, also when one fails; the first failure is raised after."""
-    failure: BaseException | None = None
-    for file in files:
-        try:
-            file.close()
-        except BaseException as exc:  # noqa: BLE001 - the others must be closed too
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-
-
 class NpySink:
     """``path`` for a one-output model; ``<stem>.<output>.npy`` beside it for several.
 
@@ -278,7 +267,7 @@ class NpySink:
         return {name: (self.paths[name], path) for name, path in self.offsets_paths.items()}
 
     def close(self) -> None:
-        _close_all([*self._streams.values(), *self._offsets.values()])
+        close_all([*self._streams.values(), *self._offsets.values()])
 
 
 class _ParquetFile:
@@ -404,7 +393,7 @@ class _TableSink:
         return {name: (path,) for name, path in self.side_paths.items()}
 
     def close(self) -> None:
-        _close_all([self._main, *self._sides.values()])
+        close_all([self._main, *self._sides.values()])
 
 
 def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
