@@ -49,6 +49,7 @@ from ._engine import THREAD_PREFIX, copy_outputs
 from ._errors import PipelineClosedError, PipelineError, renumbered
 from ._feed import interrupt_source
 from ._hostcopy import HostCopier
+from ._lifecycle import OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from ._preprocess import Preprocess
 from ._session import ModelSource, OrtSession, TensorSpec
@@ -66,7 +67,7 @@ def tickets_per_device(depth: int) -> int:
     return 2 * depth + 2
 
 
-class MultiPipeline:
+class MultiPipeline(OneRunAtATime):
     """One model on several devices: batches go to whichever asks first, results come back in order.
 
     ``devices`` is a list of names or :class:`Device` objects, or one string:
@@ -115,35 +116,14 @@ class MultiPipeline:
             self._close_pipelines()  # a device that failed to start leaves the others closed
             raise
         self._stats = MultiStats(self._per_device)
-        self._lock = threading.Lock()
-        self._active: _MultiRun | None = None
-        self._closed = False
+        self._start_lifecycle()
 
-    # -- lifecycle ----------------------------------------------------------
-    def __enter__(self) -> MultiPipeline:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop any running ``map()``, join its threads, close every device's pipeline. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        active, self._active = self._active, None
-        try:
-            if active is not None:
-                active.close()
-        finally:
-            self._close_pipelines()
+    # -- lifecycle (the rest in OneRunAtATime) -------------------------------
+    def _release(self) -> None:
+        self._close_pipelines()
 
     def _close_pipelines(self) -> None:
         close_all(self.pipelines)  # every device's, then the first failure
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     # -- what the pipelines share ------------------------------------------
     @property
@@ -210,8 +190,7 @@ class MultiPipeline:
 
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         feeds = self.pipelines[0].checker.feeds(None, inputs)
         size = self.rows_per_batch(batch_size)
         gathered = _Gather(next(iter(feeds.values())).shape[0])
@@ -220,15 +199,13 @@ class MultiPipeline:
         return gathered.arrays
 
     def _iterate(self, iterator: Iterator[Batch], take: Take) -> Iterator[Any]:
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         return self._results(iterator, take)
 
     def _results(self, iterator: Iterator[Batch], take: Take) -> Iterator[Any]:
         # a generator: the devices' threads start when the first result is asked for
         with self._lock:
-            if self._closed:
-                raise PipelineClosedError("this pipeline is closed")
+            self._check_open()
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             run = self._active = _MultiRun(self.pipelines, iterator, self.depth, self.options.poll_s)

@@ -16,7 +16,6 @@ closes the streams if a pipeline is dropped unclosed.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -35,8 +34,9 @@ from ._batching import (
     split_rows,
 )
 from ._engine import BatchTrace, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
-from ._errors import ModelError, PipelineClosedError, PipelineError, PipelineInputError, PipelineStageError
+from ._errors import ModelError, PipelineError, PipelineInputError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
+from ._lifecycle import OneRunAtATime
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
 from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
@@ -132,7 +132,7 @@ def _close_streams(streams: tuple[Any, ...]) -> None:
         stream.close()
 
 
-class Pipeline:
+class Pipeline(OneRunAtATime):
     """Streams batches through ONNX Runtime with copies and compute overlapped."""
 
     def __init__(
@@ -165,10 +165,8 @@ class Pipeline:
             self._finalizer()  # a failed constructor leaves no stream worker behind
             raise
         self._rings: Rings | None = None
-        self._active: EngineRun[Any] | None = None
         self._stats = Stats()
-        self._lock = threading.Lock()
-        self._closed = False
+        self._start_lifecycle()
 
     def _setup(
         self,
@@ -192,31 +190,13 @@ class Pipeline:
         )
         self.checker = InputChecker(self.source_inputs, self.device.device_array, self.device.name)
 
-    # -- lifecycle ----------------------------------------------------------
-    def __enter__(self) -> Pipeline:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop any running ``map()``, join its threads, release streams. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        active, self._active = self._active, None
-        try:
-            if active is not None:
-                active.close()
-        finally:
-            self._finalizer()
-            self._rings = None
-            if self._owns_device:
-                self.device.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    # -- lifecycle (the rest in OneRunAtATime) -------------------------------
+    def _release(self) -> None:
+        """Streams joined, slots dropped, and a device made for this pipeline closed."""
+        self._finalizer()
+        self._rings = None
+        if self._owns_device:
+            self.device.close()
 
     # -- the API ------------------------------------------------------------
     @property
@@ -242,16 +222,14 @@ class Pipeline:
 
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """Outputs ``{name: ndarray}`` for each batch, in submission order."""
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         return self._iterate(iter(batches), copy_outputs)
 
     def map_with(self, batches: Iterable[Batch], take: Take[Any]) -> Iterator[Any]:
         """Like :meth:`map`, but ``take(index, rows, views)`` turns each batch's
         pinned output views into the value yielded; the views are only valid
         during the call (their slot is reused after it returns)."""
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         return self._iterate(iter(batches), lambda copier: take)
 
     @property
@@ -277,8 +255,7 @@ class Pipeline:
         model: a dim it leaves free beyond the batch dim is given by
         ``row_shapes`` (``{input: dims of one row}``); a dynamic batch dim needs
         ``batch_size``."""
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         layout = layout_of_model(
             self.source_inputs,
             self.session.fixed_batch(),
@@ -307,8 +284,7 @@ class Pipeline:
 
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
-        if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+        self._check_open()
         feeds = self.checker.feeds(None, inputs)
         size = self.rows_per_batch(batch_size)
         total = next(iter(feeds.values())).shape[0]
@@ -392,8 +368,7 @@ class Pipeline:
         user_source: object = None,
     ) -> EngineRun[Any]:
         with self._lock:
-            if self._closed:  # closed from another thread while the slots were being re-sized
-                raise PipelineClosedError("this pipeline is closed")
+            self._check_open()  # closed from another thread while the slots were being re-sized?
             if self._active is not None:
                 raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
             self._stats = stats

@@ -1,0 +1,55 @@
+"""What Pipeline and MultiPipeline share of their lifecycle: one ``map()`` or
+``run()`` at a time, a context manager, and a ``close()`` that stops the
+running one, joins its threads and then releases what the object holds."""
+
+from __future__ import annotations
+
+import threading
+from typing import TypeVar
+
+from ._closing import Closable
+from ._errors import PipelineClosedError
+
+Self = TypeVar("Self", bound="OneRunAtATime")
+
+
+class OneRunAtATime:
+    """Subclasses call :meth:`_start_lifecycle` once built, set ``_active`` (under
+    ``_lock``) to the running map, and say in :meth:`_release` what closing frees."""
+
+    _active: Closable | None
+    _closed: bool
+
+    def _start_lifecycle(self) -> None:
+        self._lock = threading.Lock()
+        self._active = None
+        self._closed = False
+
+    def __enter__(self: Self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop any running ``map()``, join its threads, release what this holds. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        active, self._active = self._active, None
+        try:
+            if active is not None:
+                active.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PipelineClosedError("this pipeline is closed")
