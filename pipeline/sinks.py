@@ -5,7 +5,8 @@ views of the pinned output slot (valid during the call), so writing overlaps
 inference: the engine keeps copying and running the next batches meanwhile,
 and no extra copy is made before the write.  ``close()`` always runs - also
 after an error or Ctrl-C - and leaves a readable file with every row written
-so far.
+so far; a sink that wrote nothing (an empty input, a run that failed first)
+leaves no file rather than an empty, unreadable one.
 
 * :class:`NpySink` - one ``.npy`` per output, streamed (the header's row count
   is rewritten on close);
@@ -158,42 +159,48 @@ def _beside(base: Path, suffix: str, names: Iterable[str]) -> dict[str, Path]:
 
 
 def writable(path: str | Path) -> Path:
-    """The path, after checking that its folder exists and can be written."""
+    """The path, after checking that its folder exists and can be written (a file
+    that was not there is not left behind)."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise SinkError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
     if path.is_dir():
         raise SinkError(f"cannot write {str(path)!r}: it is a folder")
+    existed = path.exists()
     try:
         with path.open("ab"):
             pass
     except OSError as exc:
         raise SinkError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    if not existed:  # only a probe: a run that fails before its first write leaves no empty file
+        path.unlink()
     return path
 
 
 class _NpyStream:
-    """A .npy file written row by row; the header is fixed up on close."""
+    """A .npy file written row by row, made at the first rows (their dtype is
+    the header's); the header's row count is fixed up on close."""
 
     _HEADER_BYTES = 128  # magic + version + length + dict, padded: room for any row count
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file: BinaryIO = path.open("wb")
+        self.file: BinaryIO | None = None
         self.dtype: np.dtype | None = None
         self.row_shape: tuple[int, ...] = ()
         self.rows = 0
 
     def append(self, values: np.ndarray) -> None:
-        if self.dtype is None:
+        if self.file is None:
+            self.file = self.path.open("wb")
             self.dtype, self.row_shape = values.dtype, values.shape[1:]
             self._write_header(0)
         self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
         self.rows += len(values)
 
     def _write_header(self, rows: int) -> None:
-        assert self.dtype is not None
+        assert self.dtype is not None and self.file is not None
         header = repr(
             {
                 "descr": np.lib.format.dtype_to_descr(self.dtype),
@@ -210,11 +217,14 @@ class _NpyStream:
         self.file.seek(0, 2)
 
     def close(self) -> None:
-        if self.file.closed:
+        """The header's final row count, the file closed; nothing written, no file
+        (there is no dtype to declare: none rather than an unreadable one)."""
+        if self.file is None or self.file.closed:
             return
-        if self.dtype is not None:
+        try:
             self._write_header(self.rows)
-        self.file.close()
+        finally:
+            self.file.close()
 
 
 class NpySink:

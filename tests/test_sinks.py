@@ -89,3 +89,30 @@ def test_the_one_output_of_a_model_keeps_the_path_and_its_offsets_go_beside_it(t
     assert np.load(tmp_path / "boxes.offsets.npy").tolist() == [0, 3, 3, 8]
     assert np.load(tmp_path / "boxes.npy")[:, 0].tolist() == [0, 0, 0, 2, 2, 2, 2, 2]
     assert sink.per_batch_paths == {"boxes": (tmp_path / "boxes.npy", tmp_path / "boxes.offsets.npy")}
+
+
+@pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink])
+def test_a_sink_that_wrote_nothing_leaves_no_file(tmp_path, sink):
+    """An empty input, or a run that failed before its first write: no unreadable 0-byte file."""
+    path = tmp_path / {NpySink: "out.npy", ParquetSink: "out.parquet", CsvSink: "out.csv"}[sink]
+    made = sink(path, ["y"]) if sink is NpySink else sink(path)
+    assert not path.exists()  # the folder was checked, nothing created
+    made.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ortpipe_run_on_an_empty_input_says_nothing_was_written(tmp_path, capsys):
+    from pipeline.cli import main
+
+    np.save(tmp_path / "empty.npy", np.zeros((0, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "empty.npy"), "--output", str(tmp_path / "out.npy")]
+    assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
+    assert "is empty, so" in capsys.readouterr().err and not (tmp_path / "out.npy").exists()
+
+
+@pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink])
+def test_a_sink_that_wrote_nothing_leaves_an_existing_file_as_it_was(tmp_path, sink):
+    path = tmp_path / {NpySink: "out.npy", ParquetSink: "out.parquet", CsvSink: "out.csv"}[sink]
+    path.write_bytes(b"yesterday's results")
+    (sink(path, ["y"]) if sink is NpySink else sink(path)).close()
+    assert path.read_bytes() == b"yesterday's results"

@@ -235,6 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
     print(summary)
+    if not summary.batches:
+        print(f"no rows to run: {str(args.input)!r} is empty, so {str(args.output)!r} was not written", file=sys.stderr)
     _report_per_batch(sink)
     if summary.interrupted:
         print(
