@@ -396,10 +396,7 @@ def layout_of_model(
 
 def row_shape_fits(spec: TensorSpec, row: Sequence[int]) -> bool:
     """Whether ``row`` can be the dims of ``spec`` beyond the batch dim (the model's fixed ones kept)."""
-    model_row = spec.shape[1:]
-    return len(row) == len(model_row) and all(
-        dim > 0 and (not isinstance(want, int) or want == dim) for want, dim in zip(model_row, row, strict=True)
-    )
+    return all(dim > 0 for dim in row) and spec.row().accepts(row)
 
 
 def _given_row_shape(spec: TensorSpec, row: Sequence[int]) -> Shape:
@@ -409,7 +406,7 @@ def _given_row_shape(spec: TensorSpec, row: Sequence[int]) -> Shape:
         raise PipelineInputError(
             "a row shape that does not fit the model",
             input_name=spec.name,
-            expected=dataclasses.replace(spec, shape=spec.shape[1:]).describe_shape(),
+            expected=spec.row().describe_shape(),
             got=list(shape),
         )
     return shape

@@ -75,6 +75,16 @@ class TensorSpec:
     def describe_shape(self) -> str:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
 
+    def accepts(self, shape: Sequence[int]) -> bool:
+        """Whether an array of ``shape`` fits: this rank, and every dim the model fixes."""
+        return len(shape) == self.rank and all(
+            not isinstance(want, int) or want == got for want, got in zip(self.shape, shape, strict=True)
+        )
+
+    def row(self) -> TensorSpec:
+        """The spec of one row: the dims beyond the batch dim."""
+        return TensorSpec(self.name, self.dtype, self.shape[1:])
+
 
 def ort_model_arg(model: ModelSource) -> str | bytes:
     """What ``InferenceSession`` is given: a file's path (so that ORT finds the
@@ -126,10 +136,7 @@ def _constant(spec: TensorSpec, value: object) -> np.ndarray:
         raise PipelineInputError(
             "wrong dtype of a constant", input_name=spec.name, expected=spec.dtype.name, got=array.dtype.name
         )
-    fits = array.ndim == spec.rank and all(
-        not isinstance(want, int) or want == got for want, got in zip(spec.shape, array.shape, strict=True)
-    )
-    if not fits:
+    if not spec.accepts(array.shape):
         raise PipelineInputError(
             "a constant of the wrong shape", input_name=spec.name, expected=spec.describe_shape(), got=list(array.shape)
         )
