@@ -336,29 +336,21 @@ class RowSource:
     def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> SlotFiller:
         """A fresh iteration of the source that writes each batch into a slot
         (``row_shapes``: what the slots are to be sized by, where not by the model)."""
-        where = str(getattr(self, "path", type(self).__name__))
-        return SlotFiller(self.chunks(), self.spec.name, self.batch_size, where, row_shapes)
+        return SlotFiller(self, row_shapes)
 
 
 class SlotFiller:
     """Writes a :class:`RowSource`'s batches into pinned slots, one per
     ``fill(slot)``; ``close()`` ends the source's iteration (its threads)."""
 
-    def __init__(
-        self,
-        chunks: Iterator[Chunk],
-        input_name: str,
-        batch_size: int,
-        where: str,
-        row_shapes: Mapping[str, tuple[int, ...]] | None = None,
-    ) -> None:
-        self._chunks = chunks
-        self.input_name = input_name
+    def __init__(self, source: RowSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        self._chunks = source.chunks()
+        self.input_name = source.spec.name
         #: the most rows a batch has: the rows of a slot
-        self.batch_size = batch_size
+        self.batch_size = source.batch_size
         #: ``map_filled``'s row_shapes: the dims of a row where the model leaves them free
         self.row_shapes = row_shapes
-        self._where = where
+        self._where = str(getattr(source, "path", type(source).__name__))
 
     def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch written into ``slot[input_name]``'s first rows: (rows, metadata), or None at the end."""
