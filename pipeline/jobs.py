@@ -26,16 +26,20 @@ from ._pipeline import Pipeline
 from ._progress import Progress
 from .sinks import CsvSink, NpySink, ParquetSink, SinkError
 from .sources import (
+    IMAGE_SUFFIXES,
+    PARQUET_SUFFIXES,
     Chunk,
     CsvSource,
     ImageFolderSource,
     NpySource,
+    ParquetDatasetSource,
     ParquetSource,
     RowSource,
     SlotFiller,
     SourceBatch,
     SourceError,
     VideoSource,
+    parquet_files,
 )
 
 #: an item of a source's iteration (a batch, a chunk of rows)
@@ -76,10 +80,13 @@ class JobSummary:
 
 
 def source_kind(path: str | Path) -> str:
-    """ "npy", "parquet", "csv", "video" or "images" from a path, or a SourceError."""
+    """ "npy", "parquet", "csv", "video" or "images" from a path, or a SourceError.
+
+    A folder is "images" when it holds images, else "parquet" when Parquet
+    files lie below it (a data set, :class:`ParquetDatasetSource`)."""
     path = Path(path)
     if path.is_dir():
-        return "images"
+        return _folder_kind(path)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         return "npy"
@@ -94,6 +101,17 @@ def source_kind(path: str | Path) -> str:
     raise SourceError(
         f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}) "
         "or a folder of images"
+    )
+
+
+def _folder_kind(folder: Path) -> str:
+    if any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
+        return "images"  # before Parquet files: a folder of photos may hold a table of earlier results
+    if parquet_files(folder):
+        return "parquet"
+    raise SourceError(
+        f"{str(folder)!r} holds neither images ({', '.join(IMAGE_SUFFIXES)}) nor Parquet files "
+        f"({', '.join(PARQUET_SUFFIXES)}, at any depth)"
     )
 
 
@@ -139,7 +157,8 @@ def open_source(
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
     if kind == "parquet":
-        return ParquetSource(path, batch_size, specs, columns, id_column)
+        table = ParquetDatasetSource if Path(path).is_dir() else ParquetSource
+        return table(path, batch_size, specs, columns, id_column)
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":

@@ -7,6 +7,8 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`NpySource` - a ``.npy`` array, memory-mapped;
 * :class:`ParquetSource` - a Parquet table read in record batches (pyarrow),
   columns mapped to model inputs;
+* :class:`ParquetDatasetSource` - a folder of Parquet files (a partitioned
+  data set) read as one table, each row's file and row kept;
 * :class:`CsvSource` - a CSV file streamed with pyarrow's reader, columns
   mapped the same way;
 * :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
@@ -129,6 +131,8 @@ class _ColumnarSource:
     """
 
     kind = "table"
+    #: what the path is, for "... not found"
+    what = "input table file"
 
     def __init__(
         self,
@@ -138,7 +142,7 @@ class _ColumnarSource:
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
     ):
-        self.path = _existing(path, f"input {self.kind} file")
+        self.path = _existing(path, self.what)
         self.schema = self._read_schema()
         names = self.schema.names
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
@@ -184,16 +188,17 @@ class _ColumnarSource:
         for record in self._record_batches(wanted):
             inputs = {}
             for name, cols in self.columns.items():
-                parts = [_numeric(c, record.column(record.schema.get_field_index(c))) for c in cols]
+                parts = [_numeric(c, _column(record, c)) for c in cols]
                 stacked = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
                 inputs[name] = self._cast(name, stacked)
-            rows = record.num_rows
-            if self.id_column is not None:
-                ids = record.column(record.schema.get_field_index(self.id_column)).to_numpy(zero_copy_only=False)
-            else:
-                ids = np.arange(start, start + rows, dtype=np.int64)
-            start += rows
-            yield SourceBatch(inputs, {self.id_column or "row_id": ids})
+            yield SourceBatch(inputs, self._meta(record, start))
+            start += record.num_rows
+
+    def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
+        """The rows' metadata: the id column's values, else their row numbers from ``start``."""
+        if self.id_column is not None:
+            return {self.id_column: _column(record, self.id_column).to_numpy(zero_copy_only=False)}
+        return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
 
     def _cast(self, name: str, values: np.ndarray) -> np.ndarray:
         dtype = self.specs[name].dtype
@@ -204,10 +209,15 @@ class _ColumnarSource:
         return values.astype(dtype)
 
 
+def _column(record: Any, name: str) -> Any:
+    return record.column(record.schema.get_field_index(name))
+
+
 class ParquetSource(_ColumnarSource):
     """A Parquet table read in record batches (see :class:`_ColumnarSource` for the columns)."""
 
     kind = "Parquet"
+    what = "input Parquet file"
 
     def _read_schema(self) -> Any:
         import pyarrow.parquet as pq
@@ -225,6 +235,147 @@ class ParquetSource(_ColumnarSource):
         return self.file.iter_batches(batch_size=self.batch_size, columns=wanted)
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: the dataset source's own columns, carried through re-batching beside the wanted ones
+_FILE_NUMBER, _FILE_ROW = "\x00ortpipe file", "\x00ortpipe row"
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files below ``folder``, at any depth (Hive partitions such as
+    ``date=2026-12-03/``), in order of their paths; what writers keep beside
+    them is left out: names starting with ``.`` or ``_`` at any level (Spark's
+    ``_SUCCESS``, ``_temporary/``, ``.crc`` checksums, ``_metadata``)."""
+    found = []
+    for path in folder.rglob("*"):
+        relative = path.relative_to(folder)
+        if path.suffix.lower() in PARQUET_SUFFIXES and not writers_own(relative) and path.is_file():
+            found.append((relative.as_posix(), path))
+    return [path for _, path in sorted(found)]
+
+
+def writers_own(relative: Path) -> bool:
+    """Whether a path inside a data set's folder is left out of it (a name at any level starts with . or _)."""
+    return any(part.startswith((".", "_")) for part in relative.parts)
+
+
+@dataclass(frozen=True)
+class _Part:
+    path: Path
+    #: its path below the dataset's folder, as the ``file`` column gives it
+    name: str
+    rows: int
+    schema: Any
+
+
+class ParquetDatasetSource(_ColumnarSource):
+    """A folder of Parquet files (a partitioned data set, as Spark, Dask or
+    pyarrow write it) read as one table, file after file in path order
+    (:func:`parquet_files`), batches running across file boundaries.
+
+    The columns are mapped as for one file, from the first file's schema;
+    every file must have the mapped columns, of the same types (checked from
+    the footers before any batch is read, the file named when one differs).
+    Each row's metadata is ``file`` (its path below the folder) and its
+    ``row_id`` in that file, or the id column's value: a result joins back to
+    its row whatever the files hold.  Footers are read when the source is
+    made (the length for the progress bar, the checks); one file is open at a
+    time while it is read.
+    """
+
+    kind = "Parquet dataset"
+    what = "input folder of Parquet files"
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        super().__init__(path, batch_size, inputs, columns, id_column)
+        self.file_column = "ortpipe_file" if self.id_column == "file" else "file"
+        self._check_parts()
+        self._names = np.asarray([part.name for part in self.parts])
+
+    def _read_schema(self) -> Any:
+        import pyarrow.parquet as pq
+
+        if not self.path.is_dir():
+            raise SourceError(f"{str(self.path)!r} is not a folder")
+        files = parquet_files(self.path)
+        if not files:
+            raise SourceError(f"no Parquet files ({', '.join(PARQUET_SUFFIXES)}) in {str(self.path)!r}")
+        self.parts: list[_Part] = []
+        for file in files:
+            try:
+                metadata = pq.read_metadata(file)
+                schema = metadata.schema.to_arrow_schema()
+            except Exception as exc:
+                raise SourceError(f"{str(file)!r} is not a readable Parquet file: {exc}") from exc
+            self.parts.append(_Part(file, file.relative_to(self.path).as_posix(), metadata.num_rows, schema))
+        return self.parts[0].schema
+
+    def _check_parts(self) -> None:
+        """Every file has the columns read, of the first file's types."""
+        first = self.parts[0]
+        wanted = {c for cols in self.columns.values() for c in cols}
+        if self.id_column is not None:
+            wanted.add(self.id_column)
+        for part in self.parts[1:]:
+            for name in sorted(wanted):
+                expected = first.schema.field(name).type
+                index = part.schema.get_field_index(name)
+                if index < 0:
+                    raise SourceError(
+                        f"{str(part.path)!r} has no column {name!r} (the first file, {first.name!r}, has): "
+                        f"columns {part.schema.names}"
+                    )
+                got = part.schema.field(index).type
+                if got != expected:
+                    raise SourceError(
+                        f"column {name!r} is {got} in {str(part.path)!r} but {expected} in the first file, "
+                        f"{first.name!r}: every file of a data set needs the same types"
+                    )
+
+    def __len__(self) -> int:
+        return sum(part.rows for part in self.parts)
+
+    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        return rebatch(self._file_batches(wanted), self.batch_size)
+
+    def _file_batches(self, wanted: list[str]) -> Iterator[Any]:
+        """Each file's record batches, its number and row numbers added as columns
+        (so they travel with their rows through re-batching)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = [*wanted, _FILE_NUMBER, _FILE_ROW]
+        for number, part in enumerate(self.parts):
+            start = 0
+            try:
+                with pq.ParquetFile(part.path) as file:
+                    for record in file.iter_batches(batch_size=self.batch_size, columns=wanted):
+                        rows = record.num_rows
+                        arrays = [_column(record, name) for name in wanted]
+                        arrays.append(pa.array(np.full(rows, number, np.int32)))
+                        arrays.append(pa.array(np.arange(start, start + rows, dtype=np.int64)))
+                        # rebuilt from the arrays: files whose fields differ only in nullability combine
+                        yield pa.RecordBatch.from_arrays(arrays, names=names)
+                        start += rows
+            except (OSError, pa.ArrowException) as exc:
+                raise SourceError(f"{str(part.path)!r} cannot be read: {exc}") from exc
+
+    def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
+        numbers = _column(record, _FILE_NUMBER).to_numpy()
+        meta = {self.file_column: self._names[numbers]}
+        if self.id_column is not None:
+            meta[self.id_column] = _column(record, self.id_column).to_numpy(zero_copy_only=False)
+        else:
+            meta["row_id"] = _column(record, _FILE_ROW).to_numpy()
+        return meta
+
+
 class CsvSource(_ColumnarSource):
     """A CSV file streamed block by block (pyarrow's reader, types inferred from
     the first block) and cut into batches of ``batch_size`` rows; columns as
@@ -232,6 +383,7 @@ class CsvSource(_ColumnarSource):
     ``rows_hint`` estimates it from the first block."""
 
     kind = "CSV"
+    what = "input CSV file"
     #: about how many rows the file holds (for a progress bar): its size over the bytes a row of the first block
     rows_hint = 0
 
@@ -276,23 +428,38 @@ class CsvSource(_ColumnarSource):
 
 def rebatch(blocks: Iterable[Any], rows: int) -> Iterator[Any]:
     """pyarrow record batches of any sizes re-cut into batches of ``rows`` rows, in order
-    (the last one shorter), each one contiguous; empty blocks are skipped."""
-    import pyarrow as pa
+    (the last one shorter), each one contiguous; empty blocks are skipped.
 
-    pending: list[Any] = []
+    A batch that lies inside one block is a slice of it (no copy); only one
+    that spans blocks is copied into one piece."""
+    pending: list[Any] = []  # slices of blocks, fewer than ``rows`` rows in all
     held = 0
     for block in blocks:
-        if not block.num_rows:
-            continue
-        pending.append(block)
-        held += block.num_rows
-        while held >= rows:
-            table = pa.Table.from_batches(pending)
-            yield from table.slice(0, rows).combine_chunks().to_batches()
-            rest = table.slice(rows)
-            pending, held = rest.to_batches(), rest.num_rows
+        offset = 0
+        while offset < block.num_rows:
+            take = min(rows - held, block.num_rows - offset)
+            piece = block.slice(offset, take)
+            offset += take
+            if take == rows:  # a whole batch inside this block
+                yield piece
+                continue
+            pending.append(piece)
+            held += take
+            if held == rows:
+                yield _joined(pending)
+                pending, held = [], 0
     if held:
-        yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+        yield _joined(pending)
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """One record batch of the rows of ``pieces``, in order."""
+    if len(pieces) == 1:
+        return pieces[0]
+    import pyarrow as pa
+
+    (joined,) = pa.Table.from_batches(pieces).combine_chunks().to_batches()
+    return joined
 
 
 def _is_numeric(arrow_type: Any) -> bool:

@@ -50,14 +50,20 @@ def test_run_concatenates_exactly(total, batch):
     rows=st.integers(min_value=1, max_value=25),
 )
 def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows):
-    """A CSV's blocks of any sizes (empty ones too) re-cut into batches of ``rows``."""
+    """A CSV's or a data set's blocks of any sizes (empty ones too) re-cut into batches
+    of ``rows``; a list column read from a batch that is a slice of a block keeps its rows."""
     import pyarrow as pa
 
-    from pipeline.sources import rebatch
+    from pipeline.sources import _numeric, rebatch
 
     starts = np.cumsum([0, *blocks])
-    given_blocks = [pa.record_batch({"i": np.arange(a, b)}) for a, b in itertools.pairwise(starts)]
+    given_blocks = [
+        pa.record_batch({"i": np.arange(a, b), "v": pa.array([[k, -k] for k in range(a, b)], pa.list_(pa.int64()))})
+        for a, b in itertools.pairwise(starts)
+    ]
     out = list(rebatch(given_blocks, rows))
     total = int(starts[-1])
     assert [b.num_rows for b in out] == [rows] * (total // rows) + ([total % rows] if total % rows else [])
     assert np.concatenate([b.column(0).to_numpy() for b in out] or [np.arange(0)]).tolist() == list(range(total))
+    pairs = [_numeric("v", b.column(1)) for b in out]
+    assert np.concatenate(pairs or [np.zeros((0, 2), np.int64)]).tolist() == [[k, -k] for k in range(total)]

@@ -152,6 +152,52 @@ def test_parquet_of_100k_rows_round_trips_with_ids_and_scores(tmp_path, scoring_
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("limit", [None, 150])
+def test_a_folder_of_parquet_files_is_scored_as_one_table_with_file_and_row(tmp_path, capsys, limit):
+    root = tmp_path / "features"
+    parts = {"day=1/part-0.parquet": 90, "day=1/part-1.parquet": 45, "day=2/part-0.parquet": 120}
+    rng = np.random.default_rng(3)
+    tables = {}
+    for name, rows in parts.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        tables[name] = {f"f{i}": rng.standard_normal(rows).astype(np.float32) for i in range(64)}
+        pq.write_table(pa.table(tables[name]), root / name)
+    (root / "_SUCCESS").write_bytes(b"")
+    output = tmp_path / "scores.parquet"
+    args = ["run", "mlp", "--input", str(root), "--output", str(output), "--batch-size", "64", "--device", "cpu"]
+    assert main([*args, "--no-progress", *(["--limit", str(limit)] if limit else [])]) == 0
+    scored = pq.read_table(output)
+    want_files = [name for name, rows in parts.items() for _ in range(rows)][:limit]
+    want_rows = [row for rows in parts.values() for row in range(rows)][:limit]
+    assert scored.column_names[:2] == ["file", "row_id"]
+    assert scored["file"].to_pylist() == want_files and scored["row_id"].to_pylist() == want_rows
+    features = np.concatenate([np.stack([t[f"f{i}"] for i in range(64)], axis=1) for t in tables.values()])[:limit]
+    want = _session(models.mlp()).run(None, {"x": features})[0]
+    np.testing.assert_allclose(np.stack(scored["scores"].to_numpy(zero_copy_only=False)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_folder_of_parquet_files_that_differ_is_refused_before_any_work(tmp_path, capsys):
+    root = tmp_path / "features"
+    root.mkdir()
+    _table(root / "a.parquet")
+    pq.write_table(pa.table({f"f{i}": np.zeros(5, np.float64) for i in range(64)}), root / "b.parquet")
+    output = tmp_path / "o.parquet"
+    assert main(["run", "mlp", "--input", str(root), "--output", str(output), "--device", "cpu", "--no-progress"]) != 0
+    assert "column 'f0' is double in" in capsys.readouterr().err and not output.exists()
+
+
+def test_a_table_is_not_written_into_the_data_set_it_is_made_from(tmp_path, capsys):
+    root = tmp_path / "features"
+    root.mkdir()
+    _table(root / "part-0.parquet")
+    args = ["run", "mlp", "--input", str(root), "--device", "cpu", "--no-progress", "--output"]
+    assert main([*args, str(root / "scores.parquet")]) != 0
+    assert "inside the data set" in capsys.readouterr().err and not (root / "scores.parquet").exists()
+    assert main([*args, str(root / "_scores.parquet")]) == 0  # left out of the data set by its name
+    assert main([*args, str(root / "scores.csv")]) == 0  # not a part either
+    assert pq.read_table(root / "_scores.parquet").num_rows == 50
+
+
 def test_parquet_list_column_and_explicit_mapping(tmp_path):
     rows = np.random.default_rng(1).standard_normal((500, 64)).astype(np.float32)
     path = tmp_path / "lists.parquet"
@@ -585,7 +631,12 @@ def test_run_limit_on_an_image_folder_ends_its_decode_threads(tmp_path, capsys):
             "reading .*t.parquet' needs the pyarrow package: pip install 'ortpipe\\[parquet\\]'",
         ),
         ("pyarrow", lambda d: _npy(d / "x.npy", (4, 64)), "o.csv", "writing .*o.csv' needs the pyarrow package"),
-        ("PIL", lambda d: d, "o.npy", "needs the PIL package: pip install 'ortpipe\\[images\\]'"),
+        (
+            "PIL",
+            lambda d: _write(d / "im.png", b"png").parent,
+            "o.npy",
+            "needs the PIL package: pip install 'ortpipe\\[images\\]'",
+        ),
     ],
 )
 def test_a_missing_optional_package_names_its_extra(tmp_path, capsys, monkeypatch, missing, make_input, output, words):

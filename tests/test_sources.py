@@ -1,20 +1,24 @@
 """Image folders decoded by several threads: the batches are those of one
 thread, in file order, and the threads end with the iteration however it
-ends.  (Sources end to end, through the CLI and jobs: ``test_run.py``.)"""
+ends.  Folders of Parquet files read as one table, each row's file and row
+kept.  (Sources end to end, through the CLI and jobs: ``test_run.py``.)"""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineInputError, Preprocess, models
-from pipeline.jobs import run_job
+from pipeline import Pipeline, PipelineInputError, Preprocess, TensorSpec, models
+from pipeline.jobs import run_job, source_kind
 from pipeline.sinks import CallbackSink
-from pipeline.sources import ImageFolderSource, SourceError
+from pipeline.sources import ImageFolderSource, ParquetDatasetSource, SourceError, parquet_files
 
 Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+pa = pytest.importorskip("pyarrow", reason="table sources need pyarrow: pip install 'ortpipe[parquet]'")
+pq = pytest.importorskip("pyarrow.parquet")
 
 
 def _decode_threads() -> list[str]:
@@ -142,3 +146,98 @@ def test_a_csv_estimates_its_rows_from_its_first_block(tmp_path, rows):
         source = CsvSource(path, 64, pipe.source_inputs, columns={"x": ["x"]}, id_column="id")
     assert abs(source.rows_hint - rows) <= 0.05 * rows  # one block (the small file): exact
     assert source.rows_hint == rows or rows > 1000
+
+
+# --- a folder of Parquet files ---------------------------------------------------------------
+
+
+def _part(path: Path, start: int, rows: int, features: int = 64, **schema_kw) -> np.ndarray:
+    """A Parquet file of ``rows`` rows of features f0.. (values from ``start``); returns them."""
+    values = (np.arange(start * features, (start + rows) * features, dtype=np.float32) % 97 / 97).reshape(
+        rows, features
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = [pa.field(f"f{i}", pa.float32(), **schema_kw) for i in range(features)]
+    pq.write_table(pa.table([values[:, i] for i in range(features)], schema=pa.schema(fields)), path)
+    return values
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """A Hive-partitioned data set as Spark leaves it: parts of 70, 0 and 130 rows (the last
+    with non-nullable fields) beside a _SUCCESS marker, a checksum and a temporary folder."""
+    root = tmp_path / "features"
+    parts = [
+        ("date=2026-12-01/part-00000.parquet", _part(root / "date=2026-12-01/part-00000.parquet", 0, 70)),
+        ("date=2026-12-01/part-00001.parquet", _part(root / "date=2026-12-01/part-00001.parquet", 70, 0)),
+        (
+            "date=2026-12-02/part-00000.parquet",
+            _part(root / "date=2026-12-02/part-00000.parquet", 70, 130, nullable=False),
+        ),
+    ]
+    (root / "_SUCCESS").write_bytes(b"")
+    (root / "date=2026-12-01" / ".part-00000.parquet.crc").write_bytes(b"crc")
+    _part(root / "_temporary" / "0" / "part-00009.parquet", 500, 10)
+    return root, parts
+
+
+def test_parquet_files_of_a_data_set_in_path_order_without_writers_files(dataset):
+    root, parts = dataset
+    assert [p.relative_to(root).as_posix() for p in parquet_files(root)] == [name for name, _ in parts]
+
+
+def test_a_data_set_reads_as_one_table_across_its_files(dataset):
+    root, parts = dataset
+    source = ParquetDatasetSource(root, 64, [TensorSpec("x", np.dtype(np.float32), (None, 64))])
+    batches = list(source)
+    assert len(source) == 200
+    assert [len(b.meta["row_id"]) for b in batches] == [64, 64, 64, 8]  # whole batches across file boundaries
+    np.testing.assert_array_equal(
+        np.concatenate([b.inputs["x"] for b in batches]), np.concatenate([v for _, v in parts])
+    )
+    files = np.concatenate([b.meta["file"] for b in batches])
+    rows = np.concatenate([b.meta["row_id"] for b in batches])
+    assert list(batches[0].meta) == ["file", "row_id"]
+    assert files.tolist() == [parts[0][0]] * 70 + [parts[2][0]] * 130
+    assert rows.tolist() == list(range(70)) + list(range(130))
+
+
+def test_a_data_set_keeps_its_id_column_beside_the_file(tmp_path):
+    root = tmp_path / "ds"
+    root.mkdir()
+    for number, ids in enumerate([np.arange(10, 15), np.arange(100, 103)]):
+        table = pa.table({"file": ids * 2, "x": ids.astype(np.float32)})
+        pq.write_table(table, root / f"part-{number}.parquet")
+    spec = TensorSpec("x", np.dtype(np.float32), (None, 1))
+    (batch,) = ParquetDatasetSource(root, 64, [spec], columns={"x": ["x"]}, id_column="file")
+    assert list(batch.meta) == ["ortpipe_file", "file"]  # the id column keeps its name, ours steps aside
+    assert batch.meta["file"].tolist() == [20, 22, 24, 26, 28, 200, 202, 204]
+    assert batch.meta["ortpipe_file"].tolist() == ["part-0.parquet"] * 5 + ["part-1.parquet"] * 3
+
+
+def test_a_data_set_whose_files_differ_is_refused_naming_the_file(tmp_path):
+    spec = [TensorSpec("x", np.dtype(np.float32), (None, 2))]
+    root = tmp_path / "ds"
+    root.mkdir()
+    pq.write_table(pa.table({"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}), root / "p0.parquet")
+    pq.write_table(pa.table({"a": np.zeros(3, np.float64), "b": np.zeros(3, np.float32)}), root / "p1.parquet")
+    with pytest.raises(SourceError, match=r"column 'a' is double in .*p1.parquet.* but float in the first file"):
+        ParquetDatasetSource(root, 4, spec)
+    pq.write_table(pa.table({"a": np.zeros(3, np.float32)}), root / "p1.parquet")
+    with pytest.raises(SourceError, match=r"p1.parquet' has no column 'b'"):
+        ParquetDatasetSource(root, 4, spec)
+    (root / "p1.parquet").write_bytes(b"not parquet")
+    with pytest.raises(SourceError, match=r"p1.parquet' is not a readable Parquet file"):
+        ParquetDatasetSource(root, 4, spec)
+
+
+def test_a_folder_is_images_or_a_data_set_or_refused(tmp_path, dataset):
+    root, _ = dataset
+    assert source_kind(root) == "parquet"
+    Image.new("RGB", (4, 4)).save(root / "photo.png")
+    assert source_kind(root) == "images"  # photos beside a table of earlier results are still photos
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(SourceError, match="neither images .* nor Parquet files"):
+        source_kind(tmp_path / "empty")
+    with pytest.raises(SourceError, match="no Parquet files"):
+        ParquetDatasetSource(tmp_path / "empty", 4, [TensorSpec("x", np.dtype(np.float32), (None, 1))])

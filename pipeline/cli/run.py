@@ -35,7 +35,12 @@ ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "
 def add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="run a model over a video, .npy, Parquet or CSV table, or image folder")
     run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
-    run.add_argument("--input", required=True, type=Path, help="a video, .npy, .parquet, .csv, or a folder of images")
+    run.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        help="a video, .npy, .parquet, .csv, a folder of images, or a folder of Parquet files (a data set)",
+    )
     run.add_argument("--output", required=True, type=Path, help=".npy, .parquet or .csv")
     run.add_argument(
         "--device",
@@ -49,7 +54,7 @@ def add_run(sub: Any) -> None:
         default=None,
         help=f"rows per batch (default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE})",
     )
-    run.add_argument("--depth", type=positive(int), default=3)
+    run.add_argument("--depth", type=positive(int), default=3, help="batches in flight in each buffer ring (default 3)")
     run.add_argument(
         "--preprocess",
         default=None,
@@ -66,7 +71,12 @@ def add_run(sub: Any) -> None:
         metavar="INPUT=COL[,COL]",
         help="Parquet/CSV columns of a model input (one list column, or scalar columns in order)",
     )
-    run.add_argument("--id-column", default=None, help="Parquet/CSV column written beside the outputs (default row_id)")
+    run.add_argument(
+        "--id-column",
+        default=None,
+        help="Parquet/CSV column written beside the outputs (default row_id; a folder of Parquet files: "
+        "file and row_id)",
+    )
     run.add_argument("--size", type=size, default=None, help="resize video frames / images to WIDTHxHEIGHT")
     run.add_argument("--pix-fmt", default="rgb24", choices=["rgb24", "bgr24"], help="channel order of video frames")
     run.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
@@ -189,6 +199,21 @@ def _device_names(pipe: Any) -> str:
     return ", ".join(device.name for device in devices)
 
 
+def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
+    """A table written into the folder of Parquet files it is made from would be read as one of them next time."""
+    from ..sinks import SinkError
+    from ..sources import PARQUET_SUFFIXES, writers_own
+
+    if kind != "parquet" or not source.is_dir() or output.suffix.lower() not in PARQUET_SUFFIXES:
+        return
+    target, folder = output.resolve(), source.resolve()
+    if target.is_relative_to(folder) and not writers_own(target.relative_to(folder)):
+        raise SinkError(
+            f"{str(output)!r} is inside the data set {str(source)!r}: a later run would read it as one of its files; "
+            f"write it elsewhere, or name it _{output.name} (names starting with _ are left out)"
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, first_rows, open_sink, open_source, run_job, source_kind
     from ..sinks import writable
@@ -196,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     kind = source_kind(args.input)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     writable(args.output)  # fail before any work
+    _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
@@ -228,7 +254,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             enabled=False if args.no_progress else None,
             approximate=not exact,
         )
-        print(f"device: {_device_names(pipe)}; {kind} {str(args.input)!r} -> {str(args.output)!r}")
+        parts = getattr(source, "parts", None)  # a folder of Parquet files
+        what = f"{kind} data set of {len(parts)} files" if parts else kind
+        print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
         with _first_ctrl_c_stops() as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
