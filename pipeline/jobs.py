@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ._batching import row_shape_fits
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
+from ._rows import close_iteration, drop_first, take_first
 from .sinks import CsvSink, NpySink, ParquetSink, SinkError
 from .sources import (
     IMAGE_SUFFIXES,
@@ -39,11 +40,9 @@ from .sources import (
     SourceBatch,
     SourceError,
     VideoSource,
+    fewer_rows,
     parquet_files,
 )
-
-#: an item of a source's iteration (a batch, a chunk of rows)
-T = TypeVar("T")
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -170,12 +169,15 @@ def open_sink(
     path: str | Path,
     pipe: Pipeline | MultiPipeline,
     data_dependent: Collection[str] = (),
+    resume: bool = False,
 ) -> Sink:
     """The sink for ``path``'s suffix (.npy, .parquet/.pq, .csv) of ``pipe``'s outputs.
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
     on the data by the first write are written per batch (NOTE [ per-batch
-    outputs ] in sinks)."""
+    outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
+    file and write after them (``sink.kept_rows``; run the source
+    :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
     output_names = pipe.output_names
     unknown = sorted(set(data_dependent) - set(output_names))
     if unknown:
@@ -187,21 +189,14 @@ def open_sink(
 
     suffix = Path(path).suffix.lower()
     if suffix == ".npy":
-        return NpySink(path, output_names, known)
+        return NpySink(path, output_names, known, resume)
     if suffix in (".parquet", ".pq"):
         _require("parquet", f"writing {str(path)!r}", SinkError)
-        return ParquetSink(path, data_dependent=known)
+        return ParquetSink(path, data_dependent=known, resume=resume)
     if suffix == ".csv":
         _require("csv", f"writing {str(path)!r}", SinkError)
-        return CsvSink(path, known)
+        return CsvSink(path, known, resume)
     raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
-
-
-def _close_iteration(items: Iterator[object]) -> None:
-    """End a source's iteration now (a generator's ``close``), not when it is collected."""
-    close = getattr(items, "close", None)
-    if close is not None:
-        close()
 
 
 def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatch]:
@@ -211,48 +206,59 @@ def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatc
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     if isinstance(source, RowSource):
-        return _FirstRowsOf(source, limit)
-    return _first(iter(source), limit, lambda item: len(next(iter(item.inputs.values()))), _cut_batch)
+        return _RowsOf(source, lambda chunks: take_first(chunks, limit, _chunk_rows, _sliced_chunk))
+    return take_first(iter(source), limit, _batch_rows, _sliced_batch)
 
 
-class _FirstRowsOf(RowSource):
-    """A row source's first ``limit`` rows (:func:`first_rows`)."""
+def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch]:
+    """``source`` without its first ``skip`` rows (a resumed run: the rows already
+    written; NOTE [ resuming ] in sinks), each row's metadata as the whole source
+    gives it.  A source with an ``after(rows)`` of its own (every file source)
+    leaves them unread or undecoded where it can; any other is read through
+    them, the batch they end in cut.  A :class:`RowSource` stays one."""
+    if skip < 0:
+        raise ValueError(f"rows to skip must be >= 0, got {skip}")
+    if skip == 0:
+        return source
+    after = getattr(source, "after", None)
+    if after is not None:
+        return after(skip)  # type: ignore[no-any-return]
+    too_few = fewer_rows(getattr(source, "path", type(source).__name__), skip)
+    if isinstance(source, RowSource):
+        return _RowsOf(source, lambda chunks: drop_first(chunks, skip, _chunk_rows, _sliced_chunk, too_few))
+    return drop_first(iter(source), skip, _batch_rows, _sliced_batch, too_few)
 
-    def __init__(self, source: RowSource, limit: int) -> None:
+
+class _RowsOf(RowSource):
+    """A row source whose chunks pass through ``select`` (:func:`first_rows`, :func:`rows_after`)."""
+
+    def __init__(self, source: RowSource, select: Callable[[Iterator[Chunk]], Iterator[Chunk]]) -> None:
         self.spec, self.batch_size, self.row_shape = source.spec, source.batch_size, source.row_shape
         self.path = getattr(source, "path", type(source).__name__)
-        self._source, self._limit = source, limit
+        self._source, self._select = source, select
 
     def chunks(self) -> Iterator[Chunk]:
-        return _first(self._source.chunks(), self._limit, lambda chunk: len(chunk[0]), _cut_chunk)
+        return self._select(self._source.chunks())
 
 
-def _first(items: Iterator[T], limit: int, rows_of: Callable[[T], int], cut: Callable[[T, int], T]) -> Iterator[T]:
-    """``items`` up to ``limit`` rows, the last one ``cut(item, rows)`` to fit; ``items`` closed at the end."""
-    left = limit
-    try:
-        for item in items:
-            rows = rows_of(item)
-            if rows > left:
-                item, rows = cut(item, left), left
-            left -= rows
-            yield item
-            if left == 0:
-                return
-    finally:
-        _close_iteration(items)
+def _batch_rows(item: SourceBatch) -> int:
+    return len(next(iter(item.inputs.values())))
 
 
-def _cut_batch(item: SourceBatch, rows: int) -> SourceBatch:
+def _chunk_rows(chunk: Chunk) -> int:
+    return len(chunk[0])
+
+
+def _sliced_batch(item: SourceBatch, rows: slice) -> SourceBatch:
     return SourceBatch(
-        {name: values[:rows] for name, values in item.inputs.items()},
-        {name: values[:rows] for name, values in item.meta.items()},
+        {name: values[rows] for name, values in item.inputs.items()},
+        {name: values[rows] for name, values in item.meta.items()},
     )
 
 
-def _cut_chunk(chunk: Chunk, rows: int) -> Chunk:
+def _sliced_chunk(chunk: Chunk, rows: slice) -> Chunk:
     frames, meta = chunk
-    return frames[:rows], {name: values[:rows] for name, values in meta.items()}
+    return frames[rows], {name: values[rows] for name, values in meta.items()}
 
 
 def run_job(
@@ -329,7 +335,7 @@ def _batches(
             metas.append(item.meta)
             yield item.inputs
     finally:
-        _close_iteration(items)  # a source's own threads (image decoding) end with the job
+        close_iteration(items)  # a source's own threads (image decoding) end with the job
 
 
 def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> SlotFiller | None:

@@ -30,12 +30,30 @@ is decided at the first write, and kept (:class:`OutputKinds`): those named
 then), scalars, and any whose first dim is not the batch's rows.  An output
 whose count happened to equal the rows in the first batch is refused later
 with a message that says to name it.
+
+NOTE [ resuming ]: a long job that stopped - Ctrl-C, a scheduler's SIGTERM,
+or killed outright - goes on where it ended: its sink, opened with
+``resume=True``, keeps the whole rows the earlier run left in its file(s)
+(``kept_rows``), cutting off a partial row a kill left behind, and the job
+leaves out as many rows of its source (``jobs.rows_after``: unread where the
+format allows) and appends the rest, so the file ends as one uninterrupted
+run would have left it.  Rows are counted, not matched: the input must be the
+same, in the same order.  What each format keeps of a run that was killed: a
+``.npy`` every whole row (found from the file's size: the header says 0 until
+the file is closed); a CSV every whole line; a Parquet file nothing - its
+footer is written at close, so a killed run's rows cannot be read back, and
+resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM).  A
+resumed Parquet file is written anew beside the old one, the earlier rows
+copied first, and replaces it when closed: a run killed while resuming leaves
+the earlier file as it was.  Outputs written per batch are not resumed (their
+batches would be numbered anew): such a run is refused at its first write.
 """
 
 from __future__ import annotations
 
 import ast
 import math
+import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
@@ -49,6 +67,12 @@ from ._errors import PipelineError
 
 class SinkError(PipelineError):
     """An output path cannot be written."""
+
+
+_PER_BATCH_RESUME = (
+    "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), and a resumed "
+    "run would number its batches anew; start over without resuming"
+)
 
 
 #: names of the outputs known to be data-dependent, or a function that tells them when asked
@@ -196,8 +220,40 @@ class _NpyStream:
             self.file = self.path.open("wb")
             self.dtype, self.row_shape = values.dtype, values.shape[1:]
             self._write_header(0)
-        self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        elif values.dtype != self.dtype:
+            raise SinkError(f"{str(self.path)!r} holds {self.dtype} rows; these are {values.dtype}")
+        self.file.write(np.ascontiguousarray(values).tobytes())
         self.rows += len(values)
+
+    def rows_on_disk(self) -> int:
+        """Whole rows in the file left by an earlier run (0 when there is none), found
+        from its size: the header of a run that was killed, not stopped, says 0."""
+        if not self.path.exists():
+            return 0
+        with self.path.open("rb") as file:
+            try:
+                version = np.lib.format.read_magic(file)
+                if version != (1, 0):
+                    raise ValueError(f".npy format version {version}")
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+            except ValueError as exc:
+                raise SinkError(f"cannot resume {str(self.path)!r}: not a .npy file ortpipe wrote ({exc})") from exc
+            if file.tell() != self._HEADER_BYTES or fortran or not shape:
+                raise SinkError(f"cannot resume {str(self.path)!r}: not a .npy file ortpipe wrote")
+        self.dtype, self.row_shape = dtype, tuple(shape[1:])
+        row_bytes = dtype.itemsize * math.prod(self.row_shape)
+        if not row_bytes:
+            return int(shape[0])
+        return (self.path.stat().st_size - self._HEADER_BYTES) // row_bytes
+
+    def keep(self, rows: int) -> None:
+        """Go on after the first ``rows`` rows of the earlier run's file (any after them cut off)."""
+        if self.dtype is None:
+            return  # no file: one is made at the first rows
+        self.file = self.path.open("r+b")
+        self.file.truncate(self._HEADER_BYTES + rows * self.dtype.itemsize * math.prod(self.row_shape))
+        self.rows = rows
+        self._write_header(rows)
 
     def _write_header(self, rows: int) -> None:
         assert self.dtype is not None and self.file is not None
@@ -236,16 +292,34 @@ class NpySink:
     ``i``'s are rows ``offsets[i]:offsets[i + 1]``.
     """
 
-    def __init__(self, path: str | Path, output_names: list[str], data_dependent: DataDependent = ()) -> None:
+    def __init__(
+        self, path: str | Path, output_names: list[str], data_dependent: DataDependent = (), resume: bool = False
+    ) -> None:
         base = writable(path)
         self.paths = {output_names[0]: base} if len(output_names) == 1 else _beside(base, ".npy", output_names)
         self.offsets_paths: dict[str, Path] = {}
         self._kinds = OutputKinds(data_dependent)
         self._streams = {name: _NpyStream(p) for name, p in self.paths.items()}
         self._offsets: dict[str, _NpyStream] = {}
+        #: rows an earlier run left in the files, kept (NOTE [ resuming ])
+        self.kept_rows = self._resume() if resume else 0
+
+    def _resume(self) -> int:
+        """The rows every output's file holds (a kill may have left one further than
+        another), each file cut to them."""
+        for path in self.paths.values():
+            offsets = _beside(path, ".npy", ["offsets"])["offsets"]
+            if offsets.exists() and offsets not in self.paths.values():
+                raise SinkError(_PER_BATCH_RESUME.format(path=str(path)))
+        kept = min(stream.rows_on_disk() for stream in self._streams.values())
+        for stream in self._streams.values():
+            stream.keep(kept)
+        return kept
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         per_row, per_batch = self._kinds.split(rows, outputs)
+        if per_batch and self.kept_rows:
+            raise SinkError(_PER_BATCH_RESUME.format(path=str(next(iter(self.paths.values())))))
         items = {name: check_items(name, index, values, self._known_shape(name)) for name, values in per_batch.items()}
         for name, values in per_row.items():
             check_rows(name, index, rows, values, self._known_shape(name))
@@ -289,16 +363,60 @@ class _ParquetFile:
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
+        #: the earlier run's schema, when resuming a file that holds rows (NOTE [ resuming ])
+        self._earlier: Any = None
+
+    def resume(self) -> int:
+        """The rows of the closed file an earlier run left (0 when there is none), to be kept."""
+        if not self.path.exists():
+            return 0
+        import pyarrow.parquet as pq
+
+        try:
+            with pq.ParquetFile(self.path) as earlier:
+                rows, schema = int(earlier.metadata.num_rows), earlier.schema_arrow
+        except Exception as exc:
+            raise SinkError(
+                f"cannot resume {str(self.path)!r}: it is not a readable Parquet file ({exc}); a run that was killed "
+                "leaves no footer, and its rows cannot be read back (Ctrl-C or SIGTERM stop a run so that it can be "
+                "resumed; .npy and .csv keep a killed run's rows): remove it and start over"
+            ) from exc
+        if rows:
+            self._earlier = schema
+        return rows
+
+    def _temporary(self) -> Path:
+        return self.path.with_name(self.path.name + ".resuming")
 
     def write(self, batch: Any) -> None:
         if self._writer is None:
-            import pyarrow.parquet as pq
-
-            self._writer = pq.ParquetWriter(self.path, batch.schema)
+            self._writer = self._open_writer(batch.schema)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
             self._flush()
+
+    def _open_writer(self, schema: Any) -> Any:
+        """The writer of the file; when resuming, of a new file beside it, the earlier rows copied in first."""
+        import pyarrow.parquet as pq
+
+        if self._earlier is None:
+            return pq.ParquetWriter(self.path, schema)
+        if not schema.equals(self._earlier):
+            raise SinkError(
+                f"cannot resume {str(self.path)!r}: its columns are {_columns(self._earlier)}, this run writes "
+                f"{_columns(schema)}: the same model, outputs and input are needed"
+            )
+        writer = pq.ParquetWriter(self._temporary(), schema)
+        try:
+            with pq.ParquetFile(self.path) as earlier:
+                for group in range(earlier.metadata.num_row_groups):  # a group at a time: bounded memory
+                    writer.write_table(earlier.read_row_group(group))
+        except BaseException:
+            writer.close()
+            self._temporary().unlink(missing_ok=True)
+            raise
+        return writer
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -317,6 +435,12 @@ class _ParquetFile:
         finally:
             self._writer.close()  # writes the footer: the file is readable
             self._writer = None
+            if self._earlier is not None:  # the earlier rows and the new ones, in place of the earlier file
+                os.replace(self._temporary(), self.path)
+
+
+def _columns(schema: Any) -> str:
+    return ", ".join(f"{field.name} ({field.type})" for field in schema)
 
 
 class _CsvFile:
@@ -325,18 +449,73 @@ class _CsvFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._writer: Any = None
+        self._file: BinaryIO | None = None
+        #: the earlier run's header, when resuming: rows are appended under it (NOTE [ resuming ])
+        self._header: list[str] | None = None
+
+    def resume(self) -> int:
+        """The whole rows of the file an earlier run left (0 when there is none), to be
+        kept; a line a kill cut short is cut off."""
+        if not self.path.exists():
+            return 0
+        with self.path.open("r+b") as file:
+            file.truncate(_after_last_line(file))
+        if not self.path.stat().st_size:
+            return 0  # not even a whole header: written anew
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        try:
+            with pcsv.open_csv(self.path) as reader:
+                names = reader.schema.names
+            # every column as text: only the rows are counted, and a later block need not parse as the first
+            as_text = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), include_columns=names[:1])
+            with pcsv.open_csv(self.path, convert_options=as_text) as reader:
+                rows = sum(batch.num_rows for batch in reader)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SinkError(f"cannot resume {str(self.path)!r}: not a CSV file ortpipe wrote ({exc})") from exc
+        self._header = names
+        return rows
 
     def write(self, batch: Any) -> None:
         if self._writer is None:
-            import pyarrow.csv as pcsv
-
-            self._writer = pcsv.CSVWriter(self.path, batch.schema)
+            self._writer = self._open_writer(batch.schema)
         self._writer.write_batch(batch)
 
+    def _open_writer(self, schema: Any) -> Any:
+        import pyarrow.csv as pcsv
+
+        if self._header is None:
+            return pcsv.CSVWriter(self.path, schema)
+        if schema.names != self._header:
+            raise SinkError(
+                f"cannot resume {str(self.path)!r}: its columns are {self._header}, this run writes {schema.names}: "
+                "the same model, outputs and input are needed"
+            )
+        self._file = self.path.open("ab")
+        return pcsv.CSVWriter(self._file, schema, write_options=pcsv.WriteOptions(include_header=False))
+
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        try:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+
+def _after_last_line(file: BinaryIO, block: int = 1 << 16) -> int:
+    """The offset just after the file's last newline (0 when it has none), read from the end."""
+    end = file.seek(0, 2)
+    while end > 0:
+        start = max(0, end - block)
+        file.seek(start)
+        newline = file.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 class _TableSink:
@@ -348,12 +527,14 @@ class _TableSink:
 
     _suffix = ""
 
-    def __init__(self, path: str | Path, data_dependent: DataDependent = ()) -> None:
+    def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
         self.path = writable(path)
         #: the table of each per-batch output, once the first batch has told which they are
         self.side_paths: dict[str, Path] = {}
         self._kinds = OutputKinds(data_dependent)
         self._main = self._open(self.path)
+        #: rows an earlier run left in the table, kept (NOTE [ resuming ])
+        self.kept_rows = self._main.resume() if resume else 0
         self._sides: dict[str, Any] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._batch_column = "batch"
@@ -366,6 +547,8 @@ class _TableSink:
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         per_row, per_batch = self._kinds.split(rows, outputs)
+        if per_batch and self.kept_rows:
+            raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path)))
         if not self._sides and per_batch:
             self._open_sides(list(per_batch), meta)
         columns: dict[str, Any] = dict(meta)
@@ -418,9 +601,11 @@ class ParquetSink(_TableSink):
 
     _suffix = ".parquet"
 
-    def __init__(self, path: str | Path, row_group_rows: int = 65536, data_dependent: DataDependent = ()) -> None:
+    def __init__(
+        self, path: str | Path, row_group_rows: int = 65536, data_dependent: DataDependent = (), resume: bool = False
+    ) -> None:
         self.row_group_rows = row_group_rows
-        super().__init__(path, data_dependent)
+        super().__init__(path, data_dependent, resume)
 
     def _open(self, path: Path) -> _ParquetFile:
         return _ParquetFile(path, self.row_group_rows)

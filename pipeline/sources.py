@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ import numpy as np
 
 from ._cpus import usable_cpus
 from ._errors import PipelineError
+from ._rows import drop_first
 from ._session import TensorSpec
 
 
@@ -67,6 +69,19 @@ def _existing(path: str | Path, what: str) -> Path:
     if not path.exists():
         raise SourceError(f"{what} not found: {str(path)!r}")
     return path
+
+
+def fewer_rows(where: object, skip: int) -> Callable[[int], SourceError]:
+    """The error of a source that ends with fewer rows than a resumed run's
+    output already holds (NOTE [ resuming ] in sinks): not the same input."""
+
+    def error(rows: int) -> SourceError:
+        return SourceError(
+            f"{str(where)!r} holds {rows} rows, fewer than the {skip} the output being resumed already holds: "
+            "resume with the input of the earlier run"
+        )
+
+    return error
 
 
 def _one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> TensorSpec:
@@ -93,15 +108,25 @@ class NpySource:
         if self.array.ndim == 0:
             raise SourceError(f"{str(self.path)!r} holds a scalar, not rows")
         self.batch_size = batch_size
+        #: the first row read (:meth:`after`)
+        self.start = 0
 
     def __len__(self) -> int:
-        return int(self.array.shape[0])
+        return int(self.array.shape[0]) - self.start
 
     def __iter__(self) -> Iterator[SourceBatch]:
-        for start in range(0, len(self), self.batch_size):
+        for start in range(self.start, int(self.array.shape[0]), self.batch_size):
             rows = self.array[start : start + self.batch_size]
             ids = np.arange(start, start + len(rows), dtype=np.int64)
             yield SourceBatch({self.spec.name: rows}, {"row_id": ids})
+
+    def after(self, rows: int) -> NpySource:
+        """This source without its first ``rows`` rows (never read), ids as in the whole file."""
+        if rows > len(self):
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.start = self.start + rows
+        return later
 
 
 def _numeric(name: str, column: Any) -> np.ndarray:
@@ -151,6 +176,17 @@ class _ColumnarSource:
         self.columns = self._map(dict(columns or {}), inputs, names)
         self.specs = {spec.name: spec for spec in inputs}
         self.batch_size = batch_size
+        #: rows of the table left out before the first batch (:meth:`after`)
+        self.skip = 0
+
+    def after(self, rows: int) -> _ColumnarSource:
+        """This table without its first ``rows`` rows, each later row keeping its id
+        (a resumed run; whole row groups or files before them are not read)."""
+        if hasattr(self, "__len__") and rows > len(self):  # a CSV's rows are known once read: its iteration checks
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.skip = self.skip + rows
+        return later
 
     def _map(self, given: dict[str, Sequence[str]], inputs: Sequence[TensorSpec], names: list[str]) -> dict:
         input_names = [spec.name for spec in inputs]
@@ -177,14 +213,15 @@ class _ColumnarSource:
         raise NotImplementedError
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
-        """pyarrow record batches of ``wanted`` columns, ``batch_size`` rows each (the last shorter)."""
+        """pyarrow record batches of ``wanted`` columns from row ``skip`` on, ``batch_size``
+        rows each (the last shorter)."""
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[SourceBatch]:
         wanted = sorted({c for cols in self.columns.values() for c in cols})
         if self.id_column is not None and self.id_column not in wanted:
             wanted.append(self.id_column)
-        start = 0
+        start = self.skip
         for record in self._record_batches(wanted):
             inputs = {}
             for name, cols in self.columns.items():
@@ -229,10 +266,35 @@ class ParquetSource(_ColumnarSource):
         return self.file.schema_arrow
 
     def __len__(self) -> int:
-        return int(self.file.metadata.num_rows)
+        return max(0, int(self.file.metadata.num_rows) - self.skip)
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
-        return self.file.iter_batches(batch_size=self.batch_size, columns=wanted)
+        batches = _parquet_batches(self.path, self.file, self.batch_size, wanted, self.skip)
+        return rebatch(batches, self.batch_size) if self.skip else batches  # the first one cut: batches re-cut
+
+
+def _parquet_batches(path: Path, file: Any, batch_size: int, columns: list[str], skip: int = 0) -> Iterator[Any]:
+    """A Parquet file's record batches from row ``skip`` on: the row groups wholly
+    before it are not read (their sizes are in the footer), the one it lies in is cut."""
+    if not skip:
+        return file.iter_batches(batch_size=batch_size, columns=columns)  # type: ignore[no-any-return]
+    first_group, first_row = 0, 0
+    groups = file.metadata.num_row_groups
+    while first_group < groups and first_row + file.metadata.row_group(first_group).num_rows <= skip:
+        first_row += file.metadata.row_group(first_group).num_rows
+        first_group += 1
+    if first_group == groups:
+        return iter(())
+    batches = file.iter_batches(batch_size=batch_size, columns=columns, row_groups=list(range(first_group, groups)))
+    return drop_first(batches, skip - first_row, _record_rows, _sliced_record, fewer_rows(path, skip))
+
+
+def _record_rows(record: Any) -> int:
+    return int(record.num_rows)
+
+
+def _sliced_record(record: Any, rows: slice) -> Any:
+    return record[rows]
 
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -339,7 +401,7 @@ class ParquetDatasetSource(_ColumnarSource):
                     )
 
     def __len__(self) -> int:
-        return sum(part.rows for part in self.parts)
+        return max(0, sum(part.rows for part in self.parts) - self.skip)
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
         return rebatch(self._file_batches(wanted), self.batch_size)
@@ -351,11 +413,15 @@ class ParquetDatasetSource(_ColumnarSource):
         import pyarrow.parquet as pq
 
         names = [*wanted, _FILE_NUMBER, _FILE_ROW]
+        skip = self.skip  # whole files before it are not opened
         for number, part in enumerate(self.parts):
-            start = 0
+            if skip >= part.rows:
+                skip -= part.rows
+                continue
+            start, skip = skip, 0
             try:
                 with pq.ParquetFile(part.path) as file:
-                    for record in file.iter_batches(batch_size=self.batch_size, columns=wanted):
+                    for record in _parquet_batches(part.path, file, self.batch_size, wanted, start):
                         rows = record.num_rows
                         arrays = [_column(record, name) for name in wanted]
                         arrays.append(pa.array(np.full(rows, number, np.int32)))
@@ -412,7 +478,10 @@ class CsvSource(_ColumnarSource):
 
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
         with self._open(wanted) as reader:
-            yield from rebatch(self._blocks(reader), self.batch_size)
+            blocks = self._blocks(reader)
+            if self.skip:  # read through: a CSV's rows can only be found by parsing it
+                blocks = drop_first(blocks, self.skip, _record_rows, _sliced_record, fewer_rows(self.path, self.skip))
+            yield from rebatch(blocks, self.batch_size)
 
     def _blocks(self, reader: Any) -> Iterator[Any]:
         import pyarrow as pa
@@ -581,9 +650,20 @@ class VideoSource(RowSource):
         except av.error.FFmpegError as exc:
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
+        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`)
+        self.skip = 0
 
     def __len__(self) -> int:
-        return self.frames_hint
+        return max(0, self.frames_hint - self.skip)
+
+    def after(self, rows: int) -> VideoSource:
+        """This video without its first ``rows`` frames, each later one keeping its index
+        and time.  They are decoded (a compressed stream is read from a key frame on,
+        and seeking to an exact frame is not reliable across containers), never
+        resized nor converted."""
+        later = copy.copy(self)
+        later.skip = self.skip + rows
+        return later
 
     def chunks(self) -> Iterator[Chunk]:
         import av
@@ -593,6 +673,7 @@ class VideoSource(RowSource):
         frames: list[np.ndarray] = []
         indices: list[int] = []
         times: list[float] = []
+        decoded = 0
         try:
             with av.open(str(self.path)) as container:
                 stream = container.streams.video[0]
@@ -600,6 +681,9 @@ class VideoSource(RowSource):
                 if self.decode_threads is not None:
                     stream.codec_context.thread_count = self.decode_threads
                 for index, frame in enumerate(container.decode(stream)):
+                    decoded = index + 1
+                    if index < self.skip:
+                        continue
                     width, height = self.size or (frame.width, frame.height)
                     image = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
                     frames.append(image)
@@ -609,7 +693,9 @@ class VideoSource(RowSource):
                         yield self._chunk(frames, indices, times)
                         frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
-            raise SourceError(f"{str(self.path)!r}: decoding failed after {len(indices)} frames: {exc}") from exc
+            raise SourceError(f"{str(self.path)!r}: decoding failed after {decoded} frames: {exc}") from exc
+        if decoded < self.skip:
+            raise fewer_rows(self.path, self.skip)(decoded)
         if frames:
             yield self._chunk(frames, indices, times)
 
@@ -668,6 +754,19 @@ class ImageFolderSource(RowSource):
 
     def __len__(self) -> int:
         return len(self.files)
+
+    def after(self, rows: int) -> ImageFolderSource:
+        """This folder without its first ``rows`` images (never decoded)."""
+        if self.skip_unreadable:
+            raise SourceError(
+                f"{str(self.path)!r}: the rows of a run that left out unreadable images are fewer than its files, "
+                "so which file comes after them is not known: start over, or run without skipping unreadable files"
+            )
+        if rows > len(self):
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.files = self.files[rows:]
+        return later
 
     def chunks(self) -> Iterator[Chunk]:
         if self.decode_threads == 1:

@@ -134,6 +134,13 @@ def add_run(sub: Any) -> None:
         "beside a table, a table each with a batch column; in .npy, one after another with an .offsets.npy "
         "(found by itself when the count differs from the rows; a built-in model's are known)",
     )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on where an earlier run into --output stopped: its whole rows are kept, as many rows of the input "
+        "skipped, the rest appended (the same input, in the same order; .npy and .csv also after a kill, Parquet "
+        "after Ctrl-C or SIGTERM)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -215,7 +222,7 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..jobs import JobSummary, first_rows, open_sink, open_source, run_job, source_kind
+    from ..jobs import JobSummary, open_sink, open_source, run_job, source_kind
     from ..sinks import writable
 
     kind = source_kind(args.input)
@@ -240,14 +247,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             decode_threads=args.decode_threads,
             skip_unreadable=args.skip_unreadable,
         )
-        sink = open_sink(args.output, pipe, _data_dependent(args, pipe.output_names))
-        exact = hasattr(source, "__len__")  # a CSV's rows are only estimated before it is read
-        total = len(source) if exact else getattr(source, "rows_hint", 0)  # type: ignore[arg-type]
-        batches: Any = source
-        if args.limit is not None:
-            exact = exact or not total or total >= args.limit  # the limit is the total
-            total = min(total, args.limit) if total else args.limit
-            batches = first_rows(source, args.limit)
+        sink = open_sink(args.output, pipe, _data_dependent(args, pipe.output_names), resume=args.resume)
+        kept = getattr(sink, "kept_rows", 0)
+        try:
+            batches, total, exact = _rows_to_run(source, kept, args.limit)
+        except BaseException:
+            sink.close()
+            raise
+        if kept:
+            print(f"resuming: {str(args.output)!r} holds {kept} rows of an earlier run; they are kept, not run again")
         progress = Progress(
             "run",
             total=(total + batch_size - 1) // batch_size if total else None,
@@ -257,21 +265,46 @@ def cmd_run(args: argparse.Namespace) -> int:
         parts = getattr(source, "parts", None)  # a folder of Parquet files
         what = f"{kind} data set of {len(parts)} files" if parts else kind
         print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
-        with _first_ctrl_c_stops() as stop:
+        with _signals_stop() as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
     print(summary)
     if not summary.batches:
-        print(f"no rows to run: {str(args.input)!r} is empty, so {str(args.output)!r} was not written", file=sys.stderr)
+        if kept:
+            print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")
+        else:
+            print(
+                f"no rows to run: {str(args.input)!r} is empty, so {str(args.output)!r} was not written",
+                file=sys.stderr,
+            )
     _report_per_batch(sink)
     if summary.interrupted:
         print(
-            f"interrupted after {summary.items} items; {str(args.output)!r} holds them and is readable", file=sys.stderr
+            f"interrupted after {summary.items} items; {str(args.output)!r} holds {kept + summary.items} rows and is "
+            "readable: --resume goes on from there",
+            file=sys.stderr,
         )
-        return 130
+        return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _rows_to_run(source: Any, kept: int, limit: int | None) -> tuple[Any, int, bool]:
+    """The batches to run: ``source`` after the ``kept`` rows of a resumed output, up to
+    the first ``limit`` rows of the input in all; with how many rows they hold
+    (0: not known) and whether that is exact (a CSV's is estimated)."""
+    from ..jobs import first_rows, rows_after
+
+    exact = hasattr(source, "__len__")
+    total = len(source) if exact else getattr(source, "rows_hint", 0)
+    if limit is not None:
+        exact = exact or not total or total >= limit  # the limit is the total
+        total = min(total, limit) if total else limit
+    batches = rows_after(source, kept)
+    if limit is not None:
+        batches = first_rows(batches, limit - kept) if limit > kept else ()
+    return batches, max(0, total - kept), exact
 
 
 def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
@@ -302,22 +335,35 @@ def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
         print(f"  {why}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def _first_ctrl_c_stops() -> Iterator[threading.Event]:
-    """The first Ctrl-C ends the job gracefully (in-flight batches written, file closed); a second one aborts."""
-    stop = threading.Event()
+class _Stop(threading.Event):
+    """Set by the first stopping signal, which it remembers (the exit status says which)."""
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    signum: int | None = None
+
+
+#: the signals that end a job gracefully: Ctrl-C, and a scheduler's or a container's SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_stop() -> Iterator[_Stop]:
+    """The first Ctrl-C or SIGTERM ends the job gracefully (in-flight batches written,
+    file closed, so that it can be resumed); a second one aborts."""
+    stop = _Stop()
+
+    def on_signal(signum: int, frame: Any) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
+        stop.signum = signum
         stop.set()
 
     try:
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     except ValueError:  # not the main thread: no signal handling there
         yield stop
         return
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,67 @@
+"""Rows of a stream of blocks: the first ``n`` of them, or all after the first ``n``.
+
+A block is anything that holds rows in order: a source's batch, a decoded
+chunk of frames, a pyarrow record batch.  The functions are told how many
+rows a block holds (``rows_of``) and how to cut one (``sliced``), so
+``--limit`` (:func:`take_first`) and a resumed run (:func:`drop_first`) share
+one loop each, whatever the blocks are.  Both close the stream they read when
+they end, so a source's own threads (image decoding) end with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+#: a block of rows (a batch, a chunk, a record batch)
+T = TypeVar("T")
+
+
+def close_iteration(items: Iterator[object]) -> None:
+    """End an iteration now (a generator's ``close``), not when it is collected."""
+    close = getattr(items, "close", None)
+    if close is not None:
+        close()
+
+
+def take_first(
+    items: Iterator[T], limit: int, rows_of: Callable[[T], int], sliced: Callable[[T, slice], T]
+) -> Iterator[T]:
+    """``items`` up to ``limit`` rows, the last one cut to fit; no block is read after them."""
+    left = limit
+    try:
+        for item in items:
+            rows = rows_of(item)
+            if rows > left:
+                item, rows = sliced(item, slice(0, left)), left
+            left -= rows
+            yield item
+            if left == 0:
+                return
+    finally:
+        close_iteration(items)
+
+
+def drop_first(
+    items: Iterator[T],
+    skip: int,
+    rows_of: Callable[[T], int],
+    sliced: Callable[[T, slice], T],
+    too_few: Callable[[int], BaseException],
+) -> Iterator[T]:
+    """``items`` after their first ``skip`` rows, the block they end in cut;
+    ``too_few(rows)`` is raised when they end with only ``rows < skip``."""
+    left = skip
+    try:
+        for item in items:
+            rows = rows_of(item)
+            if left >= rows:
+                left -= rows
+                continue
+            if left:
+                item, left = sliced(item, slice(left, None)), 0
+            yield item
+        if left:
+            raise too_few(skip - left)
+    finally:
+        close_iteration(items)
