@@ -68,7 +68,8 @@ def test_a_real_session_is_profiled_by_op():
     assert profile.runs == 5
     ops = {op.op for op in profile.ops}
     assert "Conv" in ops and ("Gemm" in ops or "MatMul" in ops)
-    assert profile.ops[0].op == "Conv"  # the conv layers are nearly all of the time
+    times = [op.ms_per_run for op in profile.ops]
+    assert times == sorted(times, reverse=True)  # slowest first (which op that is depends on the machine's load)
     assert sum(op.share for op in profile.ops) == pytest.approx(1.0)
     assert 0 < profile.nodes_ms <= profile.run_ms
 
