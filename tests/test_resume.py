@@ -1,0 +1,552 @@
+"""A stopped or killed job goes on where its output ends (NOTE [ resuming ] in sinks).
+
+Every source leaves out exactly the rows a resumed output holds, each later
+row keeping its metadata; every sink keeps exactly the whole rows an earlier
+run left; and ``ortpipe run --resume`` after a real SIGKILL or SIGTERM of a
+running job leaves the file an uninterrupted run would have written.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import Pipeline, models
+from pipeline.cli import main
+from pipeline.jobs import first_rows, open_sink, rows_after
+from pipeline.sinks import CsvSink, NpySink, ParquetSink, SinkError, read_npy_header_rows
+from pipeline.sources import (
+    CsvSource,
+    ImageFolderSource,
+    NpySource,
+    ParquetDatasetSource,
+    ParquetSource,
+    RowSource,
+    SourceBatch,
+    SourceError,
+    VideoSource,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _specs(features: int = 4):
+    """The source inputs of a one-input model over ``[N, features]`` float32."""
+    from pipeline import TensorSpec
+
+    return [TensorSpec("x", np.dtype(np.float32), ("N", features))]
+
+
+def _rows(batches) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Every batch of a source joined: its inputs' rows and each metadata column."""
+    batches = list(batches)
+    inputs = np.concatenate([b.inputs["x"] for b in batches]) if batches else np.empty((0,))
+    meta = {name: np.concatenate([b.meta[name] for b in batches]) for name in (batches[0].meta if batches else {})}
+    return inputs, meta
+
+
+def _assert_tail(source, skip: int) -> None:
+    """``rows_after(source, skip)`` gives exactly the rows after ``skip`` of the whole source, metadata kept."""
+    whole, whole_meta = _rows(source)
+    later, later_meta = _rows(rows_after(source, skip))
+    if skip == len(whole):
+        assert len(later) == 0
+        return
+    np.testing.assert_array_equal(later, whole[skip:])
+    assert later_meta.keys() == whole_meta.keys()
+    for name, values in whole_meta.items():
+        np.testing.assert_array_equal(later_meta[name], values[skip:])
+
+
+# -- the rows helpers --------------------------------------------------------------------------------------------
+
+
+def _generator(batches: int = 5, rows: int = 4, read: list | None = None, closed: list | None = None):
+    try:
+        for i in range(batches):
+            if read is not None:
+                read.append(i)
+            x = np.arange(i * rows, (i + 1) * rows, dtype=np.float32)[:, None]
+            yield SourceBatch({"x": x}, {"row_id": np.arange(i * rows, (i + 1) * rows)})
+    finally:
+        if closed is not None:
+            closed.append(True)
+
+
+@pytest.mark.parametrize("skip", [0, 1, 4, 6, 19, 20])
+def test_rows_after_a_plain_iteration_cuts_the_batch_the_skip_ends_in(skip):
+    later = list(rows_after(_generator(), skip))
+    assert sum(len(b.inputs["x"]) for b in later) == 20 - skip
+    if skip % 4 and skip < 20:
+        assert len(later[0].inputs["x"]) == 4 - skip % 4  # cut, not re-batched
+    _, meta = _rows(later)
+    assert meta.get("row_id", np.empty(0)).tolist() == list(range(skip, 20))
+
+
+def test_rows_after_more_rows_than_the_source_has_is_refused_and_closes_it():
+    closed = []
+    with pytest.raises(SourceError, match="holds 20 rows, fewer than the 21 the output being resumed already holds"):
+        list(rows_after(_generator(closed=closed), 21))
+    assert closed == [True]
+    with pytest.raises(ValueError, match="rows to skip must be >= 0"):
+        rows_after(_generator(), -1)
+
+
+def test_first_rows_after_rows_after_is_a_window_of_the_input():
+    read = []
+    window = list(first_rows(rows_after(_generator(read=read), 6), 5))
+    assert _rows(window)[1]["row_id"].tolist() == [6, 7, 8, 9, 10]
+    assert read == [0, 1, 2]  # no batch read after the window
+
+
+class _Counting(RowSource):
+    """A row source of its own (no ``after``): read through, and it stays a row source."""
+
+    def __init__(self) -> None:
+        self.spec, self.batch_size = _specs(2)[0], 3
+
+    def chunks(self):
+        for start in range(0, 10, 3):
+            ids = np.arange(start, min(10, start + 3))
+            yield [np.full(2, i, np.float32) for i in ids], {"row_id": ids}
+
+
+def test_rows_after_keeps_a_row_source_one():
+    later = rows_after(_Counting(), 4)
+    assert isinstance(later, RowSource) and later.spec.name == "x"
+    ids = np.concatenate([meta["row_id"] for _, meta in later.chunks()])
+    assert ids.tolist() == [4, 5, 6, 7, 8, 9]
+    with pytest.raises(SourceError, match="holds 10 rows, fewer than the 11"):
+        list(rows_after(_Counting(), 11).chunks())
+
+
+# -- the sources -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("skip", [0, 3, 8, 37, 40])
+def test_npy_source_leaves_out_the_first_rows_unread(tmp_path, skip):
+    path = tmp_path / "in.npy"
+    np.save(path, np.arange(160, dtype=np.float32).reshape(40, 4))
+    source = NpySource(path, 8, _specs())
+    _assert_tail(source, skip)
+    later = rows_after(source, skip)
+    assert len(later) == 40 - skip and later.start == skip  # a slice of the memory map: nothing before it read
+    with pytest.raises(SourceError, match="holds 40 rows, fewer than the 41"):
+        rows_after(source, 41)
+
+
+def _parquet(path: Path, rows: int = 100, row_group_size: int = 16, start: int = 0) -> Path:
+    values = np.arange(start, start + rows, dtype=np.float32)
+    pq.write_table(pa.table({"f0": values, "f1": -values}), path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.mark.parametrize("skip", [0, 5, 16, 33, 99, 100])
+def test_parquet_source_reads_no_row_group_before_the_skip(tmp_path, skip):
+    source = ParquetSource(_parquet(tmp_path / "t.parquet"), 10, _specs(2))
+    _assert_tail(source, skip)
+    later = rows_after(source, skip)
+    asked = []
+    real = later.file.iter_batches
+
+    def recording(**kwargs):
+        asked.append(kwargs.get("row_groups"))
+        return real(**kwargs)
+
+    later.file = type("Recording", (), {"iter_batches": staticmethod(recording), "metadata": source.file.metadata})()
+    batches = list(later)
+    assert [len(b.inputs["x"]) for b in batches[:-1]] == [10] * (len(batches) - 1)  # re-cut to the batch size
+    if 0 < skip < 100:
+        assert asked == [list(range(skip // 16, 7))]  # 7 row groups of 16 rows; those wholly before it not read
+    assert len(later) == 100 - skip
+    with pytest.raises(SourceError, match="holds 100 rows, fewer than the 101"):
+        rows_after(source, 101)
+
+
+@pytest.mark.parametrize("skip", [0, 7, 30, 31, 55, 90])
+def test_parquet_data_set_skips_whole_files_and_keeps_file_and_row(tmp_path, skip):
+    folder = tmp_path / "set"
+    (folder / "a").mkdir(parents=True)
+    _parquet(folder / "a" / "part-0.parquet", rows=30, row_group_size=8)
+    _parquet(folder / "a" / "part-1.parquet", rows=25, row_group_size=8, start=30)
+    _parquet(folder / "part-2.parquet", rows=35, row_group_size=8, start=55)
+    source = ParquetDatasetSource(folder, 16, _specs(2))
+    _assert_tail(source, skip)
+    if skip == 31:
+        _, meta = _rows(rows_after(source, skip))
+        assert (meta["file"][0], meta["row_id"][0]) == ("a/part-1.parquet", 1)
+    assert len(rows_after(source, skip)) == 90 - skip
+
+
+@pytest.mark.parametrize("skip", [0, 13, 1500, 2999, 3000])
+def test_csv_source_is_read_through_the_skipped_rows_across_blocks(tmp_path, monkeypatch, skip):
+    path = tmp_path / "in.csv"
+    values = np.arange(3000, dtype=np.float32)
+    pcsv.write_csv(pa.table({"f0": values, "f1": values * 2}), path)
+    small_blocks = pcsv.ReadOptions(block_size=4096)  # several blocks: the skip crosses their edges
+    monkeypatch.setattr(pcsv, "open_csv", functools.partial(pcsv.open_csv, read_options=small_blocks))
+    source = CsvSource(path, 64, _specs(2))
+    _assert_tail(source, skip)
+    with pytest.raises(SourceError, match="holds 3000 rows, fewer than the 3001"):
+        list(rows_after(source, 3001))
+
+
+def test_video_source_skips_frames_without_converting_them(tmp_path):
+    pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    video = _video_example().make_video(tmp_path / "clip.mp4", frames=40, size=32)
+    source = VideoSource(video, 8, [_frames_spec()], size=(16, 16))
+    whole = list(source.chunks())
+    later = rows_after(source, 13)
+    assert isinstance(later, VideoSource) and len(later) == len(source) - 13
+    chunks = list(later.chunks())
+    frames = [f for rows, _ in chunks for f in rows]
+    np.testing.assert_array_equal(np.stack(frames), np.stack([f for rows, _ in whole for f in rows])[13:])
+    for name in ("frame_index", "timestamp"):
+        got = np.concatenate([meta[name] for _, meta in chunks])
+        np.testing.assert_array_equal(got, np.concatenate([meta[name] for _, meta in whole])[13:])
+    with pytest.raises(SourceError, match="holds 40 rows, fewer than the 41"):
+        list(rows_after(source, 41).chunks())
+
+
+def _frames_spec():
+    from pipeline import TensorSpec
+
+    return TensorSpec("frames", np.dtype(np.uint8), ("N", 16, 16, 3))
+
+
+def _video_example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("video_frames", ROOT / "examples" / "video_frames.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_image_folder_leaves_out_the_first_files_undecoded(tmp_path):
+    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(11):
+        Image.fromarray(np.full((4, 4, 3), i, np.uint8)).save(folder / f"im{i:02d}.png")
+    source = ImageFolderSource(folder, 4, [_frames_spec()], decode_threads=2)
+    later = rows_after(source, 6)
+    assert [f.name for f in later.files] == [f"im{i:02d}.png" for i in range(6, 11)]
+    frames = [f for rows, _ in later.chunks() for f in rows]
+    assert [int(f[0, 0, 0]) for f in frames] == list(range(6, 11))
+    with pytest.raises(SourceError, match="holds 11 rows, fewer than the 12"):
+        rows_after(source, 12)
+    skipping = ImageFolderSource(folder, 4, [_frames_spec()], skip_unreadable=True)
+    with pytest.raises(SourceError, match="which file comes after them is not known"):
+        rows_after(skipping, 6)
+
+
+# -- the sinks ---------------------------------------------------------------------------------------------------
+
+
+def _batches(rows: int = 50, size: int = 8, seed: int = 0):
+    """(index, rows, outputs, meta) of a two-output job's batches."""
+    rng = np.random.default_rng(seed)
+    scores = rng.random((rows, 3), np.float32)
+    labels = rng.integers(0, 9, rows)
+    for index, start in enumerate(range(0, rows, size)):
+        stop = min(rows, start + size)
+        outputs = {"scores": scores[start:stop], "label": labels[start:stop]}
+        yield index, stop - start, outputs, {"row_id": np.arange(start, stop)}
+
+
+def _write_all(sink, batches) -> None:
+    for batch in batches:
+        sink.write(*batch)
+    sink.close()
+
+
+def _rows_after_batches(batches, skip: int):
+    """The batches a resumed job writes: the same rows after ``skip``, numbered anew."""
+    out, index = [], 0
+    for _, rows, outputs, meta in batches:
+        start = max(0, skip)
+        skip -= rows
+        if start >= rows:
+            continue
+        cut = slice(start, None)
+        out.append((index, rows - start, {n: v[cut] for n, v in outputs.items()}, {n: v[cut] for n, v in meta.items()}))
+        index += 1
+    return out
+
+
+def _killed_npy(path: Path, whole_rows: int, row_bytes: int, extra: int) -> None:
+    """What a killed writer leaves of a streamed .npy: the header still saying 0 rows, a row cut short."""
+    data = bytearray(path.read_bytes())
+    header = data[:128].decode("latin1").replace(f"({read_npy_header_rows(path)},", "(0,", 1)
+    data[:128] = header.ljust(127).encode("latin1")[:127] + b"\n"
+    path.write_bytes(bytes(data[: 128 + whole_rows * row_bytes + extra]))
+
+
+def test_npy_sink_keeps_the_whole_rows_a_killed_run_left_and_appends(tmp_path):
+    batches = list(_batches())
+    _write_all(NpySink(tmp_path / "full.npy", ["scores", "label"]), batches)
+    _write_all(NpySink(tmp_path / "part.npy", ["scores", "label"]), batches[:3])  # 24 rows
+    _killed_npy(tmp_path / "part.scores.npy", 24, 12, 5)  # a kill cut the 25th row short, header unwritten
+    _killed_npy(tmp_path / "part.label.npy", 20, 8, 0)  # and this file was 4 rows behind
+    sink = NpySink(tmp_path / "part.npy", ["scores", "label"], resume=True)
+    assert sink.kept_rows == 20  # rows every output holds
+    _write_all(sink, _rows_after_batches(batches, 20))
+    for name in ("scores", "label"):
+        full, part = tmp_path / f"full.{name}.npy", tmp_path / f"part.{name}.npy"
+        assert part.read_bytes() == full.read_bytes()
+
+
+def test_npy_sink_resuming_nothing_starts_a_new_file_and_a_foreign_file_is_refused(tmp_path):
+    sink = NpySink(tmp_path / "new.npy", ["scores"], resume=True)
+    assert sink.kept_rows == 0
+    sink.close()
+    assert not (tmp_path / "new.npy").exists()
+    (tmp_path / "other.npy").write_bytes(b"not a numpy file at all")
+    with pytest.raises(SinkError, match="cannot resume .*other.npy.*not a .npy file ortpipe wrote"):
+        NpySink(tmp_path / "other.npy", ["scores"], resume=True)
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.zeros((4, 3), np.float32)))
+    with pytest.raises(SinkError, match="not a .npy file ortpipe wrote"):
+        NpySink(tmp_path / "fortran.npy", ["scores"], resume=True)
+
+
+def test_npy_sink_refuses_other_rows_than_the_earlier_runs(tmp_path):
+    batches = list(_batches())
+    scores_only = [(index, rows, {"scores": outputs["scores"]}, meta) for index, rows, outputs, meta in batches]
+    _write_all(NpySink(tmp_path / "out.npy", ["scores"]), scores_only)
+    sink = NpySink(tmp_path / "out.npy", ["scores"], resume=True)
+    with pytest.raises(SinkError, match="holds float32 rows; these are float64"):
+        sink.write(0, 2, {"scores": np.zeros((2, 3))}, {})
+    with pytest.raises(SinkError, match=r"has shape \[2, 4\], expected \[2, 3\]"):
+        sink.write(0, 2, {"scores": np.zeros((2, 4), np.float32)}, {})
+    sink.close()
+    assert len(np.load(tmp_path / "out.npy")) == 50  # the kept rows, untouched
+
+
+@pytest.mark.parametrize("sink_type", [ParquetSink, CsvSink])
+def test_a_table_resumed_after_a_stop_equals_the_whole_run(tmp_path, sink_type):
+    suffix = ".parquet" if sink_type is ParquetSink else ".csv"
+    batches = list(_batches())
+    _write_all(sink_type(tmp_path / f"full{suffix}"), batches)
+    _write_all(sink_type(tmp_path / f"part{suffix}"), batches[:2])
+    sink = sink_type(tmp_path / f"part{suffix}", resume=True)
+    assert sink.kept_rows == 16
+    _write_all(sink, _rows_after_batches(batches, 16))
+    read = pq.read_table if sink_type is ParquetSink else pcsv.read_csv
+    assert read(tmp_path / f"part{suffix}").equals(read(tmp_path / f"full{suffix}"))
+    assert not list(tmp_path.glob("*.resuming"))
+
+
+def test_a_csv_line_a_kill_cut_short_is_cut_off(tmp_path):
+    batches = list(_batches())
+    _write_all(CsvSink(tmp_path / "full.csv"), batches)
+    _write_all(CsvSink(tmp_path / "part.csv"), batches[:3])
+    text = (tmp_path / "part.csv").read_bytes()
+    (tmp_path / "part.csv").write_bytes(text + b"24,0.5,0.2")  # half of row 24
+    sink = CsvSink(tmp_path / "part.csv", resume=True)
+    assert sink.kept_rows == 24
+    _write_all(sink, _rows_after_batches(batches, 24))
+    assert (tmp_path / "part.csv").read_bytes() == (tmp_path / "full.csv").read_bytes()
+    (tmp_path / "header.csv").write_bytes(b"row_id,sco")  # killed while writing the header
+    sink = CsvSink(tmp_path / "header.csv", resume=True)
+    assert sink.kept_rows == 0
+    _write_all(sink, batches)
+    assert (tmp_path / "header.csv").read_bytes() == (tmp_path / "full.csv").read_bytes()
+
+
+def test_a_killed_parquet_file_is_refused_with_why(tmp_path):
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "out.parquet"), batches)
+    data = (tmp_path / "out.parquet").read_bytes()
+    (tmp_path / "out.parquet").write_bytes(data[: len(data) // 2])  # no footer: what a kill leaves
+    with pytest.raises(SinkError, match="not a readable Parquet file .*a run that was killed leaves no footer"):
+        ParquetSink(tmp_path / "out.parquet", resume=True)
+
+
+def test_a_run_killed_while_resuming_parquet_leaves_the_earlier_file_as_it_was(tmp_path):
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "out.parquet"), batches[:2])
+    before = (tmp_path / "out.parquet").read_bytes()
+    killed = ParquetSink(tmp_path / "out.parquet", row_group_rows=4, resume=True)
+    for batch in _rows_after_batches(batches, 16)[:2]:
+        killed.write(*batch)  # never closed: the process died
+    assert (tmp_path / "out.parquet").read_bytes() == before
+    assert (tmp_path / "out.parquet.resuming").exists()
+    sink = ParquetSink(tmp_path / "out.parquet", resume=True)  # the next try writes the new file anew
+    assert sink.kept_rows == 16
+    _write_all(sink, _rows_after_batches(batches, 16))
+    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
+    assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_table_of_other_columns_is_not_resumed(tmp_path, suffix):
+    sink_type = ParquetSink if suffix == ".parquet" else CsvSink
+    batches = list(_batches())
+    _write_all(sink_type(tmp_path / f"out{suffix}"), batches[:2])
+    before = (tmp_path / f"out{suffix}").read_bytes()
+    sink = sink_type(tmp_path / f"out{suffix}", resume=True)
+    index, rows, outputs, meta = batches[2]
+    with pytest.raises(SinkError, match="cannot resume .*: its columns are .*row_id.*this run writes .*logits"):
+        sink.write(index, rows, {"logits": outputs["scores"]}, meta)
+    sink.close()
+    assert (tmp_path / f"out{suffix}").read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet", ".csv"])
+def test_per_batch_outputs_are_not_resumed(tmp_path, suffix):
+    with Pipeline(models.detect(), device="cpu") as pipe:
+        batch = models.example_batch("detect", 64)
+        first = open_sink(tmp_path / f"hits{suffix}", pipe, ["hits", "hit_scores"])
+        for _ in pipe.map_with([batch], lambda index, rows, views: first.write(index, rows, views, {})):
+            pass
+        first.close()
+        with pytest.raises(SinkError, match="the run writes outputs per batch"):
+            sink = open_sink(tmp_path / f"hits{suffix}", pipe, ["hits", "hit_scores"], resume=True)
+            for _ in pipe.map_with([batch], lambda index, rows, views: sink.write(index, rows, views, {})):
+                pass
+
+
+# -- ortpipe run --resume, after a real kill ---------------------------------------------------------------------
+
+ROWS, FEATURES, LAYERS = 40_000, 64, 128  # about a second's run here, so that a kill lands mid-run
+
+
+@pytest.fixture(scope="module")
+def busy_job(tmp_path_factory):
+    """The input, the model file, and what an uninterrupted run computes (ORT, one batch)."""
+    folder = tmp_path_factory.mktemp("busy")
+    data = np.random.default_rng(0).random((ROWS, FEATURES), np.float32)
+    np.save(folder / "in.npy", data)
+    model = folder / "busy.onnx"
+    onnx.save(models.busy(features=FEATURES, layers=LAYERS), model)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return folder / "in.npy", model, session.run(None, {"x": data})[0]
+
+
+def _argv(job, output: Path, *more: str) -> list[str]:
+    data, model, _ = job
+    return ["run", str(model), "--input", str(data), "--output", str(output), "--batch-size", "8", "--threads", "1",
+            "--device", "cpu", "--no-progress", *more]  # fmt: skip
+
+
+def _stopped_mid_run(job, output: Path, signum: int) -> tuple[int, str]:
+    """``ortpipe run`` in a process of its own, sent ``signum`` once it has written some rows."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *_argv(job, output)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        started = process.stdout.readline()  # "device: ...": the job is about to read its first batch
+        assert started.startswith("device:"), started
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            # .npy and CSV grow batch by batch; a Parquet file holds only its magic until its first row group
+            if output.suffix == ".parquet" or (output.exists() and output.stat().st_size > 64 * 1024):
+                time.sleep(0.3 if output.suffix == ".parquet" else 0)
+                break
+            time.sleep(0.005)
+        process.send_signal(signum)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    return process.returncode, rest
+
+
+def _written(output: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """The scores a run wrote and their row ids (None for .npy, which has no metadata)."""
+    if output.suffix == ".npy":
+        return np.load(output), None
+    table = pq.read_table(output) if output.suffix == ".parquet" else pcsv.read_csv(output)
+    if output.suffix == ".parquet":
+        scores = np.stack(table["y"].to_numpy(zero_copy_only=False))
+    else:
+        scores = np.stack([table[f"y_{i}"].to_numpy() for i in range(FEATURES)], axis=1)
+    return scores, table["row_id"].to_numpy()
+
+
+def _kept(capsys) -> int:
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("resuming:"))
+    return int(line.split(" holds ")[1].split()[0])
+
+
+KILLED = -signal.SIGKILL  # Popen's returncode of a process a signal ended
+TERMINATED = 128 + signal.SIGTERM  # ortpipe's own exit status after a graceful stop
+
+
+@pytest.mark.parametrize(
+    ("suffix", "signum", "status"),
+    [(".npy", signal.SIGKILL, KILLED), (".csv", signal.SIGKILL, KILLED), (".parquet", signal.SIGTERM, TERMINATED)],
+    ids=["npy-killed", "csv-killed", "parquet-terminated"],
+)
+def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, suffix, signum, status):
+    output = tmp_path / f"scores{suffix}"
+    code, said = _stopped_mid_run(busy_job, output, signum)
+    assert code == status, said
+    if signum == signal.SIGTERM:
+        assert "interrupted after" in said and "--resume goes on from there" in said
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    kept = _kept(capsys)
+    assert 0 < kept < ROWS  # the job had written some rows, not all: the resumed run ran the rest
+    scores, ids = _written(output)
+    np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
+    if ids is not None:
+        np.testing.assert_array_equal(ids, np.arange(ROWS))
+
+
+def test_ortpipe_run_refuses_to_resume_a_killed_parquet_file(tmp_path, capsys, busy_job):
+    output = tmp_path / "scores.parquet"
+    code, _ = _stopped_mid_run(busy_job, output, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert main(_argv(busy_job, output, "--resume")) == 1
+    assert "a run that was killed leaves no footer" in capsys.readouterr().err
+
+
+def test_ortpipe_run_resume_with_limit_and_when_nothing_is_left(tmp_path, capsys):
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(1).random((100, 64), np.float32))
+    output = tmp_path / "out.parquet"
+    argv = ["run", "mlp", "--input", str(data), "--output", str(output), "--batch-size", "16", "--no-progress"]
+    assert main([*argv, "--resume"]) == 0  # nothing to resume: a plain run
+    assert "resuming" not in capsys.readouterr().out
+    whole = pq.read_table(output)
+    output.unlink()
+    assert main([*argv, "--limit", "30"]) == 0
+    assert main([*argv, "--limit", "70", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "holds 30 rows of an earlier run" in out and "40 items in 3 batches" in out  # 16, 16 and 8
+    assert main([*argv, "--limit", "60", "--resume"]) == 0
+    assert "nothing left to run: " in capsys.readouterr().out
+    assert main([*argv, "--resume"]) == 0
+    assert pq.read_table(output).equals(whole)
+    assert main([*argv, "--resume"]) == 0
+    assert "already holds the 100 rows" in capsys.readouterr().out
+
+
+def test_ortpipe_run_resume_of_another_input_is_refused_before_any_work(tmp_path, capsys):
+    data, output = tmp_path / "in.npy", tmp_path / "out.npy"
+    np.save(data, np.zeros((40, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(data), "--output", str(output), "--no-progress"]
+    assert main(argv) == 0
+    np.save(data, np.zeros((30, 64), np.float32))
+    assert main([*argv, "--resume"]) == 1
+    assert "holds 30 rows, fewer than the 40 the output being resumed already holds" in capsys.readouterr().err
+    assert read_npy_header_rows(output) == 40 and len(np.load(output)) == 40
