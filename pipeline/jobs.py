@@ -25,7 +25,16 @@ from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
 from ._rows import close_iteration, drop_first, take_first
-from .sinks import CsvSink, NpySink, ParquetSink, SinkError
+from .sinks import (
+    CsvSink,
+    NpySink,
+    ParquetDatasetSink,
+    ParquetSink,
+    SinkError,
+    refuse_used_folder,
+    writable,
+    writable_folder,
+)
 from .sources import (
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -165,19 +174,54 @@ def open_source(
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 
+def sink_kind(path: str | Path) -> str:
+    """ "npy", "parquet", "csv" or "parquet data set" (a folder: a path with no
+    suffix, or a folder named .parquet as Spark names them) from an output path,
+    or a SinkError."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not suffix or (suffix in PARQUET_SUFFIXES and path.is_dir()):
+        return "parquet data set"
+    if suffix == ".npy":
+        return "npy"
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix == ".csv":
+        return "csv"
+    raise SinkError(
+        f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv, or be a folder (a path with no "
+        "suffix: a Parquet data set)"
+    )
+
+
+def check_output(path: str | Path, resume: bool = False) -> None:
+    """A SinkError now, before any work, where :func:`open_sink` would refuse ``path``:
+    it cannot be written, or it is a data set folder that a new run would mix with an earlier one's."""
+    if sink_kind(path) != "parquet data set":
+        writable(path)
+        return
+    folder = writable_folder(path)
+    if not resume:
+        refuse_used_folder(folder)
+
+
 def open_sink(
     path: str | Path,
     pipe: Pipeline | MultiPipeline,
     data_dependent: Collection[str] = (),
     resume: bool = False,
+    part_rows: int | None = None,
 ) -> Sink:
-    """The sink for ``path``'s suffix (.npy, .parquet/.pq, .csv) of ``pipe``'s outputs.
+    """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
+    or .csv, and a folder (no suffix) as a Parquet data set of part files of
+    at most ``part_rows`` rows (default: about 256 MB each).
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
     on the data by the first write are written per batch (NOTE [ per-batch
     outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
     file and write after them (``sink.kept_rows``; run the source
     :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
+    kind = sink_kind(path)
     output_names = pipe.output_names
     unknown = sorted(set(data_dependent) - set(output_names))
     if unknown:
@@ -187,16 +231,14 @@ def open_sink(
     def known() -> frozenset[str]:
         return named | pipe.data_dependent_outputs
 
-    suffix = Path(path).suffix.lower()
-    if suffix == ".npy":
+    if kind == "npy":
         return NpySink(path, output_names, known, resume)
-    if suffix in (".parquet", ".pq"):
-        _require("parquet", f"writing {str(path)!r}", SinkError)
+    _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
+    if kind == "parquet":
         return ParquetSink(path, data_dependent=known, resume=resume)
-    if suffix == ".csv":
-        _require("csv", f"writing {str(path)!r}", SinkError)
+    if kind == "csv":
         return CsvSink(path, known, resume)
-    raise SinkError(f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv")
+    return ParquetDatasetSink(path, data_dependent=known, resume=resume, part_rows=part_rows)
 
 
 def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatch]:

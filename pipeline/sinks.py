@@ -12,6 +12,9 @@ leaves no file rather than an empty, unreadable one.
   is rewritten on close);
 * :class:`ParquetSink` - one table: the metadata columns (row id, or frame
   index and timestamp, or path) next to one column per output;
+* :class:`ParquetDatasetSink` - the same table as a folder of Parquet files
+  (a data set, as Spark writes one), each part renamed into place when
+  closed, so a killed run loses only the part it was writing;
 * :class:`CsvSink` - the same as CSV, an output of several values a row
   spread over one column per value;
 * :class:`CallbackSink` - your function.
@@ -42,10 +45,11 @@ same, in the same order.  What each format keeps of a run that was killed: a
 ``.npy`` every whole row (found from the file's size: the header says 0 until
 the file is closed); a CSV every whole line; a Parquet file nothing - its
 footer is written at close, so a killed run's rows cannot be read back, and
-resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM).  A
-resumed Parquet file is written anew beside the old one, the earlier rows
-copied first, and replaces it when closed: a run killed while resuming leaves
-the earlier file as it was.  Outputs written per batch are not resumed (their
+resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM); a
+Parquet data set every part it had closed.  A resumed Parquet file is
+written anew beside the old one, the earlier rows copied first, and replaces
+it when closed: a run killed while resuming leaves the earlier file as it
+was.  Outputs written per batch are not resumed (their
 batches would be numbered anew): such a run is refused at its first write.
 """
 
@@ -172,14 +176,16 @@ def file_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
-def _beside(base: Path, suffix: str, names: Iterable[str]) -> dict[str, Path]:
-    """``<stem>.<name><suffix>`` beside ``base`` for each name, each checked writable;
-    two names that become one file name are refused."""
-    stem = base.name[: -len(suffix)] if base.name.endswith(suffix) else base.name
+def _beside(
+    base: Path, suffix: str, names: Iterable[str], check: Callable[[Path], Path] | None = None
+) -> dict[str, Path]:
+    """``<stem>.<name><suffix>`` beside ``base`` for each name, each checked writable
+    (``check``: :func:`writable`); two names that become one file name are refused."""
+    stem = base.name[: -len(suffix)] if suffix and base.name.endswith(suffix) else base.name
     paths = {name: base.with_name(f"{stem}.{file_part(name)}{suffix}") for name in names}
     if len(set(paths.values())) != len(paths):
         raise SinkError(f"outputs {sorted(paths)} do not make distinct file names beside {str(base)!r}")
-    return {name: writable(path) for name, path in paths.items()}
+    return {name: (check or writable)(path) for name, path in paths.items()}
 
 
 def writable(path: str | Path) -> Path:
@@ -199,6 +205,20 @@ def writable(path: str | Path) -> Path:
         raise SinkError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
     if not existed:  # only a probe: a run that fails before its first write leaves no empty file
         path.unlink()
+    return path
+
+
+def writable_folder(path: str | Path) -> Path:
+    """The path of a folder to write files into (made at the first file), after
+    checking that its parent exists and that it is not a file."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise SinkError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
+    if path.exists() and not path.is_dir():
+        raise SinkError(f"cannot write a data set into {str(path)!r}: it is a file, not a folder")
+    if not os.access(path if path.exists() else parent, os.W_OK | os.X_OK):
+        raise SinkError(f"cannot write {str(path)!r}: permission denied")
     return path
 
 
@@ -402,11 +422,7 @@ class _ParquetFile:
 
         if self._earlier is None:
             return pq.ParquetWriter(self.path, schema)
-        if not schema.equals(self._earlier):
-            raise SinkError(
-                f"cannot resume {str(self.path)!r}: its columns are {_columns(self._earlier)}, this run writes "
-                f"{_columns(schema)}: the same model, outputs and input are needed"
-            )
+        _same_columns(self.path, self._earlier, schema)
         writer = pq.ParquetWriter(self._temporary(), schema)
         try:
             with pq.ParquetFile(self.path) as earlier:
@@ -439,8 +455,124 @@ class _ParquetFile:
                 os.replace(self._temporary(), self.path)
 
 
+def _same_columns(path: Path, earlier: Any, schema: Any) -> None:
+    """Refuse to resume ``path``, whose rows have the ``earlier`` schema, with rows of another."""
+    if not schema.equals(earlier):
+        raise SinkError(
+            f"cannot resume {str(path)!r}: its columns are {_columns(earlier)}, this run writes "
+            f"{_columns(schema)}: the same model, outputs and input are needed"
+        )
+
+
 def _columns(schema: Any) -> str:
     return ", ".join(f"{field.name} ({field.type})" for field in schema)
+
+
+#: a data set's part files: their names sort in the order they were written, and are read back in
+_PART = "part-{:05d}.parquet"
+_PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
+#: a part while it is written: hidden (readers leave names starting with . out) until it is whole
+_IN_PROGRESS = ".{}.inprogress"
+#: a data set's part is closed once its rows hold this many bytes (arrow's, before compression)
+DEFAULT_PART_BYTES = 256 << 20
+
+
+def whole_parts(folder: Path) -> list[Path]:
+    """The whole part files of a data set folder ortpipe writes, in order."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _PART_NAME.fullmatch(p.name))
+
+
+def refuse_used_folder(folder: Path) -> None:
+    """A new data set's refusal of a folder that holds an earlier run's parts (they
+    would be mixed) or files of other kinds (a data set has a folder of its own)."""
+    parts = whole_parts(folder)
+    if parts:
+        raise SinkError(
+            f"{str(folder)!r} holds {len(parts)} part file(s) of an earlier run: resume to go on from them "
+            "(ortpipe run --resume), or remove them to start over"
+        )
+    others = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise SinkError(
+            f"cannot write a data set into {str(folder)!r}: it holds other files ({shown}); a data set is written "
+            "into a folder of its own: name a new one"
+        )
+
+
+class _ParquetParts:
+    """A Parquet data set written as a folder of part files (:data:`_PART`), made
+    at the first rows; a part is closed once it holds ``part_rows`` rows or
+    ``part_bytes`` bytes, whichever comes first.  Each part is written under a
+    hidden name and renamed when closed, so the folder only ever holds whole,
+    readable parts, which Spark, pyarrow and :class:`sources.ParquetDatasetSource`
+    read as one table, in order: a killed run loses only the part it was
+    writing (NOTE [ resuming ])."""
+
+    def __init__(self, folder: Path, row_group_rows: int, part_rows: int | None, part_bytes: int) -> None:
+        self.folder = folder
+        self.row_group_rows, self.part_rows, self.part_bytes = row_group_rows, part_rows, part_bytes
+        self._part: _ParquetFile | None = None
+        self._number = 0
+        self._rows = self._bytes = 0
+        #: the parts' schema: the earlier run's when resuming, else the first rows'
+        self._schema: Any = None
+
+    def resume(self) -> int:
+        """The rows of the whole parts an earlier run left, to be kept (the part it was
+        writing when it was killed is left hidden, and written anew)."""
+        parts = whole_parts(self.folder)
+        numbers = [int(_PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
+        if numbers != list(range(len(parts))):
+            raise SinkError(
+                f"cannot resume {str(self.folder)!r}: its parts are not numbered 0, 1, 2, ... as ortpipe writes them: "
+                f"{[p.name for p in parts]}"
+            )
+        import pyarrow.parquet as pq
+
+        rows = 0
+        for part in parts:
+            try:
+                metadata = pq.read_metadata(part)
+            except Exception as exc:
+                raise SinkError(f"cannot resume {str(self.folder)!r}: {str(part)!r} is not readable ({exc})") from exc
+            rows += metadata.num_rows
+            if self._schema is None:
+                self._schema = metadata.schema.to_arrow_schema()
+        self._number = len(parts)
+        return rows
+
+    def write(self, batch: Any) -> None:
+        if self._part is None:
+            self._part = self._start(batch.schema)
+        self._part.write(batch)
+        self._rows += batch.num_rows
+        self._bytes += batch.nbytes
+        if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
+            self._finish()
+
+    def _start(self, schema: Any) -> _ParquetFile:
+        if self._schema is None:
+            self._schema = schema
+        elif self._number:  # the earlier run's parts: this run's must be of the same columns
+            _same_columns(self.folder, self._schema, schema)
+        self.folder.mkdir(exist_ok=True)
+        # a killed run's part of this number, never renamed, is written over
+        return _ParquetFile(self.folder / _IN_PROGRESS.format(_PART.format(self._number)), self.row_group_rows)
+
+    def _finish(self) -> None:
+        assert self._part is not None
+        part, self._part = self._part, None
+        part.close()  # a failure here leaves it hidden: the folder holds whole parts only
+        os.replace(part.path, self.folder / _PART.format(self._number))
+        self._number += 1
+        self._rows = self._bytes = 0
+
+    def close(self) -> None:
+        if self._part is not None:
+            self._finish()
 
 
 class _CsvFile:
@@ -528,7 +660,7 @@ class _TableSink:
     _suffix = ""
 
     def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
-        self.path = writable(path)
+        self.path = self._checked(Path(path))
         #: the table of each per-batch output, once the first batch has told which they are
         self.side_paths: dict[str, Path] = {}
         self._kinds = OutputKinds(data_dependent)
@@ -538,6 +670,10 @@ class _TableSink:
         self._sides: dict[str, Any] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._batch_column = "batch"
+
+    def _checked(self, path: Path) -> Path:
+        """``path`` after checking that it can be written."""
+        return writable(path)
 
     def _open(self, path: Path) -> Any:
         raise NotImplementedError
@@ -577,7 +713,7 @@ class _TableSink:
     def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
         if "batch" in meta:
             self._batch_column = "ortpipe_batch"
-        self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names)
+        self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names, self._checked)
         self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
 
     @property
@@ -612,6 +748,40 @@ class ParquetSink(_TableSink):
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _list_column(name, flat)
+
+
+class ParquetDatasetSink(ParquetSink):
+    """The table of :class:`ParquetSink` as a folder of Parquet files, a data set
+    (``part-00000.parquet``, ``part-00001.parquet``, ...), each part closed once it
+    holds ``part_rows`` rows or about ``part_bytes`` bytes and renamed into place
+    only then: a run that is killed leaves every part it closed, whole and
+    readable, and a resumed run goes on after them (NOTE [ resuming ]).  A new
+    run refuses a folder that holds parts already.  An output written per batch
+    goes to a data set of its own beside the folder, ``<folder>.<output>``."""
+
+    _suffix = ""
+
+    def __init__(
+        self,
+        path: str | Path,
+        row_group_rows: int = 65536,
+        data_dependent: DataDependent = (),
+        resume: bool = False,
+        part_rows: int | None = None,
+        part_bytes: int = DEFAULT_PART_BYTES,
+    ) -> None:
+        if part_rows is not None and part_rows < 1:
+            raise ValueError(f"part_rows must be >= 1 or None, got {part_rows}")
+        self.part_rows, self.part_bytes, self._resuming = part_rows, part_bytes, resume
+        super().__init__(path, row_group_rows, data_dependent, resume)
+
+    def _checked(self, path: Path) -> Path:
+        return writable_folder(path)
+
+    def _open(self, path: Path) -> _ParquetParts:  # type: ignore[override]
+        if not self._resuming:
+            refuse_used_folder(path)
+        return _ParquetParts(path, self.row_group_rows, self.part_rows, self.part_bytes)
 
 
 def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:

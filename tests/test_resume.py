@@ -27,7 +27,7 @@ import pytest
 from pipeline import Pipeline, models
 from pipeline.cli import main
 from pipeline.jobs import first_rows, open_sink, rows_after
-from pipeline.sinks import CsvSink, NpySink, ParquetSink, SinkError, read_npy_header_rows
+from pipeline.sinks import CsvSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, read_npy_header_rows
 from pipeline.sources import (
     CsvSource,
     ImageFolderSource,
@@ -392,21 +392,47 @@ def test_a_run_killed_while_resuming_parquet_leaves_the_earlier_file_as_it_was(t
     assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_data_set_killed_mid_part_keeps_its_whole_parts(tmp_path):
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
+    killed = ParquetDatasetSink(tmp_path / "set", part_rows=16)
+    for batch in batches[:5]:
+        killed.write(*batch)  # 40 rows: parts of 16 and 16 closed, 8 rows in the open one; never closed
+    sink = ParquetDatasetSink(tmp_path / "set", part_rows=16, resume=True)
+    assert sink.kept_rows == 32
+    _write_all(sink, _rows_after_batches(batches, 32))
+    assert sorted(p.name for p in (tmp_path / "set").iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
+    assert pq.read_table(tmp_path / "set").equals(pq.read_table(tmp_path / "full.parquet"))
+
+
+def test_a_data_set_whose_parts_are_not_ortpipes_is_not_resumed(tmp_path):
+    _write_all(ParquetDatasetSink(tmp_path / "set", part_rows=8), list(_batches()))
+    (tmp_path / "set" / "part-00002.parquet").unlink()
+    with pytest.raises(SinkError, match="its parts are not numbered 0, 1, 2"):
+        ParquetDatasetSink(tmp_path / "set", resume=True)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ""])
 def test_a_table_of_other_columns_is_not_resumed(tmp_path, suffix):
-    sink_type = ParquetSink if suffix == ".parquet" else CsvSink
+    sink_type = {".parquet": ParquetSink, ".csv": CsvSink, "": ParquetDatasetSink}[suffix]
     batches = list(_batches())
     _write_all(sink_type(tmp_path / f"out{suffix}"), batches[:2])
-    before = (tmp_path / f"out{suffix}").read_bytes()
+    before = _contents(tmp_path / f"out{suffix}")
     sink = sink_type(tmp_path / f"out{suffix}", resume=True)
     index, rows, outputs, meta = batches[2]
     with pytest.raises(SinkError, match="cannot resume .*: its columns are .*row_id.*this run writes .*logits"):
         sink.write(index, rows, {"logits": outputs["scores"]}, meta)
     sink.close()
-    assert (tmp_path / f"out{suffix}").read_bytes() == before
+    assert _contents(tmp_path / f"out{suffix}") == before
 
 
-@pytest.mark.parametrize("suffix", [".npy", ".parquet", ".csv"])
+def _contents(path: Path) -> dict[str, bytes]:
+    """Every file of an output, by name (a data set's parts, hidden ones too)."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return {file.name: file.read_bytes() for file in files}
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet", ".csv", ""])
 def test_per_batch_outputs_are_not_resumed(tmp_path, suffix):
     with Pipeline(models.detect(), device="cpu") as pipe:
         batch = models.example_batch("detect", 64)
@@ -440,7 +466,7 @@ def busy_job(tmp_path_factory):
 def _argv(job, output: Path, *more: str) -> list[str]:
     data, model, _ = job
     return ["run", str(model), "--input", str(data), "--output", str(output), "--batch-size", "8", "--threads", "1",
-            "--device", "cpu", "--no-progress", *more]  # fmt: skip
+            "--device", "cpu", "--no-progress", "--part-rows", "4096", *more]  # fmt: skip
 
 
 def _stopped_mid_run(job, output: Path, signum: int) -> tuple[int, str]:
@@ -459,8 +485,10 @@ def _stopped_mid_run(job, output: Path, signum: int) -> tuple[int, str]:
         deadline = time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline:
             # .npy and CSV grow batch by batch; a Parquet file holds only its magic until its first row group
-            if output.suffix == ".parquet" or (output.exists() and output.stat().st_size > 64 * 1024):
-                time.sleep(0.3 if output.suffix == ".parquet" else 0)
+            if output.suffix == ".parquet":
+                time.sleep(0.3)
+                break
+            if (output / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024):
                 break
             time.sleep(0.005)
         process.send_signal(signum)
@@ -474,8 +502,8 @@ def _written(output: Path) -> tuple[np.ndarray, np.ndarray | None]:
     """The scores a run wrote and their row ids (None for .npy, which has no metadata)."""
     if output.suffix == ".npy":
         return np.load(output), None
-    table = pq.read_table(output) if output.suffix == ".parquet" else pcsv.read_csv(output)
-    if output.suffix == ".parquet":
+    table = pcsv.read_csv(output) if output.suffix == ".csv" else pq.read_table(output)
+    if output.suffix != ".csv":
         scores = np.stack(table["y"].to_numpy(zero_copy_only=False))
     else:
         scores = np.stack([table[f"y_{i}"].to_numpy() for i in range(FEATURES)], axis=1)
@@ -494,8 +522,13 @@ TERMINATED = 128 + signal.SIGTERM  # ortpipe's own exit status after a graceful 
 
 @pytest.mark.parametrize(
     ("suffix", "signum", "status"),
-    [(".npy", signal.SIGKILL, KILLED), (".csv", signal.SIGKILL, KILLED), (".parquet", signal.SIGTERM, TERMINATED)],
-    ids=["npy-killed", "csv-killed", "parquet-terminated"],
+    [
+        (".npy", signal.SIGKILL, KILLED),
+        (".csv", signal.SIGKILL, KILLED),
+        (".parquet", signal.SIGTERM, TERMINATED),
+        ("", signal.SIGKILL, KILLED),
+    ],
+    ids=["npy-killed", "csv-killed", "parquet-terminated", "data-set-killed"],
 )
 def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, suffix, signum, status):
     output = tmp_path / f"scores{suffix}"
@@ -550,3 +583,37 @@ def test_ortpipe_run_resume_of_another_input_is_refused_before_any_work(tmp_path
     assert main([*argv, "--resume"]) == 1
     assert "holds 30 rows, fewer than the 40 the output being resumed already holds" in capsys.readouterr().err
     assert read_npy_header_rows(output) == 40 and len(np.load(output)) == 40
+
+
+def test_ortpipe_run_into_a_data_set_folder_of_an_earlier_run_is_refused_before_any_work(tmp_path, capsys):
+    data = tmp_path / "in.npy"
+    np.save(data, np.zeros((40, 64), np.float32))
+    argv = [
+        "run",
+        "mlp",
+        "--input",
+        str(data),
+        "--output",
+        str(tmp_path / "scores"),
+        "--batch-size",
+        "8",
+        "--no-progress",
+    ]
+    assert main([*argv, "--part-rows", "16"]) == 0
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "holds 3 part file(s) of an earlier run: resume to go on from them" in err
+    assert "device:" not in out.split("40 items")[-1]  # refused before the pipeline was made
+    assert main([*argv, "--resume"]) == 0
+    assert "nothing left to run" in capsys.readouterr().out
+
+
+def test_ortpipe_run_does_not_write_a_data_set_inside_the_one_it_reads(tmp_path, capsys):
+    folder = tmp_path / "features"
+    folder.mkdir()
+    pq.write_table(pa.table({f"f{i}": np.zeros(8, np.float32) for i in range(64)}), folder / "a.parquet")
+    argv = ["run", "mlp", "--input", str(folder), "--no-progress", "--output"]
+    assert main([*argv, str(folder / "scores")]) == 1
+    assert "is inside the data set" in capsys.readouterr().err
+    assert main([*argv, str(folder / "_scores")]) == 0  # a name readers leave out
+    assert pq.read_table(folder / "_scores").num_rows == 8

@@ -299,10 +299,12 @@ def test_run_errors_are_clear_and_exit_non_zero(tmp_path, capsys, make_input, ar
 
 def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
     path = _npy(tmp_path / "in.npy", (10, 64))
+    (tmp_path / "out.npy").mkdir()
     for output, words in [
         (tmp_path / "no" / "such" / "o.parquet", "does not exist"),
-        (tmp_path, "is a folder"),
-        (tmp_path / "o.txt", "must end in .npy, .parquet or .csv"),
+        (tmp_path, "it holds other files (in.npy, out.npy); a data set is written into a folder of its own"),
+        (tmp_path / "out.npy", "is a folder"),
+        (tmp_path / "o.txt", "must end in .npy, .parquet or .csv, or be a folder"),
     ]:
         assert main(["run", "mlp", "--input", str(path), "--output", str(output), "--no-progress"]) != 0
         assert words in capsys.readouterr().err

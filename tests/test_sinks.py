@@ -11,7 +11,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.sinks import CsvSink, NpySink, ParquetSink, SinkError, file_part
+from pipeline.sinks import CsvSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, file_part
 
 
 def _write(sink, batches):
@@ -91,10 +91,11 @@ def test_the_one_output_of_a_model_keeps_the_path_and_its_offsets_go_beside_it(t
     assert sink.per_batch_paths == {"boxes": (tmp_path / "boxes.npy", tmp_path / "boxes.offsets.npy")}
 
 
-@pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink])
+@pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink, ParquetDatasetSink])
 def test_a_sink_that_wrote_nothing_leaves_no_file(tmp_path, sink):
     """An empty input, or a run that failed before its first write: no unreadable 0-byte file."""
-    path = tmp_path / {NpySink: "out.npy", ParquetSink: "out.parquet", CsvSink: "out.csv"}[sink]
+    names = {NpySink: "out.npy", ParquetSink: "out.parquet", CsvSink: "out.csv", ParquetDatasetSink: "out"}
+    path = tmp_path / names[sink]
     made = sink(path, ["y"]) if sink is NpySink else sink(path)
     assert not path.exists()  # the folder was checked, nothing created
     made.close()
@@ -116,3 +117,92 @@ def test_a_sink_that_wrote_nothing_leaves_an_existing_file_as_it_was(tmp_path, s
     path.write_bytes(b"yesterday's results")
     (sink(path, ["y"]) if sink is NpySink else sink(path)).close()
     assert path.read_bytes() == b"yesterday's results"
+
+
+# -- a Parquet data set: a folder of part files --------------------------------------------------------------------
+
+
+def _scores(rows: int, size: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    scores = rng.random((rows, 3), np.float32)
+    return [
+        (
+            min(size, rows - start),
+            {"scores": scores[start : start + size]},
+            {"row_id": np.arange(start, start + size)[: rows - start]},
+        )
+        for start in range(0, rows, size)
+    ]
+
+
+def test_a_data_set_is_the_table_of_one_file_cut_into_parts(tmp_path):
+    from pipeline import TensorSpec
+    from pipeline.sources import ParquetDatasetSource
+
+    batches = _scores(100, 8)
+    _write(ParquetSink(tmp_path / "one.parquet"), batches)
+    _write(ParquetDatasetSink(tmp_path / "set", part_rows=30), batches)
+    parts = sorted(p.name for p in (tmp_path / "set").iterdir())
+    assert parts == [f"part-{i:05d}.parquet" for i in range(4)]  # a part closed at 32, 64, 96 rows, then the rest
+    assert [pq.read_metadata(tmp_path / "set" / p).num_rows for p in parts] == [32, 32, 32, 4]
+    assert pq.read_table(tmp_path / "set").equals(pq.read_table(tmp_path / "one.parquet"))  # pyarrow's reading
+    ours = ParquetDatasetSource(
+        tmp_path / "set", 16, [TensorSpec("x", np.dtype(np.float32), ("N", 3))], {"x": ["scores"]}
+    )
+    batches = list(ours)
+    assert np.concatenate([batch.meta["row_id"] for batch in batches]).tolist() == list(range(100))  # in order
+    files = np.concatenate([batch.meta["file"] for batch in batches])
+    assert files.tolist() == [name for name, rows in zip(parts, (32, 32, 32, 4), strict=True) for _ in range(rows)]
+
+
+def test_a_data_set_part_is_closed_at_its_size_in_bytes_too(tmp_path):
+    _write(ParquetDatasetSink(tmp_path / "set", part_bytes=1000), _scores(200, 8))  # 8 rows: 8 * (12 + 8) bytes
+    assert [pq.read_metadata(p).num_rows for p in sorted((tmp_path / "set").iterdir())] == [
+        56,
+        56,
+        56,
+        32,
+    ]  # closed past 1000 bytes: 7 batches
+
+
+def test_a_data_set_holds_only_whole_parts_while_it_is_written(tmp_path):
+    sink = ParquetDatasetSink(tmp_path / "set", part_rows=16)
+    for index, batch in enumerate(_scores(40, 8)[:3]):
+        sink.write(index, *batch)  # 24 rows: one part closed, the next one open
+    assert sorted(p.name for p in (tmp_path / "set").iterdir()) == [
+        ".part-00001.parquet.inprogress",
+        "part-00000.parquet",
+    ]
+    assert pq.read_table(tmp_path / "set").num_rows == 16  # readers leave the hidden part out
+    sink.close()
+    assert pq.read_table(tmp_path / "set").num_rows == 24
+
+
+def test_a_new_data_set_is_not_mixed_with_an_earlier_one(tmp_path):
+    _write(ParquetDatasetSink(tmp_path / "set", part_rows=8), _scores(20, 8))
+    with pytest.raises(SinkError, match=r"holds 3 part file\(s\) of an earlier run: resume to go on from them"):
+        ParquetDatasetSink(tmp_path / "set")
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"")
+    with pytest.raises(
+        SinkError, match=r"holds other files \(cat.jpg\); a data set is written into a folder of its own"
+    ):
+        ParquetDatasetSink(tmp_path / "photos")
+    (tmp_path / "empty").mkdir()
+    ParquetDatasetSink(tmp_path / "empty").close()  # a folder made for it
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(SinkError, match="it is a file, not a folder"):
+        ParquetDatasetSink(tmp_path / "file")
+    with pytest.raises(SinkError, match="does not exist"):
+        ParquetDatasetSink(tmp_path / "nowhere" / "set")
+    with pytest.raises(ValueError, match="part_rows must be >= 1"):
+        ParquetDatasetSink(tmp_path / "other", part_rows=0)
+
+
+def test_a_data_set_writes_per_batch_outputs_as_data_sets_beside_it(tmp_path):
+    sink = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"])
+    boxes = [np.ones((3, 4), np.float32), np.zeros((1, 4), np.float32)]
+    _write(sink, [(2, {"boxes": b, "score": np.zeros(2, np.float32)}, {"frame": np.arange(2)}) for b in boxes])
+    assert sink.per_batch_paths == {"boxes": (tmp_path / "dets.boxes",)}
+    assert pq.read_table(tmp_path / "dets.boxes")["batch"].to_pylist() == [0, 0, 0, 1]
+    assert pq.read_table(tmp_path / "dets").column_names == ["frame", "batch", "score"]

@@ -41,7 +41,12 @@ def add_run(sub: Any) -> None:
         type=Path,
         help="a video, .npy, .parquet, .csv, a folder of images, or a folder of Parquet files (a data set)",
     )
-    run.add_argument("--output", required=True, type=Path, help=".npy, .parquet or .csv")
+    run.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help=".npy, .parquet or .csv; a folder (no suffix) is written as a Parquet data set of part files",
+    )
     run.add_argument(
         "--device",
         default="auto",
@@ -141,6 +146,13 @@ def add_run(sub: Any) -> None:
         "skipped, the rest appended (the same input, in the same order; .npy and .csv also after a kill, Parquet "
         "after Ctrl-C or SIGTERM)",
     )
+    run.add_argument(
+        "--part-rows",
+        type=positive(int),
+        default=None,
+        metavar="N",
+        help="an output folder: rows a part file holds at most (default: parts of about 256 MB)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -208,10 +220,11 @@ def _device_names(pipe: Any) -> str:
 
 def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
     """A table written into the folder of Parquet files it is made from would be read as one of them next time."""
+    from ..jobs import sink_kind
     from ..sinks import SinkError
-    from ..sources import PARQUET_SUFFIXES, writers_own
+    from ..sources import writers_own
 
-    if kind != "parquet" or not source.is_dir() or output.suffix.lower() not in PARQUET_SUFFIXES:
+    if kind != "parquet" or not source.is_dir() or not sink_kind(output).startswith("parquet"):
         return
     target, folder = output.resolve(), source.resolve()
     if target.is_relative_to(folder) and not writers_own(target.relative_to(folder)):
@@ -222,12 +235,11 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..jobs import JobSummary, open_sink, open_source, run_job, source_kind
-    from ..sinks import writable
+    from ..jobs import JobSummary, check_output, open_sink, open_source, run_job, source_kind
 
     kind = source_kind(args.input)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
-    writable(args.output)  # fail before any work
+    check_output(args.output, args.resume)  # fail before any work
     _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
@@ -247,7 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             decode_threads=args.decode_threads,
             skip_unreadable=args.skip_unreadable,
         )
-        sink = open_sink(args.output, pipe, _data_dependent(args, pipe.output_names), resume=args.resume)
+        data_dependent = _data_dependent(args, pipe.output_names)
+        sink = open_sink(args.output, pipe, data_dependent, resume=args.resume, part_rows=args.part_rows)
         kept = getattr(sink, "kept_rows", 0)
         try:
             batches, total, exact = _rows_to_run(source, kept, args.limit)
