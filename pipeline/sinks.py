@@ -49,8 +49,8 @@ resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM); a
 Parquet data set every part it had closed.  A resumed Parquet file is
 written anew beside the old one, the earlier rows copied first, and replaces
 it when closed: a run killed while resuming leaves the earlier file as it
-was.  Outputs written per batch are not resumed (their
-batches would be numbered anew): such a run is refused at its first write.
+was.  Outputs written per batch are not resumed (their batches would be
+numbered anew): such a run is refused at its first write.
 """
 
 from __future__ import annotations

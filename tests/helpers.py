@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.models import IR_VERSION, OPSET
+
+#: the repository's root: the examples and benchmarks are loaded from their files
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_module(relative: str) -> ModuleType:
+    """A script of the repository (``examples/video_frames.py``) loaded as a module."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def gather_model(rows: int = 10):

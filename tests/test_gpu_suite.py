@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT, load_module
 
 
 def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
@@ -81,12 +80,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
 
 
 def _load_suite():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "benchmarks" / "gpu_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("benchmarks/gpu_suite.py")
 
 
 def test_a_failing_step_is_recorded_and_the_rest_still_run(tmp_path):

@@ -40,7 +40,7 @@ from pipeline.sources import (
     VideoSource,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT, load_module
 
 
 def _specs(features: int = 4):
@@ -206,7 +206,7 @@ def test_csv_source_is_read_through_the_skipped_rows_across_blocks(tmp_path, mon
 
 def test_video_source_skips_frames_without_converting_them(tmp_path):
     pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
-    video = _video_example().make_video(tmp_path / "clip.mp4", frames=40, size=32)
+    video = load_module("examples/video_frames.py").make_video(tmp_path / "clip.mp4", frames=40, size=32)
     source = VideoSource(video, 8, [_frames_spec()], size=(16, 16))
     whole = list(source.chunks())
     later = rows_after(source, 13)
@@ -225,15 +225,6 @@ def _frames_spec():
     from pipeline import TensorSpec
 
     return TensorSpec("frames", np.dtype(np.uint8), ("N", 16, 16, 3))
-
-
-def _video_example():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("video_frames", ROOT / "examples" / "video_frames.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_image_folder_leaves_out_the_first_files_undecoded(tmp_path):

@@ -20,14 +20,11 @@ from pipeline.jobs import JobSummary, run_job
 from pipeline.sinks import CallbackSink, NpySink, read_npy_header_rows
 from pipeline.sources import ImageFolderSource, NpySource, ParquetSource, VideoSource
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import load_module
 
 
 def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(f"examples/{name}.py")
 
 
 @pytest.fixture
