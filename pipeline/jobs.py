@@ -271,6 +271,18 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
     return drop_first(iter(source), skip, _batch_rows, _sliced_batch, too_few)
 
 
+def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:
+    """Rows ``[start, stop)`` of the ``shard``-th (from 0) of ``shards`` contiguous windows of
+    an input of about ``size`` rows, as even as whole rows allow.  The last one runs
+    to the input's end (``stop`` None), so the windows cover every row once even
+    where ``size`` is an estimate (a CSV's, a video's frame count): every shard
+    works the bounds out alike."""
+    if shards < 1 or not 0 <= shard < shards:
+        raise ValueError(f"shard must be K/N with 0 <= K < N, got {shard}/{shards}")
+    size = max(0, size)
+    return shard * size // shards, None if shard == shards - 1 else (shard + 1) * size // shards
+
+
 class _RowsOf(RowSource):
     """A row source whose chunks pass through ``select`` (:func:`first_rows`, :func:`rows_after`)."""
 

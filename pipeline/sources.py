@@ -72,13 +72,14 @@ def _existing(path: str | Path, what: str) -> Path:
 
 
 def fewer_rows(where: object, skip: int) -> Callable[[int], SourceError]:
-    """The error of a source that ends with fewer rows than a resumed run's
-    output already holds (NOTE [ resuming ] in sinks): not the same input."""
+    """The error of a source that ends before the rows to be left out of it
+    end: those a resumed output holds (NOTE [ resuming ] in sinks), and those
+    before a window of rows (``ortpipe run --rows/--shard``)."""
 
     def error(rows: int) -> SourceError:
         return SourceError(
-            f"{str(where)!r} holds {rows} rows, fewer than the {skip} the output being resumed already holds: "
-            "resume with the input of the earlier run"
+            f"{str(where)!r} holds {rows} rows, fewer than the {skip} to leave out before its first batch (the rows "
+            "a resumed output holds already, after where a window of rows starts): is this the input meant?"
         )
 
     return error
@@ -759,8 +760,8 @@ class ImageFolderSource(RowSource):
         """This folder without its first ``rows`` images (never decoded)."""
         if self.skip_unreadable:
             raise SourceError(
-                f"{str(self.path)!r}: the rows of a run that left out unreadable images are fewer than its files, "
-                "so which file comes after them is not known: start over, or run without skipping unreadable files"
+                f"{str(self.path)!r}: no rows can be left out (to resume, or for a window of rows) where unreadable "
+                "images are skipped: the rows are fewer than the files, so which file follows them is not known"
             )
         if rows > len(self):
             raise fewer_rows(self.path, rows)(len(self))

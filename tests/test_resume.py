@@ -98,7 +98,7 @@ def test_rows_after_a_plain_iteration_cuts_the_batch_the_skip_ends_in(skip):
 
 def test_rows_after_more_rows_than_the_source_has_is_refused_and_closes_it():
     closed = []
-    with pytest.raises(SourceError, match="holds 20 rows, fewer than the 21 the output being resumed already holds"):
+    with pytest.raises(SourceError, match="holds 20 rows, fewer than the 21 to leave out before its first batch"):
         list(rows_after(_generator(closed=closed), 21))
     assert closed == [True]
     with pytest.raises(ValueError, match="rows to skip must be >= 0"):
@@ -241,7 +241,7 @@ def test_image_folder_leaves_out_the_first_files_undecoded(tmp_path):
     with pytest.raises(SourceError, match="holds 11 rows, fewer than the 12"):
         rows_after(source, 12)
     skipping = ImageFolderSource(folder, 4, [_frames_spec()], skip_unreadable=True)
-    with pytest.raises(SourceError, match="which file comes after them is not known"):
+    with pytest.raises(SourceError, match="which file follows them is not known"):
         rows_after(skipping, 6)
 
 
@@ -572,7 +572,7 @@ def test_ortpipe_run_resume_of_another_input_is_refused_before_any_work(tmp_path
     assert main(argv) == 0
     np.save(data, np.zeros((30, 64), np.float32))
     assert main([*argv, "--resume"]) == 1
-    assert "holds 30 rows, fewer than the 40 the output being resumed already holds" in capsys.readouterr().err
+    assert "holds 30 rows, fewer than the 40 to leave out" in capsys.readouterr().err
     assert read_npy_header_rows(output) == 40 and len(np.load(output)) == 40
 
 

@@ -112,6 +112,35 @@ def size(text: str) -> tuple[int, int]:
     return width, height
 
 
+def row_range(text: str) -> tuple[int, int | None]:
+    """--rows START:END, either side may be left out (``1000:``, ``:5000``): rows START to END-1."""
+    start_text, sep, stop_text = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        start = int(start_text) if start_text.strip() else 0
+        stop = int(stop_text) if stop_text.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rows takes START:END (e.g. 1000:2000 or 1000:), got {text!r}") from None
+    if start < 0 or (stop is not None and stop <= start):
+        raise argparse.ArgumentTypeError(f"--rows needs 0 <= START < END, got {text!r}")
+    return start, stop
+
+
+def shard(text: str) -> tuple[int, int]:
+    """--shard K/N: the K-th (from 0) of N windows."""
+    k_text, sep, n_text = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes K/N (e.g. 0/8 for the first of 8), got {text!r}") from None
+    if n < 1 or not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--shard needs 0 <= K < N, got {text!r} (K counts from 0)")
+    return k, n
+
+
 def column_map(text: str) -> tuple[str, list[str]]:
     name, sep, columns = text.partition("=")
     if not sep or not name or not columns:

@@ -24,6 +24,8 @@ from ._args import (
     names,
     ort_options,
     positive,
+    row_range,
+    shard,
     size,
 )
 from .bench import add_constant_option
@@ -111,6 +113,22 @@ def add_run(sub: Any) -> None:
         default=None,
         metavar="N",
         help="only the first N rows / frames / images (a quick try of a long job)",
+    )
+    window = run.add_mutually_exclusive_group()
+    window.add_argument(
+        "--rows",
+        type=row_range,
+        default=None,
+        metavar="START:END",
+        help="only rows START to END-1 of the input (either may be left out: 1000: or :5000); ids stay the input's",
+    )
+    window.add_argument(
+        "--shard",
+        type=shard,
+        default=None,
+        metavar="K/N",
+        help="only the K-th (from 0) of N contiguous, near-equal windows of the input's rows: N processes or "
+        "machines each run one (a scheduler's array index as K), their outputs together hold every row once",
     )
     run.add_argument(
         "--skip-unreadable",
@@ -263,7 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sink = open_sink(args.output, pipe, data_dependent, resume=args.resume, part_rows=args.part_rows)
         kept = getattr(sink, "kept_rows", 0)
         try:
-            batches, total, exact = _rows_to_run(source, kept, args.limit)
+            batches, total, exact = _rows_to_run(source, kept, _window(args, source))
         except BaseException:
             sink.close()
             raise
@@ -303,21 +321,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows_to_run(source: Any, kept: int, limit: int | None) -> tuple[Any, int, bool]:
-    """The batches to run: ``source`` after the ``kept`` rows of a resumed output, up to
-    the first ``limit`` rows of the input in all; with how many rows they hold
-    (0: not known) and whether that is exact (a CSV's is estimated)."""
+def _input_rows(source: Any) -> tuple[int, bool]:
+    """About how many rows ``source`` holds (0: not known), and whether that is exact (a CSV's is estimated)."""
+    if hasattr(source, "__len__"):
+        return len(source), True
+    return getattr(source, "rows_hint", 0), False
+
+
+def _window(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
+    """Rows ``[start, stop)`` of the input this run is for (``stop`` None: to its end):
+    --rows or --shard, the first --limit rows of that."""
+    from ..jobs import shard_rows
+
+    start, stop = args.rows or (0, None)
+    if args.shard is not None:
+        start, stop = shard_rows(_input_rows(source)[0], *args.shard)
+    if args.limit is not None:
+        stop = start + args.limit if stop is None else min(stop, start + args.limit)
+    return start, stop
+
+
+def _rows_to_run(source: Any, kept: int, window: tuple[int, int | None]) -> tuple[Any, int, bool]:
+    """The batches to run: the ``window`` of ``source``'s rows after the ``kept`` rows
+    of a resumed output; with how many rows they hold (0: not known) and whether
+    that is exact."""
     from ..jobs import first_rows, rows_after
 
-    exact = hasattr(source, "__len__")
-    total = len(source) if exact else getattr(source, "rows_hint", 0)
-    if limit is not None:
-        exact = exact or not total or total >= limit  # the limit is the total
-        total = min(total, limit) if total else limit
-    batches = rows_after(source, kept)
-    if limit is not None:
-        batches = first_rows(batches, limit - kept) if limit > kept else ()
-    return batches, max(0, total - kept), exact
+    start, stop = window
+    total, exact = _input_rows(source)
+    if stop is not None:
+        exact = exact or not total or total >= stop  # the window's end is the total
+        total = min(total, stop) if total else stop
+    first = start + kept
+    batches = rows_after(source, first)
+    if stop is not None:
+        batches = first_rows(batches, stop - first) if stop > first else ()
+    return batches, max(0, total - first), exact
 
 
 def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
