@@ -57,6 +57,10 @@ VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpe
 
 
 class Sink(Protocol):
+    """Where a job's results go (``pipeline.sinks``).  A sink may also have
+    ``mark_complete()``, which :func:`run_job` calls after ``close()`` when the job
+    wrote every row of its source (a data set's ``_SUCCESS``)."""
+
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None: ...
 
     def close(self) -> None: ...
@@ -333,6 +337,8 @@ def run_job(
     decodes straight into the pipeline's pinned slots where it can
     (``summary.filled``; NOTE [ sources that fill slots ]); ``fill_slots=False``
     has it make arrays of its own that the engine stages, as any source.
+    A job that wrote every row of its source marks the sink complete
+    (``mark_complete()``, where it has one: a data set's ``_SUCCESS``).
     """
     metas: collections.deque[dict[str, np.ndarray]] = collections.deque()  # results come back in this order
     summary = summary if summary is not None else JobSummary()
@@ -374,6 +380,9 @@ def run_job(
         finally:
             if progress is not None:
                 progress.close()
+    mark_complete = getattr(sink, "mark_complete", None)
+    if mark_complete is not None and not summary.interrupted:  # here only when nothing failed
+        mark_complete()
     return summary
 
 

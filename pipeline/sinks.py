@@ -14,7 +14,8 @@ leaves no file rather than an empty, unreadable one.
   index and timestamp, or path) next to one column per output;
 * :class:`ParquetDatasetSink` - the same table as a folder of Parquet files
   (a data set, as Spark writes one), each part renamed into place when
-  closed, so a killed run loses only the part it was writing;
+  closed, so a killed run loses only the part it was writing, and a
+  ``_SUCCESS`` file once the job ran to its end;
 * :class:`CsvSink` - the same as CSV, an output of several values a row
   spread over one column per value;
 * :class:`CallbackSink` - your function.
@@ -475,6 +476,8 @@ _PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 _IN_PROGRESS = ".{}.inprogress"
 #: a data set's part is closed once its rows hold this many bytes (arrow's, before compression)
 DEFAULT_PART_BYTES = 256 << 20
+#: the empty file that says a data set is complete (Spark's name; readers leave names starting with _ out)
+SUCCESS = "_SUCCESS"
 
 
 def whole_parts(folder: Path) -> list[Path]:
@@ -559,6 +562,7 @@ class _ParquetParts:
         elif self._number:  # the earlier run's parts: this run's must be of the same columns
             _same_columns(self.folder, self._schema, schema)
         self.folder.mkdir(exist_ok=True)
+        (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
         # a killed run's part of this number, never renamed, is written over
         return _ParquetFile(self.folder / _IN_PROGRESS.format(_PART.format(self._number)), self.row_group_rows)
 
@@ -573,6 +577,11 @@ class _ParquetParts:
     def close(self) -> None:
         if self._part is not None:
             self._finish()
+
+    def mark_complete(self) -> None:
+        """An empty ``_SUCCESS`` in the folder, where there is one: every row asked for is in it."""
+        if self.folder.is_dir():
+            (self.folder / SUCCESS).touch()
 
 
 class _CsvFile:
@@ -777,6 +786,14 @@ class ParquetDatasetSink(ParquetSink):
 
     def _checked(self, path: Path) -> Path:
         return writable_folder(path)
+
+    def mark_complete(self) -> None:
+        """Called once the job wrote every row it was asked for, after ``close``: an
+        empty ``_SUCCESS`` in each folder written, as Spark leaves one, for whatever
+        waits on the data set to know that it is whole (a stopped or failed run
+        leaves none, and adding rows to a data set removes it until then)."""
+        for parts in (self._main, *self._sides.values()):
+            parts.mark_complete()
 
     def _open(self, path: Path) -> _ParquetParts:  # type: ignore[override]
         if not self._resuming:

@@ -527,7 +527,9 @@ def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, su
     assert code == status, said
     if signum == signal.SIGTERM:
         assert "interrupted after" in said and "--resume goes on from there" in said
+    assert not (output / "_SUCCESS").exists()  # a data set: not complete
     assert main(_argv(busy_job, output, "--resume")) == 0
+    assert (output / "_SUCCESS").exists() == (suffix == "")
     kept = _kept(capsys)
     assert 0 < kept < ROWS  # the job had written some rows, not all: the resumed run ran the rest
     scores, ids = _written(output)
@@ -591,6 +593,7 @@ def test_ortpipe_run_into_a_data_set_folder_of_an_earlier_run_is_refused_before_
         "--no-progress",
     ]
     assert main([*argv, "--part-rows", "16"]) == 0
+    assert (tmp_path / "scores" / "_SUCCESS").exists()
     assert main(argv) == 1
     out, err = capsys.readouterr()
     assert "holds 3 part file(s) of an earlier run: resume to go on from them" in err
@@ -608,3 +611,24 @@ def test_ortpipe_run_does_not_write_a_data_set_inside_the_one_it_reads(tmp_path,
     assert "is inside the data set" in capsys.readouterr().err
     assert main([*argv, str(folder / "_scores")]) == 0  # a name readers leave out
     assert pq.read_table(folder / "_scores").num_rows == 8
+
+
+def test_a_stopped_job_leaves_its_data_set_unmarked_and_a_finished_one_marked(tmp_path):
+    import threading
+
+    from pipeline.jobs import run_job
+
+    stop = threading.Event()
+
+    def batches(count: int):
+        for i in range(count):
+            if i == 3:
+                stop.set()  # as the first Ctrl-C or SIGTERM does
+            yield SourceBatch({"x": np.full((8, 64), i, np.float32)}, {"row_id": np.arange(8 * i, 8 * i + 8)})
+
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        summary = run_job(pipe, batches(10), ParquetDatasetSink(tmp_path / "stopped", part_rows=8), stop=stop)
+        assert summary.interrupted and 0 < pq.read_table(tmp_path / "stopped").num_rows < 80
+        assert not (tmp_path / "stopped" / "_SUCCESS").exists()
+        summary = run_job(pipe, batches(2), ParquetDatasetSink(tmp_path / "done", part_rows=8))
+        assert not summary.interrupted and (tmp_path / "done" / "_SUCCESS").exists()

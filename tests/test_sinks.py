@@ -199,6 +199,26 @@ def test_a_new_data_set_is_not_mixed_with_an_earlier_one(tmp_path):
         ParquetDatasetSink(tmp_path / "other", part_rows=0)
 
 
+def test_a_data_set_marked_complete_has_a_success_file_until_rows_are_added(tmp_path):
+    batches = _scores(40, 8)
+    sink = ParquetDatasetSink(tmp_path / "set", part_rows=16)
+    _write(sink, batches[:3])
+    assert not (tmp_path / "set" / "_SUCCESS").exists()  # closed, not marked: a stopped run
+    sink.mark_complete()
+    assert (tmp_path / "set" / "_SUCCESS").read_bytes() == b""
+    assert pq.read_table(tmp_path / "set").num_rows == 24  # readers leave it out
+    resumed = ParquetDatasetSink(tmp_path / "set", part_rows=16, resume=True)
+    resumed.write(0, *batches[3])
+    assert not (tmp_path / "set" / "_SUCCESS").exists()  # rows being added: not complete
+    resumed.close()
+    resumed.mark_complete()
+    assert (tmp_path / "set" / "_SUCCESS").exists()
+    empty = ParquetDatasetSink(tmp_path / "empty")
+    empty.close()
+    empty.mark_complete()
+    assert not (tmp_path / "empty").exists()  # nothing written: no folder made for the marker
+
+
 def test_a_data_set_writes_per_batch_outputs_as_data_sets_beside_it(tmp_path):
     sink = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"])
     boxes = [np.ones((3, 4), np.float32), np.zeros((1, 4), np.float32)]
