@@ -137,3 +137,21 @@ def test_a_window_past_the_input_is_refused(tmp_path, capsys):
     assert main([*argv, "--rows", "20:"]) == 1
     assert "holds 10 rows, fewer than the 20 to leave out" in capsys.readouterr().err
     assert not (tmp_path / "o.npy").exists()
+
+
+def test_shards_writing_hive_folders_make_one_data_set_in_input_order(tmp_path, capsys, inputs):
+    """The README's recipe: ``--shard K/N --output scores/shard=000K``, read back as one table."""
+    from pipeline import TensorSpec
+    from pipeline.sources import ParquetDatasetSource
+
+    (tmp_path / "scores").mkdir()
+    base = ["run", "mlp", "--input", str(tmp_path / "in.npy"), "--batch-size", "64", "--no-progress"]
+    for shard in (2, 0, 1):  # in any order, as a scheduler starts them
+        output = tmp_path / "scores" / f"shard={shard:04d}"
+        assert main([*base, "--output", str(output), "--shard", f"{shard}/3", "--part-rows", "100"]) == 0
+        assert (output / "_SUCCESS").exists()
+    table = pq.read_table(tmp_path / "scores")  # pyarrow: the shard folders as a partition column
+    assert table["row_id"].to_pylist() == list(range(1003)) and table["shard"].to_pylist()[-1] == 2
+    spec = TensorSpec("x", np.dtype(np.float32), ("N", 16))
+    ours = ParquetDatasetSource(tmp_path / "scores", 256, [spec], {"x": ["scores"]})
+    assert np.concatenate([batch.meta["row_id"] for batch in ours]).tolist() == list(range(1003))
