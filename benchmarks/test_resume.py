@@ -1,4 +1,4 @@
-"""What resuming costs before the first batch, and what a data set costs to write.
+"""What resuming costs before the first batch.
 
 A resumed run leaves out the rows its output holds (NOTE [ resuming ] in
 sinks).  A Parquet file's row groups wholly before them are not read, their
@@ -7,8 +7,6 @@ to the first batch of a run resumed at nine tenths of a million-row table,
 Parquet (row groups skipped) against the same table read through (what any
 source without an ``after`` gets) and against CSV.
 
-Writing a data set (``ParquetDatasetSink``: part files closed and renamed as
-they fill) against one Parquet file: the same batches, rows/s.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import pytest
 
 from pipeline import TensorSpec
 from pipeline.jobs import rows_after
-from pipeline.sinks import ParquetDatasetSink, ParquetSink
 from pipeline.sources import CsvSource, ParquetSource
 
 ROWS, FEATURES, BATCH = 1_000_000, 16, 4096
@@ -61,32 +58,3 @@ def test_time_to_the_first_batch_of_a_resumed_run(benchmark, tables, how):
     assert batch.meta["row_id"][0] == SKIP
     benchmark.extra_info["first_batch_ms"] = benchmark.stats.stats.min * 1e3
     print(f"\n{how}: first batch after {SKIP:,} of {ROWS:,} rows in {benchmark.stats.stats.min * 1e3:.1f} ms")
-
-
-def _batches(rows: int = 400_000, size: int = 4096):
-    rng = np.random.default_rng(1)
-    scores = rng.random((size, 16), np.float32)
-    return [(index, size, {"scores": scores}, {"row_id": np.arange(start, start + size)})
-            for index, start in enumerate(range(0, rows, size))]  # fmt: skip
-
-
-@pytest.mark.parametrize("sink", ["one-file", "data-set"])
-def test_writing_a_data_set_against_one_file(benchmark, tmp_path, sink):
-    batches = _batches()
-    rounds = iter(range(100))
-
-    def write():
-        path = tmp_path / f"{sink}-{next(rounds)}"
-        made = (
-            ParquetSink(path.with_suffix(".parquet"))
-            if sink == "one-file"
-            else ParquetDatasetSink(path, part_rows=65536)
-        )
-        for batch in batches:
-            made.write(*batch)
-        made.close()
-
-    benchmark.pedantic(write, rounds=5, iterations=1)
-    rows_per_s = sum(rows for _, rows, _, _ in batches) / benchmark.stats.stats.min
-    benchmark.extra_info["rows_per_s"] = rows_per_s
-    print(f"\n{sink}: {rows_per_s:,.0f} rows/s written")

@@ -215,10 +215,12 @@ def open_sink(
     data_dependent: Collection[str] = (),
     resume: bool = False,
     part_rows: int | None = None,
+    compression: str = "snappy",
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
-    at most ``part_rows`` rows (default: about 256 MB each).
+    at most ``part_rows`` rows (default: about 256 MB each); Parquet compressed
+    with ``compression``.
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
     on the data by the first write are written per batch (NOTE [ per-batch
@@ -239,10 +241,10 @@ def open_sink(
         return NpySink(path, output_names, known, resume)
     _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if kind == "parquet":
-        return ParquetSink(path, data_dependent=known, resume=resume)
+        return ParquetSink(path, data_dependent=known, resume=resume, compression=compression)
     if kind == "csv":
         return CsvSink(path, known, resume)
-    return ParquetDatasetSink(path, data_dependent=known, resume=resume, part_rows=part_rows)
+    return ParquetDatasetSink(path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression)
 
 
 def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatch]:

@@ -375,12 +375,28 @@ class NpySink:
         close_all([*self._streams.values(), *self._offsets.values()])
 
 
-class _ParquetFile:
-    """A Parquet file written in row groups of about ``row_group_rows``."""
+#: Parquet's codecs, as ParquetSink's ``compression`` names them
+PARQUET_CODECS = ("snappy", "zstd", "gzip", "brotli", "lz4", "none")
 
-    def __init__(self, path: Path, row_group_rows: int) -> None:
+
+def parquet_codec(name: str) -> str:
+    """``name`` if pyarrow can write Parquet with it, else a SinkError listing those it can."""
+    import pyarrow as pa
+
+    if name != "none" and (name not in PARQUET_CODECS or not pa.Codec.is_available(name)):
+        usable = [c for c in PARQUET_CODECS if c == "none" or pa.Codec.is_available(c)]
+        raise SinkError(f"Parquet compression {name!r} is not one this pyarrow writes: {usable}")
+    return name
+
+
+class _ParquetFile:
+    """A Parquet file written in row groups of about ``row_group_rows``, each column
+    chunk compressed with ``compression``."""
+
+    def __init__(self, path: Path, row_group_rows: int, compression: str = "snappy") -> None:
         self.path = path
         self.row_group_rows = row_group_rows
+        self.compression = compression
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
@@ -422,9 +438,9 @@ class _ParquetFile:
         import pyarrow.parquet as pq
 
         if self._earlier is None:
-            return pq.ParquetWriter(self.path, schema)
+            return pq.ParquetWriter(self.path, schema, compression=self.compression)
         _same_columns(self.path, self._earlier, schema)
-        writer = pq.ParquetWriter(self._temporary(), schema)
+        writer = pq.ParquetWriter(self._temporary(), schema, compression=self.compression)
         try:
             with pq.ParquetFile(self.path) as earlier:
                 for group in range(earlier.metadata.num_row_groups):  # a group at a time: bounded memory
@@ -514,9 +530,11 @@ class _ParquetParts:
     read as one table, in order: a killed run loses only the part it was
     writing (NOTE [ resuming ])."""
 
-    def __init__(self, folder: Path, row_group_rows: int, part_rows: int | None, part_bytes: int) -> None:
+    def __init__(self, folder: Path, file: Callable[[Path], _ParquetFile], part_rows: int | None, part_bytes: int):
         self.folder = folder
-        self.row_group_rows, self.part_rows, self.part_bytes = row_group_rows, part_rows, part_bytes
+        #: a part's file, written in row groups as the sink says
+        self._file = file
+        self.part_rows, self.part_bytes = part_rows, part_bytes
         self._part: _ParquetFile | None = None
         self._number = 0
         self._rows = self._bytes = 0
@@ -564,7 +582,7 @@ class _ParquetParts:
         self.folder.mkdir(exist_ok=True)
         (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
         # a killed run's part of this number, never renamed, is written over
-        return _ParquetFile(self.folder / _IN_PROGRESS.format(_PART.format(self._number)), self.row_group_rows)
+        return self._file(self.folder / _IN_PROGRESS.format(_PART.format(self._number)))
 
     def _finish(self) -> None:
         assert self._part is not None
@@ -742,18 +760,25 @@ def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
 
 
 class ParquetSink(_TableSink):
-    """Metadata columns, then one column per output (a list column when a row holds several values)."""
+    """Metadata columns, then one column per output (a list column when a row holds
+    several values), in row groups of about ``row_group_rows``, compressed with
+    ``compression`` (one of :data:`PARQUET_CODECS`; pyarrow's default, snappy)."""
 
     _suffix = ".parquet"
 
     def __init__(
-        self, path: str | Path, row_group_rows: int = 65536, data_dependent: DataDependent = (), resume: bool = False
+        self,
+        path: str | Path,
+        row_group_rows: int = 65536,
+        data_dependent: DataDependent = (),
+        resume: bool = False,
+        compression: str = "snappy",
     ) -> None:
-        self.row_group_rows = row_group_rows
+        self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
         super().__init__(path, data_dependent, resume)
 
     def _open(self, path: Path) -> _ParquetFile:
-        return _ParquetFile(path, self.row_group_rows)
+        return _ParquetFile(path, self.row_group_rows, self.compression)
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _list_column(name, flat)
@@ -778,11 +803,12 @@ class ParquetDatasetSink(ParquetSink):
         resume: bool = False,
         part_rows: int | None = None,
         part_bytes: int = DEFAULT_PART_BYTES,
+        compression: str = "snappy",
     ) -> None:
         if part_rows is not None and part_rows < 1:
             raise ValueError(f"part_rows must be >= 1 or None, got {part_rows}")
         self.part_rows, self.part_bytes, self._resuming = part_rows, part_bytes, resume
-        super().__init__(path, row_group_rows, data_dependent, resume)
+        super().__init__(path, row_group_rows, data_dependent, resume, compression)
 
     def _checked(self, path: Path) -> Path:
         return writable_folder(path)
@@ -798,7 +824,7 @@ class ParquetDatasetSink(ParquetSink):
     def _open(self, path: Path) -> _ParquetParts:  # type: ignore[override]
         if not self._resuming:
             refuse_used_folder(path)
-        return _ParquetParts(path, self.row_group_rows, self.part_rows, self.part_bytes)
+        return _ParquetParts(path, super()._open, self.part_rows, self.part_bytes)
 
 
 def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:

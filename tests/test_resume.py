@@ -456,8 +456,9 @@ def busy_job(tmp_path_factory):
 
 def _argv(job, output: Path, *more: str) -> list[str]:
     data, model, _ = job
+    parts = [] if output.suffix else ["--part-rows", "4096"]  # a data set: several parts in a run
     return ["run", str(model), "--input", str(data), "--output", str(output), "--batch-size", "8", "--threads", "1",
-            "--device", "cpu", "--no-progress", "--part-rows", "4096", *more]  # fmt: skip
+            "--device", "cpu", "--no-progress", *parts, *more]  # fmt: skip
 
 
 def _stopped_mid_run(job, output: Path, signum: int) -> tuple[int, str]:

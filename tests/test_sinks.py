@@ -226,3 +226,31 @@ def test_a_data_set_writes_per_batch_outputs_as_data_sets_beside_it(tmp_path):
     assert sink.per_batch_paths == {"boxes": (tmp_path / "dets.boxes",)}
     assert pq.read_table(tmp_path / "dets.boxes")["batch"].to_pylist() == [0, 0, 0, 1]
     assert pq.read_table(tmp_path / "dets").column_names == ["frame", "batch", "score"]
+
+
+@pytest.mark.parametrize("codec", ["zstd", "gzip", "none"])
+def test_parquet_outputs_are_compressed_with_the_codec_asked_for(tmp_path, codec):
+    _write(ParquetSink(tmp_path / "one.parquet", compression=codec), _scores(40, 8))
+    _write(ParquetDatasetSink(tmp_path / "set", part_rows=16, compression=codec), _scores(40, 8))
+    files = [tmp_path / "one.parquet", *sorted((tmp_path / "set").glob("part-*.parquet"))]
+    for file in files:
+        metadata = pq.read_metadata(file)
+        chunks = [metadata.row_group(g).column(c) for g in range(metadata.num_row_groups) for c in range(2)]
+        assert {chunk.compression for chunk in chunks} == {"UNCOMPRESSED" if codec == "none" else codec.upper()}
+    with pytest.raises(
+        SinkError, match=r"Parquet compression 'zip' is not one this pyarrow writes: \['snappy', 'zstd'"
+    ):
+        ParquetSink(tmp_path / "x.parquet", compression="zip")
+
+
+def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path, capsys):
+    from pipeline.cli import main
+
+    np.save(tmp_path / "in.npy", np.zeros((10, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "in.npy"), "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "o.parquet"), "--compression", "zstd"]) == 0
+    assert pq.read_metadata(tmp_path / "o.parquet").row_group(0).column(0).compression == "ZSTD"
+    assert main([*argv, str(tmp_path / "o.npy"), "--compression", "zstd"]) == 1
+    assert "--compression is for a Parquet output; " in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 1
+    assert "--part-rows is for an output folder (a Parquet data set)" in capsys.readouterr().err

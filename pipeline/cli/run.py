@@ -15,6 +15,7 @@ from typing import Any, Literal
 from .. import models
 from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
+from ..sinks import PARQUET_CODECS
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -171,6 +172,12 @@ def add_run(sub: Any) -> None:
         metavar="N",
         help="an output folder: rows a part file holds at most (default: parts of about 256 MB)",
     )
+    run.add_argument(
+        "--compression",
+        choices=PARQUET_CODECS,
+        default=None,
+        help="a Parquet output's compression codec (default snappy, pyarrow's)",
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -252,12 +259,25 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
         )
 
 
+def _options_fit_the_output(args: argparse.Namespace) -> None:
+    """Options for a Parquet output given with another kind of output: refused, not ignored."""
+    from ..jobs import sink_kind
+    from ..sinks import SinkError
+
+    kind, output = sink_kind(args.output), str(args.output)
+    if args.part_rows is not None and kind != "parquet data set":
+        raise SinkError(f"--part-rows is for an output folder (a Parquet data set); {output!r} is written as {kind}")
+    if args.compression is not None and not kind.startswith("parquet"):
+        raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, run_job, source_kind
 
     kind = source_kind(args.input)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     check_output(args.output, args.resume)  # fail before any work
+    _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
@@ -278,7 +298,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             skip_unreadable=args.skip_unreadable,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
-        sink = open_sink(args.output, pipe, data_dependent, resume=args.resume, part_rows=args.part_rows)
+        parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
+        sink = open_sink(args.output, pipe, data_dependent, args.resume, **parquet)
         kept = getattr(sink, "kept_rows", 0)
         try:
             batches, total, exact = _rows_to_run(source, kept, _window(args, source))
