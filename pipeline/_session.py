@@ -201,9 +201,11 @@ class SessionConfig:
 
     intra_op_threads: int | None = None
     log_severity: int = 3  # errors only: ORT's warnings are noise in a pipeline
-    #: let ORT's intra-op threads spin after a run (ORT's default); in a pipeline
-    #: they would spin on the cores the other stages need
-    spin: bool = False
+    #: let ORT's intra-op threads spin-wait for work (ORT's default).  Turned off
+    #: once, for fear they would take the cores the other stages need; measured
+    #: on the CPU backend (2026-12-04), spinning made the conv net's runs faster
+    #: in every mode, beside a source as busy as the model too (README, Results)
+    spin: bool = True
     #: ORT's graph optimization level by name (GRAPH_OPTIMIZATION); None: ORT's default, "all"
     graph_optimization: str | None = None
     #: ORT session config entries (``SessionOptions.add_session_config_entry``),

@@ -332,7 +332,7 @@ def run_modes(
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
     session = session or SessionConfig()
-    # The baselines are what a user would write: ORT's defaults (spinning on).
+    # The baselines are what a user would write: ORT's defaults (spinning on), whatever the pipelines get.
     config = dataclasses.replace(session, spin=True)
     results: list[ModeResult] = []
     if "naive" in modes:

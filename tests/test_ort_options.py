@@ -29,13 +29,17 @@ def test_graph_optimization_reaches_the_session(name, level):
 
 def test_session_entries_reach_the_session_and_win_over_ortpipes_own(capfd):
     entries = {"session.set_denormal_as_zero": "1", "session.intra_op.allow_spinning": "1"}
-    session = OrtSession(models.mlp(), HostDevice(), config=SessionConfig(entries=entries))
+    no_spin = SessionConfig(spin=False, entries=entries)
+    session = OrtSession(models.mlp(), HostDevice(), config=no_spin)
     assert "already exists" not in capfd.readouterr().err  # ortpipe's own value is not set first, then replaced
     options = session.session.get_session_options()
     for key, value in entries.items():
         assert options.get_session_config_entry(key) == value
+    quiet = OrtSession(models.mlp(), HostDevice(), config=SessionConfig(spin=False)).session.get_session_options()
+    assert quiet.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     default = OrtSession(models.mlp(), HostDevice()).session.get_session_options()
-    assert default.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(RuntimeError, match="does not have configuration with key"):
+        default.get_session_config_entry("session.intra_op.allow_spinning")  # not set: ORT's default, spinning
 
 
 @pytest.mark.parametrize(
