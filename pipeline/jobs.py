@@ -277,6 +277,17 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
     return drop_first(iter(source), skip, _batch_rows, _sliced_batch, too_few)
 
 
+def window(source: Iterable[SourceBatch], start: int, stop: int | None = None) -> Iterable[SourceBatch]:
+    """Rows ``start`` to ``stop - 1`` of ``source`` (``stop`` None: to its end), each
+    with its metadata as in the whole source: :func:`rows_after` then :func:`first_rows`.
+    A resumed run's window starts after the rows its output holds:
+    ``window(source, start + sink.kept_rows, stop)``."""
+    if stop is not None and stop <= start:
+        return ()
+    later = rows_after(source, start)
+    return later if stop is None else first_rows(later, stop - start)
+
+
 def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:
     """Rows ``[start, stop)`` of the ``shard``-th (from 0) of ``shards`` contiguous windows of
     an input of about ``size`` rows, as even as whole rows allow.  The last one runs

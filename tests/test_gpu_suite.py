@@ -42,7 +42,10 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "convnet batch sweep, 4 frames",
     ]
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
-    assert report["convnet_ops"]["runs"] == 10 and report["convnet_ops"]["ops"][0]["op"] == "Conv"
+    ops = report["convnet_ops"]["ops"]
+    assert report["convnet_ops"]["runs"] == 10 and "Conv" in {op["op"] for op in ops}
+    times = [op["ms_per_run"] for op in ops]
+    assert times == sorted(times, reverse=True)  # slowest first (which op that is depends on the machine's load)
     *main_set, one_copy_thread, detect, tiny_two, convnet_two, on_device, sweep_1, sweep_4 = report["models"]
     assert [(r["mode"], r["depth"]) for r in on_device["results"]] == [("caller", 3), ("auto", 3)]
     assert all(r["stage_ms"]["stage"] == 0.0 for r in on_device["results"])  # nothing staged

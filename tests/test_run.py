@@ -382,7 +382,9 @@ def models_inputs():
         return pipe.source_inputs
 
 
-@pytest.mark.parametrize("name", ["video_frames", "bulk_scoring", "benchmark", "several_devices", "detections"])
+@pytest.mark.parametrize(
+    "name", ["video_frames", "bulk_scoring", "benchmark", "several_devices", "detections", "resumable_scoring"]
+)
 def test_examples_run(tmp_path, name, capsys):
     if name == "video_frames":
         pytest.importorskip("av", reason="the video example needs PyAV")
@@ -393,6 +395,22 @@ def test_examples_run(tmp_path, name, capsys):
         output = module.main(str(tmp_path))
         assert Path(output).exists()
     assert capsys.readouterr().out
+
+
+def test_the_resumable_scoring_example_scores_every_row_once_however_often_it_runs(tmp_path, capsys):
+    module = _example("resumable_scoring")
+    scores = module.main(str(tmp_path), "1/2")  # one task of the array job first
+    assert "shard 1/2: 0 rows kept" in capsys.readouterr().out
+    module.main(str(tmp_path))  # then every task: shard 1 has nothing left
+    assert "shard 1/2: 50000 rows kept, 0 items" in capsys.readouterr().out
+    table = pq.read_table(scores)
+    files = table["file"].to_pylist()
+    assert files == sorted(files) and table.num_rows == 100_000
+    assert table["row_id"].to_pylist() == [row for _ in range(4) for row in range(25_000)]  # input order, every row
+    parts = {path: path.read_bytes() for path in sorted(scores.rglob("*.parquet"))}
+    module.main(str(tmp_path))  # done: nothing is rewritten
+    assert {path: path.read_bytes() for path in sorted(scores.rglob("*.parquet"))} == parts
+    assert all((scores / f"shard={k:04d}" / "_SUCCESS").exists() for k in range(2))
 
 
 def test_the_detections_example_joins_each_hit_to_its_frame(tmp_path, capsys):

@@ -302,7 +302,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sink = open_sink(args.output, pipe, data_dependent, args.resume, **parquet)
         kept = getattr(sink, "kept_rows", 0)
         try:
-            batches, total, exact = _rows_to_run(source, kept, _window(args, source))
+            batches, total, exact = _rows_to_run(source, kept, _bounds(args, source))
         except BaseException:
             sink.close()
             raise
@@ -349,7 +349,7 @@ def _input_rows(source: Any) -> tuple[int, bool]:
     return getattr(source, "rows_hint", 0), False
 
 
-def _window(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
+def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     """Rows ``[start, stop)`` of the input this run is for (``stop`` None: to its end):
     --rows or --shard, the first --limit rows of that."""
     from ..jobs import shard_rows
@@ -362,22 +362,19 @@ def _window(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     return start, stop
 
 
-def _rows_to_run(source: Any, kept: int, window: tuple[int, int | None]) -> tuple[Any, int, bool]:
-    """The batches to run: the ``window`` of ``source``'s rows after the ``kept`` rows
-    of a resumed output; with how many rows they hold (0: not known) and whether
-    that is exact."""
-    from ..jobs import first_rows, rows_after
+def _rows_to_run(source: Any, kept: int, bounds: tuple[int, int | None]) -> tuple[Any, int, bool]:
+    """The batches to run: rows ``bounds`` of ``source`` after the ``kept`` rows of a
+    resumed output; with how many rows they hold (0: not known) and whether that
+    is exact."""
+    from ..jobs import window
 
-    start, stop = window
+    start, stop = bounds
     total, exact = _input_rows(source)
     if stop is not None:
         exact = exact or not total or total >= stop  # the window's end is the total
         total = min(total, stop) if total else stop
     first = start + kept
-    batches = rows_after(source, first)
-    if stop is not None:
-        batches = first_rows(batches, stop - first) if stop > first else ()
-    return batches, max(0, total - first), exact
+    return window(source, first, stop), max(0, total - first), exact
 
 
 def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
