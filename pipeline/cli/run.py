@@ -162,8 +162,8 @@ def add_run(sub: Any) -> None:
         "--resume",
         action="store_true",
         help="go on where an earlier run into --output stopped: its whole rows are kept, as many rows of the input "
-        "skipped, the rest appended (the same input, in the same order; .npy and .csv also after a kill, Parquet "
-        "after Ctrl-C or SIGTERM)",
+        "skipped, the rest appended (the same input, in the same order; .npy, .csv and a folder also after a kill, "
+        "a .parquet file after Ctrl-C or SIGTERM)",
     )
     run.add_argument(
         "--part-rows",
