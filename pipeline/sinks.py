@@ -538,8 +538,8 @@ class _ParquetParts:
         self._part: _ParquetFile | None = None
         self._number = 0
         self._rows = self._bytes = 0
-        #: the parts' schema: the earlier run's when resuming, else the first rows'
-        self._schema: Any = None
+        #: the earlier run's schema, when resuming a folder that holds parts (NOTE [ resuming ])
+        self._earlier: Any = None
 
     def resume(self) -> int:
         """The rows of the whole parts an earlier run left, to be kept (the part it was
@@ -560,8 +560,8 @@ class _ParquetParts:
             except Exception as exc:
                 raise SinkError(f"cannot resume {str(self.folder)!r}: {str(part)!r} is not readable ({exc})") from exc
             rows += metadata.num_rows
-            if self._schema is None:
-                self._schema = metadata.schema.to_arrow_schema()
+            if self._earlier is None:
+                self._earlier = metadata.schema.to_arrow_schema()
         self._number = len(parts)
         return rows
 
@@ -575,10 +575,8 @@ class _ParquetParts:
             self._finish()
 
     def _start(self, schema: Any) -> _ParquetFile:
-        if self._schema is None:
-            self._schema = schema
-        elif self._number:  # the earlier run's parts: this run's must be of the same columns
-            _same_columns(self.folder, self._schema, schema)
+        if self._earlier is not None:  # this run's parts must be of the earlier run's columns
+            _same_columns(self.folder, self._earlier, schema)
         self.folder.mkdir(exist_ok=True)
         (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
         # a killed run's part of this number, never renamed, is written over
