@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import Pipeline, models
-from pipeline.jobs import JobSummary, run_job, shard_rows, window
+from pipeline.jobs import JobSummary, resumed, run_job, shard_rows
 from pipeline.sinks import ParquetDatasetSink
 from pipeline.sources import ParquetDatasetSource
 
@@ -46,7 +46,7 @@ def score_shard(
         source = ParquetDatasetSource(features, 4096, pipe.source_inputs)  # every row keeps its file and row
         start, end = shard_rows(len(source), shard, shards)
         sink = ParquetDatasetSink(scores / f"shard={shard:04d}", resume=True, part_rows=20_000)
-        rows = window(source, start + sink.kept_rows, end)  # the rows written before are not read again
+        rows = resumed(source, sink, start, end)  # after the rows written before, checked against the last one
         summary = run_job(pipe, rows, sink, stop=stop)  # a data set gets _SUCCESS once its window is done
     print(f"shard {shard}/{shards}: {sink.kept_rows} rows kept, {summary}")
     return summary

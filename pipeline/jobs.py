@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from .sources import (
     fewer_rows,
     parquet_files,
 )
+
+#: a block of rows of a source's iteration (a batch, a chunk)
+T = TypeVar("T")
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -280,12 +283,82 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
 def window(source: Iterable[SourceBatch], start: int, stop: int | None = None) -> Iterable[SourceBatch]:
     """Rows ``start`` to ``stop - 1`` of ``source`` (``stop`` None: to its end), each
     with its metadata as in the whole source: :func:`rows_after` then :func:`first_rows`.
-    A resumed run's window starts after the rows its output holds:
-    ``window(source, start + sink.kept_rows, stop)``."""
+    A resumed run's window starts after the rows its output holds: :func:`resumed`."""
     if stop is not None and stop <= start:
         return ()
     later = rows_after(source, start)
     return later if stop is None else first_rows(later, stop - start)
+
+
+def resumed(
+    source: Iterable[SourceBatch], sink: Sink, start: int = 0, stop: int | None = None
+) -> Iterable[SourceBatch]:
+    """Rows ``start`` to ``stop - 1`` of ``source`` that ``sink`` (opened with
+    ``resume=True``) does not hold yet: the window after its ``kept_rows``
+    (NOTE [ resuming ] in sinks).
+
+    Rows are counted, so the input must be the earlier run's.  Where the sink
+    keeps metadata (a table: ids, file and row, path, frame index), that is
+    checked: the input is read from the row before, whose integer and text
+    metadata must be those of the sink's last row, and that row is left out
+    again; an input that differs there is refused before any batch runs."""
+    kept = getattr(sink, "kept_rows", 0)
+    last_kept_row = getattr(sink, "last_kept_row", None)
+    expected = last_kept_row() if kept and last_kept_row is not None else None
+    if expected is None:
+        return window(source, start + kept, stop)
+    rows = window(source, start + kept - 1, stop)
+    check = _mismatch(expected, start + kept - 1, getattr(source, "path", type(source).__name__))
+    if isinstance(rows, RowSource):
+        return _RowsOf(rows, lambda chunks: _checked_first_row(chunks, _chunk_meta, _chunk_rows, _sliced_chunk, check))
+    return _checked_first_row(iter(rows), _batch_meta, _batch_rows, _sliced_batch, check)
+
+
+def _mismatch(expected: dict[str, Any], row: int, where: object) -> Callable[[dict[str, np.ndarray]], None]:
+    """A check of row ``row``'s metadata (the first of a batch's) against the output's last kept row."""
+
+    def check(meta: dict[str, np.ndarray]) -> None:
+        differ = {
+            name: (expected[name], values[0].item())
+            for name, values in meta.items()
+            if name in expected and values.dtype.kind in "iuUSO" and str(values[0]) != str(expected[name])
+        }
+        if differ:
+            said = "; ".join(f"{name} {got!r} where the output has {want!r}" for name, (want, got) in differ.items())
+            raise SourceError(
+                f"cannot resume: row {row} of {str(where)!r} is not the last row the output holds ({said}): the input "
+                "is not the one the output was made from, or not in the same order"
+            )
+
+    return check
+
+
+def _checked_first_row(
+    items: Iterator[T],
+    meta_of: Callable[[T], dict[str, np.ndarray]],
+    rows_of: Callable[[T], int],
+    sliced: Callable[[T, slice], T],
+    check: Callable[[dict[str, np.ndarray]], None],
+) -> Iterator[T]:
+    """``items`` without their first row, once ``check`` has passed that row's metadata."""
+    try:
+        first = next(items, None)
+        if first is None:
+            return
+        check(meta_of(first))
+        if rows_of(first) > 1:
+            yield sliced(first, slice(1, None))
+        yield from items
+    finally:
+        close_iteration(items)
+
+
+def _batch_meta(item: SourceBatch) -> dict[str, np.ndarray]:
+    return item.meta
+
+
+def _chunk_meta(chunk: Chunk) -> dict[str, np.ndarray]:
+    return chunk[1]
 
 
 def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:

@@ -41,8 +41,11 @@ or killed outright - goes on where it ended: its sink, opened with
 (``kept_rows``), cutting off a partial row a kill left behind, and the job
 leaves out as many rows of its source (``jobs.rows_after``: unread where the
 format allows) and appends the rest, so the file ends as one uninterrupted
-run would have left it.  Rows are counted, not matched: the input must be the
-same, in the same order.  What each format keeps of a run that was killed: a
+run would have left it.  Rows are counted, so the input must be the same, in
+the same order; where the output keeps metadata (a table: ids, file and row,
+path), ``jobs.resumed`` holds the input's row before the first new one
+against the output's last row and refuses an input that differs there.
+What each format keeps of a run that was killed: a
 ``.npy`` every whole row (found from the file's size: the header says 0 until
 the file is closed); a CSV every whole line; a Parquet file nothing - its
 footer is written at close, so a killed run's rows cannot be read back, and
@@ -425,6 +428,10 @@ class _ParquetFile:
     def _temporary(self) -> Path:
         return self.path.with_name(self.path.name + ".resuming")
 
+    def last_row(self) -> dict[str, Any] | None:
+        """The last row of the earlier run's file, column by column (None when it has none)."""
+        return _last_parquet_row(self.path) if self._earlier is not None else None
+
     def write(self, batch: Any) -> None:
         if self._writer is None:
             self._writer = self._open_writer(batch.schema)
@@ -483,6 +490,15 @@ def _same_columns(path: Path, earlier: Any, schema: Any) -> None:
 
 def _columns(schema: Any) -> str:
     return ", ".join(f"{field.name} ({field.type})" for field in schema)
+
+
+def _last_parquet_row(path: Path) -> dict[str, Any]:
+    """The last row of a Parquet file (its last row group read, no more)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as file:
+        group = file.read_row_group(file.metadata.num_row_groups - 1)
+    return group.slice(group.num_rows - 1).to_pylist()[0]  # type: ignore[no-any-return]
 
 
 #: a data set's part files: their names sort in the order they were written, and are read back in
@@ -565,6 +581,11 @@ class _ParquetParts:
         self._number = len(parts)
         return rows
 
+    def last_row(self) -> dict[str, Any] | None:
+        """The last row of the earlier run's last whole part (None when there is none)."""
+        parts = whole_parts(self.folder) if self._earlier is not None else []
+        return _last_parquet_row(parts[-1]) if parts else None
+
     def write(self, batch: Any) -> None:
         if self._part is None:
             self._part = self._start(batch.schema)
@@ -634,6 +655,25 @@ class _CsvFile:
         self._header = names
         return rows
 
+    def last_row(self) -> dict[str, Any] | None:
+        """The last whole line of the earlier run's file, column by column, as text (None when it has none)."""
+        if self._header is None:
+            return None
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        with self.path.open("rb") as file:
+            header = file.readline()
+            end = file.seek(0, 2)  # resume() left the file ending in a newline
+            start = max(len(header), _after_last_line(file, end - 1))
+            file.seek(start)
+            line = file.read(end - start)
+        if not line.strip():
+            return None
+        as_text = pcsv.ConvertOptions(column_types=dict.fromkeys(self._header, pa.string()))
+        table = pcsv.read_csv(pa.py_buffer(header + line), convert_options=as_text)
+        return table.to_pylist()[0] if table.num_rows else None  # type: ignore[no-any-return]
+
     def write(self, batch: Any) -> None:
         if self._writer is None:
             self._writer = self._open_writer(batch.schema)
@@ -662,9 +702,10 @@ class _CsvFile:
                 self._file.close()
 
 
-def _after_last_line(file: BinaryIO, block: int = 1 << 16) -> int:
-    """The offset just after the file's last newline (0 when it has none), read from the end."""
-    end = file.seek(0, 2)
+def _after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 16) -> int:
+    """The offset just after the last newline before ``end`` (default: the file's
+    end; 0 when there is none), read backwards a block at a time."""
+    end = file.seek(0, 2) if end is None else end
     while end > 0:
         start = max(0, end - block)
         file.seek(start)
@@ -695,6 +736,11 @@ class _TableSink:
         self._sides: dict[str, Any] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._batch_column = "batch"
+
+    def last_kept_row(self) -> dict[str, Any] | None:
+        """The last of the rows kept from an earlier run, column by column (a CSV's as
+        text), for ``jobs.resumed`` to hold the input's row against; None when none was kept."""
+        return self._main.last_row() if self.kept_rows else None
 
     def _checked(self, path: Path) -> Path:
         """``path`` after checking that it can be written."""

@@ -633,3 +633,75 @@ def test_a_stopped_job_leaves_its_data_set_unmarked_and_a_finished_one_marked(tm
         assert not (tmp_path / "stopped" / "_SUCCESS").exists()
         summary = run_job(pipe, batches(2), ParquetDatasetSink(tmp_path / "done", part_rows=8))
         assert not summary.interrupted and (tmp_path / "done" / "_SUCCESS").exists()
+
+
+# -- the input checked against the output's last row ------------------------------------------------------------
+
+
+def _table_with_ids(path: Path, ids) -> Path:
+    values = np.arange(len(ids) * 64, dtype=np.float32).reshape(len(ids), 64)
+    table = {"id": np.asarray(ids, np.int64), **{f"f{i}": values[:, i] for i in range(64)}}
+    pq.write_table(pa.table(table), path, row_group_size=16)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ""])
+def test_resuming_from_another_input_is_refused_where_the_output_keeps_ids(tmp_path, capsys, suffix):
+    data, output = tmp_path / "in.parquet", tmp_path / f"out{suffix}"
+    argv = ["run", "mlp", "--input", str(data), "--output", str(output), "--id-column", "id", "--batch-size", "8"]
+    argv += ["--no-progress"]
+    _table_with_ids(data, range(1000, 1100))
+    assert main([*argv, "--limit", "30"]) == 0
+    _table_with_ids(data, range(2000, 2100))  # regenerated: as many rows, other ids
+    assert main([*argv, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot resume: row 29 of" in err and "(id 2029 where the output has " in err
+    _table_with_ids(data, range(1000, 1100))  # the input it was made from: resumed
+    assert main([*argv, "--resume"]) == 0
+    ids = (pcsv.read_csv(output) if suffix == ".csv" else pq.read_table(output))["id"].to_pylist()
+    assert ids == list(range(1000, 1100))
+
+
+def test_resuming_after_files_were_added_to_the_data_set_is_refused(tmp_path, capsys):
+    folder = tmp_path / "features"
+    folder.mkdir()
+    for name in ("b.parquet", "c.parquet"):
+        _table_with_ids(folder / name, range(20))
+    argv = ["run", "mlp", "--input", str(folder), "--output", str(tmp_path / "scores"), "--batch-size", "8"]
+    argv += ["--no-progress", "--input-column", "x=" + ",".join(f"f{i}" for i in range(64))]
+    assert main([*argv, "--limit", "25"]) == 0
+    _table_with_ids(folder / "a.parquet", range(20))  # sorts first: every row after it moves
+    assert main([*argv, "--resume"]) == 1
+    assert "file 'b.parquet' where the output has 'c.parquet'" in capsys.readouterr().err
+
+
+def test_resuming_after_images_were_added_is_refused(tmp_path, capsys):
+    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(1, 12):
+        Image.fromarray(np.full((16, 16, 3), i, np.uint8)).save(folder / f"im{i:02d}.png")
+    argv = ["run", "convnet", "--input", str(folder), "--output", str(tmp_path / "tags.parquet"), "--size", "16x16"]
+    argv += ["--batch-size", "4", "--no-progress"]
+    assert main([*argv, "--limit", "6"]) == 0
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(folder / "im00.png")
+    assert main([*argv, "--resume"]) == 1
+    assert "im05.png' where the output has " in capsys.readouterr().err
+    (folder / "im00.png").unlink()
+    assert main([*argv, "--resume"]) == 0  # decoded into the slots, the check row left out
+    paths = pq.read_table(tmp_path / "tags.parquet")["path"].to_pylist()
+    assert [Path(p).name for p in paths] == [f"im{i:02d}.png" for i in range(1, 12)]
+
+
+def test_resumed_checks_the_row_before_and_leaves_it_out_of_a_python_job(tmp_path):
+    from pipeline.jobs import resumed, run_job
+
+    data = _table_with_ids(tmp_path / "in.parquet", range(500, 540))
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        source = ParquetSource(data, 8, pipe.source_inputs, {"x": [f"f{i}" for i in range(64)]}, "id")
+        run_job(pipe, first_rows(source, 13), ParquetSink(tmp_path / "o.parquet"))
+        sink = ParquetSink(tmp_path / "o.parquet", resume=True)
+        assert sink.kept_rows == 13 and sink.last_kept_row()["id"] == 512
+        summary = run_job(pipe, resumed(source, sink), sink)
+    assert summary.items == 27
+    assert pq.read_table(tmp_path / "o.parquet")["id"].to_pylist() == list(range(500, 540))

@@ -302,7 +302,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sink = open_sink(args.output, pipe, data_dependent, args.resume, **parquet)
         kept = getattr(sink, "kept_rows", 0)
         try:
-            batches, total, exact = _rows_to_run(source, kept, _bounds(args, source))
+            batches, total, exact = _rows_to_run(source, sink, _bounds(args, source))
         except BaseException:
             sink.close()
             raise
@@ -362,19 +362,18 @@ def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     return start, stop
 
 
-def _rows_to_run(source: Any, kept: int, bounds: tuple[int, int | None]) -> tuple[Any, int, bool]:
-    """The batches to run: rows ``bounds`` of ``source`` after the ``kept`` rows of a
-    resumed output; with how many rows they hold (0: not known) and whether that
-    is exact."""
-    from ..jobs import window
+def _rows_to_run(source: Any, sink: Any, bounds: tuple[int, int | None]) -> tuple[Any, int, bool]:
+    """The batches to run: rows ``bounds`` of ``source`` after those a resumed ``sink``
+    holds (checked against its last row where it keeps metadata); with how many
+    rows they hold (0: not known) and whether that is exact."""
+    from ..jobs import resumed
 
     start, stop = bounds
     total, exact = _input_rows(source)
     if stop is not None:
         exact = exact or not total or total >= stop  # the window's end is the total
         total = min(total, stop) if total else stop
-    first = start + kept
-    return window(source, first, stop), max(0, total - first), exact
+    return resumed(source, sink, start, stop), max(0, total - start - getattr(sink, "kept_rows", 0)), exact
 
 
 def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
