@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,9 +52,6 @@ from .sources import (
     fewer_rows,
     parquet_files,
 )
-
-#: a block of rows of a source's iteration (a batch, a chunk)
-T = TypeVar("T")
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
@@ -298,67 +295,52 @@ def resumed(
     (NOTE [ resuming ] in sinks).
 
     Rows are counted, so the input must be the earlier run's.  Where the sink
-    keeps metadata (a table: ids, file and row, path, frame index), that is
-    checked: the input is read from the row before, whose integer and text
-    metadata must be those of the sink's last row, and that row is left out
-    again; an input that differs there is refused before any batch runs."""
+    keeps metadata (a table: ids, file and row, path) that says more than a
+    row's place, it is checked now, before any batch: the input's row before
+    the first new one is read on its own (the batches after it keep their
+    places, as in an uninterrupted run), and its integer and text metadata
+    must be those of the sink's last row; an input that differs is refused.
+    Sources whose metadata are positions only (``positional_meta``: a
+    ``.npy``'s row ids, a video's frame indices) have nothing to check."""
     kept = getattr(sink, "kept_rows", 0)
     last_kept_row = getattr(sink, "last_kept_row", None)
-    expected = last_kept_row() if kept and last_kept_row is not None else None
-    if expected is None:
-        return window(source, start + kept, stop)
-    rows = window(source, start + kept - 1, stop)
-    check = _mismatch(expected, start + kept - 1, getattr(source, "path", type(source).__name__))
+    first = start + kept
+    if kept and last_kept_row is not None and not getattr(source, "positional_meta", False):
+        expected = last_kept_row()
+        if expected is not None:
+            _check_row(window(source, first - 1, first), expected, first - 1, source)
+    return window(source, first, stop)
+
+
+def _check_row(rows: Iterable[SourceBatch], expected: dict[str, Any], row: int, source: object) -> None:
+    """Refuse the input when row ``row`` (the one row of ``rows``) does not have the
+    integer and text metadata of ``expected``, the output's last row."""
     if isinstance(rows, RowSource):
-        return _RowsOf(rows, lambda chunks: _checked_first_row(chunks, _chunk_meta, _chunk_rows, _sliced_chunk, check))
-    return _checked_first_row(iter(rows), _batch_meta, _batch_rows, _sliced_batch, check)
-
-
-def _mismatch(expected: dict[str, Any], row: int, where: object) -> Callable[[dict[str, np.ndarray]], None]:
-    """A check of row ``row``'s metadata (the first of a batch's) against the output's last kept row."""
-
-    def check(meta: dict[str, np.ndarray]) -> None:
-        differ = {
-            name: (expected[name], values[0].item())
-            for name, values in meta.items()
-            if name in expected and values.dtype.kind in "iuUSO" and str(values[0]) != str(expected[name])
-        }
-        if differ:
-            said = "; ".join(f"{name} {got!r} where the output has {want!r}" for name, (want, got) in differ.items())
-            raise SourceError(
-                f"cannot resume: row {row} of {str(where)!r} is not the last row the output holds ({said}): the input "
-                "is not the one the output was made from, or not in the same order"
-            )
-
-    return check
-
-
-def _checked_first_row(
-    items: Iterator[T],
-    meta_of: Callable[[T], dict[str, np.ndarray]],
-    rows_of: Callable[[T], int],
-    sliced: Callable[[T, slice], T],
-    check: Callable[[dict[str, np.ndarray]], None],
-) -> Iterator[T]:
-    """``items`` without their first row, once ``check`` has passed that row's metadata."""
-    try:
-        first = next(items, None)
-        if first is None:
-            return
-        check(meta_of(first))
-        if rows_of(first) > 1:
-            yield sliced(first, slice(1, None))
-        yield from items
-    finally:
-        close_iteration(items)
-
-
-def _batch_meta(item: SourceBatch) -> dict[str, np.ndarray]:
-    return item.meta
-
-
-def _chunk_meta(chunk: Chunk) -> dict[str, np.ndarray]:
-    return chunk[1]
+        chunks = rows.chunks()
+        try:
+            first = next(chunks, None)
+        finally:
+            close_iteration(chunks)
+        meta = first[1] if first is not None else None
+    else:
+        batches = iter(rows)
+        try:
+            batch = next(batches, None)
+        finally:
+            close_iteration(batches)
+        meta = batch.meta if batch is not None else None
+    differ = {
+        name: (expected[name], values[0].item())
+        for name, values in (meta or {}).items()
+        if name in expected and values.dtype.kind in "iuUSO" and str(values[0]) != str(expected[name])
+    }
+    if differ:
+        said = "; ".join(f"{name} {got!r} where the output has {want!r}" for name, (want, got) in differ.items())
+        where = getattr(source, "path", type(source).__name__)
+        raise SourceError(
+            f"cannot resume: row {row} of {str(where)!r} is not the last row the output holds ({said}): the input "
+            "is not the one the output was made from, or not in the same order"
+        )
 
 
 def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:

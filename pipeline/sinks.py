@@ -53,8 +53,13 @@ resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM); a
 Parquet data set every part it had closed.  A resumed Parquet file is
 written anew beside the old one, the earlier rows copied first, and replaces
 it when closed: a run killed while resuming leaves the earlier file as it
-was.  Outputs written per batch are not resumed (their batches would be
-numbered anew): such a run is refused at its first write.
+was.  Outputs written per batch (a detector's boxes) are resumed in Parquet:
+each batch writes them before its main table row, and a data set closes
+their parts with the main table's, at the same batch, theirs first - so
+after a kill they are never behind it, and the parts they have beyond it are
+dropped; this run's batches are numbered after the last one the main table
+holds, so the tables join as one run's would.  ``.npy`` and CSV do not keep
+them in step with the rows: such a run is refused at its first write.
 """
 
 from __future__ import annotations
@@ -78,8 +83,8 @@ class SinkError(PipelineError):
 
 
 _PER_BATCH_RESUME = (
-    "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), and a resumed "
-    "run would number its batches anew; start over without resuming"
+    "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), which {kind} "
+    "does not keep in step with the rows; write Parquet (a file or a folder) to resume such a run, or start over"
 )
 
 
@@ -334,7 +339,7 @@ class NpySink:
         for path in self.paths.values():
             offsets = _beside(path, ".npy", ["offsets"])["offsets"]
             if offsets.exists() and offsets not in self.paths.values():
-                raise SinkError(_PER_BATCH_RESUME.format(path=str(path)))
+                raise SinkError(_PER_BATCH_RESUME.format(path=str(path), kind=".npy"))
         kept = min(stream.rows_on_disk() for stream in self._streams.values())
         for stream in self._streams.values():
             stream.keep(kept)
@@ -343,7 +348,7 @@ class NpySink:
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         per_row, per_batch = self._kinds.split(rows, outputs)
         if per_batch and self.kept_rows:
-            raise SinkError(_PER_BATCH_RESUME.format(path=str(next(iter(self.paths.values())))))
+            raise SinkError(_PER_BATCH_RESUME.format(path=str(next(iter(self.paths.values()))), kind=".npy"))
         items = {name: check_items(name, index, values, self._known_shape(name)) for name, values in per_batch.items()}
         for name, values in per_row.items():
             check_rows(name, index, rows, values, self._known_shape(name))
@@ -586,14 +591,34 @@ class _ParquetParts:
         parts = whole_parts(self.folder) if self._earlier is not None else []
         return _last_parquet_row(parts[-1]) if parts else None
 
+    def keep_parts(self, parts: int) -> None:
+        """Go on after the first ``parts`` whole parts (a side output's, as many as its main
+        table kept): any after them, from a run killed while it closed its parts, are removed."""
+        whole = whole_parts(self.folder)
+        if len(whole) < parts:
+            raise SinkError(
+                f"cannot resume {str(self.folder)!r}: it holds {len(whole)} part file(s), its main table {parts}"
+            )
+        for extra in whole[parts:]:
+            extra.unlink()
+        self._number = parts
+
+    @property
+    def parts(self) -> int:
+        """Whole parts in the folder: kept, and closed by this run."""
+        return self._number
+
+    @property
+    def full(self) -> bool:
+        """The open part holds ``part_rows`` rows or ``part_bytes`` bytes: time to close it."""
+        return (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes
+
     def write(self, batch: Any) -> None:
         if self._part is None:
             self._part = self._start(batch.schema)
         self._part.write(batch)
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
-        if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
-            self._finish()
 
     def _start(self, schema: Any) -> _ParquetFile:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
@@ -603,8 +628,10 @@ class _ParquetParts:
         # a killed run's part of this number, never renamed, is written over
         return self._file(self.folder / _IN_PROGRESS.format(_PART.format(self._number)))
 
-    def _finish(self) -> None:
-        assert self._part is not None
+    def finish(self) -> None:
+        """Close the open part (if any) and rename it into place."""
+        if self._part is None:
+            return
         part, self._part = self._part, None
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
         os.replace(part.path, self.folder / _PART.format(self._number))
@@ -612,8 +639,7 @@ class _ParquetParts:
         self._rows = self._bytes = 0
 
     def close(self) -> None:
-        if self._part is not None:
-            self._finish()
+        self.finish()
 
     def mark_complete(self) -> None:
         """An empty ``_SUCCESS`` in the folder, where there is one: every row asked for is in it."""
@@ -736,6 +762,8 @@ class _TableSink:
         self._sides: dict[str, Any] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._batch_column = "batch"
+        #: the batches of the run being resumed: this run's are numbered after them
+        self._batches_before = 0
 
     def last_kept_row(self) -> dict[str, Any] | None:
         """The last of the rows kept from an earlier run, column by column (a CSV's as
@@ -754,18 +782,17 @@ class _TableSink:
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         per_row, per_batch = self._kinds.split(rows, outputs)
-        if per_batch and self.kept_rows:
-            raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path)))
         if not self._sides and per_batch:
             self._open_sides(list(per_batch), meta)
+        index += self._batches_before
         columns: dict[str, Any] = dict(meta)
         if per_batch:
             columns[self._batch_column] = np.full(rows, index, np.int64)
         main = _record_batch(columns, self._per_row(index, rows, per_row), self._several)
         sides = {name: self._items(index, name, values) for name, values in per_batch.items()}
-        self._main.write(main)
-        for name, side in sides.items():
+        for name, side in sides.items():  # the sides first: the main table is never ahead of them
             self._sides[name].write(side)
+        self._main.write(main)
 
     def _per_row(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, bool]]:
         checked = []
@@ -786,6 +813,27 @@ class _TableSink:
             self._batch_column = "ortpipe_batch"
         self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names, self._checked)
         self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
+        if self.kept_rows:
+            self._resume_sides()
+
+    def _resume_sides(self) -> None:
+        """The per-batch outputs of the run being resumed, kept as far as its main
+        table goes (NOTE [ resuming ]); this run's batches numbered after its."""
+        last = self.last_kept_row() or {}
+        if self._batch_column not in last:
+            raise SinkError(
+                f"cannot resume {str(self.path)!r}: the earlier run wrote no outputs per batch, this one writes "
+                f"{sorted(self._sides)}"
+            )
+        self._batches_before = int(last[self._batch_column]) + 1
+        for path, side in zip(self.side_paths.values(), self._sides.values(), strict=True):
+            if not path.exists():
+                raise SinkError(f"cannot resume {str(self.path)!r}: its per-batch output {str(path)!r} is missing")
+            self._resume_side(side)
+
+    def _resume_side(self, side: Any) -> None:
+        """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
+        raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path), kind=f"a {self._suffix} table"))
 
     @property
     def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
@@ -793,7 +841,7 @@ class _TableSink:
         return {name: (path,) for name, path in self.side_paths.items()}
 
     def close(self) -> None:
-        close_all([self._main, *self._sides.values()])
+        close_all([*self._sides.values(), self._main])  # the sides first, as each batch is written
 
 
 def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
@@ -823,6 +871,9 @@ class ParquetSink(_TableSink):
 
     def _open(self, path: Path) -> _ParquetFile:
         return _ParquetFile(path, self.row_group_rows, self.compression)
+
+    def _resume_side(self, side: Any) -> None:
+        side.resume()  # closed with the main table, after it: every item of the kept batches, rewritten beside it
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _list_column(name, flat)
@@ -856,6 +907,17 @@ class ParquetDatasetSink(ParquetSink):
 
     def _checked(self, path: Path) -> Path:
         return writable_folder(path)
+
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        super().write(index, rows, outputs, meta)
+        if self._main.full:  # every output's part closes at the same batch as the main table's: the sides first
+            for side in self._sides.values():
+                side.finish()
+            self._main.finish()
+
+    def _resume_side(self, side: Any) -> None:
+        side.resume()
+        side.keep_parts(self._main.parts)  # a run killed while closing its parts may have closed a side's more
 
     def mark_complete(self) -> None:
         """Called once the job wrote every row it was asked for, after ``close``: an

@@ -99,6 +99,9 @@ def _one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> T
 class NpySource:
     """Rows of a ``.npy`` array (memory-mapped: only the rows of a batch are read)."""
 
+    #: its metadata, ``row_id``, is each row's place: nothing a resumed run could check (``jobs.resumed``)
+    positional_meta = True
+
     def __init__(self, path: str | Path, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
         self.path = _existing(path, "input .npy file")
         try:
@@ -653,6 +656,9 @@ class VideoSource(RowSource):
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
         #: frames decoded but not converted nor delivered before the first batch (:meth:`after`)
         self.skip = 0
+
+    #: its metadata, each frame's index and time, follow from its place: nothing a resumed run could check
+    positional_meta = True
 
     def __len__(self) -> int:
         return max(0, self.frames_hint - self.skip)

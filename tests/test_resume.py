@@ -423,18 +423,92 @@ def _contents(path: Path) -> dict[str, bytes]:
     return {file.name: file.read_bytes() for file in files}
 
 
-@pytest.mark.parametrize("suffix", [".npy", ".parquet", ".csv", ""])
-def test_per_batch_outputs_are_not_resumed(tmp_path, suffix):
+@pytest.mark.parametrize("suffix", [".npy", ".csv"])
+def test_per_batch_outputs_are_resumed_in_parquet_only(tmp_path, suffix):
     with Pipeline(models.detect(), device="cpu") as pipe:
         batch = models.example_batch("detect", 64)
         first = open_sink(tmp_path / f"hits{suffix}", pipe, ["hits", "hit_scores"])
         for _ in pipe.map_with([batch], lambda index, rows, views: first.write(index, rows, views, {})):
             pass
         first.close()
-        with pytest.raises(SinkError, match="the run writes outputs per batch"):
+        with pytest.raises(SinkError, match="the run writes outputs per batch .*write Parquet .* to resume"):
             sink = open_sink(tmp_path / f"hits{suffix}", pipe, ["hits", "hit_scores"], resume=True)
             for _ in pipe.map_with([batch], lambda index, rows, views: sink.write(index, rows, views, {})):
                 pass
+
+
+def _detections(batches: int = 9, rows: int = 8):
+    """(index, rows, outputs, meta) of a detector's batches: a score a frame, and a count of boxes of their own."""
+    rng = np.random.default_rng(3)
+    out = []
+    for index in range(batches):
+        boxes = rng.random((int(rng.integers(0, 5)), 4), np.float32)  # some batches find nothing
+        score = rng.random(rows, np.float32)
+        out.append(
+            (index, rows, {"boxes": boxes, "score": score}, {"frame": np.arange(index * rows, (index + 1) * rows)})
+        )
+    return out
+
+
+def _detection_tables(path: Path) -> tuple[pa.Table, pa.Table]:
+    side = path.with_name(path.name.replace(".parquet", ".boxes.parquet")) if path.suffix else Path(f"{path}.boxes")
+    return pq.read_table(path), pq.read_table(side)
+
+
+@pytest.mark.parametrize("sink_type", [ParquetSink, ParquetDatasetSink])
+def test_a_detectors_tables_resumed_equal_the_whole_run(tmp_path, sink_type):
+    name = "dets.parquet" if sink_type is ParquetSink else "dets"
+    options = {} if sink_type is ParquetSink else {"part_rows": 16}
+    batches = _detections()
+    (tmp_path / "whole").mkdir()
+    _write_all(sink_type(tmp_path / "whole" / name, data_dependent=["boxes"], **options), batches)
+    stopped = sink_type(tmp_path / name, data_dependent=["boxes"], **options)
+    for batch in batches[:5]:
+        stopped.write(*batch)
+    if sink_type is ParquetSink:
+        stopped.close()  # stopped: a Parquet file is closed
+    # else killed: the data set keeps the parts it closed (16 rows each: batches 0-3), not the open one
+    sink = sink_type(tmp_path / name, data_dependent=["boxes"], resume=True, **options)
+    assert sink.kept_rows == (40 if sink_type is ParquetSink else 32)
+    _write_all(sink, _rows_after_batches(batches, sink.kept_rows))
+    for got, want in zip(_detection_tables(tmp_path / name), _detection_tables(tmp_path / "whole" / name), strict=True):
+        assert got.equals(want)  # the rows, the boxes, and the batch numbers they join on
+    assert not list(tmp_path.glob("*.resuming"))
+
+
+def test_a_data_set_killed_while_closing_its_parts_drops_the_sides_extra_part(tmp_path):
+    batches = _detections()
+    _write_all(ParquetDatasetSink(tmp_path / "whole", data_dependent=["boxes"], part_rows=16), batches)
+    killed = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"], part_rows=16)
+    for batch in batches[:5]:
+        killed.write(*batch)  # two parts of each output closed (batches 0-3), batch 4 in the third
+    killed._sides["boxes"].finish()  # the kill came once the side's third part was closed, before the main's
+    assert (
+        len(list((tmp_path / "dets.boxes").glob("part-*"))) == 3 and len(list((tmp_path / "dets").glob("part-*"))) == 2
+    )
+    sink = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"], part_rows=16, resume=True)
+    assert sink.kept_rows == 32
+    rest = _rows_after_batches(batches, 32)
+    sink.write(*rest[0])
+    assert len(list((tmp_path / "dets.boxes").glob("part-*"))) == 2  # never a side's rows the main table lacks
+    _write_all(sink, rest[1:])
+    for got, want in zip(_detection_tables(tmp_path / "dets"), _detection_tables(tmp_path / "whole"), strict=True):
+        assert got.equals(want)
+
+
+def test_a_resumed_run_with_per_batch_outputs_the_earlier_had_not_is_refused(tmp_path):
+    batches = _detections()
+    _write_all(ParquetSink(tmp_path / "dets.parquet"), [(i, r, {"score": o["score"]}, m) for i, r, o, m in batches[:2]])
+    sink = ParquetSink(tmp_path / "dets.parquet", data_dependent=["boxes"], resume=True)
+    with pytest.raises(SinkError, match="the earlier run wrote no outputs per batch, this one writes \\['boxes'\\]"):
+        sink.write(*batches[2])
+    sink.close()
+    _write_all(ParquetSink(tmp_path / "two.parquet", data_dependent=["boxes"]), batches[:2])
+    (tmp_path / "two.boxes.parquet").unlink()
+    sink = ParquetSink(tmp_path / "two.parquet", data_dependent=["boxes"], resume=True)
+    with pytest.raises(SinkError, match="its per-batch output .*two.boxes.parquet' is missing"):
+        sink.write(*batches[2])
+    sink.close()
 
 
 # -- ortpipe run --resume, after a real kill ---------------------------------------------------------------------
@@ -461,11 +535,11 @@ def _argv(job, output: Path, *more: str) -> list[str]:
             "--device", "cpu", "--no-progress", *parts, *more]  # fmt: skip
 
 
-def _stopped_mid_run(job, output: Path, signum: int) -> tuple[int, str]:
-    """``ortpipe run`` in a process of its own, sent ``signum`` once it has written some rows."""
+def _stopped_mid_run(argv: list[str], output: Path, signum: int) -> tuple[int, str]:
+    """``ortpipe run argv`` in a process of its own, sent ``signum`` once it has written some rows."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", *_argv(job, output)],
+        [sys.executable, "-m", "pipeline.cli", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -524,7 +598,7 @@ TERMINATED = 128 + signal.SIGTERM  # ortpipe's own exit status after a graceful 
 )
 def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, suffix, signum, status):
     output = tmp_path / f"scores{suffix}"
-    code, said = _stopped_mid_run(busy_job, output, signum)
+    code, said = _stopped_mid_run(_argv(busy_job, output), output, signum)
     assert code == status, said
     if signum == signal.SIGTERM:
         assert "interrupted after" in said and "--resume goes on from there" in said
@@ -539,9 +613,25 @@ def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, su
         np.testing.assert_array_equal(ids, np.arange(ROWS))
 
 
+def test_a_detection_job_killed_mid_run_resumes_to_the_whole_runs_tables(tmp_path, capsys):
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(5).standard_normal((200_000, 64)).astype(np.float32))
+    argv = ["run", "detect", "--input", str(data), "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    argv += ["--part-rows", "2048", "--output"]
+    assert main([*argv, str(tmp_path / "whole")]) == 0
+    code, said = _stopped_mid_run([*argv, str(tmp_path / "dets")], tmp_path / "dets", signal.SIGKILL)
+    assert code == KILLED, said
+    assert main([*argv, str(tmp_path / "dets"), "--resume"]) == 0
+    kept = _kept(capsys)
+    assert 0 < kept < 200_000 and kept % 2048 == 0  # whole parts, closed at batch boundaries
+    for name in ("", ".hits", ".hit_scores"):
+        got, want = pq.read_table(f"{tmp_path / 'dets'}{name}"), pq.read_table(f"{tmp_path / 'whole'}{name}")
+        assert got.equals(want), name  # every frame, every hit, and the batch numbers they join on
+
+
 def test_ortpipe_run_refuses_to_resume_a_killed_parquet_file(tmp_path, capsys, busy_job):
     output = tmp_path / "scores.parquet"
-    code, _ = _stopped_mid_run(busy_job, output, signal.SIGKILL)
+    code, _ = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert main(_argv(busy_job, output, "--resume")) == 1
     assert "a run that was killed leaves no footer" in capsys.readouterr().err
