@@ -315,23 +315,9 @@ def resumed(
 def _check_row(rows: Iterable[SourceBatch], expected: dict[str, Any], row: int, source: object) -> None:
     """Refuse the input when row ``row`` (the one row of ``rows``) does not have the
     integer and text metadata of ``expected``, the output's last row."""
-    if isinstance(rows, RowSource):
-        chunks = rows.chunks()
-        try:
-            first = next(chunks, None)
-        finally:
-            close_iteration(chunks)
-        meta = first[1] if first is not None else None
-    else:
-        batches = iter(rows)
-        try:
-            batch = next(batches, None)
-        finally:
-            close_iteration(batches)
-        meta = batch.meta if batch is not None else None
     differ = {
         name: (expected[name], values[0].item())
-        for name, values in (meta or {}).items()
+        for name, values in _first_meta(rows).items()
         if name in expected and values.dtype.kind in "iuUSO" and str(values[0]) != str(expected[name])
     }
     if differ:
@@ -341,6 +327,18 @@ def _check_row(rows: Iterable[SourceBatch], expected: dict[str, Any], row: int, 
             f"cannot resume: row {row} of {str(where)!r} is not the last row the output holds ({said}): the input "
             "is not the one the output was made from, or not in the same order"
         )
+
+
+def _first_meta(rows: Iterable[SourceBatch]) -> dict[str, np.ndarray]:
+    """The metadata of the first batch (or chunk, of a row source) of ``rows``; its iteration closed."""
+    items: Iterator[Any] = rows.chunks() if isinstance(rows, RowSource) else iter(rows)
+    try:
+        first = next(items, None)
+    finally:
+        close_iteration(items)
+    if first is None:
+        return {}
+    return first[1] if isinstance(rows, RowSource) else first.meta  # type: ignore[no-any-return]
 
 
 def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:
