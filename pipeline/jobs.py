@@ -279,10 +279,14 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
 
 def window(source: Iterable[SourceBatch], start: int, stop: int | None = None) -> Iterable[SourceBatch]:
     """Rows ``start`` to ``stop - 1`` of ``source`` (``stop`` None: to its end), each
-    with its metadata as in the whole source: :func:`rows_after` then :func:`first_rows`.
+    with its metadata as in the whole source: :func:`rows_after` then :func:`first_rows`,
+    or the source's own ``between(start, stop)`` (an image folder's: files).
     A resumed run's window starts after the rows its output holds: :func:`resumed`."""
     if stop is not None and stop <= start:
         return ()
+    between = getattr(source, "between", None)
+    if between is not None:
+        return between(start, stop)  # type: ignore[no-any-return]
     later = rows_after(source, start)
     return later if stop is None else first_rows(later, stop - start)
 
@@ -304,11 +308,17 @@ def resumed(
     ``.npy``'s row ids, a video's frame indices) have nothing to check."""
     kept = getattr(sink, "kept_rows", 0)
     last_kept_row = getattr(sink, "last_kept_row", None)
+    expected = last_kept_row() if kept and last_kept_row is not None else None
+    if kept and getattr(source, "skip_unreadable", False):
+        if expected is None:
+            raise SourceError(
+                "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
+                "path column says which file comes next: write its output as .parquet, .csv or a folder"
+            )
+        return window(source, max(start, source.position_after(expected)), stop)  # type: ignore[attr-defined]
     first = start + kept
-    if kept and last_kept_row is not None and not getattr(source, "positional_meta", False):
-        expected = last_kept_row()
-        if expected is not None:
-            _check_row(window(source, first - 1, first), expected, first - 1, source)
+    if expected is not None and not getattr(source, "positional_meta", False):
+        _check_row(window(source, first - 1, first), expected, first - 1, source)
     return window(source, first, stop)
 
 

@@ -763,17 +763,34 @@ class ImageFolderSource(RowSource):
         return len(self.files)
 
     def after(self, rows: int) -> ImageFolderSource:
-        """This folder without its first ``rows`` images (never decoded)."""
-        if self.skip_unreadable:
-            raise SourceError(
-                f"{str(self.path)!r}: no rows can be left out (to resume, or for a window of rows) where unreadable "
-                "images are skipped: the rows are fewer than the files, so which file follows them is not known"
-            )
-        if rows > len(self):
-            raise fewer_rows(self.path, rows)(len(self))
+        """This folder without its first ``rows`` files (never decoded)."""
+        return self.between(rows, None)
+
+    def between(self, start: int, stop: int | None) -> ImageFolderSource:
+        """Files ``start`` to ``stop - 1`` of the folder (``stop`` None: to its end), the
+        others never decoded: a folder's windows are of files, also where unreadable
+        ones are skipped and give no row (``jobs.window``)."""
+        if start > len(self):
+            raise fewer_rows(self.path, start)(len(self))
         later = copy.copy(self)
-        later.files = self.files[rows:]
+        later.files = self.files[start:stop]
+        later.skipped = self.skipped  # one list of what was left out, whichever part of the folder left it
         return later
+
+    def position_after(self, row: Mapping[str, Any]) -> int | None:
+        """Where a resumed run goes on when unreadable files are skipped (its rows are then
+        fewer than its files, so they cannot be counted): after the file the output's
+        last row names; None where rows are files, and counting them will do."""
+        if not self.skip_unreadable:
+            return None
+        names = [str(file) for file in self.files]
+        path = str(row.get("path", ""))
+        if path not in names:
+            raise SourceError(
+                f"cannot resume: the output's last row names {path!r}, which is not an image of {str(self.path)!r} "
+                "(the folder is not the one the output was made from)"
+            )
+        return names.index(path) + 1
 
     def chunks(self) -> Iterator[Chunk]:
         if self.decode_threads == 1:

@@ -241,8 +241,7 @@ def test_image_folder_leaves_out_the_first_files_undecoded(tmp_path):
     with pytest.raises(SourceError, match="holds 11 rows, fewer than the 12"):
         rows_after(source, 12)
     skipping = ImageFolderSource(folder, 4, [_frames_spec()], skip_unreadable=True)
-    with pytest.raises(SourceError, match="which file follows them is not known"):
-        rows_after(skipping, 6)
+    assert rows_after(skipping, 6).files == later.files  # a folder's positions are its files
 
 
 # -- the sinks ---------------------------------------------------------------------------------------------------
@@ -795,3 +794,67 @@ def test_resumed_checks_the_row_before_and_leaves_it_out_of_a_python_job(tmp_pat
         summary = run_job(pipe, resumed(source, sink), sink)
     assert summary.items == 27
     assert pq.read_table(tmp_path / "o.parquet")["id"].to_pylist() == list(range(500, 540))
+
+
+# -- a folder whose unreadable images are skipped: files, not rows ------------------------------------------------
+
+
+@pytest.fixture
+def photos_with_broken_ones(tmp_path):
+    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(20):
+        if i in (3, 11, 12):
+            (folder / f"im{i:02d}.png").write_bytes(b"not an image")
+        else:
+            Image.fromarray(np.full((16, 16, 3), i, np.uint8)).save(folder / f"im{i:02d}.png")
+    return folder
+
+
+def _paths(path: Path) -> list[str]:
+    table = pcsv.read_csv(path) if path.suffix == ".csv" else pq.read_table(path)
+    return [Path(p).name for p in table["path"].to_pylist()]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ""])
+def test_a_run_skipping_unreadable_images_resumes_after_the_last_file_written(
+    tmp_path, capsys, photos_with_broken_ones, suffix
+):
+    argv = ["run", "convnet", "--input", str(photos_with_broken_ones), "--size", "16x16", "--batch-size", "4"]
+    argv += ["--skip-unreadable", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    output = str(tmp_path / f"part{suffix}")
+    assert main([*argv, output, "--limit", "13"]) == 0  # 13 files: 10 images, 3 unreadable
+    assert main([*argv, output, "--resume"]) == 0
+    assert "holds 10 rows of an earlier run" in capsys.readouterr().out
+    assert (
+        _paths(Path(output))
+        == _paths(tmp_path / "whole.parquet")
+        == [f"im{i:02d}.png" for i in range(20) if i not in (3, 11, 12)]
+    )
+
+
+def test_a_run_skipping_unreadable_images_is_not_resumed_into_npy_or_from_another_folder(
+    tmp_path, capsys, photos_with_broken_ones
+):
+    argv = ["run", "convnet", "--input", str(photos_with_broken_ones), "--size", "16x16", "--batch-size", "4"]
+    argv += ["--skip-unreadable", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "part.npy"), "--limit", "8"]) == 0
+    assert main([*argv, str(tmp_path / "part.npy"), "--resume"]) == 1
+    assert "only a table's path column says which file comes next" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "part.parquet"), "--limit", "8"]) == 0
+    (photos_with_broken_ones / "im07.png").rename(photos_with_broken_ones / "im07b.png")
+    assert main([*argv, str(tmp_path / "part.parquet"), "--resume"]) == 1
+    assert "which is not an image of" in capsys.readouterr().err
+
+
+def test_shards_of_a_folder_with_unreadable_images_are_windows_of_its_files(tmp_path, capsys, photos_with_broken_ones):
+    argv = ["run", "convnet", "--input", str(photos_with_broken_ones), "--size", "16x16", "--batch-size", "4"]
+    argv += ["--skip-unreadable", "--no-progress", "--output"]
+    for shard in range(3):
+        assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
+    err = capsys.readouterr().err
+    assert all(f"im{i:02d}.png" in err for i in (3, 11, 12))  # each listed by the shard that met it
+    names = [name for shard in range(3) for name in _paths(tmp_path / f"s{shard}.parquet")]
+    assert names == [f"im{i:02d}.png" for i in range(20) if i not in (3, 11, 12)]
