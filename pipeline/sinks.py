@@ -873,7 +873,7 @@ class ParquetSink(_TableSink):
         return _ParquetFile(path, self.row_group_rows, self.compression)
 
     def _resume_side(self, side: Any) -> None:
-        side.resume()  # closed with the main table, after it: every item of the kept batches, rewritten beside it
+        side.resume()  # closed just before the main table: every item of its kept batches, rewritten beside it
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _list_column(name, flat)
