@@ -198,15 +198,25 @@ def sink_kind(path: str | Path) -> str:
     )
 
 
-def check_output(path: str | Path, resume: bool = False) -> None:
+def check_output(path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
     """A SinkError now, before any work, where :func:`open_sink` would refuse ``path``:
-    it cannot be written, or it is a data set folder that a new run would mix with an earlier one's."""
+    it cannot be written, or it is a data set folder that a new run would mix with
+    an earlier one's (``overwrite``: ortpipe's own parts in it are to be replaced)."""
     if sink_kind(path) != "parquet data set":
         writable(path)
         return
     folder = writable_folder(path)
-    if not resume:
+    if not resume and not overwrite:
         refuse_used_folder(folder)
+
+
+def refuse_replacing(sink: Sink) -> None:
+    """A SinkError where ``sink`` would replace what an earlier run wrote (a long job's
+    rows are not thrown away by a rerun that forgot ``--resume``)."""
+    existing = getattr(sink, "existing_outputs", list)()
+    if existing:
+        names = ", ".join(repr(str(path)) for path in existing)
+        raise SinkError(f"{names} holds an earlier run's rows: --resume goes on after them, --overwrite replaces them")
 
 
 def open_sink(
@@ -216,6 +226,7 @@ def open_sink(
     resume: bool = False,
     part_rows: int | None = None,
     compression: str = "snappy",
+    overwrite: bool = False,
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
@@ -244,7 +255,9 @@ def open_sink(
         return ParquetSink(path, data_dependent=known, resume=resume, compression=compression)
     if kind == "csv":
         return CsvSink(path, known, resume)
-    return ParquetDatasetSink(path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression)
+    return ParquetDatasetSink(
+        path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression, overwrite=overwrite
+    )
 
 
 def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatch]:

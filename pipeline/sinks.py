@@ -374,6 +374,10 @@ class NpySink:
             stream.append(np.zeros(1, np.int64))  # batch 0 starts at item 0
         return stream
 
+    def existing_outputs(self) -> list[Path]:
+        """This sink's files that hold something already (an earlier run's), which writing would replace."""
+        return [path for path in self.paths.values() if path.exists() and path.stat().st_size]
+
     @property
     def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
         """Each output written per batch: (its values, its offsets)."""
@@ -522,6 +526,18 @@ def whole_parts(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if _PART_NAME.fullmatch(p.name))
+
+
+def clear_data_set(folder: Path) -> None:
+    """Remove what ortpipe writes in a data set folder - whole and hidden parts, ``_SUCCESS`` -
+    and nothing else (a folder holding other files is still refused)."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        ours = _PART_NAME.fullmatch(path.name) or path.name == SUCCESS
+        hidden_part = path.name.startswith(".part-") and path.name.endswith(".inprogress")
+        if (ours or hidden_part) and path.is_file():
+            path.unlink()
 
 
 def refuse_used_folder(folder: Path) -> None:
@@ -765,6 +781,10 @@ class _TableSink:
         #: the batches of the run being resumed: this run's are numbered after them
         self._batches_before = 0
 
+    def existing_outputs(self) -> list[Path]:
+        """This sink's table if it holds something already (an earlier run's), which writing would replace."""
+        return [self.path] if self.path.is_file() and self.path.stat().st_size else []
+
     def last_kept_row(self) -> dict[str, Any] | None:
         """The last of the rows kept from an earlier run, column by column (a CSV's as
         text), for ``jobs.resumed`` to hold the input's row against; None when none was kept."""
@@ -885,8 +905,9 @@ class ParquetDatasetSink(ParquetSink):
     holds ``part_rows`` rows or about ``part_bytes`` bytes and renamed into place
     only then: a run that is killed leaves every part it closed, whole and
     readable, and a resumed run goes on after them (NOTE [ resuming ]).  A new
-    run refuses a folder that holds parts already.  An output written per batch
-    goes to a data set of its own beside the folder, ``<folder>.<output>``."""
+    run refuses a folder that holds parts already, unless told to ``overwrite``
+    them (ortpipe's own files are removed, no others).  An output written per
+    batch goes to a data set of its own beside the folder, ``<folder>.<output>``."""
 
     _suffix = ""
 
@@ -899,10 +920,13 @@ class ParquetDatasetSink(ParquetSink):
         part_rows: int | None = None,
         part_bytes: int = DEFAULT_PART_BYTES,
         compression: str = "snappy",
+        overwrite: bool = False,
     ) -> None:
         if part_rows is not None and part_rows < 1:
             raise ValueError(f"part_rows must be >= 1 or None, got {part_rows}")
-        self.part_rows, self.part_bytes, self._resuming = part_rows, part_bytes, resume
+        if resume and overwrite:
+            raise ValueError("a data set is either resumed or overwritten, not both")
+        self.part_rows, self.part_bytes, self._resuming, self._overwrite = part_rows, part_bytes, resume, overwrite
         super().__init__(path, row_group_rows, data_dependent, resume, compression)
 
     def _checked(self, path: Path) -> Path:
@@ -928,6 +952,8 @@ class ParquetDatasetSink(ParquetSink):
             parts.mark_complete()
 
     def _open(self, path: Path) -> _ParquetParts:  # type: ignore[override]
+        if self._overwrite:
+            clear_data_set(path)
         if not self._resuming:
             refuse_used_folder(path)
         return _ParquetParts(path, super()._open, self.part_rows, self.part_bytes)

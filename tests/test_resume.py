@@ -858,3 +858,65 @@ def test_shards_of_a_folder_with_unreadable_images_are_windows_of_its_files(tmp_
     assert all(f"im{i:02d}.png" in err for i in (3, 11, 12))  # each listed by the shard that met it
     names = [name for shard in range(3) for name in _paths(tmp_path / f"s{shard}.parquet")]
     assert names == [f"im{i:02d}.png" for i in range(20) if i not in (3, 11, 12)]
+
+
+# -- a rerun that forgot --resume does not throw a long job's rows away -------------------------------------------
+
+
+@pytest.mark.parametrize("output", ["out.parquet", "out.csv", "out.npy"])
+def test_an_output_of_an_earlier_run_is_refused_unless_resumed_or_overwritten(tmp_path, capsys, output):
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(2).random((40, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(data), "--output", str(tmp_path / output), "--no-progress"]
+    assert main(argv) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("out")}
+    assert main(argv) == 1
+    assert "holds an earlier run's rows: --resume goes on after them, --overwrite replaces them" in (
+        capsys.readouterr().err
+    )
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("out")} == before
+    assert main([*argv, "--overwrite"]) == 0
+    assert main([*argv, "--resume", "--overwrite"]) == 1
+    assert "choose one" in capsys.readouterr().err
+
+
+def test_the_files_beside_a_multi_output_npy_count_as_its_output(tmp_path, capsys):
+    batch = models.example_batch("identity", 8)
+    np.save(tmp_path / "in.npy", batch["x"])
+    argv = [
+        "run",
+        "identity",
+        "--input",
+        str(tmp_path / "in.npy"),
+        "--output",
+        str(tmp_path / "o.npy"),
+        "--no-progress",
+    ]
+    with Pipeline(models.identity(), device="cpu") as pipe:
+        sink = NpySink(tmp_path / "o.npy", pipe.output_names)
+        assert sink.existing_outputs() == []
+    (tmp_path / "o.npy").write_bytes(b"")  # an empty file holds nothing: not refused
+    assert main(argv) == 0
+    assert main(argv) == 1
+    assert "o.npy' holds an earlier run's rows" in capsys.readouterr().err
+    two = NpySink(tmp_path / "two.npy", ["a", "b"])
+    np.save(tmp_path / "two.b.npy", np.zeros(3))
+    assert two.existing_outputs() == [tmp_path / "two.b.npy"]
+
+
+def test_overwriting_a_data_set_removes_ortpipes_files_and_nothing_else(tmp_path, capsys):
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(2).random((40, 64), np.float32))
+    argv = ["run", "detect", "--input", str(data), "--output", str(tmp_path / "dets"), "--batch-size", "8"]
+    argv += ["--part-rows", "16", "--no-progress"]
+    assert main(argv) == 0
+    first = pq.read_table(tmp_path / "dets.hits")
+    (tmp_path / "dets" / ".part-00009.parquet.inprogress").write_bytes(b"a killed run's")
+    assert main(argv) == 1  # refused: parts of an earlier run
+    assert main([*argv, "--overwrite"]) == 0
+    assert pq.read_table(tmp_path / "dets.hits").equals(first)  # the side data set rewritten, not added to
+    assert not (tmp_path / "dets" / ".part-00009.parquet.inprogress").exists()
+    (tmp_path / "dets" / "notes.txt").write_text("mine")
+    assert main([*argv, "--overwrite"]) == 1
+    assert "it holds other files (notes.txt" in capsys.readouterr().err
+    assert (tmp_path / "dets" / "notes.txt").read_text() == "mine"

@@ -166,6 +166,12 @@ def add_run(sub: Any) -> None:
         "a .parquet file after Ctrl-C or SIGTERM)",
     )
     run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an output an earlier run wrote (without it, or --resume, such an output is refused: a "
+        "long job's rows are not thrown away by a rerun that forgot --resume)",
+    )
+    run.add_argument(
         "--part-rows",
         type=positive(int),
         default=None,
@@ -272,11 +278,14 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..jobs import JobSummary, check_output, open_sink, open_source, run_job, source_kind
+    from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
+    from ..sinks import SinkError
 
     kind = source_kind(args.input)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
-    check_output(args.output, args.resume)  # fail before any work
+    if args.resume and args.overwrite:
+        raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
+    check_output(args.output, args.resume, args.overwrite)  # fail before any work
     _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
@@ -299,9 +308,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
-        sink = open_sink(args.output, pipe, data_dependent, args.resume, **parquet)
+        sink = open_sink(args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, **parquet)
         kept = getattr(sink, "kept_rows", 0)
         try:
+            if not args.resume and not args.overwrite:
+                refuse_replacing(sink)
             batches, total, exact = _rows_to_run(source, sink, _bounds(args, source))
         except BaseException:
             sink.close()
