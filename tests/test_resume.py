@@ -920,3 +920,29 @@ def test_overwriting_a_data_set_removes_ortpipes_files_and_nothing_else(tmp_path
     assert main([*argv, "--overwrite"]) == 1
     assert "it holds other files (notes.txt" in capsys.readouterr().err
     assert (tmp_path / "dets" / "notes.txt").read_text() == "mine"
+
+
+def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
+    import argparse
+
+    from pipeline.cli.run import _resume_hint
+
+    batch = _detections()[0]
+    hints = {}
+    for name, sink in [
+        ("d.npy", NpySink(tmp_path / "d.npy", ["boxes", "score"], data_dependent=["boxes"])),
+        ("d.csv", CsvSink(tmp_path / "d.csv", data_dependent=["boxes"])),
+        ("d.parquet", ParquetSink(tmp_path / "d.parquet", data_dependent=["boxes"])),
+    ]:
+        sink.write(*batch)
+        sink.close()
+        hints[name] = _resume_hint(argparse.Namespace(output=tmp_path / name, skip_unreadable=False), sink)
+    assert hints["d.parquet"] == "--resume goes on from there"
+    assert (
+        "cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not npy)"
+        in (hints["d.npy"])
+    )
+    assert "not csv" in hints["d.csv"]
+    plain = NpySink(tmp_path / "p.npy", ["score"])
+    skipping = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=True)
+    assert "needs a table's path column" in _resume_hint(skipping, plain)

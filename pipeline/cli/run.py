@@ -346,11 +346,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.interrupted:
         print(
             f"interrupted after {summary.items} items; {str(args.output)!r} holds {kept + summary.items} rows and is "
-            "readable: --resume goes on from there",
+            f"readable: {_resume_hint(args, sink)}",
             file=sys.stderr,
         )
         return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _resume_hint(args: argparse.Namespace, sink: Any) -> str:
+    """What resuming the stopped run would do: go on, or be refused (and why)."""
+    from ..jobs import sink_kind
+
+    kind = sink_kind(args.output)
+    if kind in ("npy", "csv") and getattr(sink, "per_batch_paths", {}):
+        return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"
+    if kind == "npy" and args.skip_unreadable:
+        return "it cannot be resumed (which image comes next needs a table's path column, not .npy)"
+    return "--resume goes on from there"
 
 
 def _input_rows(source: Any) -> tuple[int, bool]:
