@@ -775,6 +775,7 @@ class _TableSink:
         self._main = self._open(self.path)
         #: rows an earlier run left in the table, kept (NOTE [ resuming ])
         self.kept_rows = self._main.resume() if resume else 0
+        self._resume = resume
         self._sides: dict[str, Any] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._batch_column = "batch"
@@ -835,6 +836,9 @@ class _TableSink:
         self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
         if self.kept_rows:
             self._resume_sides()
+        elif self._resume:  # nothing kept of the main table: nothing of its sides either
+            for side in self._sides.values():
+                self._restart_side(side)
 
     def _resume_sides(self) -> None:
         """The per-batch outputs of the run being resumed, kept as far as its main
@@ -854,6 +858,9 @@ class _TableSink:
     def _resume_side(self, side: Any) -> None:
         """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
         raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path), kind=f"a {self._suffix} table"))
+
+    def _restart_side(self, side: Any) -> None:
+        """A resumed run that kept no rows: a per-batch output's table starts anew (a file is written over)."""
 
     @property
     def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
@@ -942,6 +949,9 @@ class ParquetDatasetSink(ParquetSink):
     def _resume_side(self, side: Any) -> None:
         side.resume()
         side.keep_parts(self._main.parts)  # a run killed while closing its parts may have closed a side's more
+
+    def _restart_side(self, side: Any) -> None:
+        side.keep_parts(0)  # a side part closed before the main table's first one is of no kept batch
 
     def mark_complete(self) -> None:
         """Called once the job wrote every row it was asked for, after ``close``: an

@@ -946,3 +946,18 @@ def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
     plain = NpySink(tmp_path / "p.npy", ["score"])
     skipping = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=True)
     assert "needs a table's path column" in _resume_hint(skipping, plain)
+
+
+def test_a_data_set_killed_before_its_first_main_part_resumes_with_no_stale_side_part(tmp_path):
+    batches = _detections()
+    _write_all(ParquetDatasetSink(tmp_path / "whole", data_dependent=["boxes"], part_rows=16), batches)
+    killed = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"], part_rows=16)
+    killed.write(*batches[0])
+    killed._sides["boxes"].finish()  # killed once the side's first part was closed, before the main's
+    sink = ParquetDatasetSink(tmp_path / "dets", data_dependent=["boxes"], part_rows=16, resume=True)
+    assert sink.kept_rows == 0
+    sink.write(*batches[0])
+    assert list((tmp_path / "dets.boxes").glob("part-*")) == []  # never a side's rows the main table lacks
+    _write_all(sink, batches[1:])
+    for got, want in zip(_detection_tables(tmp_path / "dets"), _detection_tables(tmp_path / "whole"), strict=True):
+        assert got.equals(want)
