@@ -39,27 +39,27 @@ NOTE [ resuming ]: a long job that stopped - Ctrl-C, a scheduler's SIGTERM,
 or killed outright - goes on where it ended: its sink, opened with
 ``resume=True``, keeps the whole rows the earlier run left in its file(s)
 (``kept_rows``), cutting off a partial row a kill left behind, and the job
-leaves out as many rows of its source (``jobs.rows_after``: unread where the
+leaves out as many rows of its source (``jobs.resumed``: unread where the
 format allows) and appends the rest, so the file ends as one uninterrupted
-run would have left it.  Rows are counted, so the input must be the same, in
+run would have left it. Rows are counted, so the input must be the same, in
 the same order; where the output keeps metadata (a table: ids, file and row,
 path), ``jobs.resumed`` holds the input's row before the first new one
-against the output's last row and refuses an input that differs there.
-What each format keeps of a run that was killed: a
-``.npy`` every whole row (found from the file's size: the header says 0 until
-the file is closed); a CSV every whole line; a Parquet file nothing - its
-footer is written at close, so a killed run's rows cannot be read back, and
-resuming refuses the file (a stopped run closes it: Ctrl-C or SIGTERM); a
-Parquet data set every part it had closed.  A resumed Parquet file is
-written anew beside the old one, the earlier rows copied first, and replaces
-it when closed: a run killed while resuming leaves the earlier file as it
-was.  Outputs written per batch (a detector's boxes) are resumed in Parquet:
-each batch writes them before its main table row, and a data set closes
-their parts with the main table's, at the same batch, theirs first - so
-after a kill they are never behind it, and the parts they have beyond it are
-dropped; this run's batches are numbered after the last one the main table
-holds, so the tables join as one run's would.  ``.npy`` and CSV do not keep
-them in step with the rows: such a run is refused at its first write.
+against the output's last row and refuses an input that differs there. What
+each format keeps of a run that was killed: a ``.npy`` every whole row
+(found from the file's size: the header says 0 until the file is closed); a
+CSV every whole line; a Parquet file nothing - its footer is written at
+close, so a killed run's rows cannot be read back, and resuming refuses the
+file (a stopped run closes it: Ctrl-C or SIGTERM); a Parquet data set every
+part it had closed. A resumed Parquet file is written anew beside the old
+one, the earlier rows copied first, and replaces it when closed: a run
+killed while resuming leaves the earlier file as it was. Outputs written per
+batch (a detector's boxes) are resumed in Parquet: each batch writes them
+before its main table row, and a data set closes their parts with the main
+table's, at the same batch, theirs first - so after a kill they are never
+behind it, and the parts they have beyond it are dropped; this run's batches
+are numbered after the last one the main table holds, so the tables join as
+one run's would. ``.npy`` and CSV do not keep them in step with the rows:
+such a run is refused at its first write.
 """
 
 from __future__ import annotations
@@ -428,7 +428,8 @@ class _ParquetFile:
             raise SinkError(
                 f"cannot resume {str(self.path)!r}: it is not a readable Parquet file ({exc}); a run that was killed "
                 "leaves no footer, and its rows cannot be read back (Ctrl-C or SIGTERM stop a run so that it can be "
-                "resumed; .npy and .csv keep a killed run's rows): remove it and start over"
+                "resumed; .npy, .csv and a folder - a Parquet data set - keep a killed run's rows): remove it and "
+                "start over"
             ) from exc
         if rows:
             self._earlier = schema
@@ -502,12 +503,17 @@ def _columns(schema: Any) -> str:
 
 
 def _last_parquet_row(path: Path) -> dict[str, Any]:
-    """The last row of a Parquet file (its last row group read, no more)."""
+    """The integer and text columns of a Parquet file's last row: what a resumed run's
+    input is held against (``jobs.resumed``), read from its last row group alone -
+    the outputs' columns, often most of the bytes, are left unread."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     with pq.ParquetFile(path) as file:
-        group = file.read_row_group(file.metadata.num_row_groups - 1)
-    return group.slice(group.num_rows - 1).to_pylist()[0]  # type: ignore[no-any-return]
+        text = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string)
+        keys = [f.name for f in file.schema_arrow if any(kind(f.type) for kind in text)]
+        group = file.read_row_group(file.metadata.num_row_groups - 1, columns=keys)
+    return group.slice(group.num_rows - 1).to_pylist()[0] if group.num_rows else {}  # type: ignore[no-any-return]
 
 
 #: a data set's part files: their names sort in the order they were written, and are read back in
