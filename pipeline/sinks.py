@@ -553,7 +553,7 @@ def refuse_used_folder(folder: Path) -> None:
     if parts:
         raise SinkError(
             f"{str(folder)!r} holds {len(parts)} part file(s) of an earlier run: resume to go on from them "
-            "(ortpipe run --resume), or remove them to start over"
+            "(ortpipe run --resume), or replace them (--overwrite)"
         )
     others = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
     if others:
