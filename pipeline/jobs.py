@@ -318,17 +318,16 @@ def resumed(
     places, as in an uninterrupted run), and its integer and text metadata
     must be those of the sink's last row; an input that differs is refused.
     Sources whose metadata are positions only (``positional_meta``: a
-    ``.npy``'s row ids, a video's frame indices) have nothing to check."""
+    ``.npy``'s row ids, a video's frame indices) have nothing to check.  A
+    source whose rows need not be its positions (an image folder that skips
+    unreadable files) says where to go on instead: ``position_after(last_row)``."""
     kept = getattr(sink, "kept_rows", 0)
     last_kept_row = getattr(sink, "last_kept_row", None)
     expected = last_kept_row() if kept and last_kept_row is not None else None
-    if kept and getattr(source, "skip_unreadable", False):
-        if expected is None:
-            raise SourceError(
-                "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
-                "path column says which file comes next: write its output as .parquet, .csv or a folder"
-            )
-        return window(source, max(start, source.position_after(expected)), stop)  # type: ignore[attr-defined]
+    locate = getattr(source, "position_after", None)  # a source whose rows need not be its positions says where
+    position = locate(expected) if kept and locate is not None else None
+    if position is not None:
+        return window(source, max(start, position), stop)
     first = start + kept
     if expected is not None and not getattr(source, "positional_meta", False):
         _check_row(window(source, first - 1, first), expected, first - 1, source)

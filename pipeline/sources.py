@@ -777,12 +777,18 @@ class ImageFolderSource(RowSource):
         later.skipped = self.skipped  # one list of what was left out, whichever part of the folder left it
         return later
 
-    def position_after(self, row: Mapping[str, Any]) -> int | None:
+    def position_after(self, row: Mapping[str, Any] | None) -> int | None:
         """Where a resumed run goes on when unreadable files are skipped (its rows are then
         fewer than its files, so they cannot be counted): after the file the output's
-        last row names; None where rows are files, and counting them will do."""
+        last row (``row``, None for an output with no columns to read) names; None where
+        rows are files, and counting them will do (``jobs.resumed``)."""
         if not self.skip_unreadable:
             return None
+        if row is None:
+            raise SourceError(
+                "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
+                "path column says which file comes next: write its output as .parquet, .csv or a folder"
+            )
         names = [str(file) for file in self.files]
         path = str(row.get("path", ""))
         if path not in names:
