@@ -36,6 +36,35 @@ def test_caller_thread_issues_every_stage_itself():
     assert seen == [[]] * len(batches)
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_the_callers_thread_runs_one_batch_ahead_where_streams_overlap_it(depth):
+    """NOTE [ inline issue ]: before it waits for the oldest result, the caller's
+    thread has drained ``depth`` batches, enqueued the next one's run and
+    staged the one after, where streams work on their own (the emulated link,
+    CUDA); on the CPU backend, where nothing overlaps the wait, it only stages
+    one more.  Counted as the batches the source gave up to the first result."""
+    taken = []
+
+    def counted(batches):
+        for batch in batches:
+            taken.append(len(taken))
+            yield batch
+
+    batches = [_rows(i, 4) for i in range(12)]
+    link = HostDevice(link_gbps=100.0)
+    options = PipelineOptions(stage_threads=False)
+    for device, ahead in ((link, depth + 2), ("cpu", depth + 1)):
+        taken.clear()
+        with Pipeline(models.mlp(), device=device, depth=depth, options=options) as pipe:
+            outs = pipe.map(counted(batches))
+            first = next(outs)
+            assert len(taken) == ahead, device
+            rest = list(outs)
+        for batch, out in zip(batches, [first, *rest], strict=True):
+            assert_outputs_equal(out, reference(models.mlp(), batch))
+    link.close()
+
+
 def test_multi_input_multi_output_every_dtype(device, stage_threads):
     model = models.multi_io()
     batches = [models.example_batch("multi_io", 8, seed=i) for i in range(10)] + [
