@@ -143,7 +143,8 @@ class _Work:
     slot: DeviceSlot
     out_layout: dict[str, tuple[np.dtype, Shape]] = field(default_factory=dict)
     #: bytes of each output the d2h copies, as planned when the run was enqueued
-    out_sizes: dict[str, int] = field(default_factory=dict)
+    #: (shared by the batches of one size: read, never changed)
+    out_sizes: dict[str, int] | None = None
     pinned_out: PinnedOutSlot | None = None
     error: BaseException | None = None
     #: outputs ORT allocated in this run, by name (NOTE [ data-dependent outputs ])
@@ -569,27 +570,21 @@ class EngineRun(Generic[T]):
     def _execute_one(self, work: _Work) -> object | None:
         """Run (unless already enqueued) and d2h of one staged batch: the work,
         a ``_Failure``, or None once stopped."""
-        if not work.run_issued:
-            ran = self._run_one(work)
-            if ran is not work:
-                return ran
-        return self._drain_one(work)
+        try:  # one frame for both halves: this is the per-batch path
+            if not work.run_issued:
+                self._issue_run(work)
+            return work if self._issue_drain(work) else None
+        except Exception as exc:  # noqa: BLE001
+            return _Failure(PipelineStageError("compute", work.trace.index, exc))
 
     def _run_one(self, work: _Work) -> object | None:
-        """The run of one staged batch enqueued (its device slot handed back):
-        the work, or a ``_Failure``."""
+        """The run of one staged batch enqueued (its device slot handed back),
+        its d2h left for later (NOTE [ inline issue ]): the work, or a ``_Failure``."""
         try:
             self._issue_run(work)
         except Exception as exc:  # noqa: BLE001
             return _Failure(PipelineStageError("compute", work.trace.index, exc))
         return work
-
-    def _drain_one(self, work: _Work) -> object | None:
-        """The d2h of a batch whose run is enqueued: the work, a ``_Failure``, or None once stopped."""
-        try:
-            return work if self._issue_drain(work) else None
-        except Exception as exc:  # noqa: BLE001
-            return _Failure(PipelineStageError("compute", work.trace.index, exc))
 
     def _issue_run(self, work: _Work) -> None:
         slot, trace = work.slot, work.trace
@@ -617,6 +612,7 @@ class EngineRun(Generic[T]):
         slot, trace = work.slot, work.trace
         events = trace.events
         out_sizes = work.out_sizes
+        assert out_sizes is not None  # planned when the run was enqueued
         # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
         needs_shapes = not work.ran and (self._session.dynamic_outputs or work.row_shapes is not None)
         if needs_shapes and not self._wait_event(events.run_done):

@@ -19,9 +19,11 @@ The consumer puts the results back in submission order.
 Memory stays bounded: a device may hold at most ``2 * depth + 2`` batches
 that the consumer has not yet been given (tickets, handed back as each of
 its results is delivered).  A pipeline on the caller's thread asks for at
-most ``depth + 1`` batches beyond the one it delivers next, so a device can
-always finish the batch the consumer waits for; the rest of the margin lets
-a fast device run on while the consumer waits for a slower one's batch.
+most ``depth + 2`` batches beyond the one it delivers next (``depth`` run,
+one run ahead, one staged, one being asked for: NOTE [ inline issue ]), so a
+device can always finish the batch the consumer waits for; the rest of the
+margin lets a fast device run on while the consumer waits for a slower one's
+batch.
 
 Each device reads its batch while the source makes the next, so a source
 must not refill one array for every batch here (a single ``Pipeline`` reads
