@@ -104,3 +104,53 @@ def test_video_job_frames_per_s(benchmark, clip, way):
     best = FRAMES / benchmark.stats.stats.min
     benchmark.extra_info.update(frames_per_s=best)
     print(f"\n{way}: fastest {best:.0f} frames/s ({1e3 / best:.2f} ms a frame)", end="")
+
+
+LONG_FRAMES, KEY_EVERY = 1200, 120
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory):
+    """40 s at 30 frames/s, 854x480 H.264, a key frame every 4 s, B-frames: a
+    camera's or an encoder's usual stream (MPEG-4 part 2 without libx264)."""
+    path = tmp_path_factory.mktemp("video") / "long.mp4"
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 256, (HEIGHT // 8, WIDTH // 8, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
+    with av.open(str(path), "w") as container:
+        codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
+        options = {"g": str(KEY_EVERY), "sc_threshold": "0", "preset": "ultrafast"} if codec == "libx264" else {}
+        stream = container.add_stream(codec, rate=30, options=options)
+        stream.width, stream.height, stream.pix_fmt = base.shape[1], base.shape[0], "yuv420p"
+        for index in range(LONG_FRAMES):
+            frame = av.VideoFrame.from_ndarray(np.roll(base, 3 * index, axis=1), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("how", ["seeked to its key frame", "decoded through"])
+def test_time_to_the_first_batch_far_into_a_video(benchmark, long_clip, how, monkeypatch):
+    """NOTE [ seeking a video ]: a resumed run, a --rows window or a --shard
+    starting at frame 1,140 of 1,200, halfway between two key frames (60
+    frames to decode and drop after the seek); "decoded through" is what
+    every start cost before (frame_pts made to say nothing)."""
+    from pipeline import TensorSpec
+    from pipeline.jobs import rows_after
+
+    if how == "decoded through":
+        monkeypatch.setattr("pipeline.sources.frame_pts", lambda *args: None)
+    skip = LONG_FRAMES - KEY_EVERY // 2
+    spec = TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE, SIZE, 3))
+
+    def first_batch():
+        batches = iter(rows_after(VideoSource(long_clip, 32, [spec], size=(SIZE, SIZE)), skip))
+        batch = next(batches)
+        batches.close()
+        return batch
+
+    batch = benchmark.pedantic(first_batch, rounds=3, iterations=1)
+    assert batch.meta["frame_index"][0] == skip
+    benchmark.extra_info["first_batch_ms"] = benchmark.stats.stats.min * 1e3
+    print(f"\n{how}: first batch at frame {skip:,} of {LONG_FRAMES:,} in {benchmark.stats.stats.min * 1e3:.1f} ms")

@@ -51,6 +51,7 @@ import numpy as np
 from ._cpus import usable_cpus
 from ._errors import PipelineError
 from ._rows import drop_first
+from ._seeking import frame_pts
 from ._session import TensorSpec
 
 
@@ -656,6 +657,9 @@ class VideoSource(RowSource):
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
         #: frames decoded but not converted nor delivered before the first batch (:meth:`after`)
         self.skip = 0
+        #: the index of the first frame the latest iteration decoded: 0, or past it
+        #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
+        self.decoded_from = 0
 
     #: its metadata, each frame's index and time, follow from its place: nothing a resumed run could check
     positional_meta = True
@@ -665,14 +669,37 @@ class VideoSource(RowSource):
 
     def after(self, rows: int) -> VideoSource:
         """This video without its first ``rows`` frames, each later one keeping its index
-        and time.  They are decoded (a compressed stream is read from a key frame on,
-        and seeking to an exact frame is not reliable across containers), never
-        resized nor converted."""
+        and time.  Decoding starts at the key frame before the first one kept, found
+        from the packets (NOTE [ seeking a video ]), or where a file's packets cannot
+        be trusted to say which frame is which, at the first frame; the frames
+        before the first kept are decoded, never resized nor converted."""
         later = copy.copy(self)
         later.skip = self.skip + rows
         return later
 
     def chunks(self) -> Iterator[Chunk]:
+        target = self._seek_target()
+        if target is not None:
+            try:
+                yield from self._decoded_chunks(target)
+                return
+            except _MissedSeek:  # raised before any frame was delivered: start over from the first
+                pass
+        yield from self._decoded_chunks(None)
+
+    def _seek_target(self) -> int | None:
+        """The pts of the first frame to deliver, where seeking to it can be trusted."""
+        import av
+
+        if not self.skip:
+            return None
+        try:
+            with av.open(str(self.path)) as container:
+                return frame_pts(container, container.streams.video[0], self.skip)
+        except av.error.FFmpegError:
+            return None  # decoding from the start says what is wrong
+
+    def _decoded_chunks(self, target: int | None) -> Iterator[Chunk]:
         import av
         from av.video.reformatter import VideoReformatter
 
@@ -687,7 +714,7 @@ class VideoSource(RowSource):
                 stream.thread_type = "AUTO"  # FFmpeg's own decode threads
                 if self.decode_threads is not None:
                     stream.codec_context.thread_count = self.decode_threads
-                for index, frame in enumerate(container.decode(stream)):
+                for index, frame in self._numbered(container, stream, target):
                     decoded = index + 1
                     if index < self.skip:
                         continue
@@ -706,6 +733,29 @@ class VideoSource(RowSource):
         if frames:
             yield self._chunk(frames, indices, times)
 
+    def _numbered(self, container: Any, stream: Any, target: int | None) -> Iterator[tuple[int, Any]]:
+        """``(index, frame)`` of the frames decoded: every one from the first, or,
+        seeked to the key frame before the one whose pts is ``target``, that one
+        (frame ``self.skip``) and every one after it."""
+        self.decoded_from = 0
+        if target is None:
+            yield from enumerate(container.decode(stream))
+            return
+        container.seek(target, stream=stream, backward=True, any_frame=False)
+        dropped = 0
+        frames = container.decode(stream)
+        for frame in frames:
+            if frame.pts is not None and frame.pts < target:
+                dropped += 1
+                continue
+            if frame.pts != target:  # the packets said otherwise (NOTE [ seeking a video ])
+                raise _MissedSeek(f"frame {self.skip} was to have pts {target}, the decoder gave {frame.pts}")
+            self.decoded_from = self.skip - dropped
+            yield self.skip, frame
+            break
+        for index, frame in enumerate(frames, self.skip + 1):
+            yield index, frame
+
     @staticmethod
     def _chunk(frames: list[np.ndarray], indices: list[int], times: list[float]) -> Chunk:
         return frames, {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
@@ -716,6 +766,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 #: ImageFolderSource's decode threads with decode_threads=None: one per CPU, at most this many
 AUTO_DECODE_THREADS = 8
+
+
+class _MissedSeek(Exception):
+    """Seeking did not land where the packets said: decode from the first frame."""
 
 
 class ImageFolderSource(RowSource):
