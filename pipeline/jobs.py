@@ -199,11 +199,16 @@ def sink_kind(path: str | Path) -> str:
 
 
 def check_output(path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
-    """A SinkError now, before any work, where :func:`open_sink` would refuse ``path``:
-    it cannot be written, or it is a data set folder that a new run would mix with
-    an earlier one's (``overwrite``: ortpipe's own parts in it are to be replaced)."""
+    """A SinkError now, before any work (a large model takes seconds to load),
+    where :func:`open_sink` would refuse ``path``: it cannot be written, or it
+    holds an earlier run's rows that a new run would replace or mix with (a
+    file, a data set folder; ``overwrite``: they are to be replaced).  Files
+    an output writes beside ``path`` (a multi-output .npy's) are known once the
+    model's outputs are: :func:`refuse_replacing` checks the sink too."""
     if sink_kind(path) != "parquet data set":
-        writable(path)
+        file = writable(path)
+        if not resume and not overwrite and file.is_file() and file.stat().st_size:
+            _refuse_replacing([file])
         return
     folder = writable_folder(path)
     if not resume and not overwrite:
@@ -213,7 +218,10 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
 def refuse_replacing(sink: Sink) -> None:
     """A SinkError where ``sink`` would replace what an earlier run wrote (a long job's
     rows are not thrown away by a rerun that forgot ``--resume``)."""
-    existing = getattr(sink, "existing_outputs", list)()
+    _refuse_replacing(getattr(sink, "existing_outputs", list)())
+
+
+def _refuse_replacing(existing: list[Path]) -> None:
     if existing:
         names = ", ".join(repr(str(path)) for path in existing)
         raise SinkError(f"{names} holds an earlier run's rows: --resume goes on after them, --overwrite replaces them")

@@ -198,7 +198,7 @@ def test_ortpipe_run_writes_a_detectors_hits_per_batch(tmp_path, capsys):
     hits = pq.read_table(tmp_path / "dets.hits.parquet")
     want = [reference(models.detect(), {"x": data[i : i + 8]})["hits"] for i in range(0, len(data), 8)]
     assert hits["batch"].to_numpy().tolist() == [i for i, w in enumerate(want) for _ in range(len(w))]
-    assert main([*argv, "--data-dependent", "boxes", "--device", "cpu", "--no-progress"]) == 1
+    assert main([*argv, "--data-dependent", "boxes", "--device", "cpu", "--no-progress", "--overwrite"]) == 1
     assert "boxes" in capsys.readouterr().err
 
 

@@ -880,6 +880,19 @@ def test_an_output_of_an_earlier_run_is_refused_unless_resumed_or_overwritten(tm
     assert "choose one" in capsys.readouterr().err
 
 
+def test_an_earlier_output_is_refused_before_the_model_is_loaded(tmp_path, capsys):
+    """A large model takes seconds to load (minutes onto a GPU with TensorRT):
+    a rerun that forgot --resume hears so first.  The model here cannot load at all."""
+    np.save(tmp_path / "in.npy", np.zeros((4, 64), np.float32))
+    (tmp_path / "out.parquet").write_bytes(b"an earlier run's table")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    argv = ["run", str(tmp_path / "broken.onnx"), "--input", str(tmp_path / "in.npy"), "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "out.parquet")]) == 1
+    assert "out.parquet' holds an earlier run's rows" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "new.parquet")]) == 1  # a new output: the model's failure
+    assert "broken.onnx" in capsys.readouterr().err
+
+
 def test_the_files_beside_a_multi_output_npy_count_as_its_output(tmp_path, capsys):
     batch = models.example_batch("identity", 8)
     np.save(tmp_path / "in.npy", batch["x"])

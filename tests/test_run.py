@@ -487,7 +487,7 @@ def test_run_ort_options_reach_the_session(tmp_path, capsys, session_options):
     assert all(o.get_session_config_entry("session.set_denormal_as_zero") == "1" for o in made)
     want = _session(models.mlp()).run(None, {"x": np.load(path)})[0]
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
-    assert main([*argv, "--device", "cpu", "--provider-option", "use_tf32=0"]) == 2
+    assert main([*argv, "--device", "cpu", "--provider-option", "use_tf32=0", "--overwrite"]) == 2
     assert "options of ORT's CUDA execution provider, but device 'cpu' is the host" in capsys.readouterr().err
 
 
@@ -501,7 +501,7 @@ def test_run_a_fixed_batch_model_takes_its_batch_size_by_default(tmp_path, capsy
     assert "10 items in 10 batches" in capsys.readouterr().out
     want = np.concatenate([_session(model).run(None, {"x": row[None]})[0] for row in np.load(path)])
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-5)
-    assert main([*argv, "--batch-size", "8"]) == 1
+    assert main([*argv, "--batch-size", "8", "--overwrite"]) == 1
     assert "takes at most 1 row(s) a run" in capsys.readouterr().err
 
 
@@ -691,5 +691,5 @@ def test_run_static_shapes_pads_the_last_batch_and_cuda_graph_needs_cuda(tmp_pat
     if cuda_unavailable_reason(0) is None:
         return
     capsys.readouterr()
-    assert main([*argv, "--device", "cpu", "--cuda-graph"]) != 0
+    assert main([*argv, "--device", "cpu", "--cuda-graph", "--overwrite"]) != 0
     assert "CUDA graphs need a CUDA device" in capsys.readouterr().err
