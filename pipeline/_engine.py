@@ -34,9 +34,24 @@ no such reader, so a batch bound at the slots' own shape, its arrays in C
 order and native byte order, is copied straight from the caller's arrays into
 the device slot: one host copy instead of two (its ``stage`` time is then 0,
 the copy is all in ``h2d``).  The caller's arrays are not referenced once
-``copy_h2d`` returns, before the source is asked for the next batch.
+``copy_h2d`` returns, before the source is asked for the next batch.  From
+the caller's thread not even that copy is made (NOTE [ borrowed inputs ]).
 Padded, free-shape, strided and byte-swapped batches, and every other
 stream, are staged as usual.
+
+NOTE [ borrowed inputs ]: on the CPU backend the device slot is host memory
+too, and ORT reads a numpy array where it lies, so even that one copy is
+skipped where nothing runs later than the caller's thread: the caller's
+thread issues (``stage_threads`` False, or "auto" before it hands over) and
+the streams are inline.  The run of such a batch binds the caller's arrays
+themselves (``bind_cpu_input``: no copy), and happens before the source is
+asked for the next batch, so a source that refills one array for every batch
+still gets every batch right; the only code that runs between taking a
+batch and its run is the caller's loop body, which must leave the source's
+arrays alone (as it must anyway with stage threads).  Stage threads take
+batches ahead of the run, so from a hand-over on batches are copied again,
+and the one batch borrowed and not yet run is copied into its slot first.
+Preprocessed inputs read the slot on the compute stream: they are copied.
 
 NOTE [ filled slots ]: ``Pipeline.map_filled(fill)`` has no source of
 arrays: ``fill(index, slot)`` writes batch ``index`` straight into the
@@ -159,6 +174,8 @@ class _Work:
     row_shapes: RowShapes | None = None
     #: the batch's device arrays, referenced until it is delivered (NOTE [ device arrays ])
     device_feeds: dict[str, DeviceArray] | None = None
+    #: the caller's arrays its run binds instead of the slot's inputs (NOTE [ borrowed inputs ])
+    borrowed: dict[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +286,13 @@ class EngineRun(Generic[T]):
         self._config = config
         self._copier = HostCopier(config.copy_threads)
         self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
+        #: NOTE [ borrowed inputs ]: inline batches are bound, not copied (until a hand-over)
+        self._borrow = (
+            streams.h2d.copies_inline
+            and streams.compute.copies_inline
+            and config.stage_threads is not True
+            and not rings.layout.preprocess
+        )
         self._take = make_take(self._copier)
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
@@ -437,12 +461,16 @@ class EngineRun(Generic[T]):
         events = BatchEvents.new(self._device, self._config.timing)
         link = self._streams.h2d
         nbytes, total_bytes = self._input_nbytes(bound, shapes)
+        # the batch itself, not staged, on the CPU backend: its run reads it (NOTE [ borrowed inputs ])
+        borrowed = sources if pinned is None and on_device is None and self._borrow else None
         with self._device.annotate("h2d", index):
             if slot.inputs_free is not None:
                 link.wait_event(slot.inputs_free)
             if events.h2d_start is not None:
                 events.h2d_start.record(link)
-            if on_device is None:
+            if borrowed is not None:
+                total_bytes = 0
+            elif on_device is None:
                 for name, size in nbytes.items():
                     link.copy_h2d(slot.inputs[name], sources[name], size)
             else:
@@ -462,7 +490,7 @@ class EngineRun(Generic[T]):
             wait_in_s=wait_s + (t_slot - t_staged),
             events=events,
         )
-        return _Work(trace=trace, slot=slot, row_shapes=shapes, device_feeds=on_device)
+        return _Work(trace=trace, slot=slot, row_shapes=shapes, device_feeds=on_device, borrowed=borrowed)
 
     @staticmethod
     def _send_mixed(
@@ -709,10 +737,13 @@ class EngineRun(Generic[T]):
     def _bind(self, slot: DeviceSlot, work: _Work) -> None:
         shapes = work.row_shapes
         allocated = self._session.dynamic_outputs if shapes is None else self._all_outputs
-        key = (work.trace.bound_rows, shapes, allocated)
+        borrowed = work.borrowed
+        key = (work.trace.bound_rows, shapes, allocated, borrowed is None)
         if slot.bound_key == key:
             if allocated:  # a fresh allocation at this run's shape (NOTE [ data-dependent outputs ])
                 self._session.bind_allocated(slot.binding, allocated)
+            if borrowed is not None:  # this batch's own arrays (NOTE [ borrowed inputs ])
+                self._session.bind_host_inputs(slot.binding, borrowed)
             return  # steady state: same pointers, same shapes, no rebinding
         model = self._layout.model_inputs(work.trace.bound_rows, shapes)
         inputs = {
@@ -727,6 +758,8 @@ class EngineRun(Generic[T]):
         slot.binding.clear_binding_inputs()
         slot.binding.clear_binding_outputs()
         self._session.bind(slot.binding, inputs, outputs)
+        if borrowed is not None:
+            self._session.bind_host_inputs(slot.binding, borrowed)
         slot.bound_key = key
 
     def _run_bound(self, slot: DeviceSlot, work: _Work) -> None:
@@ -915,7 +948,9 @@ class EngineRun(Generic[T]):
         comes from the threads.  The rings bound the threads as always: the
         execute thread waits for the pinned-out slots that ``pending`` holds
         until the consumer releases them."""
+        self._borrow = False  # the producer thread takes batches ahead of their runs
         for work in issued:
+            self._copy_borrowed(work)
             self._work_q.put(work)
         last = issued[-1].trace.index
         if not self._start_stage_threads(self._iterator, last + 1):
@@ -924,6 +959,17 @@ class EngineRun(Generic[T]):
             self._on_hand_over(last)
         yield from pending
         yield from self._from_threads()
+
+    def _copy_borrowed(self, work: _Work) -> None:
+        """A batch that was to be bound where it lies copied into its slot after all
+        (NOTE [ borrowed inputs ]): its run comes after the source is asked again."""
+        if work.borrowed is None:
+            return
+        link = self._streams.h2d  # inline: the copy is done when it returns
+        for name, array in work.borrowed.items():
+            link.copy_h2d(work.slot.inputs[name], array, array.nbytes)
+        work.trace.h2d_bytes = sum(array.nbytes for array in work.borrowed.values())
+        work.borrowed = None
 
     def _produce_measured(self, iterator: Iterator[object], index: int) -> object | None:
         start = time.perf_counter()

@@ -360,6 +360,13 @@ class OrtSession:
                 buffer, dtype, shape = target
                 binding.bind_output(name, device_type, device_id, dtype, list(shape), buffer.ptr)
 
+    def bind_host_inputs(self, binding: ort.IOBinding, arrays: dict[str, np.ndarray]) -> None:
+        """Point ``binding``'s inputs at these host arrays where they lie, on a session
+        that runs on the host (ORT wraps a C-ordered array of the input's dtype
+        without copying it; the caller keeps it alive and unchanged until the run)."""
+        for name, array in arrays.items():
+            binding.bind_cpu_input(name, array)
+
     def bind_allocated(self, binding: ort.IOBinding, names: Iterable[str]) -> None:
         """Let ORT allocate these outputs in the next run, at whatever shape it computes.
 

@@ -167,6 +167,28 @@ def test_hand_over_under_chaos(depth):
     device.close()
 
 
+def test_a_source_that_refills_one_array_is_right_across_the_hand_over():
+    """NOTE [ borrowed inputs ]: before the hand-over a batch is bound where it
+    lies; the one taken but not yet run when the threads take over is copied
+    first, or the producer thread's next refill would overwrite it."""
+
+    def refilled():
+        frame = np.empty((4, 8), np.float32)
+        for index in range(60):
+            frame[:] = index  # refilled as soon as asked for, then slow
+            time.sleep(SLOW_S)
+            yield frame
+
+    with Pipeline(models.identity(features=8), device="cpu", depth=2, options=AUTO) as pipe:
+        got = []
+        for out in pipe.map(refilled()):
+            got.append(out["y"])
+            time.sleep(SLOW_S)
+        assert _handed_over_at(pipe.stats) is not None, pipe.stats.issuing
+    assert [float(y[0, 0]) for y in got] == [float(i) for i in range(60)]
+    assert all((y == y[0, 0]).all() for y in got)
+
+
 def test_a_failure_after_the_hand_over_keeps_earlier_results():
     batches = _batches(60)
     got = []
