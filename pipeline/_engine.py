@@ -785,6 +785,7 @@ class EngineRun(Generic[T]):
             work.error = exc
         finally:
             work.ran = True
+            work.borrowed = None  # read: the caller's arrays are not held until delivery
 
     def _allocated_values(self, slot: DeviceSlot, work: _Work) -> dict[str, Any]:
         """ORT's values of the outputs it allocated in this run (all, for a free shape)."""
