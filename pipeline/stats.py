@@ -176,7 +176,9 @@ class _Totals:
         out: dict[str, float | None] = {}
         for direction in ("h2d", "d2h"):
             seconds = self.stage_sum[direction]
-            out[direction] = self.bytes[direction] / seconds / 1e9 if seconds > 0 else None
+            # None where nothing crossed: a batch bound where it lies on the CPU backend is no 0 GB/s link
+            crossed = self.bytes[direction]
+            out[direction] = crossed / seconds / 1e9 if seconds > 0 and crossed else None
         return out
 
     def latency_ms(self) -> dict[str, float]:

@@ -92,6 +92,14 @@ def test_a_slow_source_is_the_bottleneck_and_counts_in_the_wall():
     assert stats.bound_items_per_s == pytest.approx(8 / 0.010)
 
 
+def test_a_stage_that_moved_no_bytes_has_no_link_rate():
+    """NOTE [ borrowed inputs ]: a batch bound where it lies took an h2d of no bytes."""
+    timing = BatchTiming(0, 4, 0, 400, submitted=0.0, done=0.01, stage_s=0.0, wait_s=0.0)
+    timing.h2d_s, timing.compute_s, timing.d2h_s = 1e-6, 0.005, 1e-6
+    stats = Stats([timing])
+    assert stats.link_gbps() == {"h2d": None, "d2h": pytest.approx(0.4)}
+
+
 def test_untimed_device_stages_leave_only_host_figures():
     timing = BatchTiming(0, 4, 100, 100, submitted=0.0, done=0.01, stage_s=0.001, wait_s=0.0)
     stats = Stats([timing])
