@@ -57,6 +57,19 @@ def test_bench_writes_json(tmp_path, capsys):
     assert data["device"]["link"]["h2d_gbps"] == 8
 
 
+def test_bench_on_an_emulated_link_leaves_the_host_a_cpu(tmp_path, capsys, monkeypatch):
+    """A GPU computes beside the host's CPUs: the host standing in for one runs ORT
+    on all CPUs but one, unless --threads says otherwise; the CPU backend is left alone."""
+    monkeypatch.setattr("pipeline.cli.bench.usable_cpus", lambda: 4)
+    argv = ["bench", "identity", "--batches", "2", "--warmup", "1", "--depth", "1", "--modes", "naive", "--json"]
+    cases = [(["--link-gbps", "8"], 3), (["--link-gbps", "8", "--threads", "2"], 2), (["--device", "cpu"], None)]
+    for extra, threads in cases:
+        assert main([*argv, str(tmp_path / "b.json"), *extra]) == 0
+        out = capsys.readouterr().out
+        assert ("ORT threads: 3 of 4 CPUs (the emulated device leaves the host a CPU" in out) == (extra == cases[0][0])
+        assert json.loads((tmp_path / "b.json").read_text())["ort"]["intra_op_threads"] == threads, extra
+
+
 def test_bench_caller_mode_rows(tmp_path, capsys):
     path = tmp_path / "bench.json"
     argv = ["bench", "identity", "--batches", "4", "--warmup", "1", "--depth", "1,3", "--modes", "caller,naive"]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import models
+from .._cpus import usable_cpus
 from .._errors import PipelineError, PipelineInputError
 from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
@@ -422,10 +423,28 @@ def _multi_devices(args: argparse.Namespace, devices: list[Device]) -> list[Devi
     return pipelines if "multi" in args.modes else []
 
 
+def _emulated_device_threads(args: argparse.Namespace, device: Device) -> str | None:
+    """ORT's threads where the host stands in for a GPU behind an emulated link and
+    --threads is not given: every CPU but one.  A GPU computes beside the host's
+    CPUs, not on them; ORT on every CPU would take from the copy engines' and the
+    stages' threads the time a GPU leaves them, and the overlap measured would
+    be the CPUs' contention (on 2 CPUs the default bench ran 0.71-0.88x naive
+    that way, 1.11-1.16x with one ORT thread).  The line to print, or None."""
+    if args.threads is not None or not isinstance(device, HostDevice) or device.link is None:
+        return None
+    cpus = usable_cpus()
+    args.threads = max(1, cpus - 1)
+    return (
+        f"ORT threads: {args.threads} of {cpus} CPUs (the emulated device leaves the host a CPU, "
+        "as a GPU leaves it all; --threads N to choose)"
+    )
+
+
 def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: str) -> int:
     device = devices[0]
     if "graph" in args.modes and device.kind != "cuda":
         raise PipelineError(f"the graph mode captures CUDA graphs: it needs a CUDA device, not {device.name}")
+    threads_line = _emulated_device_threads(args, device)
     multi = _multi_devices(args, devices)
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
@@ -441,6 +460,8 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
         print(f"multi: {len(multi)} pipelines on {', '.join(d.name for d in multi)}")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
     print(f"model: {args.model}  batch size {sizes}, {amount} per mode, {args.warmup} warm-up")
+    if threads_line is not None:
+        print(threads_line)
     progress = Progress(
         "bench",
         total=count * _runs(args.modes, args.depth) * len(workloads) if count else None,
@@ -589,6 +610,7 @@ def _write_outputs(
             "outputs": args.output_names,
             "multi_devices": multi,
             "ort": {
+                "intra_op_threads": args.threads,
                 "graph_optimization": args.graph_optimization,
                 "session_config": dict(args.session_option),
                 "provider_options": dict(args.provider_option),
