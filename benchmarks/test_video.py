@@ -19,22 +19,27 @@ av = pytest.importorskip("av", reason="needs PyAV: pip install 'ortpipe[video]'"
 FRAMES, WIDTH, HEIGHT, SIZE = 150, 854, 480, 224
 
 
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory):
-    path = tmp_path_factory.mktemp("video") / "clip.mp4"
-    rng = np.random.default_rng(0)
+def _encode(path, frames: int, seed: int, x264_options: dict[str, str] | None = None):
+    """A pattern of 8x8 blocks sliding 3 pixels a frame, H.264 (MPEG-4 part 2 without libx264)."""
+    rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, (HEIGHT // 8, WIDTH // 8, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
     with av.open(str(path), "w") as container:
         codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
-        stream = container.add_stream(codec, rate=30)
+        options = (x264_options or {}) if codec == "libx264" else {}
+        stream = container.add_stream(codec, rate=30, options=options)
         stream.width, stream.height, stream.pix_fmt = base.shape[1], base.shape[0], "yuv420p"
-        for index in range(FRAMES):
+        for index in range(frames):
             frame = av.VideoFrame.from_ndarray(np.roll(base, 3 * index, axis=1), format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return _encode(tmp_path_factory.mktemp("video") / "clip.mp4", FRAMES, seed=0)
 
 
 def _plain_loop(path) -> int:
@@ -111,23 +116,10 @@ LONG_FRAMES, KEY_EVERY = 1200, 120
 
 @pytest.fixture(scope="module")
 def long_clip(tmp_path_factory):
-    """40 s at 30 frames/s, 854x480 H.264, a key frame every 4 s, B-frames: a
-    camera's or an encoder's usual stream (MPEG-4 part 2 without libx264)."""
-    path = tmp_path_factory.mktemp("video") / "long.mp4"
-    rng = np.random.default_rng(1)
-    base = rng.integers(0, 256, (HEIGHT // 8, WIDTH // 8, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
-    with av.open(str(path), "w") as container:
-        codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
-        options = {"g": str(KEY_EVERY), "sc_threshold": "0", "preset": "ultrafast"} if codec == "libx264" else {}
-        stream = container.add_stream(codec, rate=30, options=options)
-        stream.width, stream.height, stream.pix_fmt = base.shape[1], base.shape[0], "yuv420p"
-        for index in range(LONG_FRAMES):
-            frame = av.VideoFrame.from_ndarray(np.roll(base, 3 * index, axis=1), format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    """40 s at 30 frames/s, 854x480 H.264, a key frame every 4 s, B-frames (x264's
+    veryfast keeps them): a camera's or an encoder's usual stream."""
+    options = {"g": str(KEY_EVERY), "sc_threshold": "0", "preset": "veryfast"}
+    return _encode(tmp_path_factory.mktemp("video") / "long.mp4", LONG_FRAMES, seed=1, x264_options=options)
 
 
 @pytest.mark.parametrize("how", ["seeked to its key frame", "decoded through"])
