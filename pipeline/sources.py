@@ -753,6 +753,8 @@ class VideoSource(RowSource):
             self.decoded_from = self.skip - dropped
             yield self.skip, frame
             break
+        else:  # the stream ended before any frame carried it
+            raise _MissedSeek(f"no frame after the seek has pts {target} or later (frame {self.skip})")
         for index, frame in enumerate(frames, self.skip + 1):
             yield index, frame
 

@@ -123,13 +123,14 @@ def test_a_stream_without_timestamps_is_decoded_from_its_first_frame(tmp_path):
         list(_source(raw).after(41).chunks())
 
 
-def test_a_seek_that_lands_elsewhere_starts_over_from_the_first_frame(tmp_path, monkeypatch):
+@pytest.mark.parametrize("misled", [1, 10**9], ids=["between-frames", "past-the-end"])
+def test_a_seek_that_lands_elsewhere_starts_over_from_the_first_frame(tmp_path, monkeypatch, misled):
     """The decoder has the last word: a target no frame carries (a file whose
     packets misled) costs a second start, never a wrong frame."""
     clip = _encode(tmp_path / "h264.mp4", *KINDS[0][1:])
     frames, _, _ = _delivered(_source(clip))
     real = frame_pts
-    monkeypatch.setattr("pipeline.sources.frame_pts", lambda *args: real(*args) + 1)
+    monkeypatch.setattr("pipeline.sources.frame_pts", lambda *args: real(*args) + misled)
     later = _source(clip).after(30)
     got_frames, got_indices, _ = _delivered(later)
     assert later.decoded_from == 0
