@@ -375,7 +375,7 @@ def shard_rows(size: int, shard: int, shards: int) -> tuple[int, int | None]:
     """Rows ``[start, stop)`` of the ``shard``-th (from 0) of ``shards`` contiguous windows of
     an input of about ``size`` rows, as even as whole rows allow.  The last one runs
     to the input's end (``stop`` None), so the windows cover every row once even
-    where ``size`` is an estimate (a CSV's, a video's frame count): every shard
+    where ``size`` is an estimate (a CSV's, a Matroska video's): every shard
     works the bounds out alike."""
     if shards < 1 or not 0 <= shard < shards:
         raise ValueError(f"shard must be K/N with 0 <= K < N, got {shard}/{shards}")

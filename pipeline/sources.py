@@ -650,11 +650,14 @@ class VideoSource(RowSource):
                 if not container.streams.video:
                     raise SourceError(f"{str(self.path)!r} has no video stream")
                 stream = container.streams.video[0]
-                self.frames_hint = int(stream.frames or 0)
+                self.frames_hint, exact = _frame_count(container, stream)
                 width, height = size or (stream.width, stream.height)
         except av.error.FFmpegError as exc:
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
+        #: len() is worked out from the duration and frame rate (a Matroska or WebM file
+        #: counts no frames in its header): a --shard's bounds, a progress bar's total
+        self.length_estimated = not exact
         #: frames decoded but not converted nor delivered before the first batch (:meth:`after`)
         self.skip = 0
         #: the index of the first frame the latest iteration decoded: 0, or past it
@@ -768,6 +771,19 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 #: ImageFolderSource's decode threads with decode_threads=None: one per CPU, at most this many
 AUTO_DECODE_THREADS = 8
+
+
+def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
+    """A video stream's frames as its header counts them, and True; else its duration
+    times its frame rate, and False (0 where neither is known)."""
+    if stream.frames:
+        return int(stream.frames), True
+    rate = stream.average_rate or stream.guessed_rate
+    if stream.duration is not None and stream.time_base is not None:
+        seconds = float(stream.duration * stream.time_base)
+    else:
+        seconds = container.duration / 1e6 if container.duration else 0.0  # av.time_base: microseconds
+    return (round(seconds * float(rate)) if rate and seconds > 0 else 0), False
 
 
 class _MissedSeek(Exception):

@@ -108,3 +108,24 @@ def slow_source(batch, delay_s: float, count: int = 10**9) -> Iterator:
     for _ in range(count):
         time.sleep(delay_s)
         yield batch
+
+
+def encode_video(
+    path: Path, codec: str, options: dict[str, str], frames: int, size: int, container_format: str | None = None
+) -> Path:
+    """A ``size`` x ``size`` video of ``frames`` frames, each its own (a frame off by
+    one shows), encoded with ``codec`` and its ``options`` (a GOP, B-frames)."""
+    import av
+
+    with av.open(str(path), "w", format=container_format) as container:
+        stream = container.add_stream(codec, rate=30, options=options)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        y, x = np.mgrid[0:size, 0:size]
+        for index in range(frames):
+            image = np.stack([(x * 8 + index) % 256, (y * 8) % 256, np.full_like(x, index * 2 % 256)], -1)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path

@@ -18,6 +18,8 @@ from pipeline._seeking import frame_pts
 from pipeline.jobs import window
 from pipeline.sources import SourceError, VideoSource
 
+from .helpers import encode_video
+
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 
 FRAMES, SIZE, GOP = 100, 32, 12
@@ -30,27 +32,16 @@ KINDS = [
 ]
 
 
-def _encode(path, codec: str, options: dict[str, str], frames: int = FRAMES, container_format: str | None = None):
-    if codec not in av.codecs_available:
-        pytest.skip(f"this FFmpeg has no {codec} encoder")
-    with av.open(str(path), "w", format=container_format) as container:
-        stream = container.add_stream(codec, rate=30, options=options)
-        stream.width = stream.height = SIZE
-        stream.pix_fmt = "yuv420p"
-        y, x = np.mgrid[0:SIZE, 0:SIZE]
-        for index in range(frames):  # every frame its own: a frame off by one shows
-            image = np.stack([(x * 8 + index) % 256, (y * 8) % 256, np.full_like(x, index * 2 % 256)], -1)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
-
-
 @pytest.fixture(params=KINDS, ids=[kind[0] for kind in KINDS])
 def clip(request, tmp_path):
     name, codec, options = request.param
     return _encode(tmp_path / name, codec, options)
+
+
+def _encode(path, codec: str, options: dict[str, str], frames: int = FRAMES, container_format: str | None = None):
+    if codec not in av.codecs_available:
+        pytest.skip(f"this FFmpeg has no {codec} encoder")
+    return encode_video(path, codec, options, frames, SIZE, container_format)
 
 
 def _packets(path) -> list[tuple[int, bool]]:

@@ -114,6 +114,23 @@ def test_a_video_window_keeps_its_frame_indices(tmp_path, capsys):
     assert window["timestamp"].to_pylist() == whole["timestamp"].to_pylist()[13:29]
 
 
+def test_shards_of_a_video_without_a_frame_count_share_its_frames(tmp_path, capsys):
+    """A Matroska file counts no frames in its header: its length is its duration
+    times its frame rate, so shards share the frames (before, the last shard
+    took them all), and the last one runs to the end whatever the estimate."""
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    if "libx264" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no libx264 encoder")
+    from .helpers import encode_video
+
+    video = encode_video(tmp_path / "clip.mkv", "libx264", {"g": "12", "bf": "2"}, frames=40, size=32)
+    argv = ["run", "convnet", "--input", str(video), "--batch-size", "8", "--no-progress", "--output"]
+    for shard in range(3):
+        assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
+    indices = [pq.read_table(tmp_path / f"s{shard}.parquet")["frame_index"].to_pylist() for shard in range(3)]
+    assert indices == [list(range(0, 13)), list(range(13, 26)), list(range(26, 40))]
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [

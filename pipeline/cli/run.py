@@ -366,9 +366,10 @@ def _resume_hint(args: argparse.Namespace, sink: Any) -> str:
 
 
 def _input_rows(source: Any) -> tuple[int, bool]:
-    """About how many rows ``source`` holds (0: not known), and whether that is exact (a CSV's is estimated)."""
+    """About how many rows ``source`` holds (0: not known), and whether that is exact (a CSV's
+    is estimated from its first block, a Matroska video's from its duration)."""
     if hasattr(source, "__len__"):
-        return len(source), True
+        return len(source), not getattr(source, "length_estimated", False)
     return getattr(source, "rows_hint", 0), False
 
 
