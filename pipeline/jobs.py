@@ -38,6 +38,7 @@ from .sinks import (
 from .sources import (
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
+    VIDEO_SUFFIXES,
     Chunk,
     CsvSource,
     ImageFolderSource,
@@ -48,12 +49,11 @@ from .sources import (
     SlotFiller,
     SourceBatch,
     SourceError,
+    VideoFolderSource,
     VideoSource,
     fewer_rows,
     parquet_files,
 )
-
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
 
 class Sink(Protocol):
@@ -92,10 +92,11 @@ class JobSummary:
 
 
 def source_kind(path: str | Path) -> str:
-    """ "npy", "parquet", "csv", "video" or "images" from a path, or a SourceError.
+    """ "npy", "parquet", "csv", "video", "images" or "videos" from a path, or a SourceError.
 
-    A folder is "images" when it holds images, else "parquet" when Parquet
-    files lie below it (a data set, :class:`ParquetDatasetSource`)."""
+    A folder is "images" when it holds images, else "videos" when it holds
+    videos, else "parquet" when Parquet files lie below it (a data set,
+    :class:`ParquetDatasetSource`)."""
     path = Path(path)
     if path.is_dir():
         return _folder_kind(path)
@@ -119,11 +120,13 @@ def source_kind(path: str | Path) -> str:
 def _folder_kind(folder: Path) -> str:
     if any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
         return "images"  # before Parquet files: a folder of photos may hold a table of earlier results
+    if any(p.suffix.lower() in VIDEO_SUFFIXES for p in folder.iterdir()):
+        return "videos"
     if parquet_files(folder):
         return "parquet"
     raise SourceError(
-        f"{str(folder)!r} holds neither images ({', '.join(IMAGE_SUFFIXES)}) nor Parquet files "
-        f"({', '.join(PARQUET_SUFFIXES)}, at any depth)"
+        f"{str(folder)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}), videos ({', '.join(VIDEO_SUFFIXES)}) "
+        f"nor Parquet files ({', '.join(PARQUET_SUFFIXES)}, at any depth)"
     )
 
 
@@ -132,6 +135,7 @@ _NEEDS = {
     "parquet": ("pyarrow", "parquet"),
     "csv": ("pyarrow", "parquet"),
     "video": ("av", "video"),
+    "videos": ("av", "video"),
     "images": ("PIL", "images"),
 }
 
@@ -175,6 +179,8 @@ def open_source(
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
         return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
+    if kind == "videos":
+        return VideoFolderSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 

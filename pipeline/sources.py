@@ -12,6 +12,7 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`CsvSource` - a CSV file streamed with pyarrow's reader, columns
   mapped the same way;
 * :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
+* :class:`VideoFolderSource` - the videos of a folder, frame after frame;
 * :class:`ImageFolderSource` - a folder of images read with Pillow.
 
 Errors name the file and what was wrong with it (:class:`SourceError`).
@@ -784,6 +785,129 @@ def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
     else:
         seconds = container.duration / 1e6 if container.duration else 0.0  # av.time_base: microseconds
     return (round(seconds * float(rate)) if rate and seconds > 0 else 0), False
+
+
+def _packets_counted(path: Path) -> int:
+    """The frames of a video's first video stream, counted from its packets (read,
+    not decoded): one frame a packet that holds data and is not to be discarded."""
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return sum(1 for packet in container.demux(stream) if packet.size and not packet.is_discard)
+
+
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
+
+
+class VideoFolderSource(RowSource):
+    """The videos of a folder (sorted by name) as one source, frame after frame:
+    uint8 ``[N, H, W, 3]``, each row with its ``path`` (the video's), its
+    ``frame_index`` in that video and its ``timestamp``.  Batches run across
+    the videos' ends, so a folder of short clips costs no short batches.
+
+    Every video gives frames of one size: ``size=(width, height)`` resizes
+    them, and without it videos of different sizes are refused at once, naming
+    two.  A window or a resumed run (:meth:`after`) skips whole videos
+    unopened, their frames counted from their headers (or, where a header
+    counts none, as Matroska's, from their packets, read but not decoded), and
+    seeks into the video it starts in (NOTE [ seeking a video ]); a resumed
+    run's input is checked by its last row's path and frame index
+    (``jobs.resumed``), so a folder that changed is refused, not misread.
+    """
+
+    #: a row's path and frame index say which frame it is: a resumed run checks them
+    positional_meta = False
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+        pix_fmt: str = "rgb24",
+        decode_threads: int | None = None,
+    ):
+        self.path = _existing(path, "video folder")
+        if not self.path.is_dir():
+            raise SourceError(f"{str(self.path)!r} is not a folder")
+        files = sorted(p for p in self.path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
+        if not files:
+            raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}")
+        self.videos = [VideoSource(f, batch_size, inputs, input_name, size, pix_fmt, decode_threads) for f in files]
+        self.spec, self.batch_size = self.videos[0].spec, batch_size
+        self.row_shape = self._one_frame_size(size)
+        #: len() adds up estimates where a video's header counts no frames
+        self.length_estimated = any(video.length_estimated for video in self.videos)
+        self.skip = 0  # frames of the folder left out before the first batch (:meth:`after`)
+
+    def _one_frame_size(self, size: tuple[int, int] | None) -> tuple[int, ...] | None:
+        shapes: dict[tuple[int, ...] | None, VideoSource] = {}
+        for video in self.videos:
+            shapes.setdefault(video.row_shape, video)  # the first video of each size
+        if len(shapes) > 1 and size is None:
+            (a, first), (b, second) = list(shapes.items())[:2]
+            raise SourceError(
+                f"the videos of {str(self.path)!r} differ in frame size: {str(first.path)!r} is "
+                f"{_frame_size_text(a)}, {str(second.path)!r} {_frame_size_text(b)}; a batch holds frames of one "
+                "size: resize them all with size=(W, H) (--size WxH)"
+            )
+        return next(iter(shapes))
+
+    def __len__(self) -> int:
+        return max(0, sum(len(video) for video in self.videos) - self.skip)
+
+    def after(self, rows: int) -> VideoFolderSource:
+        """This folder without its first ``rows`` frames (whole videos before them unopened)."""
+        later = copy.copy(self)
+        later.skip = self.skip + rows
+        return later
+
+    def chunks(self) -> Iterator[Chunk]:
+        return _rebatched(self._videos_chunks(), self.batch_size)
+
+    def _videos_chunks(self) -> Iterator[Chunk]:
+        skip = self.skip
+        for video in self.videos:
+            if skip:
+                frames = len(video) if not video.length_estimated else _packets_counted(video.path)
+                if skip >= frames:
+                    skip -= frames
+                    continue
+                video, skip = video.after(skip), 0
+            where = str(video.path)
+            for rows, meta in video.chunks():
+                yield rows, {"path": np.full(len(rows), where), **meta}
+        if skip:
+            raise fewer_rows(self.path, self.skip)(self.skip - skip)
+
+
+def _frame_size_text(row_shape: tuple[int, ...] | None) -> str:
+    return "of unknown size" if row_shape is None else f"{row_shape[1]}x{row_shape[0]}"
+
+
+def _rebatched(chunks: Iterator[Chunk], batch_size: int) -> Iterator[Chunk]:
+    """Chunks of ``batch_size`` rows (the last one fewer) made of ``chunks`` of any size."""
+    rows: list[np.ndarray] = []
+    metas: list[dict[str, np.ndarray]] = []
+    held = 0
+    for chunk_rows, meta in chunks:
+        start = 0
+        while start < len(chunk_rows):
+            take = min(batch_size - held, len(chunk_rows) - start)
+            rows.extend(chunk_rows[start : start + take])
+            metas.append({name: values[start : start + take] for name, values in meta.items()})
+            held, start = held + take, start + take
+            if held == batch_size:
+                yield rows, _joined_meta(metas)
+                rows, metas, held = [], [], 0
+    if rows:
+        yield rows, _joined_meta(metas)
+
+
+def _joined_meta(metas: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {name: np.concatenate([meta[name] for meta in metas]) for name in metas[0]}
 
 
 class _MissedSeek(Exception):

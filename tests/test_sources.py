@@ -237,7 +237,7 @@ def test_a_folder_is_images_or_a_data_set_or_refused(tmp_path, dataset):
     Image.new("RGB", (4, 4)).save(root / "photo.png")
     assert source_kind(root) == "images"  # photos beside a table of earlier results are still photos
     (tmp_path / "empty" / "sub").mkdir(parents=True)
-    with pytest.raises(SourceError, match="neither images .* nor Parquet files"):
+    with pytest.raises(SourceError, match="holds no images .*, videos .* nor Parquet files"):
         source_kind(tmp_path / "empty")
     with pytest.raises(SourceError, match="no Parquet files"):
         ParquetDatasetSource(tmp_path / "empty", 4, [TensorSpec("x", np.dtype(np.float32), (None, 1))])

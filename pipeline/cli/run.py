@@ -36,13 +36,15 @@ ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "
 
 
 def add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="run a model over a video, .npy, Parquet or CSV table, or image folder")
+    run = sub.add_parser(
+        "run", help="run a model over a video, .npy, Parquet or CSV table, or a folder of images or videos"
+    )
     run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
     run.add_argument(
         "--input",
         required=True,
         type=Path,
-        help="a video, .npy, .parquet, .csv, a folder of images, or a folder of Parquet files (a data set)",
+        help="a video, .npy, .parquet, .csv, a folder of images or videos, or a folder of Parquet files (a data set)",
     )
     run.add_argument(
         "--output",
@@ -193,7 +195,7 @@ def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[A
 
     if args.preprocess is not None:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
-    if kind not in ("video", "images"):
+    if kind not in ("video", "videos", "images"):
         return None
     constant = {name for name, _ in args.constant}
     inputs = [s for s in declared() if s.name not in constant]

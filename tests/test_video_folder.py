@@ -1,0 +1,125 @@
+"""A folder of videos as one source: frames across the videos' ends, windows and resumes by frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import TensorSpec
+from pipeline.cli import main
+from pipeline.jobs import rows_after, source_kind
+from pipeline.sources import SourceError, VideoFolderSource, VideoSource
+
+from .helpers import encode_video
+
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+
+SIZE = 32
+#: name, codec, frames: an MP4 with B-frames, a Matroska file (no frame count in its
+#: header: counted from its packets when skipped), MPEG-4 part 2
+CLIPS = [("a.mp4", "libx264", 30), ("b.mkv", "libx264", 25), ("c.mp4", "mpeg4", 19)]
+TOTAL = sum(frames for _, _, frames in CLIPS)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    if "libx264" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no libx264 encoder")
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for name, codec, frames in CLIPS:
+        options = {"g": "12", "bf": "2"} if codec == "libx264" else {"g": "12"}
+        encode_video(videos / name, codec, options, frames, SIZE)
+    return videos
+
+
+def _spec():
+    return [TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE, SIZE, 3))]
+
+
+def _all(source) -> tuple[np.ndarray, dict[str, np.ndarray], list[int]]:
+    chunks = list(source.chunks())
+    frames = np.stack([frame for rows, _ in chunks for frame in rows])
+    meta = {name: np.concatenate([m[name] for _, m in chunks]) for name in chunks[0][1]}
+    return frames, meta, [len(rows) for rows, _ in chunks]
+
+
+def test_frames_run_across_the_videos_ends_with_each_ones_path_and_index(folder):
+    source = VideoFolderSource(folder, 8, _spec())
+    assert source_kind(folder) == "videos"
+    assert len(source) == TOTAL and source.length_estimated  # the Matroska file's count is its duration's
+    frames, meta, sizes = _all(source)
+    assert sizes == [8] * (TOTAL // 8) + ([TOTAL % 8] if TOTAL % 8 else [])  # no short batch where a video ends
+    one_by_one = [_all(VideoSource(folder / name, 8, _spec())) for name, _, _ in CLIPS]
+    np.testing.assert_array_equal(frames, np.concatenate([f for f, _, _ in one_by_one]))
+    np.testing.assert_array_equal(meta["frame_index"], np.concatenate([np.arange(n) for _, _, n in CLIPS]))
+    np.testing.assert_array_equal(meta["timestamp"], np.concatenate([m["timestamp"] for _, m, _ in one_by_one]))
+    assert list(meta["path"]) == [str(folder / name) for name, _, n in CLIPS for _ in range(n)]
+
+
+@pytest.mark.parametrize("skip", [1, 13, 29, 30, 31, 54, 55, 56, TOTAL - 1])
+def test_a_folder_started_past_its_first_frames_gives_what_reading_through_does(folder, skip):
+    """Whole videos before the first frame kept are skipped unopened (the MP4's
+    count from its header, the Matroska file's from its packets), the one it
+    starts in is seeked into."""
+    frames, meta, _ = _all(VideoFolderSource(folder, 8, _spec()))
+    later = rows_after(VideoFolderSource(folder, 8, _spec()), skip)
+    got, got_meta, sizes = _all(later)
+    np.testing.assert_array_equal(got, frames[skip:])
+    for name in ("path", "frame_index", "timestamp"):
+        np.testing.assert_array_equal(got_meta[name], meta[name][skip:])
+    assert sizes[:-1] == [8] * (len(sizes) - 1)
+    with pytest.raises(SourceError, match=f"holds {TOTAL} rows, fewer than the {TOTAL + 1}"):
+        list(rows_after(VideoFolderSource(folder, 8, _spec()), TOTAL + 1).chunks())
+
+
+def test_videos_of_different_sizes_need_a_size(folder):
+    encode_video(folder / "d.mp4", "libx264", {}, 5, 48)
+    with pytest.raises(SourceError, match=r"differ in frame size: .*a\.mp4' is 32x32, .*d\.mp4' 48x48.*--size"):
+        VideoFolderSource(folder, 8, _spec())
+    resized = VideoFolderSource(folder, 8, _spec(), size=(SIZE, SIZE))
+    frames, meta, _ = _all(resized)
+    assert frames.shape == (TOTAL + 5, SIZE, SIZE, 3) and meta["path"][-1].endswith("d.mp4")
+
+
+def test_a_folder_without_videos_images_or_tables_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("no frames here")
+    with pytest.raises(SourceError, match=r"holds no images \(.*\), videos \(\.mp4.*\) nor Parquet files"):
+        source_kind(tmp_path)
+    with pytest.raises(SourceError, match="no videos"):
+        VideoFolderSource(tmp_path, 8, _spec())
+
+
+def test_ortpipe_run_shards_and_resumes_a_folder_of_videos(folder, tmp_path, capsys):
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    whole = pq.read_table(tmp_path / "whole.parquet")
+    assert whole.num_rows == TOTAL and "videos" in capsys.readouterr().out
+    for shard in range(3):
+        assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
+    shards = [pq.read_table(tmp_path / f"s{shard}.parquet") for shard in range(3)]
+    assert [row for t in shards for row in t.select(["path", "frame_index"]).to_pylist()] == whole.select(
+        ["path", "frame_index"]
+    ).to_pylist()
+    # an earlier run that stopped after 37 frames, resumed: as one run
+    assert main([*argv, str(tmp_path / "part.parquet"), "--rows", ":37"]) == 0
+    assert main([*argv, str(tmp_path / "part.parquet"), "--resume"]) == 0
+    resumed = pq.read_table(tmp_path / "part.parquet")
+    assert resumed.select(["path", "frame_index"]).to_pylist() == whole.select(["path", "frame_index"]).to_pylist()
+    np.testing.assert_allclose(
+        np.stack(resumed["logits"].to_numpy(zero_copy_only=False)),
+        np.stack(whole["logits"].to_numpy(zero_copy_only=False)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_resuming_a_folder_that_changed_is_refused(folder, tmp_path, capsys):
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "part.parquet"), "--rows", ":40"]) == 0  # into b.mkv
+    (folder / "a.mp4").rename(folder / "z.mp4")  # the frames before it are others now
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "part.parquet"), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "b.mkv" in err and "c.mp4" in err  # the row the output ends with, and the input's at that place
