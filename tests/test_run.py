@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
@@ -693,3 +694,21 @@ def test_run_static_shapes_pads_the_last_batch_and_cuda_graph_needs_cuda(tmp_pat
     capsys.readouterr()
     assert main([*argv, "--device", "cpu", "--cuda-graph", "--overwrite"]) != 0
     assert "CUDA graphs need a CUDA device" in capsys.readouterr().err
+
+
+def test_run_writes_where_its_time_went(tmp_path, capsys):
+    """--stats, --trace, --plot: the run's own figures, as ortpipe bench gives them for its modes."""
+    path = _npy(tmp_path / "in.npy", (100, 64))
+    argv = ["run", "mlp", "--input", str(path), "--output", str(tmp_path / "out.npy"), "--batch-size", "16"]
+    reports = ["--stats", str(tmp_path / "stats.json"), "--trace", str(tmp_path / "trace.json"), "--no-progress"]
+    assert main([*argv, *reports]) == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["items"] == 100 and stats["batches"] == 7
+    assert {"items_per_s", "bound_items_per_s", "efficiency", "bottleneck", "stage_ms", "latency_ms"} <= set(stats)
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("ph") == "X"} >= {"h2d 0", "compute 0", "d2h 0"}
+    out = capsys.readouterr().out
+    assert "wrote " + str(tmp_path / "trace.json") in out
+    missing = tmp_path / "no" / "stats.json"
+    assert main([*argv, "--overwrite", "--stats", str(missing), "--no-progress"]) == 1  # before any work
+    assert f"folder {str(tmp_path / 'no')!r} does not exist" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import signal
 import sys
 import threading
@@ -15,7 +16,7 @@ from typing import Any, Literal
 from .. import models
 from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
-from ..sinks import PARQUET_CODECS
+from ..sinks import PARQUET_CODECS, writable
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -186,6 +187,24 @@ def add_run(sub: Any) -> None:
         default=None,
         help="a Parquet output's compression codec (default snappy, pyarrow's)",
     )
+    run.add_argument(
+        "--stats",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write the run's figures as JSON when it ends (also when stopped or failed): items/s, the bound, "
+        "efficiency, bottleneck, each stage's mean and percentiles, latency; ortpipe bench's stats schema",
+    )
+    run.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write a Chrome trace of the run's first batches (open in https://ui.perfetto.dev)",
+    )
+    run.add_argument(
+        "--plot", type=Path, default=None, metavar="PATH", help="write a PNG timeline of the first batches (matplotlib)"
+    )
     run.add_argument("--no-progress", action="store_true")
 
 
@@ -288,6 +307,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
     check_output(args.output, args.resume, args.overwrite)  # fail before any work
+    for report in (args.stats, args.trace, args.plot):
+        if report is not None:
+            writable(report)
     _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
@@ -335,6 +357,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
+                _write_reports(args, pipe.stats)
     print(summary)
     if not summary.batches:
         if kept:
@@ -353,6 +376,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _write_reports(args: argparse.Namespace, stats: Any) -> None:
+    """--stats, --trace, --plot: where the run's time went, from the batches it delivered."""
+    if not stats.batches:
+        return
+    if args.stats is not None:
+        args.stats.write_text(json.dumps(stats.to_dict(), indent=2, default=str))
+        print(f"wrote {args.stats}")
+    title = f"ortpipe run {Path(str(args.model)).name} on {Path(args.input).name}"
+    if args.trace is not None:
+        from ..trace import write_chrome_trace
+
+        write_chrome_trace(stats, args.trace, title=title)
+        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
+    if args.plot is not None:
+        from ..trace import plot_timeline
+
+        plot_timeline(stats, args.plot, title=title)
+        print(f"wrote {args.plot}")
 
 
 def _resume_hint(args: argparse.Namespace, sink: Any) -> str:
