@@ -16,6 +16,10 @@ stops taking batches (the loop broke out, ``close()``, a failure elsewhere)
 it calls :meth:`Feed.interrupt`: a stage thread waiting for a batch wakes
 up at once instead of holding ``close()`` up, and a producer blocked in
 ``put`` gets :class:`FeedClosed`.  A feed serves one ``map()``.
+
+A batch put is the pipeline's until its result comes back: it waits in the
+queue, and on the CPU backend its run may read it where it lies (NOTE [
+borrowed inputs ]).  A producer that refills one buffer puts a copy.
 """
 
 from __future__ import annotations
