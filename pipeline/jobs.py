@@ -52,6 +52,7 @@ from .sources import (
     VideoFolderSource,
     VideoSource,
     fewer_rows,
+    is_stream_url,
     parquet_files,
 )
 
@@ -96,7 +97,10 @@ def source_kind(path: str | Path) -> str:
 
     A folder is "images" when it holds images, else "videos" when it holds
     videos, else "parquet" when Parquet files lie below it (a data set,
-    :class:`ParquetDatasetSource`)."""
+    :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
+    "video" stream (NOTE [ video streams ] in sources)."""
+    if is_stream_url(path):
+        return "video"
     path = Path(path)
     if path.is_dir():
         return _folder_kind(path)

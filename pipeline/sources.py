@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,15 @@ class SourceError(PipelineError):
 class SourceBatch:
     inputs: dict[str, np.ndarray]
     meta: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+#: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
+STREAM_TIMEOUT_S = 10.0
+
+
+def is_stream_url(path: str | Path) -> bool:
+    """A URL FFmpeg reads (``rtsp://``, ``http://``, ``srt://``, ...), not a file path."""
+    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
 
 def _existing(path: str | Path, what: str) -> Path:
@@ -628,6 +638,14 @@ class VideoSource(RowSource):
     One swscale context converts every frame of an iteration: ``frame.reformat``
     would make a new one, and start its threads, for each frame (0.8 against
     0.35 ms a 480p frame to 224x224 on the project machine).
+
+    NOTE [ video streams ]: ``path`` may be a URL FFmpeg reads (a camera's
+    ``rtsp://``, ``http(s)://``, ``srt://``, ``udp://``): frames are taken as
+    they come, for as long as the stream lasts (``--limit``, Ctrl-C or SIGTERM
+    end a live one gracefully).  A stream may be live, with no frame N to go
+    back to, so it cannot start past its first frame (:meth:`after` refuses:
+    no resume, window or shard), and FFmpeg gives up on one that sends nothing
+    for ``timeout_s`` (opening it too), instead of waiting forever.
     """
 
     def __init__(
@@ -639,15 +657,19 @@ class VideoSource(RowSource):
         size: tuple[int, int] | None = None,
         pix_fmt: str = "rgb24",
         decode_threads: int | None = None,
+        timeout_s: float = STREAM_TIMEOUT_S,
     ):
         import av
 
-        self.path = _existing(path, "input video")
+        #: a URL (NOTE [ video streams ]) or a file
+        self.is_stream = is_stream_url(path)
+        self.path: str | Path = str(path) if self.is_stream else _existing(path, "input video")
+        self.timeout_s = timeout_s
         self.spec = _one_input(inputs, input_name, "a video source")
         self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
         self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
         try:
-            with av.open(str(self.path)) as container:
+            with self._open() as container:
                 if not container.streams.video:
                     raise SourceError(f"{str(self.path)!r} has no video stream")
                 stream = container.streams.video[0]
@@ -671,12 +693,27 @@ class VideoSource(RowSource):
     def __len__(self) -> int:
         return max(0, self.frames_hint - self.skip)
 
+    def _open(self) -> Any:
+        """The video opened with PyAV; a stream with FFmpeg's timeouts (NOTE [ video streams ])."""
+        import av
+
+        if self.is_stream:
+            return av.open(str(self.path), timeout=(self.timeout_s, self.timeout_s))
+        return av.open(str(self.path))
+
     def after(self, rows: int) -> VideoSource:
         """This video without its first ``rows`` frames, each later one keeping its index
         and time.  Decoding starts at the key frame before the first one kept, found
         from the packets (NOTE [ seeking a video ]), or where a file's packets cannot
         be trusted to say which frame is which, at the first frame; the frames
-        before the first kept are decoded, never resized nor converted."""
+        before the first kept are decoded, never resized nor converted.  A stream
+        (a URL: NOTE [ video streams ]) is read from its first frame only."""
+        if rows and self.is_stream:
+            raise SourceError(
+                f"{str(self.path)!r} is a stream: it is read from its first frame on, with no frame {self.skip + rows} "
+                "to start at (a live one has none to go back to), so it cannot be resumed, windowed or sharded; "
+                "--limit takes its first frames"
+            )
         later = copy.copy(self)
         later.skip = self.skip + rows
         return later
@@ -698,7 +735,7 @@ class VideoSource(RowSource):
         if not self.skip:
             return None
         try:
-            with av.open(str(self.path)) as container:
+            with self._open() as container:
                 return frame_pts(container, container.streams.video[0], self.skip)
         except av.error.FFmpegError:
             return None  # decoding from the start says what is wrong
@@ -713,7 +750,7 @@ class VideoSource(RowSource):
         times: list[float] = []
         decoded = 0
         try:
-            with av.open(str(self.path)) as container:
+            with self._open() as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"  # FFmpeg's own decode threads
                 if self.decode_threads is not None:
@@ -731,7 +768,10 @@ class VideoSource(RowSource):
                         yield self._chunk(frames, indices, times)
                         frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
-            raise SourceError(f"{str(self.path)!r}: decoding failed after {decoded} frames: {exc}") from exc
+            failure = SourceError(f"{str(self.path)!r}: decoding failed after {decoded} frames: {exc}")
+            if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
+                yield self._chunk(frames, indices, times)
+            raise failure from exc
         if decoded < self.skip:
             raise fewer_rows(self.path, self.skip)(decoded)
         if frames:

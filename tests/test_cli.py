@@ -171,7 +171,11 @@ def test_bench_profile_ops_prints_and_writes_time_by_operator(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "ORT profile, 20 runs:" in out and "Conv" in out
     ops = json.loads(path.read_text())["ops"]
-    assert ops["runs"] == 20 and ops["ops"][0]["op"] == "Conv" and ops["host_side"] is False
+    assert ops["runs"] == 20 and ops["host_side"] is False
+    # the convolutions lead on a quiet machine; a preempted run can put a layout reorder first
+    assert "Conv" in [row["op"] for row in ops["ops"][:3]], ops["ops"][:3]
+    times = [row["ms_per_run"] for row in ops["ops"]]
+    assert times == sorted(times, reverse=True)  # slowest first
     assert main([*argv, "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
     assert json.loads(path.read_text())["ops"] is None
 

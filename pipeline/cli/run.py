@@ -44,8 +44,9 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--input",
         required=True,
-        type=Path,
-        help="a video, .npy, .parquet, .csv, a folder of images or videos, or a folder of Parquet files (a data set)",
+        type=input_path,
+        help="a video (a file, or a stream's URL: rtsp://, http://, ...), .npy, .parquet, .csv, a folder of images "
+        "or videos, or a folder of Parquet files (a data set)",
     )
     run.add_argument(
         "--output",
@@ -378,6 +379,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def input_path(text: str) -> Path | str:
+    """--input: a path, or a stream's URL kept as it is (``Path`` would fold its ``//``)."""
+    from ..sources import is_stream_url
+
+    return text if is_stream_url(text) else Path(text)
+
+
 def _write_reports(args: argparse.Namespace, stats: Any) -> None:
     """--stats, --trace, --plot: where the run's time went, from the batches it delivered."""
     if not stats.batches:
@@ -385,7 +393,7 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
     if args.stats is not None:
         args.stats.write_text(json.dumps(stats.to_dict(), indent=2, default=str))
         print(f"wrote {args.stats}")
-    title = f"ortpipe run {Path(str(args.model)).name} on {Path(args.input).name}"
+    title = f"ortpipe run {Path(str(args.model)).name} on {Path(str(args.input)).name}"
     if args.trace is not None:
         from ..trace import write_chrome_trace
 
@@ -401,8 +409,11 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
 def _resume_hint(args: argparse.Namespace, sink: Any) -> str:
     """What resuming the stopped run would do: go on, or be refused (and why)."""
     from ..jobs import sink_kind
+    from ..sources import is_stream_url
 
     kind = sink_kind(args.output)
+    if is_stream_url(getattr(args, "input", "")):
+        return "a stream is read from its first frame, so it cannot be resumed (NOTE [ video streams ])"
     if kind in ("npy", "csv") and getattr(sink, "per_batch_paths", {}):
         return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"
     if kind == "npy" and args.skip_unreadable:
