@@ -827,7 +827,7 @@ def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
     return (round(seconds * float(rate)) if rate and seconds > 0 else 0), False
 
 
-def _packets_counted(path: Path) -> int:
+def _packets_counted(path: str | Path) -> int:
     """The frames of a video's first video stream, counted from its packets (read,
     not decoded): one frame a packet that holds data and is not to be discarded."""
     import av
