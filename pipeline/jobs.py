@@ -171,8 +171,10 @@ def open_source(
 ) -> Iterable[SourceBatch]:
     kind = source_kind(path)
     _require(kind, f"reading {str(path)!r}", SourceError)
-    if skip_unreadable and kind != "images":
-        raise SourceError(f"skipping unreadable files is for a folder of images; {str(path)!r} is a {kind} source")
+    if skip_unreadable and kind not in ("images", "videos"):
+        raise SourceError(
+            f"skipping unreadable files is for a folder of images or videos; {str(path)!r} is a {kind} source"
+        )
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
@@ -184,7 +186,7 @@ def open_source(
     if kind == "video":
         return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
     if kind == "videos":
-        return VideoFolderSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
+        return VideoFolderSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable)
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 

@@ -854,6 +854,12 @@ class VideoFolderSource(RowSource):
     seeks into the video it starts in (NOTE [ seeking a video ]); a resumed
     run's input is checked by its last row's path and frame index
     (``jobs.resumed``), so a folder that changed is refused, not misread.
+
+    A video that cannot be opened ends it with a :class:`SourceError` naming
+    it, before any frame, unless ``skip_unreadable``: then it is left out,
+    and ``skipped`` lists ``(path, why)`` of each (a truncated download, a
+    file that is not a video).  Which are left out is settled before the
+    first frame, so every run over the same folder counts frames alike.
     """
 
     #: a row's path and frame index say which frame it is: a resumed run checks them
@@ -868,6 +874,7 @@ class VideoFolderSource(RowSource):
         size: tuple[int, int] | None = None,
         pix_fmt: str = "rgb24",
         decode_threads: int | None = None,
+        skip_unreadable: bool = False,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -875,7 +882,18 @@ class VideoFolderSource(RowSource):
         files = sorted(p for p in self.path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}")
-        self.videos = [VideoSource(f, batch_size, inputs, input_name, size, pix_fmt, decode_threads) for f in files]
+        #: (path, why) of the videos left out by ``skip_unreadable``, in file order
+        self.skipped: list[tuple[str, str]] = []
+        self.videos: list[VideoSource] = []
+        for file in files:
+            try:
+                self.videos.append(VideoSource(file, batch_size, inputs, input_name, size, pix_fmt, decode_threads))
+            except SourceError as exc:
+                if not skip_unreadable:
+                    raise
+                self.skipped.append((str(file), str(exc)))
+        if not self.videos:
+            raise SourceError(f"none of the {len(files)} videos in {str(self.path)!r} can be read")
         self.spec, self.batch_size = self.videos[0].spec, batch_size
         self.row_shape = self._one_frame_size(size)
         #: len() adds up estimates where a video's header counts no frames

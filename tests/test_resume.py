@@ -949,7 +949,7 @@ def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
     ]:
         sink.write(*batch)
         sink.close()
-        hints[name] = _resume_hint(argparse.Namespace(output=tmp_path / name, skip_unreadable=False), sink)
+        hints[name] = _resume_hint(argparse.Namespace(output=tmp_path / name, skip_unreadable=False), sink, "npy")
     assert hints["d.parquet"] == "--resume goes on from there"
     assert (
         "cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not npy)"
@@ -958,7 +958,10 @@ def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
     assert "not csv" in hints["d.csv"]
     plain = NpySink(tmp_path / "p.npy", ["score"])
     skipping = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=True)
-    assert "needs a table's path column" in _resume_hint(skipping, plain)
+    assert "needs a table's path column" in _resume_hint(skipping, plain, "images")
+    assert _resume_hint(skipping, plain, "videos") == "--resume goes on from there"  # frames are counted
+    stream = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=False, input="rtsp://cam/1")
+    assert "a stream is read from its first frame, so it cannot be resumed" in _resume_hint(stream, plain, "video")
 
 
 def test_a_data_set_killed_before_its_first_main_part_resumes_with_no_stale_side_part(tmp_path):

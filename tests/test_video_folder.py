@@ -123,3 +123,30 @@ def test_resuming_a_folder_that_changed_is_refused(folder, tmp_path, capsys):
     assert main([*argv, str(tmp_path / "part.parquet"), "--resume"]) == 1
     err = capsys.readouterr().err
     assert "b.mkv" in err and "c.mp4" in err  # the row the output ends with, and the input's at that place
+
+
+def test_a_video_that_cannot_be_opened_stops_the_folder_unless_skipped(folder, tmp_path, capsys):
+    (folder / "b2.mp4").write_bytes(b"a download cut off before its first byte of video")
+    with pytest.raises(SourceError, match=r"b2\.mp4' cannot be decoded as video"):
+        VideoFolderSource(folder, 8, _spec())
+    source = VideoFolderSource(folder, 8, _spec(), skip_unreadable=True)
+    assert [path for path, _ in source.skipped] == [str(folder / "b2.mp4")] and len(source) == TOTAL
+    frames, meta, _ = _all(source)
+    assert len(frames) == TOTAL and not any(path.endswith("b2.mp4") for path in meta["path"])
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "a.parquet")]) == 1
+    assert "b2.mp4' cannot be decoded as video" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "a.parquet"), "--skip-unreadable"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 unreadable file(s)" in err and "b2.mp4" in err
+    assert pq.read_table(tmp_path / "a.parquet").num_rows == TOTAL
+    # the left-out video gives no frame, in every run alike: a resumed run counts past it
+    assert main([*argv, str(tmp_path / "b.npy"), "--skip-unreadable", "--rows", ":50"]) == 0
+    assert main([*argv, str(tmp_path / "b.npy"), "--skip-unreadable", "--resume"]) == 0
+    assert main([*argv, str(tmp_path / "c.npy"), "--skip-unreadable"]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "b.npy"), np.load(tmp_path / "c.npy"), rtol=1e-5, atol=1e-5)
+    with pytest.raises(SourceError, match="none of the 1 videos"):
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        (empty / "x.mkv").write_bytes(b"nothing")
+        VideoFolderSource(empty, 8, _spec(), skip_unreadable=True)

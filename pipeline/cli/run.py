@@ -138,7 +138,8 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--skip-unreadable",
         action="store_true",
-        help="a folder of images: leave out files that cannot be decoded (listed at the end) instead of stopping",
+        help="a folder of images or videos: leave out files that cannot be decoded (images) or opened (videos), "
+        "listed at the end, instead of stopping",
     )
     run.add_argument(
         "--static-shapes",
@@ -372,7 +373,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.interrupted:
         print(
             f"interrupted after {summary.items} items; {str(args.output)!r} holds {kept + summary.items} rows and is "
-            f"readable: {_resume_hint(args, sink)}",
+            f"readable: {_resume_hint(args, sink, kind)}",
             file=sys.stderr,
         )
         return 128 + (stop.signum or signal.SIGINT)
@@ -406,17 +407,17 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
         print(f"wrote {args.plot}")
 
 
-def _resume_hint(args: argparse.Namespace, sink: Any) -> str:
+def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str) -> str:
     """What resuming the stopped run would do: go on, or be refused (and why)."""
     from ..jobs import sink_kind
     from ..sources import is_stream_url
 
     kind = sink_kind(args.output)
-    if is_stream_url(getattr(args, "input", "")):
+    if input_kind == "video" and is_stream_url(args.input):
         return "a stream is read from its first frame, so it cannot be resumed (NOTE [ video streams ])"
     if kind in ("npy", "csv") and getattr(sink, "per_batch_paths", {}):
         return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"
-    if kind == "npy" and args.skip_unreadable:
+    if kind == "npy" and args.skip_unreadable and input_kind == "images":
         return "it cannot be resumed (which image comes next needs a table's path column, not .npy)"
     return "--resume goes on from there"
 
