@@ -384,11 +384,12 @@ def models_inputs():
 
 
 @pytest.mark.parametrize(
-    "name", ["video_frames", "bulk_scoring", "benchmark", "several_devices", "detections", "resumable_scoring"]
+    "name",
+    ["video_frames", "video_clips", "bulk_scoring", "benchmark", "several_devices", "detections", "resumable_scoring"],
 )
 def test_examples_run(tmp_path, name, capsys):
-    if name == "video_frames":
-        pytest.importorskip("av", reason="the video example needs PyAV")
+    if name.startswith("video"):
+        pytest.importorskip("av", reason="the video examples need PyAV")
     module = _example(name)
     if name == "benchmark":
         module.main()
