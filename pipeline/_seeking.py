@@ -20,7 +20,8 @@ That holds for the streams of cameras, encoders and editors (MP4, MKV,
 WebM, MOV; H.264, HEVC, VP9, AV1, MPEG-4), not for every file FFmpeg opens.
 So the packets must give no reason for doubt: every one before the target
 has a pts, none repeats, none is marked corrupt or to be discarded (an MP4
-edit list), the first is a key frame, and pts >= dts holds; otherwise
+edit list), the first is a key frame, pts >= dts holds and dts never goes
+back; otherwise
 :func:`frame_pts` says None and the caller decodes from the start as
 before.  And after seeking, the first frame the decoder delivers at or past
 the target must carry exactly the target's pts (the caller checks, and
@@ -50,10 +51,15 @@ def frame_pts(container: Any, stream: Any, index: int) -> int | None:
     pending: list[int] = []  # pts not yet final: a min-heap
     rank = 0  # frames whose pts are final
     first = True
+    last_dts: int | None = None
     for packet in container.demux(stream):
         if packet.size == 0:  # the demuxer's flush packet at the end
             continue
         dts = packet.dts
+        if dts is not None:
+            if last_dts is not None and dts < last_dts:
+                return None  # decode order going back: the ranking's premise is broken
+            last_dts = dts
         while dts is not None and pending and pending[0] < dts:
             final = heapq.heappop(pending)
             if rank == index:

@@ -186,6 +186,7 @@ def test_reading_stops_once_frame_n_is_final():
         ("a corrupt packet", [_Packet(0, 0, True), _Packet(1, 1, is_corrupt=True), _Packet(2, 2)]),
         ("one to discard (an edit list)", [_Packet(0, 0, True), _Packet(1, 1, is_discard=True), _Packet(2, 2)]),
         ("no key frame first", [_Packet(0, 0), _Packet(1, 1, True), _Packet(2, 2)]),
+        ("decode order going back", [_Packet(0, 0, True), _Packet(2, 2), _Packet(1, 1), _Packet(3, 3)]),
     ],
 )
 def test_packets_that_cannot_be_trusted_say_nothing(fault, packets):
