@@ -21,7 +21,8 @@ WebM, MOV; H.264, HEVC, VP9, AV1, MPEG-4), not for every file FFmpeg opens.
 So the packets must give no reason for doubt: every one before the target
 has a pts, none repeats, none is marked corrupt or to be discarded (an MP4
 edit list), the first is a key frame, pts >= dts holds and dts never goes
-back; otherwise
+back (a file broken past the packets read, where reading stops, is not
+seen: FFmpeg's demuxers keep dts in order for the files they write); otherwise
 :func:`frame_pts` says None and the caller decodes from the start as
 before.  And after seeking, the first frame the decoder delivers at or past
 the target must carry exactly the target's pts (the caller checks, and
