@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import json
 import signal
 import sys
@@ -312,6 +313,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for report in (args.stats, args.trace, args.plot):
         if report is not None:
             writable(report)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
     _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, kind)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
@@ -359,7 +362,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
-                _write_reports(args, pipe.stats)
+                try:
+                    _write_reports(args, pipe.stats)
+                except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
+                    print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
     print(summary)
     if not summary.batches:
         if kept:
