@@ -221,6 +221,7 @@ def test_info(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "onnxruntime" in out and "staging copies" in out and "GB/s with 2" in out
+    assert "videos and streams: " in out and "Parquet, CSV: " in out and "images: " in out  # installed or how to
 
 
 def test_bench_duration_trace_plot_and_modes(tmp_path, capsys):

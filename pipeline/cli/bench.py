@@ -634,6 +634,31 @@ def _write_outputs(
         print(f"wrote {args.plot}")
 
 
+#: what each optional package reads, and the extra that installs it
+_IO_PACKAGES = (
+    ("av", "video", "videos and streams"),
+    ("pyarrow", "parquet", "Parquet, CSV"),
+    ("PIL", "images", "images"),
+)
+
+
+def _io_lines() -> list[str]:
+    """One line per optional reader: its version (PyAV's FFmpeg too), or how to install it."""
+    import importlib
+
+    lines = []
+    for module, extra, reads in _IO_PACKAGES:
+        try:
+            package = importlib.import_module(module)
+        except ImportError:
+            lines.append(f"{reads}: not installed (pip install 'ortpipe[{extra}]')")
+            continue
+        version = f"{module} {package.__version__}"
+        ffmpeg = getattr(package, "ffmpeg_version_info", None)
+        lines.append(f"{reads}: {version}" + (f" (FFmpeg {ffmpeg})" if ffmpeg else ""))
+    return lines
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
@@ -647,6 +672,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"cupy {cupy.__version__}")
     except ImportError:
         print("cupy: not installed (pip install 'ortpipe[cuda]')")
+    for line in _io_lines():
+        print(line)
     reason = cuda_unavailable_reason(0)
     if reason is not None:
         print(f"cuda: not available ({reason})")
