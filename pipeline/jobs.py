@@ -100,6 +100,12 @@ def source_kind(path: str | Path) -> str:
     :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
     "video" stream (NOTE [ video streams ] in sources)."""
     if is_stream_url(path):
+        table = Path(str(path).split("?", 1)[0]).suffix.lower()
+        if table in (".npy", ".csv", *PARQUET_SUFFIXES):
+            raise SourceError(
+                f"{str(path)!r}: a URL is read as a video stream; tables and arrays are read from local files "
+                "(download it, or mount the bucket as a folder)"
+            )
         return "video"
     path = Path(path)
     if path.is_dir():
