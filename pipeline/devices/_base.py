@@ -122,9 +122,11 @@ class Stream(abc.ABC):
     """An in-order queue of device work."""
 
     name: str
-    #: True when a copy is done when ``copy_h2d``/``copy_d2h`` returns, so its
-    #: host side may be any array the caller keeps only that long (the host
-    #: device's inline streams); False where copies run later (CUDA, workers)
+    #: True when every operation is done when its call returns - a copy, so its
+    #: host side may be any array the caller keeps only that long; a launch, so
+    #: nothing overlaps the caller's waits (the host device's inline streams:
+    #: NOTE [ inline h2d ], [ borrowed inputs ], [ inline issue ] in the engine);
+    #: False where operations run later (CUDA, host streams with workers)
     copies_inline: bool = False
 
     @abc.abstractmethod
