@@ -26,8 +26,8 @@ seen: FFmpeg's demuxers keep dts in order for the files they write); otherwise
 :func:`frame_pts` says None and the caller decodes from the start as
 before.  And after seeking, the first frame the decoder delivers at or past
 the target must carry exactly the target's pts (the caller checks, and
-starts over from the first frame if not), so a file that breaks the rules
-in a way the packets hide costs a second start, not a wrong frame.
+starts over from the first frame if not), so packets that named a pts no
+frame carries cost a second start, not a wrong frame.
 """
 
 from __future__ import annotations
