@@ -174,9 +174,14 @@ def open_source(
     pix_fmt: str = "rgb24",
     decode_threads: int | None = None,
     skip_unreadable: bool = False,
+    every: int = 1,
 ) -> Iterable[SourceBatch]:
+    """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
+    folder of videos', ``every``-th frames only."""
     kind = source_kind(path)
     _require(kind, f"reading {str(path)!r}", SourceError)
+    if every != 1 and kind not in ("video", "videos"):
+        raise SourceError(f"taking every N-th frame is for videos; {str(path)!r} is a {kind} source")
     if skip_unreadable and kind not in ("images", "videos"):
         raise SourceError(
             f"skipping unreadable files is for a folder of images or videos; {str(path)!r} is a {kind} source"
@@ -190,9 +195,11 @@ def open_source(
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
-        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads)
+        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every)
     if kind == "videos":
-        return VideoFolderSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable)
+        return VideoFolderSource(
+            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every
+        )
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 
 

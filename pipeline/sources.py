@@ -633,7 +633,10 @@ class VideoSource(RowSource):
     """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
 
     ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
-    and its timestamp in seconds (``frame.time``).  FFmpeg decodes with threads
+    and its timestamp in seconds (``frame.time``).  ``every=N`` takes frames 0,
+    N, 2N, ... (30 on a 30 frame/s video: a frame a second): the others are
+    decoded, as a compressed stream must be, but neither converted nor run, and
+    the rows (a window's, a resumed run's, ``len()``) are the frames taken.  FFmpeg decodes with threads
     of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
     One swscale context converts every frame of an iteration: ``frame.reformat``
     would make a new one, and start its threads, for each frame (0.8 against
@@ -658,8 +661,17 @@ class VideoSource(RowSource):
         pix_fmt: str = "rgb24",
         decode_threads: int | None = None,
         timeout_s: float = STREAM_TIMEOUT_S,
+        every: int = 1,
     ):
         import av
+
+        if not (isinstance(every, int) and every >= 1):
+            raise SourceError(f"every takes a whole number of frames >= 1, got {every!r}")
+        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
+        self.every = every
+        #: a frame's index and time follow from its row where every frame is taken; with a
+        #: stride they say which stride made the rows, so a resumed run checks them
+        self.positional_meta = every == 1
 
         #: a URL (NOTE [ video streams ]) or a file
         self.is_stream = is_stream_url(path)
@@ -681,17 +693,15 @@ class VideoSource(RowSource):
         #: len() is worked out from the duration and frame rate (a Matroska or WebM file
         #: counts no frames in its header): a --shard's bounds, a progress bar's total
         self.length_estimated = not exact
-        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`)
+        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`):
+        #: a whole number of strides
         self.skip = 0
         #: the index of the first frame the latest iteration decoded: 0, or past it
         #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
         self.decoded_from = 0
 
-    #: its metadata, each frame's index and time, follow from its place: nothing a resumed run could check
-    positional_meta = True
-
     def __len__(self) -> int:
-        return max(0, self.frames_hint - self.skip)
+        return -(-max(0, self.frames_hint - self.skip) // self.every)  # the frames taken: a stride's first each
 
     def _open(self) -> Any:
         """The video opened with PyAV; a stream with FFmpeg's timeouts (NOTE [ video streams ])."""
@@ -710,12 +720,13 @@ class VideoSource(RowSource):
         (a URL: NOTE [ video streams ]) is read from its first frame only."""
         if rows and self.is_stream:
             raise SourceError(
-                f"{str(self.path)!r} is a stream: it is read from its first frame on, with no frame {self.skip + rows} "
+                f"{str(self.path)!r} is a stream: it is read from its first frame on, with no frame "
+                f"{self.skip + rows * self.every} "
                 "to start at (a live one has none to go back to), so it cannot be resumed, windowed or sharded; "
                 "--limit takes its first frames"
             )
         later = copy.copy(self)
-        later.skip = self.skip + rows
+        later.skip = self.skip + rows * self.every
         return later
 
     def chunks(self) -> Iterator[Chunk]:
@@ -757,7 +768,7 @@ class VideoSource(RowSource):
                     stream.codec_context.thread_count = self.decode_threads
                 for index, frame in self._numbered(container, stream, target):
                     decoded = index + 1
-                    if index < self.skip:
+                    if index < self.skip or index % self.every:
                         continue
                     width, height = self.size or (frame.width, frame.height)
                     image = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
@@ -772,8 +783,8 @@ class VideoSource(RowSource):
             if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
                 yield self._chunk(frames, indices, times)
             raise failure from exc
-        if decoded < self.skip:
-            raise fewer_rows(self.path, self.skip)(decoded)
+        if decoded < self.skip:  # counted in rows: the frames a stride takes
+            raise fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every))
         if frames:
             yield self._chunk(frames, indices, times)
 
@@ -855,6 +866,8 @@ class VideoFolderSource(RowSource):
     run's input is checked by its last row's path and frame index
     (``jobs.resumed``), so a folder that changed is refused, not misread.
 
+    ``every=N`` takes each video's frames 0, N, 2N, ... (:class:`VideoSource`).
+
     A video that cannot be opened ends it with a :class:`SourceError` naming
     it, before any frame, unless ``skip_unreadable``: then it is left out,
     and ``skipped`` lists ``(path, why)`` of each (a truncated download, a
@@ -875,6 +888,7 @@ class VideoFolderSource(RowSource):
         pix_fmt: str = "rgb24",
         decode_threads: int | None = None,
         skip_unreadable: bool = False,
+        every: int = 1,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -887,7 +901,8 @@ class VideoFolderSource(RowSource):
         self.videos: list[VideoSource] = []
         for file in files:
             try:
-                self.videos.append(VideoSource(file, batch_size, inputs, input_name, size, pix_fmt, decode_threads))
+                video = VideoSource(file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every)
+                self.videos.append(video)
             except SourceError as exc:
                 if not skip_unreadable:
                     raise
@@ -898,7 +913,7 @@ class VideoFolderSource(RowSource):
         self.row_shape = self._one_frame_size(size)
         #: len() adds up estimates where a video's header counts no frames
         self.length_estimated = any(video.length_estimated for video in self.videos)
-        self.skip = 0  # frames of the folder left out before the first batch (:meth:`after`)
+        self.skip = 0  # rows (frames taken) of the folder left out before the first batch (:meth:`after`)
 
     def _one_frame_size(self, size: tuple[int, int] | None) -> tuple[int, ...] | None:
         shapes: dict[tuple[int, ...] | None, VideoSource] = {}
@@ -929,9 +944,9 @@ class VideoFolderSource(RowSource):
         skip = self.skip
         for video in self.videos:
             if skip:
-                frames = len(video) if not video.length_estimated else _packets_counted(video.path)
-                if skip >= frames:
-                    skip -= frames
+                taken = len(video) if not video.length_estimated else -(-_packets_counted(video.path) // video.every)
+                if skip >= taken:
+                    skip -= taken
                     continue
                 video, skip = video.after(skip), 0
             where = str(video.path)

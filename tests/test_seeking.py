@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline import TensorSpec
@@ -196,3 +197,38 @@ def test_packets_that_cannot_be_trusted_say_nothing(fault, packets):
 def test_packets_before_their_dts_is_known_and_the_flush_packet():
     packets = [_Packet(0, None, True), _Packet(2, None), _Packet(1, 0), _Packet(3, 1), _Packet(None, None, size=0)]
     assert [frame_pts(_Demuxer(packets), None, index) for index in range(5)] == [0, 1, 2, 3, None]
+
+
+# -- every N-th frame ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("every", [2, 7, GOP])
+def test_every_nth_frame_keeps_its_index_and_counts_rows_in_frames_taken(clip, every):
+    frames, _, times = _delivered(_source(clip))
+    source = VideoSource(clip, 8, _spec_rows(), size=(16, 16), every=every)
+    assert len(source) == -(-FRAMES // every) and not source.positional_meta  # a resumed run checks the stride
+    got_frames, got_indices, got_times = _delivered(source)
+    np.testing.assert_array_equal(got_indices, np.arange(0, FRAMES, every))
+    np.testing.assert_array_equal(got_frames, frames[::every])
+    np.testing.assert_array_equal(got_times, times[::every])
+    later = source.after(5)  # rows: 5 frames taken, so frame 5 * every on
+    assert len(later) == len(source) - 5
+    np.testing.assert_array_equal(_delivered(later)[1], np.arange(5 * every, FRAMES, every))
+    with pytest.raises(SourceError, match=f"holds {len(source)} rows, fewer than the {len(source) + 1}"):
+        list(source.after(len(source) + 1).chunks())
+    with pytest.raises(SourceError, match="every takes a whole number of frames >= 1, got 0"):
+        VideoSource(clip, 8, _spec_rows(), every=0)
+
+
+def _spec_rows():
+    return [TensorSpec("frames", np.dtype(np.uint8), ("N", 16, 16, 3))]
+
+
+def test_a_video_resumed_with_another_stride_is_refused(clip, tmp_path, capsys):
+    from pipeline.cli import main
+
+    argv = ["run", "convnet", "--input", str(clip), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--rows", ":10"]) == 0
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
+    assert "frame_index 18 where the output has 27" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--resume"]) == 0
+    assert pq.read_table(tmp_path / "a.parquet")["frame_index"].to_pylist() == list(range(0, FRAMES, 3))

@@ -150,3 +150,28 @@ def test_a_video_that_cannot_be_opened_stops_the_folder_unless_skipped(folder, t
         empty.mkdir()
         (empty / "x.mkv").write_bytes(b"nothing")
         VideoFolderSource(empty, 8, _spec(), skip_unreadable=True)
+
+
+def test_every_nth_frame_of_each_video_and_a_resume_that_changed_the_stride(folder, tmp_path, capsys):
+    source = VideoFolderSource(folder, 8, _spec(), every=4)
+    _, meta, _ = _all(source)
+    want = [(str(folder / name), index) for name, _, n in CLIPS for index in range(0, n, 4)]
+    assert list(zip(meta["path"], meta["frame_index"].tolist(), strict=True)) == want
+    assert len(source) == len(want)
+    for skip in (3, 8, 9, 14):  # whole videos skipped in rows of frames taken, the Matroska one's counted
+        _, later, _ = _all(rows_after(VideoFolderSource(folder, 8, _spec(), every=4), skip))
+        assert list(zip(later["path"], later["frame_index"].tolist(), strict=True)) == want[skip:]
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "4", "--rows", ":10"]) == 0
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "4", "--resume"]) == 0
+    table = pq.read_table(tmp_path / "a.parquet")
+    assert list(zip(table["path"].to_pylist(), table["frame_index"].to_pylist(), strict=True)) == want
+    assert main([*argv, str(tmp_path / "b.parquet"), "--every", "4", "--rows", ":10"]) == 0
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "b.parquet"), "--every", "2", "--resume"]) == 1  # another stride: refused
+    assert "frame_index" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "c.parquet"), "--every", "1"]) == 0
+    np_input = tmp_path / "x.npy"
+    np.save(np_input, np.zeros((4, 64), np.float32))
+    assert main(["run", "mlp", "--input", str(np_input), "--output", str(tmp_path / "d.npy"), "--every", "2"]) == 1
+    assert "taking every N-th frame is for videos" in capsys.readouterr().err

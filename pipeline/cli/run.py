@@ -137,6 +137,14 @@ def add_run(sub: Any) -> None:
         "machines each run one (a scheduler's array index as K), their outputs together hold every row once",
     )
     run.add_argument(
+        "--every",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="a video or a folder of videos: only frames 0, N, 2N, ... (30 on 30 frame/s video: one a second), "
+        "each with its own frame_index; the others are decoded, not converted nor run",
+    )
+    run.add_argument(
         "--skip-unreadable",
         action="store_true",
         help="a folder of images or videos: leave out files that cannot be decoded (images) or opened (videos), "
@@ -334,6 +342,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             pix_fmt=args.pix_fmt,
             decode_threads=args.decode_threads,
             skip_unreadable=args.skip_unreadable,
+            every=args.every,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
