@@ -175,12 +175,13 @@ def open_source(
     decode_threads: int | None = None,
     skip_unreadable: bool = False,
     every: int = 1,
+    fps: float | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
-    folder of videos', ``every``-th frames only."""
+    folder of videos', ``every``-th frames only, or ``fps`` frames a second."""
     kind = source_kind(path)
     _require(kind, f"reading {str(path)!r}", SourceError)
-    if every != 1 and kind not in ("video", "videos"):
+    if (every != 1 or fps is not None) and kind not in ("video", "videos"):
         raise SourceError(f"taking every N-th frame is for videos; {str(path)!r} is a {kind} source")
     if skip_unreadable and kind not in ("images", "videos"):
         raise SourceError(
@@ -195,10 +196,10 @@ def open_source(
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
-        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every)
+        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps)
     if kind == "videos":
         return VideoFolderSource(
-            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every
+            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every, fps=fps
         )
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
 

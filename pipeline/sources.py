@@ -636,7 +636,8 @@ class VideoSource(RowSource):
     and its timestamp in seconds (``frame.time``).  ``every=N`` takes frames 0,
     N, 2N, ... (30 on a 30 frame/s video: a frame a second): the others are
     decoded, as a compressed stream must be, but neither converted nor run, and
-    the rows (a window's, a resumed run's, ``len()``) are the frames taken.  FFmpeg decodes with threads
+    the rows (a window's, a resumed run's, ``len()``) are the frames taken.
+    ``fps=F`` takes the stride from the video's frame rate: round(rate / F).  FFmpeg decodes with threads
     of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
     One swscale context converts every frame of an iteration: ``frame.reformat``
     would make a new one, and start its threads, for each frame (0.8 against
@@ -662,16 +663,14 @@ class VideoSource(RowSource):
         decode_threads: int | None = None,
         timeout_s: float = STREAM_TIMEOUT_S,
         every: int = 1,
+        fps: float | None = None,
     ):
         import av
 
         if not (isinstance(every, int) and every >= 1):
             raise SourceError(f"every takes a whole number of frames >= 1, got {every!r}")
-        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
-        self.every = every
-        #: a frame's index and time follow from its row where every frame is taken; with a
-        #: stride they say which stride made the rows, so a resumed run checks them
-        self.positional_meta = every == 1
+        if fps is not None and (every != 1 or not fps > 0):
+            raise SourceError(f"fps takes frames a second > 0, instead of every, got fps={fps!r}, every={every!r}")
 
         #: a URL (NOTE [ video streams ]) or a file
         self.is_stream = is_stream_url(path)
@@ -687,8 +686,15 @@ class VideoSource(RowSource):
                 stream = container.streams.video[0]
                 self.frames_hint, exact = _frame_count(container, stream)
                 width, height = size or (stream.width, stream.height)
+                if fps is not None:
+                    every = self._stride_for(fps, stream.average_rate or stream.guessed_rate)
         except av.error.FFmpegError as exc:
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
+        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
+        self.every = every
+        #: a frame's index and time follow from its row where every frame is taken; with a
+        #: stride they say which stride made the rows, so a resumed run checks them
+        self.positional_meta = every == 1
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
         #: len() is worked out from the duration and frame rate (a Matroska or WebM file
         #: counts no frames in its header): a --shard's bounds, a progress bar's total
@@ -699,6 +705,15 @@ class VideoSource(RowSource):
         #: the index of the first frame the latest iteration decoded: 0, or past it
         #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
         self.decoded_from = 0
+
+    def _stride_for(self, fps: float, rate: Any) -> int:
+        """``fps`` frames a second as a stride of this video's frames: its frame rate over
+        ``fps``, rounded, at least 1 (an average where the rate varies)."""
+        if not rate:
+            raise SourceError(
+                f"{str(self.path)!r} states no frame rate to take {fps:g} frames a second from: use every"
+            )
+        return max(1, round(float(rate) / fps))
 
     def __len__(self) -> int:
         return -(-max(0, self.frames_hint - self.skip) // self.every)  # the frames taken: a stride's first each
@@ -866,7 +881,8 @@ class VideoFolderSource(RowSource):
     run's input is checked by its last row's path and frame index
     (``jobs.resumed``), so a folder that changed is refused, not misread.
 
-    ``every=N`` takes each video's frames 0, N, 2N, ... (:class:`VideoSource`).
+    ``every=N`` takes each video's frames 0, N, 2N, ... (:class:`VideoSource`);
+    ``fps=F`` each video's stride from its own frame rate.
 
     A video that cannot be opened ends it with a :class:`SourceError` naming
     it, before any frame, unless ``skip_unreadable``: then it is left out,
@@ -889,6 +905,7 @@ class VideoFolderSource(RowSource):
         decode_threads: int | None = None,
         skip_unreadable: bool = False,
         every: int = 1,
+        fps: float | None = None,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -901,7 +918,9 @@ class VideoFolderSource(RowSource):
         self.videos: list[VideoSource] = []
         for file in files:
             try:
-                video = VideoSource(file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every)
+                video = VideoSource(
+                    file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps
+                )
                 self.videos.append(video)
             except SourceError as exc:
                 if not skip_unreadable:

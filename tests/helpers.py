@@ -111,14 +111,20 @@ def slow_source(batch, delay_s: float, count: int = 10**9) -> Iterator:
 
 
 def encode_video(
-    path: Path, codec: str, options: dict[str, str], frames: int, size: int, container_format: str | None = None
+    path: Path,
+    codec: str,
+    options: dict[str, str],
+    frames: int,
+    size: int,
+    container_format: str | None = None,
+    rate: int = 30,
 ) -> Path:
-    """A ``size`` x ``size`` video of ``frames`` frames, each its own (a frame off by
-    one shows), encoded with ``codec`` and its ``options`` (a GOP, B-frames)."""
+    """A ``size`` x ``size`` video of ``frames`` frames at ``rate`` a second, each its own (a
+    frame off by one shows), encoded with ``codec`` and its ``options`` (a GOP, B-frames)."""
     import av
 
     with av.open(str(path), "w", format=container_format) as container:
-        stream = container.add_stream(codec, rate=30, options=options)
+        stream = container.add_stream(codec, rate=rate, options=options)
         stream.width = stream.height = size
         stream.pix_fmt = "yuv420p"
         y, x = np.mgrid[0:size, 0:size]

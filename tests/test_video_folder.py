@@ -175,3 +175,22 @@ def test_every_nth_frame_of_each_video_and_a_resume_that_changed_the_stride(fold
     np.save(np_input, np.zeros((4, 64), np.float32))
     assert main(["run", "mlp", "--input", str(np_input), "--output", str(tmp_path / "d.npy"), "--every", "2"]) == 1
     assert "taking every N-th frame is for videos" in capsys.readouterr().err
+
+
+def test_fps_takes_each_videos_stride_from_its_own_frame_rate(folder, tmp_path, capsys):
+    encode_video(folder / "d.mp4", "libx264", {"g": "12"}, 20, SIZE, rate=10)  # a third of the others' rate
+    source = VideoFolderSource(folder, 8, _spec(), fps=5)
+    assert [video.every for video in source.videos] == [6, 6, 6, 2]  # 30 / 5 and 10 / 5
+    _, meta, _ = _all(source)
+    assert [int(i) for p, i in zip(meta["path"], meta["frame_index"], strict=True) if p.endswith("d.mp4")] == list(
+        range(0, 20, 2)
+    )
+    assert VideoSource(folder / "a.mp4", 8, _spec(), fps=1000).every == 1  # never less than every frame
+    with pytest.raises(SourceError, match="fps takes frames a second > 0, instead of every"):
+        VideoSource(folder / "a.mp4", 8, _spec(), every=2, fps=5)
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "f.parquet"), "--fps", "5"]) == 0
+    assert pq.read_table(tmp_path / "f.parquet").num_rows == len(source)
+    with pytest.raises(SystemExit):
+        main([*argv, str(tmp_path / "g.parquet"), "--fps", "5", "--every", "3"])
+    assert "not allowed with argument" in capsys.readouterr().err

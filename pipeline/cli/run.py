@@ -136,13 +136,21 @@ def add_run(sub: Any) -> None:
         help="only the K-th (from 0) of N contiguous, near-equal windows of the input's rows: N processes or "
         "machines each run one (a scheduler's array index as K), their outputs together hold every row once",
     )
-    run.add_argument(
+    sampling = run.add_mutually_exclusive_group()
+    sampling.add_argument(
         "--every",
         type=positive(int),
         default=1,
         metavar="N",
         help="a video or a folder of videos: only frames 0, N, 2N, ... (30 on 30 frame/s video: one a second), "
         "each with its own frame_index; the others are decoded, not converted nor run",
+    )
+    sampling.add_argument(
+        "--fps",
+        type=positive(float),
+        default=None,
+        metavar="F",
+        help="as --every, the stride from each video's frame rate: round(rate / F) (--fps 1: about a frame a second)",
     )
     run.add_argument(
         "--skip-unreadable",
@@ -343,6 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             decode_threads=args.decode_threads,
             skip_unreadable=args.skip_unreadable,
             every=args.every,
+            fps=args.fps,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
