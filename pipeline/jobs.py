@@ -352,7 +352,8 @@ def resumed(
     places, as in an uninterrupted run), and its integer and text metadata
     must be those of the sink's last row; an input that differs is refused.
     Sources whose metadata are positions only (``positional_meta``: a
-    ``.npy``'s row ids, a video's frame indices) have nothing to check.  A
+    ``.npy``'s row ids) have nothing to check (a video's frame indices are
+    checked: a stride, ``every``, may have changed).  A
     source whose rows need not be its positions (an image folder that skips
     unreadable files) says where to go on instead: ``position_after(last_row)``."""
     kept = getattr(sink, "kept_rows", 0)

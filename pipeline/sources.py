@@ -692,9 +692,6 @@ class VideoSource(RowSource):
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
         #: the stride of the frames taken (frame 0, every, 2 * every, ...)
         self.every = every
-        #: a frame's index and time follow from its row where every frame is taken; with a
-        #: stride they say which stride made the rows, so a resumed run checks them
-        self.positional_meta = every == 1
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
         #: len() is worked out from the duration and frame rate (a Matroska or WebM file
         #: counts no frames in its header): a --shard's bounds, a progress bar's total
@@ -705,6 +702,11 @@ class VideoSource(RowSource):
         #: the index of the first frame the latest iteration decoded: 0, or past it
         #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
         self.decoded_from = 0
+
+    #: a frame's index says which stride made the rows (and an earlier run's may have had
+    #: another): a resumed run reads the frame before its first and checks it, at the cost
+    #: of one seek (NOTE [ seeking a video ])
+    positional_meta = False
 
     def _stride_for(self, fps: float, rate: Any) -> int:
         """``fps`` frames a second as a stride of this video's frames: its frame rate over

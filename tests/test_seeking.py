@@ -204,7 +204,7 @@ def test_packets_before_their_dts_is_known_and_the_flush_packet():
 def test_every_nth_frame_keeps_its_index_and_counts_rows_in_frames_taken(clip, every):
     frames, _, times = _delivered(_source(clip))
     source = VideoSource(clip, 8, _spec_rows(), size=(16, 16), every=every)
-    assert len(source) == -(-FRAMES // every) and not source.positional_meta  # a resumed run checks the stride
+    assert len(source) == -(-FRAMES // every)
     got_frames, got_indices, got_times = _delivered(source)
     np.testing.assert_array_equal(got_indices, np.arange(0, FRAMES, every))
     np.testing.assert_array_equal(got_frames, frames[::every])
@@ -230,5 +230,7 @@ def test_a_video_resumed_with_another_stride_is_refused(clip, tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
     assert "frame_index 18 where the output has 27" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "a.parquet"), "--resume"]) == 1  # every frame, after a stride of 3
+    assert "frame_index 9 where the output has 27" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--resume"]) == 0
     assert pq.read_table(tmp_path / "a.parquet")["frame_index"].to_pylist() == list(range(0, FRAMES, 3))
