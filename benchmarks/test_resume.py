@@ -42,19 +42,13 @@ def _read_through(source):
 
 
 @pytest.mark.parametrize("how", ["parquet-row-groups-skipped", "parquet-read-through", "csv-parsed-through"])
-def test_time_to_the_first_batch_of_a_resumed_run(benchmark, tables, how):
-    def first_batch():
+def test_time_to_the_first_batch_of_a_resumed_run(time_first_batch, tables, how):
+    def later():
         if how.startswith("csv"):
-            later = rows_after(CsvSource(tables / "t.csv", BATCH, SPECS), SKIP)
-        else:
-            source = ParquetSource(tables / "t.parquet", BATCH, SPECS)
-            later = rows_after(_read_through(source) if how.endswith("through") else source, SKIP)
-        batches = iter(later)
-        batch = next(batches)
-        batches.close()
-        return batch
+            return rows_after(CsvSource(tables / "t.csv", BATCH, SPECS), SKIP)
+        source = ParquetSource(tables / "t.parquet", BATCH, SPECS)
+        return rows_after(_read_through(source) if how.endswith("through") else source, SKIP)
 
-    batch = benchmark.pedantic(first_batch, rounds=3, iterations=1)
+    batch, ms = time_first_batch(later)
     assert batch.meta["row_id"][0] == SKIP
-    benchmark.extra_info["first_batch_ms"] = benchmark.stats.stats.min * 1e3
-    print(f"\n{how}: first batch after {SKIP:,} of {ROWS:,} rows in {benchmark.stats.stats.min * 1e3:.1f} ms")
+    print(f"\n{how}: first batch after {SKIP:,} of {ROWS:,} rows in {ms:.1f} ms")

@@ -125,7 +125,7 @@ def long_clip(tmp_path_factory):
 
 
 @pytest.mark.parametrize("how", ["seeked to its key frame", "decoded through"])
-def test_time_to_the_first_batch_far_into_a_video(benchmark, long_clip, how, monkeypatch):
+def test_time_to_the_first_batch_far_into_a_video(time_first_batch, long_clip, how, monkeypatch):
     """NOTE [ seeking a video ]: a resumed run, a --rows window or a --shard
     starting at frame 1,140 of 1,200, halfway between two key frames (60
     frames to decode and drop after the seek); "decoded through" is what
@@ -138,13 +138,9 @@ def test_time_to_the_first_batch_far_into_a_video(benchmark, long_clip, how, mon
     skip = LONG_FRAMES - KEY_EVERY // 2
     spec = TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE, SIZE, 3))
 
-    def first_batch():
-        batches = iter(rows_after(VideoSource(long_clip, 32, [spec], size=(SIZE, SIZE)), skip))
-        batch = next(batches)
-        batches.close()
-        return batch
+    def later():
+        return rows_after(VideoSource(long_clip, 32, [spec], size=(SIZE, SIZE)), skip)
 
-    batch = benchmark.pedantic(first_batch, rounds=3, iterations=1)
+    batch, ms = time_first_batch(later)
     assert batch.meta["frame_index"][0] == skip
-    benchmark.extra_info["first_batch_ms"] = benchmark.stats.stats.min * 1e3
-    print(f"\n{how}: first batch at frame {skip:,} of {LONG_FRAMES:,} in {benchmark.stats.stats.min * 1e3:.1f} ms")
+    print(f"\n{how}: first batch at frame {skip:,} of {LONG_FRAMES:,} in {ms:.1f} ms")
