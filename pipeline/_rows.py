@@ -1,16 +1,18 @@
-"""Rows of a stream of blocks: the first ``n`` of them, or all after the first ``n``.
+"""Rows of a stream of blocks: the first ``n`` of them, all after the first ``n``, or re-cut.
 
 A block is anything that holds rows in order: a source's batch, a decoded
 chunk of frames, a pyarrow record batch.  The functions are told how many
 rows a block holds (``rows_of``) and how to cut one (``sliced``), so
-``--limit`` (:func:`take_first`) and a resumed run (:func:`drop_first`) share
-one loop each, whatever the blocks are.  Both close the stream they read when
+``--limit`` (:func:`take_first`), a resumed run (:func:`drop_first`) and
+batches of a source's size made of blocks of any size (:func:`recut`: a
+table's record batches, a folder of videos' chunks) share one loop each,
+whatever the blocks are.  Both close the stream they read when
 they end, so a source's own threads (image decoding) end with them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 #: a block of rows (a batch, a chunk, a record batch)
@@ -65,3 +67,28 @@ def drop_first(
             raise too_few(skip - left)
     finally:
         close_iteration(items)
+
+
+def recut(
+    blocks: Iterable[T],
+    rows: int,
+    rows_of: Callable[[T], int],
+    sliced: Callable[[T, slice], T],
+    joined: Callable[[list[T]], T],
+) -> Iterator[T]:
+    """``blocks`` of any sizes re-cut into blocks of ``rows`` rows, in order (the last one
+    fewer); empty blocks give nothing.  A block that lies inside one of ``blocks`` is a
+    slice of it; only one that spans several is ``joined`` from their slices."""
+    pending: list[T] = []  # slices of blocks, fewer than ``rows`` rows in all
+    held = 0
+    for block in blocks:
+        size, offset = rows_of(block), 0
+        while offset < size:
+            take = min(rows - held, size - offset)
+            pending.append(sliced(block, slice(offset, offset + take)))
+            offset, held = offset + take, held + take
+            if held == rows:
+                yield pending[0] if len(pending) == 1 else joined(pending)
+                pending, held = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else joined(pending)

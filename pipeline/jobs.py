@@ -51,9 +51,11 @@ from .sources import (
     SourceError,
     VideoFolderSource,
     VideoSource,
+    chunk_rows,
     fewer_rows,
     is_stream_url,
     parquet_files,
+    sliced_chunk,
 )
 
 
@@ -301,7 +303,7 @@ def first_rows(source: Iterable[SourceBatch], limit: int) -> Iterable[SourceBatc
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     if isinstance(source, RowSource):
-        return _RowsOf(source, lambda chunks: take_first(chunks, limit, _chunk_rows, _sliced_chunk))
+        return _RowsOf(source, lambda chunks: take_first(chunks, limit, chunk_rows, sliced_chunk))
     return take_first(iter(source), limit, _batch_rows, _sliced_batch)
 
 
@@ -320,7 +322,7 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
         return after(skip)  # type: ignore[no-any-return]
     too_few = fewer_rows(getattr(source, "path", type(source).__name__), skip)
     if isinstance(source, RowSource):
-        return _RowsOf(source, lambda chunks: drop_first(chunks, skip, _chunk_rows, _sliced_chunk, too_few))
+        return _RowsOf(source, lambda chunks: drop_first(chunks, skip, chunk_rows, sliced_chunk, too_few))
     return drop_first(iter(source), skip, _batch_rows, _sliced_batch, too_few)
 
 
@@ -426,20 +428,11 @@ def _batch_rows(item: SourceBatch) -> int:
     return len(next(iter(item.inputs.values())))
 
 
-def _chunk_rows(chunk: Chunk) -> int:
-    return len(chunk[0])
-
-
 def _sliced_batch(item: SourceBatch, rows: slice) -> SourceBatch:
     return SourceBatch(
         {name: values[rows] for name, values in item.inputs.items()},
         {name: values[rows] for name, values in item.meta.items()},
     )
-
-
-def _sliced_chunk(chunk: Chunk, rows: slice) -> Chunk:
-    frames, meta = chunk
-    return frames[rows], {name: values[rows] for name, values in meta.items()}
 
 
 def run_job(

@@ -52,7 +52,7 @@ import numpy as np
 
 from ._cpus import usable_cpus
 from ._errors import PipelineError
-from ._rows import drop_first
+from ._rows import drop_first, recut
 from ._seeking import frame_pts
 from ._session import TensorSpec
 
@@ -517,30 +517,11 @@ def rebatch(blocks: Iterable[Any], rows: int) -> Iterator[Any]:
 
     A batch that lies inside one block is a slice of it (no copy); only one
     that spans blocks is copied into one piece."""
-    pending: list[Any] = []  # slices of blocks, fewer than ``rows`` rows in all
-    held = 0
-    for block in blocks:
-        offset = 0
-        while offset < block.num_rows:
-            take = min(rows - held, block.num_rows - offset)
-            piece = block.slice(offset, take)
-            offset += take
-            if take == rows:  # a whole batch inside this block
-                yield piece
-                continue
-            pending.append(piece)
-            held += take
-            if held == rows:
-                yield _joined(pending)
-                pending, held = [], 0
-    if held:
-        yield _joined(pending)
+    return recut(blocks, rows, _record_rows, _sliced_record, _joined)
 
 
 def _joined(pieces: list[Any]) -> Any:
     """One record batch of the rows of ``pieces``, in order."""
-    if len(pieces) == 1:
-        return pieces[0]
     import pyarrow as pa
 
     (joined,) = pa.Table.from_batches(pieces).combine_chunks().to_batches()
@@ -557,6 +538,15 @@ def _is_numeric(arrow_type: Any) -> bool:
 
 #: a batch made a row at a time: its rows (one array each) and their metadata
 Chunk = tuple[list[np.ndarray], dict[str, np.ndarray]]
+
+
+def chunk_rows(chunk: Chunk) -> int:
+    return len(chunk[0])
+
+
+def sliced_chunk(chunk: Chunk, rows: slice) -> Chunk:
+    frames, meta = chunk
+    return frames[rows], {name: values[rows] for name, values in meta.items()}
 
 
 class RowSource:
@@ -959,7 +949,7 @@ class VideoFolderSource(RowSource):
         return later
 
     def chunks(self) -> Iterator[Chunk]:
-        return _rebatched(self._videos_chunks(), self.batch_size)
+        return recut(self._videos_chunks(), self.batch_size, chunk_rows, sliced_chunk, _joined_chunks)
 
     def _videos_chunks(self) -> Iterator[Chunk]:
         skip = self.skip
@@ -981,27 +971,11 @@ def _frame_size_text(row_shape: tuple[int, ...] | None) -> str:
     return "of unknown size" if row_shape is None else f"{row_shape[1]}x{row_shape[0]}"
 
 
-def _rebatched(chunks: Iterator[Chunk], batch_size: int) -> Iterator[Chunk]:
-    """Chunks of ``batch_size`` rows (the last one fewer) made of ``chunks`` of any size."""
-    rows: list[np.ndarray] = []
-    metas: list[dict[str, np.ndarray]] = []
-    held = 0
-    for chunk_rows, meta in chunks:
-        start = 0
-        while start < len(chunk_rows):
-            take = min(batch_size - held, len(chunk_rows) - start)
-            rows.extend(chunk_rows[start : start + take])
-            metas.append({name: values[start : start + take] for name, values in meta.items()})
-            held, start = held + take, start + take
-            if held == batch_size:
-                yield rows, _joined_meta(metas)
-                rows, metas, held = [], [], 0
-    if rows:
-        yield rows, _joined_meta(metas)
-
-
-def _joined_meta(metas: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {name: np.concatenate([meta[name] for meta in metas]) for name in metas[0]}
+def _joined_chunks(chunks: list[Chunk]) -> Chunk:
+    """One chunk of the rows of ``chunks``, in order."""
+    rows = [row for chunk in chunks for row in chunk[0]]
+    metas = [meta for _, meta in chunks]
+    return rows, {name: np.concatenate([meta[name] for meta in metas]) for name in metas[0]}
 
 
 class _MissedSeek(Exception):
