@@ -686,6 +686,7 @@ class VideoSource(RowSource):
         #: len() is worked out from the duration and frame rate (a Matroska or WebM file
         #: counts no frames in its header): a --shard's bounds, a progress bar's total
         self.length_estimated = not exact
+        self._packets: int | None = None  # the frames counted from the packets (:meth:`counted_len`)
         #: frames decoded but not converted nor delivered before the first batch (:meth:`after`):
         #: a whole number of strides
         self.skip = 0
@@ -709,6 +710,15 @@ class VideoSource(RowSource):
 
     def __len__(self) -> int:
         return -(-max(0, self.frames_hint - self.skip) // self.every)  # the frames taken: a stride's first each
+
+    def counted_len(self) -> int:
+        """``len()`` exact where it is an estimate: the frames counted from the packets
+        (read, not decoded) once, and kept by this source and the windows made of it."""
+        if not self.length_estimated:
+            return len(self)
+        if self._packets is None:
+            self._packets = _packets_counted(self.path)
+        return -(-max(0, self._packets - self.skip) // self.every)
 
     def _open(self) -> Any:
         """The video opened with PyAV; a stream with FFmpeg's timeouts (NOTE [ video streams ])."""
@@ -955,7 +965,7 @@ class VideoFolderSource(RowSource):
         skip = self.skip
         for video in self.videos:
             if skip:
-                taken = len(video) if not video.length_estimated else -(-_packets_counted(video.path) // video.every)
+                taken = video.counted_len()
                 if skip >= taken:
                     skip -= taken
                     continue
