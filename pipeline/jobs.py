@@ -355,16 +355,17 @@ def resumed(
     must be those of the sink's last row; an input that differs is refused.
     Sources whose metadata are positions only (``positional_meta``: a
     ``.npy``'s row ids) have nothing to check (a video's frame indices are
-    checked: a stride, ``every``, may have changed).  A
-    source whose rows need not be its positions (an image folder that skips
-    unreadable files) says where to go on instead: ``position_after(last_row)``."""
+    checked: a stride, ``every``, may have changed).  A source whose rows need
+    not be its positions (an image folder that skips unreadable files, a folder
+    of videos whose headers may count frames a video lacks) says where to go on
+    instead, from what the sink kept: ``position_after(sink, start)``."""
     kept = getattr(sink, "kept_rows", 0)
-    last_kept_row = getattr(sink, "last_kept_row", None)
-    expected = last_kept_row() if kept and last_kept_row is not None else None
     locate = getattr(source, "position_after", None)  # a source whose rows need not be its positions says where
-    position = locate(expected) if kept and locate is not None else None
+    position = locate(sink, start) if kept and locate is not None else None
     if position is not None:
         return window(source, max(start, position), stop)
+    last_kept_row = getattr(sink, "last_kept_row", None)
+    expected = last_kept_row() if kept and last_kept_row is not None else None
     first = start + kept
     if expected is not None and not getattr(source, "positional_meta", False):
         _check_row(window(source, first - 1, first), expected, first - 1, source)

@@ -68,7 +68,7 @@ import ast
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -442,6 +442,10 @@ class _ParquetFile:
         """The last row of the earlier run's file, column by column (None when it has none)."""
         return _last_parquet_row(self.path) if self._earlier is not None else None
 
+    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the earlier run's file has, whole (empty when it has none)."""
+        return _parquet_columns([self.path] if self._earlier is not None else [], names)
+
     def write(self, batch: Any) -> None:
         if self._writer is None:
             self._writer = self._open_writer(batch.schema)
@@ -514,6 +518,18 @@ def _last_parquet_row(path: Path) -> dict[str, Any]:
         keys = [f.name for f in file.schema_arrow if any(kind(f.type) for kind in text)]
         group = file.read_row_group(file.metadata.num_row_groups - 1, columns=keys)
     return group.slice(group.num_rows - 1).to_pylist()[0] if group.num_rows else {}  # type: ignore[no-any-return]
+
+
+def _parquet_columns(paths: Sequence[Path], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Those of the columns ``names`` that the Parquet files ``paths`` (of one schema) have,
+    read alone and joined in order (a resumed run's check of the rows it keeps)."""
+    import pyarrow.parquet as pq
+
+    if not paths:
+        return {}
+    present = [name for name in names if name in pq.read_schema(paths[0]).names]
+    tables = [pq.read_table(path, columns=present) for path in paths]
+    return {name: np.concatenate([table[name].to_numpy(zero_copy_only=False) for table in tables]) for name in present}
 
 
 #: a data set's part files: their names sort in the order they were written, and are read back in
@@ -612,6 +628,10 @@ class _ParquetParts:
         """The last row of the earlier run's last whole part (None when there is none)."""
         parts = whole_parts(self.folder) if self._earlier is not None else []
         return _last_parquet_row(parts[-1]) if parts else None
+
+    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the earlier run's whole parts have, whole, in order."""
+        return _parquet_columns(whole_parts(self.folder) if self._earlier is not None else [], names)
 
     def keep_parts(self, parts: int) -> None:
         """Go on after the first ``parts`` whole parts (a side output's, as many as its main
@@ -722,6 +742,18 @@ class _CsvFile:
         table = pcsv.read_csv(pa.py_buffer(header + line), convert_options=as_text)
         return table.to_pylist()[0] if table.num_rows else None  # type: ignore[no-any-return]
 
+    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the earlier run's file has, whole, as text."""
+        if self._header is None:
+            return {}
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        present = [name for name in names if name in self._header]
+        as_text = pcsv.ConvertOptions(column_types=dict.fromkeys(present, pa.string()), include_columns=present)
+        table = pcsv.read_csv(self.path, convert_options=as_text)
+        return {name: table[name].to_numpy(zero_copy_only=False) for name in present}
+
     def write(self, batch: Any) -> None:
         if self._writer is None:
             self._writer = self._open_writer(batch.schema)
@@ -796,6 +828,12 @@ class _TableSink:
         """The last of the rows kept from an earlier run, column by column (a CSV's as
         text), for ``jobs.resumed`` to hold the input's row against; None when none was kept."""
         return self._main.last_row() if self.kept_rows else None
+
+    def kept_columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the rows kept from an earlier run have, whole (a
+        CSV's as text): what a resumed folder of videos holds the input against when it
+        cannot count (NOTE [ frame positions ])."""
+        return self._main.columns(names) if self.kept_rows else {}
 
     def _checked(self, path: Path) -> Path:
         """``path`` after checking that it can be written."""

@@ -52,7 +52,8 @@ import numpy as np
 
 from ._cpus import usable_cpus
 from ._errors import PipelineError
-from ._rows import drop_first, recut
+from ._frame_positions import FolderVideo, FramePositions
+from ._rows import drop_first, recut, take_first
 from ._seeking import frame_pts
 from ._session import TensorSpec
 
@@ -796,12 +797,13 @@ class VideoSource(RowSource):
                         yield self._chunk(frames, indices, times)
                         frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
-            failure = SourceError(f"{str(self.path)!r}: decoding failed after {decoded} frames: {exc}")
+            when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
+            failure = _DecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {exc}")
             if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
                 yield self._chunk(frames, indices, times)
             raise failure from exc
         if decoded < self.skip:  # counted in rows: the frames a stride takes
-            raise fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every))
+            raise _EndedEarly(str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every))))
         if frames:
             yield self._chunk(frames, indices, times)
 
@@ -915,8 +917,10 @@ class VideoFolderSource(RowSource):
         files = sorted(p for p in self.path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}")
-        #: (path, why) of the videos left out by ``skip_unreadable``, in file order
+        #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
+        #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
+        self.skip_unreadable = skip_unreadable
         self.videos: list[VideoSource] = []
         for file in files:
             try:
@@ -934,7 +938,10 @@ class VideoFolderSource(RowSource):
         self.row_shape = self._one_frame_size(size)
         #: len() adds up estimates where a video's header counts no frames
         self.length_estimated = any(video.length_estimated for video in self.videos)
-        self.skip = 0  # rows (frames taken) of the folder left out before the first batch (:meth:`after`)
+        #: the window of the folder's positions (NOTE [ frame positions ]) this source gives:
+        #: from ``skip`` (:meth:`after`) to ``end`` (None: to the last video's end; :meth:`between`)
+        self.skip: int = 0
+        self.end: int | None = None
 
     def _one_frame_size(self, size: tuple[int, int] | None) -> tuple[int, ...] | None:
         shapes: dict[tuple[int, ...] | None, VideoSource] = {}
@@ -950,7 +957,8 @@ class VideoFolderSource(RowSource):
         return next(iter(shapes))
 
     def __len__(self) -> int:
-        return max(0, sum(len(video) for video in self.videos) - self.skip)
+        total = sum(len(video) for video in self.videos)
+        return max(0, (total if self.end is None else min(total, self.end)) - self.skip)
 
     def after(self, rows: int) -> VideoFolderSource:
         """This folder without its first ``rows`` frames (whole videos before them unopened)."""
@@ -958,23 +966,93 @@ class VideoFolderSource(RowSource):
         later.skip = self.skip + rows
         return later
 
+    def between(self, start: int, stop: int | None) -> VideoFolderSource:
+        """Frames ``start`` to ``stop - 1`` of this folder by their positions (NOTE [ frame
+        positions ]), not by the rows given: where a video gives fewer frames than its header
+        counts, windows that meet still hold every frame once (``jobs.window``)."""
+        later = self.after(start)
+        if stop is not None:
+            end = self.skip + stop
+            later.end = end if self.end is None else min(self.end, end)
+        return later
+
     def chunks(self) -> Iterator[Chunk]:
         return recut(self._videos_chunks(), self.batch_size, chunk_rows, sliced_chunk, _joined_chunks)
 
     def _videos_chunks(self) -> Iterator[Chunk]:
-        skip = self.skip
+        first = 0  # the position of the next video's first frame, where it is needed
         for video in self.videos:
-            if skip:
-                taken = video.counted_len()
-                if skip >= taken:
-                    skip -= taken
-                    continue
-                video, skip = video.after(skip), 0
-            where = str(video.path)
+            counted = self.skip > first or self.end is not None  # the window's bounds are placed by counts
+            taken = video.counted_len() if counted else 0
+            if counted and first + taken <= self.skip:
+                first += taken  # wholly before the window: never opened
+                continue
+            if self.end is not None and first >= self.end:
+                return
+            into = max(0, self.skip - first)
+            chunks = self._frames_of(video.after(into) if into else video)
+            if self.end is not None and first + taken > self.end:  # the window ends in this video
+                yield from take_first(chunks, self.end - first - into, chunk_rows, sliced_chunk)
+                return
+            yield from chunks
+            first += taken
+        if self.skip > first:
+            raise fewer_rows(self.path, self.skip)(first)
+
+    def _frames_of(self, video: VideoSource) -> Iterator[Chunk]:
+        """The chunks of one video, each row with its path.  One that ends before the
+        frame it was to start at gives none (its missing frames are positions no row
+        has: NOTE [ frame positions ]); one whose decoding fails partway, with
+        ``skip_unreadable``, ends there, listed in ``skipped``."""
+        where = str(video.path)
+        try:
             for rows, meta in video.chunks():
                 yield rows, {"path": np.full(len(rows), where), **meta}
-        if skip:
-            raise fewer_rows(self.path, self.skip)(self.skip - skip)
+        except _EndedEarly:
+            return
+        except _DecodingFailed as exc:
+            if not self.skip_unreadable:
+                raise
+            self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
+
+    def position_after(self, sink: Any, start: int) -> int | None:
+        """Where a resumed run goes on: after the frame the output's last row names
+        (NOTE [ frame positions ]).  Where the output's rows are as many as the
+        positions before it, the last row alone shows the output fits; where they are
+        fewer (a video gave fewer frames than its header counts), every row is held
+        against the folder first.  None for an output that keeps no path (a
+        ``.npy``): its rows are counted (``jobs.resumed``)."""
+        last = _last_kept_row(sink)
+        if last is None or "path" not in last or "frame_index" not in last:
+            return None
+        positions = FramePositions(
+            [FolderVideo(str(video.path), video.every, video.counted_len) for video in self.videos], str(self.path)
+        )
+        try:
+            position = positions.after(last)
+            if position != self.skip + start + sink.kept_rows:
+                position = positions.check_rows(*_kept_frames(sink, str(self.path)), self.skip + start)
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
+        return position - self.skip
+
+
+def _last_kept_row(sink: Any) -> Mapping[str, Any] | None:
+    """The last row a resumed sink kept (None where it keeps none, or no columns)."""
+    last_kept_row = getattr(sink, "last_kept_row", None)
+    return last_kept_row() if getattr(sink, "kept_rows", 0) and last_kept_row is not None else None
+
+
+def _kept_frames(sink: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The path and frame_index columns of the rows a resumed sink kept."""
+    kept_columns = getattr(sink, "kept_columns", None)
+    columns = kept_columns(("path", "frame_index")) if kept_columns is not None else None
+    if not columns or "path" not in columns or "frame_index" not in columns:
+        raise ValueError(
+            f"cannot resume from {where!r}: the output holds fewer rows than the frames before its last one, and its "
+            "path and frame_index columns cannot be read to see why"
+        )
+    return columns["path"], columns["frame_index"]
 
 
 def _frame_size_text(row_shape: tuple[int, ...] | None) -> str:
@@ -990,6 +1068,16 @@ def _joined_chunks(chunks: list[Chunk]) -> Chunk:
 
 class _MissedSeek(Exception):
     """Seeking did not land where the packets said: decode from the first frame."""
+
+
+class _EndedEarly(SourceError):
+    """A video ended before the frame it was to start at: it holds fewer frames than
+    its header counts (cut short, or an edit list's).  In a folder it gives none
+    (NOTE [ frame positions ])."""
+
+
+class _DecodingFailed(SourceError):
+    """A video's decoding failed partway, after its frames before were delivered."""
 
 
 class ImageFolderSource(RowSource):
@@ -1051,13 +1139,14 @@ class ImageFolderSource(RowSource):
         later.skipped = self.skipped  # one list of what was left out, whichever part of the folder left it
         return later
 
-    def position_after(self, row: Mapping[str, Any] | None) -> int | None:
+    def position_after(self, sink: Any, start: int) -> int | None:
         """Where a resumed run goes on when unreadable files are skipped (its rows are then
-        fewer than its files, so they cannot be counted): after the file the output's
-        last row (``row``, None for an output with no columns to read) names; None where
-        rows are files, and counting them will do (``jobs.resumed``)."""
+        fewer than its files, so they cannot be counted): after the file the last row
+        ``sink`` kept names; None where rows are files, and counting them will do
+        (``jobs.resumed``)."""
         if not self.skip_unreadable:
             return None
+        row = _last_kept_row(sink)
         if row is None:
             raise SourceError(
                 "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "

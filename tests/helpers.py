@@ -135,3 +135,29 @@ def encode_video(
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def _packet_places(path: Path) -> list[tuple[int, int]]:
+    """(byte offset, size) of each packet of a video's first video stream, in file order."""
+    import av
+
+    with av.open(str(path)) as container:
+        return [(packet.pos, packet.size) for packet in container.demux(container.streams.video[0]) if packet.size]
+
+
+def cut_after_frames(path: Path, keep: int) -> Path:
+    """The video cut off where its packet ``keep`` begins, as a download or a copy that
+    stopped: its header still counts every frame (an AVI's does), ``keep`` are left."""
+    offset, _ = _packet_places(path)[keep]
+    path.write_bytes(path.read_bytes()[:offset])
+    return path
+
+
+def corrupt_frame(path: Path, index: int) -> Path:
+    """The video with packet ``index``'s bytes overwritten: an MPEG-4 part 2 decoder
+    gives the frames before it, then fails."""
+    offset, size = _packet_places(path)[index]
+    data = bytearray(path.read_bytes())
+    data[offset : offset + size] = b"\xff" * size
+    path.write_bytes(bytes(data))
+    return path

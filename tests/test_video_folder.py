@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
@@ -11,7 +12,7 @@ from pipeline.cli import main
 from pipeline.jobs import rows_after, source_kind
 from pipeline.sources import SourceError, VideoFolderSource, VideoSource
 
-from .helpers import encode_video
+from .helpers import corrupt_frame, cut_after_frames, encode_video
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 
@@ -122,7 +123,7 @@ def test_resuming_a_folder_that_changed_is_refused(folder, tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "part.parquet"), "--resume"]) == 1
     err = capsys.readouterr().err
-    assert "b.mkv" in err and "c.mp4" in err  # the row the output ends with, and the input's at that place
+    assert "row 0 of the output is from" in err and "a.mp4', which is not a video of this folder" in err
 
 
 def test_a_video_that_cannot_be_opened_stops_the_folder_unless_skipped(folder, tmp_path, capsys):
@@ -194,3 +195,60 @@ def test_fps_takes_each_videos_stride_from_its_own_frame_rate(folder, tmp_path, 
     with pytest.raises(SystemExit):
         main([*argv, str(tmp_path / "g.parquet"), "--fps", "5", "--every", "3"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _path_and_frame(table) -> list[tuple[str, int]]:
+    return list(zip(table["path"].to_pylist(), table["frame_index"].to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ""])
+def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folder, tmp_path, suffix):
+    """An AVI cut off after 12 of its 30 frames (its header still counts 30): the
+    frames it has are run, its missing ones are positions no row has (NOTE [ frame
+    positions ]), and a run stopped after it resumes where it stopped, its rows then
+    fewer than the positions before its last one."""
+    cut = cut_after_frames(encode_video(folder / "a2.avi", "mpeg4", {"g": "12"}, 30, SIZE), 12)
+    assert VideoSource(cut, 8, _spec()).frames_hint == 30
+    source = VideoFolderSource(folder, 8, _spec())
+    _, meta, _ = _all(source)
+    want = [(str(folder / n), i) for n, _, frames in [CLIPS[0], ("a2.avi", "", 12), *CLIPS[1:]] for i in range(frames)]
+    assert list(zip(meta["path"], meta["frame_index"].tolist(), strict=True)) == want
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    read = (lambda p: pq.read_table(p)) if suffix != ".csv" else (lambda p: pa_csv.read_csv(p))
+    for stop in (35, 50, 65):  # inside the short video, in its missing frames, past it (rows fewer than positions)
+        out = tmp_path / f"stopped{stop}{suffix}"
+        assert main([*argv, str(out), "--rows", f":{stop}"]) == 0
+        assert main([*argv, str(out), "--resume"]) == 0
+        assert _path_and_frame(read(out)) == want, stop
+    shards = []
+    for shard in range(3):
+        assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
+        shards += _path_and_frame(pq.read_table(tmp_path / f"s{shard}.parquet"))
+    assert shards == want  # every frame once, also a shard that starts in the missing frames
+
+
+def test_a_video_whose_decoding_fails_partway_stops_the_folder_unless_skipped(folder, tmp_path, capsys):
+    """Frame 12 of an MPEG-4 video is corrupt: its decoder fails there.  The frames
+    before it are written; the run stops, or with --skip-unreadable leaves the video's
+    rest out, lists it, and goes on - a resumed run alike."""
+    corrupt_frame(encode_video(folder / "a2.mp4", "mpeg4", {"g": "12"}, 30, SIZE), 12)
+    with pytest.raises(SourceError, match=r"a2\.mp4': decoding failed after 12 frames"):
+        _all(VideoFolderSource(folder, 8, _spec()))
+    source = VideoFolderSource(folder, 8, _spec(), skip_unreadable=True)
+    _, meta, _ = _all(source)
+    want = [(str(folder / n), i) for n, _, frames in [CLIPS[0], ("a2.mp4", "", 12), *CLIPS[1:]] for i in range(frames)]
+    assert list(zip(meta["path"], meta["frame_index"].tolist(), strict=True)) == want
+    assert [path for path, _ in source.skipped] == [str(folder / "a2.mp4")]
+    assert "decoding failed after 12 frames" in source.skipped[0][1] and "later ones left out" in source.skipped[0][1]
+    argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "stops.parquet")]) == 1
+    assert "a2.mp4': decoding failed after 12 frames" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "whole.parquet"), "--skip-unreadable"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 unreadable file(s)" in err and "a2.mp4': decoding failed after 12 frames" in err
+    assert _path_and_frame(pq.read_table(tmp_path / "whole.parquet")) == want
+    for stop in (35, 42, 50, 65):  # before the failure, right at it (a key frame), past it
+        out = tmp_path / f"stopped{stop}.parquet"
+        assert main([*argv, str(out), "--skip-unreadable", "--rows", f":{stop}"]) == 0
+        assert main([*argv, str(out), "--skip-unreadable", "--resume"]) == 0
+        assert _path_and_frame(pq.read_table(out)) == want, stop
