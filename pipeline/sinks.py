@@ -44,7 +44,10 @@ format allows) and appends the rest, so the file ends as one uninterrupted
 run would have left it. Rows are counted, so the input must be the same, in
 the same order; where the output keeps metadata (a table: ids, file and row,
 path), ``jobs.resumed`` holds the input's row before the first new one
-against the output's last row and refuses an input that differs there. What
+against the output's last row and refuses an input that differs there (a
+source whose rows need not be its places - a folder of images that skips
+files, a folder of videos - says where to go on from the last row, or from
+``kept_columns``: NOTE [ frame positions ]). What
 each format keeps of a run that was killed: a ``.npy`` every whole row
 (found from the file's size: the header says 0 until the file is closed); a
 CSV every whole line; a Parquet file nothing - its footer is written at

@@ -878,21 +878,27 @@ class VideoFolderSource(RowSource):
 
     Every video gives frames of one size: ``size=(width, height)`` resizes
     them, and without it videos of different sizes are refused at once, naming
-    two.  A window or a resumed run (:meth:`after`) skips whole videos
-    unopened, their frames counted from their headers (or, where a header
-    counts none, as Matroska's, from their packets, read but not decoded), and
-    seeks into the video it starts in (NOTE [ seeking a video ]); a resumed
-    run's input is checked by its last row's path and frame index
-    (``jobs.resumed``), so a folder that changed is refused, not misread.
+    two.  Windows and resumed runs place frames by the videos' headers (NOTE
+    [ frame positions ]): a window (:meth:`between`, :meth:`after`) skips
+    whole videos unopened, their frames counted from their headers (or, where
+    a header counts none, as Matroska's, from their packets, read but not
+    decoded), and seeks into the video it starts in (NOTE [ seeking a video
+    ]); a video that gives fewer frames than its header counts leaves places
+    no row has (``cut_short`` lists it), and a resumed run goes on after its
+    output's last row (:meth:`position_after`), so a folder that changed is
+    refused, not misread.
 
     ``every=N`` takes each video's frames 0, N, 2N, ... (:class:`VideoSource`);
     ``fps=F`` each video's stride from its own frame rate.
 
     A video that cannot be opened ends it with a :class:`SourceError` naming
-    it, before any frame, unless ``skip_unreadable``: then it is left out,
-    and ``skipped`` lists ``(path, why)`` of each (a truncated download, a
-    file that is not a video).  Which are left out is settled before the
-    first frame, so every run over the same folder counts frames alike.
+    it, before any frame, and one whose decoding fails partway ends it there,
+    after its frames before, unless ``skip_unreadable``: then the video, or
+    its rest, is left out, and ``skipped`` lists ``(path, why)`` of each (a
+    truncated download, a file that is not a video, a corrupt packet).  Which
+    cannot be opened is settled before the first frame, and a video's frames
+    keep their places whatever is left out, so every run over the same folder
+    counts frames alike.
     """
 
     #: a row's path and frame index say which frame it is: a resumed run checks them
@@ -921,6 +927,10 @@ class VideoFolderSource(RowSource):
         #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
         self.skip_unreadable = skip_unreadable
+        #: (path, rows given, rows its header counts) of each video that ended before the
+        #: frames its header counts (a file cut short, a decoding failure that
+        #: ``skip_unreadable`` passed over): found as the frames are decoded
+        self.cut_short: list[tuple[str, int, int]] = []
         self.videos: list[VideoSource] = []
         for file in files:
             try:
@@ -1001,19 +1011,23 @@ class VideoFolderSource(RowSource):
 
     def _frames_of(self, video: VideoSource) -> Iterator[Chunk]:
         """The chunks of one video, each row with its path.  One that ends before the
-        frame it was to start at gives none (its missing frames are positions no row
-        has: NOTE [ frame positions ]); one whose decoding fails partway, with
-        ``skip_unreadable``, ends there, listed in ``skipped``."""
+        frames its header counts is listed in ``cut_short`` (its missing frames are
+        positions no row has: NOTE [ frame positions ]); one whose decoding fails
+        partway, with ``skip_unreadable``, ends there, listed in ``skipped``."""
         where = str(video.path)
+        given = 0
         try:
             for rows, meta in video.chunks():
+                given += len(rows)
                 yield rows, {"path": np.full(len(rows), where), **meta}
-        except _EndedEarly:
-            return
+        except _EndedEarly:  # before the frame the window starts at
+            pass
         except _DecodingFailed as exc:
             if not self.skip_unreadable:
                 raise
             self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
+        if not video.length_estimated and given < len(video):
+            self.cut_short.append((where, given, len(video)))
 
     def position_after(self, sink: Any, start: int) -> int | None:
         """Where a resumed run goes on: after the frame the output's last row names

@@ -960,6 +960,8 @@ def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
     skipping = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=True)
     assert "needs a table's path column" in _resume_hint(skipping, plain, "images")
     assert _resume_hint(skipping, plain, "videos") == "--resume goes on from there"  # frames are counted
+    came_short = argparse.Namespace(cut_short=[("clips/a.avi", 12, 30)])  # a folder of videos, one cut short
+    assert "needs a table's path and frame_index columns" in _resume_hint(skipping, plain, "videos", came_short)
     stream = argparse.Namespace(output=tmp_path / "p.npy", skip_unreadable=False, input="rtsp://cam/1")
     assert "a stream is read from its first frame, so it cannot be resumed" in _resume_hint(stream, plain, "video")
 

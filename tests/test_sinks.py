@@ -254,3 +254,29 @@ def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path,
     assert "--compression is for a Parquet output; " in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 1
     assert "--part-rows is for an output folder (a Parquet data set)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda folder, resume: ParquetSink(folder / "t.parquet", resume=resume),
+        lambda folder, resume: ParquetDatasetSink(folder / "set", part_rows=3, resume=resume),
+        lambda folder, resume: CsvSink(folder / "t.csv", resume=resume),
+    ],
+    ids=["parquet", "data set", "csv"],
+)
+def test_a_resumed_table_gives_the_columns_of_the_rows_it_kept(tmp_path, make):
+    """What a folder of videos holds a resumed run against (NOTE [ frame positions ])."""
+    assert make(tmp_path, True).kept_columns(["path"]) == {}  # nothing kept: nothing to give
+    sink = make(tmp_path, False)
+    for index, start in enumerate((0, 4)):
+        meta = {"path": np.asarray(["a.mp4"] * 4), "frame_index": np.arange(start, start + 4)}
+        sink.write(index, 4, {"score": np.ones((4, 2), np.float32)}, meta)
+    sink.close()
+    resumed = make(tmp_path, True)
+    kept = resumed.kept_columns(["path", "frame_index", "timestamp"])  # no timestamp column: left out
+    assert sorted(kept) == ["frame_index", "path"]
+    assert list(kept["path"]) == ["a.mp4"] * resumed.kept_rows
+    assert [int(value) for value in kept["frame_index"]] == list(range(resumed.kept_rows))  # a CSV's as text
+    assert resumed.kept_rows == 8
+    resumed.close()

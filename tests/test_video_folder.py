@@ -202,7 +202,7 @@ def _path_and_frame(table) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ""])
-def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folder, tmp_path, suffix):
+def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folder, tmp_path, capsys, suffix):
     """An AVI cut off after 12 of its 30 frames (its header still counts 30): the
     frames it has are run, its missing ones are positions no row has (NOTE [ frame
     positions ]), and a run stopped after it resumes where it stopped, its rows then
@@ -213,7 +213,11 @@ def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folde
     _, meta, _ = _all(source)
     want = [(str(folder / n), i) for n, _, frames in [CLIPS[0], ("a2.avi", "", 12), *CLIPS[1:]] for i in range(frames)]
     assert list(zip(meta["path"], meta["frame_index"].tolist(), strict=True)) == want
+    assert source.cut_short == [(str(cut), 12, 30)]
     argv = ["run", "convnet", "--input", str(folder), "--batch-size", "8", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / f"whole{suffix}")]) == 0
+    err = capsys.readouterr().err
+    assert "1 video(s) ended before the frames their headers count" in err and "a2.avi': 12 of 30 rows" in err
     read = (lambda p: pq.read_table(p)) if suffix != ".csv" else (lambda p: pa_csv.read_csv(p))
     for stop in (35, 50, 65):  # inside the short video, in its missing frames, past it (rows fewer than positions)
         out = tmp_path / f"stopped{stop}{suffix}"
@@ -246,6 +250,7 @@ def test_a_video_whose_decoding_fails_partway_stops_the_folder_unless_skipped(fo
     assert main([*argv, str(tmp_path / "whole.parquet"), "--skip-unreadable"]) == 0
     err = capsys.readouterr().err
     assert "skipped 1 unreadable file(s)" in err and "a2.mp4': decoding failed after 12 frames" in err
+    assert "ended before the frames their headers count" not in err  # listed once, with the files skipped
     assert _path_and_frame(pq.read_table(tmp_path / "whole.parquet")) == want
     for stop in (35, 42, 50, 65):  # before the failure, right at it (a key frame), past it
         out = tmp_path / f"stopped{stop}.parquet"

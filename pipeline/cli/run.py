@@ -156,7 +156,7 @@ def add_run(sub: Any) -> None:
         "--skip-unreadable",
         action="store_true",
         help="a folder of images or videos: leave out files that cannot be decoded (images) or opened (videos), "
-        "listed at the end, instead of stopping",
+        "and the rest of a video whose decoding fails partway, listed at the end, instead of stopping",
     )
     run.add_argument(
         "--static-shapes",
@@ -380,6 +380,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output)
+                _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
                 try:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
@@ -397,7 +398,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.interrupted:
         print(
             f"interrupted after {summary.items} items; {str(args.output)!r} holds {kept + summary.items} rows and is "
-            f"readable: {_resume_hint(args, sink, kind)}",
+            f"readable: {_resume_hint(args, sink, kind, source)}",
             file=sys.stderr,
         )
         return 128 + (stop.signum or signal.SIGINT)
@@ -431,7 +432,7 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
         print(f"wrote {args.plot}")
 
 
-def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str) -> str:
+def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: Any = None) -> str:
     """What resuming the stopped run would do: go on, or be refused (and why)."""
     from ..jobs import sink_kind
     from ..sources import is_stream_url
@@ -443,6 +444,11 @@ def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str) -> str:
         return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"
     if kind == "npy" and args.skip_unreadable and input_kind == "images":
         return "it cannot be resumed (which image comes next needs a table's path column, not .npy)"
+    if kind == "npy" and getattr(source, "cut_short", None):
+        return (
+            "it cannot be resumed (a video gave fewer frames than its header counts, and which frame comes next "
+            "needs a table's path and frame_index columns, not .npy)"
+        )
     return "--resume goes on from there"
 
 
@@ -507,6 +513,22 @@ def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
     print(f"skipped {len(skipped)} unreadable file(s); {str(output)!r} has no row for them ({where}):", file=sys.stderr)
     for _, why in skipped:
         print(f"  {why}", file=sys.stderr)
+
+
+def _report_cut_short(cut_short: list[tuple[str, int, int]], skipped: list[tuple[str, str]]) -> None:
+    """The videos that gave fewer frames than their headers count, on stderr (those
+    whose decoding failed are listed with the files skipped)."""
+    listed = {path for path, _ in skipped}
+    videos = [video for video in cut_short if video[0] not in listed]
+    if not videos:
+        return
+    print(
+        f"{len(videos)} video(s) ended before the frames their headers count (a file cut short, an edit list); "
+        "their missing frames have no rows:",
+        file=sys.stderr,
+    )
+    for path, given, counted in videos:
+        print(f"  {path!r}: {given} of {counted} rows", file=sys.stderr)
 
 
 class _Stop(threading.Event):
