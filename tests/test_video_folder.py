@@ -229,6 +229,11 @@ def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folde
         assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
         shards += _path_and_frame(pq.read_table(tmp_path / f"s{shard}.parquet"))
     assert shards == want  # every frame once, also a shard that starts in the missing frames
+    for limit in (3, 10):  # shard 1 (frames 4 to 11 of the short video, then b.mkv) stopped in each; resumed
+        out = tmp_path / f"s1_{limit}{suffix}"
+        assert main([*argv, str(out), "--shard", "1/3", "--limit", str(limit)]) == 0
+        assert main([*argv, str(out), "--shard", "1/3", "--resume"]) == 0
+        assert _path_and_frame(read(out)) == _path_and_frame(pq.read_table(tmp_path / "s1.parquet")), limit
 
 
 def test_a_video_whose_decoding_fails_partway_stops_the_folder_unless_skipped(folder, tmp_path, capsys):
