@@ -5,7 +5,9 @@ sinks).  A Parquet file's row groups wholly before them are not read, their
 sizes being in the footer; a CSV has to be parsed through.  Here: the time
 to the first batch of a run resumed at nine tenths of a million-row table,
 Parquet (row groups skipped) against the same table read through (what any
-source without an ``after`` gets) and against CSV.
+source without an ``after`` gets) and against CSV; and ``jobs.resumed`` on
+the CSV, which also checks the row before the first new one against the
+output's last row: read on the way, not by a parse of its own.
 
 """
 
@@ -18,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import TensorSpec
-from pipeline.jobs import rows_after
+from pipeline.jobs import resumed, rows_after
+from pipeline.sinks import ParquetSink
 from pipeline.sources import CsvSource, ParquetSource
 
 ROWS, FEATURES, BATCH = 1_000_000, 16, 4096
@@ -33,6 +36,9 @@ def tables(tmp_path_factory):
     table = pa.table({f"f{i}": values[:, i] for i in range(FEATURES)})
     pq.write_table(table, folder / "t.parquet", row_group_size=65536)
     pcsv.write_csv(table, folder / "t.csv")
+    earlier = ParquetSink(folder / "out.parquet")  # what the run being resumed wrote
+    earlier.write(0, SKIP, {"y": np.zeros((SKIP, 1), np.float32)}, {"row_id": np.arange(SKIP)})
+    earlier.close()
     return folder
 
 
@@ -41,9 +47,15 @@ def _read_through(source):
     yield from source
 
 
-@pytest.mark.parametrize("how", ["parquet-row-groups-skipped", "parquet-read-through", "csv-parsed-through"])
+@pytest.mark.parametrize(
+    "how", ["parquet-row-groups-skipped", "parquet-read-through", "csv-parsed-through", "csv-resumed-checked"]
+)
 def test_time_to_the_first_batch_of_a_resumed_run(time_first_batch, tables, how):
     def later():
+        if how == "csv-resumed-checked":
+            sink = ParquetSink(tables / "out.parquet", resume=True)
+            sink.close()  # nothing written: only its kept rows and last row are read
+            return resumed(CsvSource(tables / "t.csv", BATCH, SPECS), sink)
         if how.startswith("csv"):
             return rows_after(CsvSource(tables / "t.csv", BATCH, SPECS), SKIP)
         source = ParquetSource(tables / "t.parquet", BATCH, SPECS)

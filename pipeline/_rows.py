@@ -3,7 +3,8 @@
 A block is anything that holds rows in order: a source's batch, a decoded
 chunk of frames, a pyarrow record batch.  The functions are told how many
 rows a block holds (``rows_of``) and how to cut one (``sliced``), so
-``--limit`` (:func:`take_first`), a resumed run (:func:`drop_first`) and
+``--limit`` (:func:`take_first`), a resumed run (:func:`drop_first`, and
+:func:`peel_first_row` for the row its check reads on the way) and
 batches of a source's size made of blocks of any size (:func:`recut`: a
 table's record batches, a folder of videos' chunks) share one loop each,
 whatever the blocks are.  Both close the stream they read when
@@ -65,6 +66,31 @@ def drop_first(
             yield item
         if left:
             raise too_few(skip - left)
+    finally:
+        close_iteration(items)
+
+
+def peel_first_row(
+    items: Iterator[T],
+    rows_of: Callable[[T], int],
+    sliced: Callable[[T, slice], T],
+    take: Callable[[T], None],
+    missing: Callable[[], BaseException],
+) -> Iterator[T]:
+    """``items`` without their first row, which ``take`` is given (a block of that one
+    row) before any block is yielded; ``missing()`` is raised when there is no row.
+    The block it lies in keeps its other rows, the blocks after it are as they come."""
+    try:
+        for item in items:
+            rows = rows_of(item)
+            if rows:
+                take(sliced(item, slice(0, 1)))
+                if rows > 1:
+                    yield sliced(item, slice(1, None))
+                break
+        else:
+            raise missing()
+        yield from items
     finally:
         close_iteration(items)
 

@@ -24,7 +24,7 @@ from ._batching import row_shape_fits
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline
 from ._progress import Progress
-from ._rows import close_iteration, drop_first, take_first
+from ._rows import close_iteration, drop_first, peel_first_row, take_first
 from .sinks import (
     CsvSink,
     NpySink,
@@ -350,9 +350,13 @@ def resumed(
     Rows are counted, so the input must be the earlier run's.  Where the sink
     keeps metadata (a table: ids, file and row, path) that says more than a
     row's place, it is checked now, before any batch: the input's row before
-    the first new one is read on its own (the batches after it keep their
-    places, as in an uninterrupted run), and its integer and text metadata
-    must be those of the sink's last row; an input that differs is refused.
+    the first new one must have the integer and text metadata of the sink's
+    last row, or the input is refused.  That row is read on the way to the
+    first new one - a table's (``checked_after``: a CSV is parsed once) or a
+    plain iteration's (taken off the rows from it on: a generator can be
+    resumed) - or on its own where a row source reaches it (a seek, a file);
+    the first batch is read now, and the batches keep their places, as in an
+    uninterrupted run.
     Sources whose metadata are positions only (``positional_meta``: a
     ``.npy``'s row ids) have nothing to check (a video's frame indices are
     checked: a stride, ``every``, may have changed).  A source whose rows need
@@ -367,17 +371,58 @@ def resumed(
     last_kept_row = getattr(sink, "last_kept_row", None)
     expected = last_kept_row() if kept and last_kept_row is not None else None
     first = start + kept
-    if expected is not None and not getattr(source, "positional_meta", False):
-        _check_row(window(source, first - 1, first), expected, first - 1, source)
-    return window(source, first, stop)
+    if expected is None or getattr(source, "positional_meta", False):
+        return window(source, first, stop)
+
+    def check(meta: dict[str, np.ndarray]) -> None:
+        _check_meta(meta, expected, first - 1, source)
+
+    if isinstance(source, RowSource) or (stop is not None and stop <= first):  # read on its own: a seek, a file
+        check(_first_meta(window(source, first - 1, first)))
+        return window(source, first, stop)
+    checked_after = getattr(source, "checked_after", None)
+    if checked_after is not None:  # a table: the row is read on the way (a CSV is parsed once)
+        later = checked_after(first, check)
+    else:  # a plain iteration, read once: the row is taken off the rows from it on
+        too_few = fewer_rows(getattr(source, "path", type(source).__name__), first)
+        later = peel_first_row(
+            iter(rows_after(source, first - 1)),
+            _batch_rows,
+            _sliced_batch,
+            lambda row: check(row.meta),
+            lambda: too_few(first - 1),
+        )
+    return _started(later if stop is None else first_rows(later, stop - first))
 
 
-def _check_row(rows: Iterable[SourceBatch], expected: dict[str, Any], row: int, source: object) -> None:
-    """Refuse the input when row ``row`` (the one row of ``rows``) does not have the
-    integer and text metadata of ``expected``, the output's last row."""
+def _started(rows: Iterable[SourceBatch]) -> Iterator[SourceBatch]:
+    """``rows`` with their first batch read now: a resumed run's check, made on the way
+    to it, refuses the input before any batch runs."""
+    items = iter(rows)
+    try:
+        first = next(items)
+    except StopIteration:
+        return iter(())
+    except BaseException:
+        close_iteration(items)
+        raise
+    return _chained(first, items)
+
+
+def _chained(first: SourceBatch, rest: Iterator[SourceBatch]) -> Iterator[SourceBatch]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        close_iteration(rest)
+
+
+def _check_meta(meta: dict[str, np.ndarray], expected: dict[str, Any], row: int, source: object) -> None:
+    """Refuse the input when its row ``row`` (``meta``, the first row's metadata) does
+    not have the integer and text metadata of ``expected``, the output's last row."""
     differ = {
         name: (expected[name], values[0].item())
-        for name, values in _first_meta(rows).items()
+        for name, values in meta.items()
         if name in expected and values.dtype.kind in "iuUSO" and str(values[0]) != str(expected[name])
     }
     if differ:

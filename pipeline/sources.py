@@ -53,7 +53,7 @@ import numpy as np
 from ._cpus import usable_cpus
 from ._errors import PipelineError
 from ._frame_positions import FolderVideo, FramePositions
-from ._rows import drop_first, recut, take_first
+from ._rows import drop_first, peel_first_row, recut, take_first
 from ._seeking import frame_pts
 from ._session import TensorSpec
 
@@ -195,6 +195,8 @@ class _ColumnarSource:
         self.batch_size = batch_size
         #: rows of the table left out before the first batch (:meth:`after`)
         self.skip = 0
+        #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
+        self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
 
     def after(self, rows: int) -> _ColumnarSource:
         """This table without its first ``rows`` rows, each later row keeping its id
@@ -229,10 +231,38 @@ class _ColumnarSource:
         """The table's pyarrow schema, or a SourceError saying why the file cannot be read."""
         raise NotImplementedError
 
+    #: the blocks of :meth:`_blocks` from the first row are ``batch_size`` rows each already
+    _blocks_batched = False
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        """pyarrow record batches of ``wanted`` columns from row ``skip`` on, of any sizes
+        (the rows before left unread where the format allows)."""
+        raise NotImplementedError
+
+    def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> _ColumnarSource:
+        """:meth:`after`, the last row left out (row ``rows - 1``) read on the way and its
+        metadata given to ``check`` before the first batch: a resumed run's check of the
+        input (``jobs.resumed``) costs no second read, where a CSV must be parsed through."""
+        later = self.after(rows)
+        if rows:
+            later._check_before = check
+        return later
+
     def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
         """pyarrow record batches of ``wanted`` columns from row ``skip`` on, ``batch_size``
         rows each (the last shorter)."""
-        raise NotImplementedError
+        check, skip = self._check_before, self.skip
+        if check is None or not skip:
+            blocks = self._blocks(wanted, skip)
+        else:  # one row earlier, that row taken off and checked (checked_after)
+            blocks = peel_first_row(
+                self._blocks(wanted, skip - 1),
+                _record_rows,
+                _sliced_record,
+                lambda row: check(self._meta(row, skip - 1)),
+                lambda: fewer_rows(self.path, skip)(skip - 1),
+            )
+        return blocks if self._blocks_batched and not skip else rebatch(blocks, self.batch_size)
 
     def __iter__(self) -> Iterator[SourceBatch]:
         wanted = sorted({c for cols in self.columns.values() for c in cols})
@@ -285,9 +315,10 @@ class ParquetSource(_ColumnarSource):
     def __len__(self) -> int:
         return max(0, int(self.file.metadata.num_rows) - self.skip)
 
-    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
-        batches = _parquet_batches(self.path, self.file, self.batch_size, wanted, self.skip)
-        return rebatch(batches, self.batch_size) if self.skip else batches  # the first one cut: batches re-cut
+    _blocks_batched = True  # from the first row; from a later one the first is cut, so they are re-cut
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        return _parquet_batches(self.path, self.file, self.batch_size, wanted, skip)
 
 
 def _parquet_batches(path: Path, file: Any, batch_size: int, columns: list[str], skip: int = 0) -> Iterator[Any]:
@@ -420,17 +451,14 @@ class ParquetDatasetSource(_ColumnarSource):
     def __len__(self) -> int:
         return max(0, sum(part.rows for part in self.parts) - self.skip)
 
-    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
-        return rebatch(self._file_batches(wanted), self.batch_size)
-
-    def _file_batches(self, wanted: list[str]) -> Iterator[Any]:
-        """Each file's record batches, its number and row numbers added as columns
-        (so they travel with their rows through re-batching)."""
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        """Each file's record batches from row ``skip`` of the data set on, its number and
+        row numbers added as columns (so they travel with their rows through re-batching);
+        whole files before it are not opened."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         names = [*wanted, _FILE_NUMBER, _FILE_ROW]
-        skip = self.skip  # whole files before it are not opened
         for number, part in enumerate(self.parts):
             if skip >= part.rows:
                 skip -= part.rows
@@ -493,14 +521,14 @@ class CsvSource(_ColumnarSource):
         except (pa.ArrowInvalid, OSError) as exc:
             raise SourceError(f"{str(self.path)!r} is not a readable CSV file: {exc}") from exc
 
-    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
         with self._open(wanted) as reader:
-            blocks = self._blocks(reader)
-            if self.skip:  # read through: a CSV's rows can only be found by parsing it
-                blocks = drop_first(blocks, self.skip, _record_rows, _sliced_record, fewer_rows(self.path, self.skip))
-            yield from rebatch(blocks, self.batch_size)
+            blocks = self._read_blocks(reader)
+            if skip:  # read through: a CSV's rows can only be found by parsing it
+                blocks = drop_first(blocks, skip, _record_rows, _sliced_record, fewer_rows(self.path, skip))
+            yield from blocks
 
-    def _blocks(self, reader: Any) -> Iterator[Any]:
+    def _read_blocks(self, reader: Any) -> Iterator[Any]:
         import pyarrow as pa
 
         while True:

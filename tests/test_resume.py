@@ -796,6 +796,61 @@ def test_resumed_checks_the_row_before_and_leaves_it_out_of_a_python_job(tmp_pat
     assert pq.read_table(tmp_path / "o.parquet")["id"].to_pylist() == list(range(500, 540))
 
 
+def _ids_sink(path: Path, ids: range) -> ParquetSink:
+    """An output an earlier run left holding the rows of ``ids``, opened to resume."""
+    sink = ParquetSink(path)
+    sink.write(0, len(ids), {"y": np.ones((len(ids), 1), np.float32)}, {"id": np.asarray(ids)})
+    sink.close()
+    return ParquetSink(path, resume=True)
+
+
+def _generated(ids: range, batch: int = 4):
+    for start in range(ids.start, ids.stop, batch):
+        rows = np.arange(start, min(start + batch, ids.stop))
+        yield SourceBatch({"x": rows[:, None].astype(np.float32)}, {"id": rows})
+
+
+@pytest.mark.parametrize("kept", [1, 8, 9, 19, 20])
+def test_a_generator_is_resumed_reading_it_once_the_row_before_checked_on_the_way(tmp_path, kept):
+    from pipeline.jobs import resumed
+
+    sink = _ids_sink(tmp_path / "o.parquet", range(100, 100 + kept))
+    rest = list(resumed(_generated(range(100, 120)), sink))
+    assert [int(i) for b in rest for i in b.meta["id"]] == list(range(100 + kept, 120))
+    assert [len(b.meta["id"]) for b in rest][1:] == [4] * (len(rest) - 1)  # the batches after it keep their places
+    with pytest.raises(SourceError, match=f"row {kept - 1} of 'generator' is not the last row the output holds"):
+        resumed(_generated(range(200, 220)), sink)  # refused at once, before any batch
+    with pytest.raises(SourceError, match=f"holds {kept - 1} rows, fewer than the {kept} to leave out"):
+        resumed(_generated(range(100, 100 + kept - 1)), sink)
+    sink.close()
+
+
+@pytest.mark.parametrize("kept", [7, 8, 2999, 3000])
+def test_a_resumed_csv_is_parsed_once_its_row_before_checked_on_the_way(tmp_path, monkeypatch, kept):
+    from pipeline.jobs import resumed
+
+    path = tmp_path / "in.csv"
+    ids = np.arange(1000, 4000)
+    pcsv.write_csv(pa.table({"id": ids, "f0": ids.astype(np.float32)}), path)
+    source = CsvSource(path, 8, _specs(1), id_column="id")
+    sink = _ids_sink(tmp_path / "o.parquet", range(1000, 1000 + kept))
+    opened = []
+    open_csv = pcsv.open_csv
+    monkeypatch.setattr(pcsv, "open_csv", lambda *a, **k: opened.append(a) or open_csv(*a, **k))
+    rest = list(resumed(source, sink))
+    assert len(opened) == 1  # read once: the check on the way, not a read of its own first
+    assert [int(i) for b in rest for i in b.meta["id"]] == list(range(1000 + kept, 4000))
+    assert all(len(b.meta["id"]) == 8 for b in rest[:-1])  # whole batches from the first new row
+    assert list(resumed(source, sink, 0, kept)) == []  # nothing left in the window: the row checked on its own
+    stopped = list(resumed(source, sink, 0, kept + 5))  # a window's end: as many rows as it leaves
+    assert [int(i) for b in stopped for i in b.meta["id"]] == list(range(1000 + kept, min(4000, 1005 + kept)))
+    other = tmp_path / "other.csv"
+    pcsv.write_csv(pa.table({"id": ids + 1, "f0": ids.astype(np.float32)}), other)
+    with pytest.raises(SourceError, match=f"row {kept - 1} of .*other.csv' is not the last row the output holds"):
+        resumed(CsvSource(other, 8, _specs(1), id_column="id"), sink)
+    sink.close()
+
+
 # -- a folder whose unreadable images are skipped: files, not rows ------------------------------------------------
 
 
