@@ -53,9 +53,11 @@ from .sources import (
     VideoSource,
     chunk_rows,
     fewer_rows,
+    hidden,
+    holds_files,
     is_stream_url,
-    parquet_files,
     sliced_chunk,
+    writers_name,
 )
 
 
@@ -130,15 +132,17 @@ def source_kind(path: str | Path) -> str:
 
 
 def _folder_kind(folder: Path) -> str:
-    if any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
-        return "images"  # before Parquet files: a folder of photos may hold a table of earlier results
-    if any(p.suffix.lower() in VIDEO_SUFFIXES for p in folder.iterdir()):
+    """What a folder holds at any depth: images before videos, both before Parquet
+    files (a folder of photos may hold a table of earlier results)."""
+    if holds_files(folder, IMAGE_SUFFIXES, hidden):
+        return "images"
+    if holds_files(folder, VIDEO_SUFFIXES, hidden):
         return "videos"
-    if parquet_files(folder):
+    if holds_files(folder, PARQUET_SUFFIXES, writers_name):
         return "parquet"
     raise SourceError(
         f"{str(folder)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}), videos ({', '.join(VIDEO_SUFFIXES)}) "
-        f"nor Parquet files ({', '.join(PARQUET_SUFFIXES)}, at any depth)"
+        f"nor Parquet files ({', '.join(PARQUET_SUFFIXES)}), at any depth"
     )
 
 

@@ -241,3 +241,33 @@ def test_a_folder_is_images_or_a_data_set_or_refused(tmp_path, dataset):
         source_kind(tmp_path / "empty")
     with pytest.raises(SourceError, match="no Parquet files"):
         ParquetDatasetSource(tmp_path / "empty", 4, [TensorSpec("x", np.dtype(np.float32), (None, 1))])
+
+
+def test_a_folder_of_images_is_read_at_any_depth_in_path_order_without_hidden_files(tmp_path, inputs):
+    """A class a folder, as ImageNet's; what a Mac or Jupyter leaves beside the images
+    (``._photo.png`` AppleDouble files, ``__MACOSX/``, ``.ipynb_checkpoints/``) is not read."""
+    names = ["b/im1.png", "a/x/im0.png", "top.png", "a/im2.png"]
+    for index, name in enumerate(names):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((8, 8, 3), index, np.uint8)).save(tmp_path / name)
+    for junk in ["._top.png", "a/._im2.png", "__MACOSX/a/im2.png", ".ipynb_checkpoints/top.png"]:
+        (tmp_path / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / junk).write_bytes(b"not an image")
+    source = ImageFolderSource(tmp_path, 8, inputs, size=(8, 8))
+    assert [f.relative_to(tmp_path).as_posix() for f in source.files] == [
+        "a/im2.png",
+        "a/x/im0.png",
+        "b/im1.png",
+        "top.png",
+    ]
+    ((paths, frames),) = _batches(source)
+    assert paths == [str(tmp_path / name) for name in ["a/im2.png", "a/x/im0.png", "b/im1.png", "top.png"]]
+    assert frames[:, 0, 0, 0].tolist() == [3, 1, 0, 2]  # each file's own pixels
+    nested = tmp_path / "only_below"
+    (nested / "cats").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(nested / "cats" / "c.png")
+    assert source_kind(nested) == "images"
+    (tmp_path / "hidden_only" / ".cache").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(tmp_path / "hidden_only" / ".cache" / "c.png")
+    with pytest.raises(SourceError, match="holds no images"):
+        source_kind(tmp_path / "hidden_only")

@@ -262,3 +262,15 @@ def test_a_video_whose_decoding_fails_partway_stops_the_folder_unless_skipped(fo
         assert main([*argv, str(out), "--skip-unreadable", "--rows", f":{stop}"]) == 0
         assert main([*argv, str(out), "--skip-unreadable", "--resume"]) == 0
         assert _path_and_frame(pq.read_table(out)) == want, stop
+
+
+def test_videos_are_found_at_any_depth_in_path_order_without_hidden_files(folder):
+    (folder / "day2").mkdir()
+    (folder / "b.mkv").rename(folder / "day2" / "b.mkv")  # now after c.mp4: day2/b.mkv sorts last
+    (folder / "._a.mp4").write_bytes(b"macOS's resource fork of a.mp4, not a video")
+    assert source_kind(folder) == "videos"
+    source = VideoFolderSource(folder, 8, _spec())
+    assert [str(video.path.relative_to(folder)) for video in source.videos] == ["a.mp4", "c.mp4", "day2/b.mkv"]
+    _, meta, _ = _all(source)
+    assert list(dict.fromkeys(meta["path"])) == [str(folder / p) for p in ("a.mp4", "c.mp4", "day2/b.mkv")]
+    assert len(meta["path"]) == TOTAL

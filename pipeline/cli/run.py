@@ -47,7 +47,7 @@ def add_run(sub: Any) -> None:
         required=True,
         type=input_path,
         help="a video (a file, or a stream's URL: rtsp://, http://, ...), .npy, .parquet, .csv, a folder of images "
-        "or videos, or a folder of Parquet files (a data set)",
+        "or videos (at any depth), or a folder of Parquet files (a data set)",
     )
     run.add_argument(
         "--output",
