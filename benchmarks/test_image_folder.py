@@ -3,7 +3,9 @@
 200 JPEGs of 640x480 (quality 90), resized to 64x64 while read, batches of
 32, CPU backend.  Decoding and resizing take ~4.4 ms an image on the project
 machine, the conv net ~0.1 ms, so the job goes as fast as the files are
-decoded; ``decode_threads`` decodes that many at once.
+decoded; ``decode_threads`` decodes that many at once.  And 24 JPEGs of
+3000x2000 to 224x224, two decode threads: decoded whole, or at 1/8 of their
+size (``jpeg_draft``).
 """
 
 from __future__ import annotations
@@ -44,3 +46,38 @@ def test_image_folder_items_per_s(benchmark, photos, threads):
     best = PHOTOS / benchmark.stats.stats.min
     benchmark.extra_info.update(decode_threads=threads, items_per_s=best)
     print(f"\nimage folder, {threads} decode thread(s): fastest {best:.0f} images/s", end="")
+
+
+LARGE = 24
+
+
+@pytest.fixture(scope="module")
+def large_photos(tmp_path_factory):
+    """6-megapixel JPEGs (3000x2000, quality 90), smooth with some noise, as a camera's."""
+    folder = tmp_path_factory.mktemp("large")
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:2000, 0:3000]
+    base = np.stack([x * 255 / 3000, y * 255 / 2000, (x + y) * 255 / 5000], -1)
+    for i in range(LARGE):
+        pixels = np.clip(base + rng.normal(0, 12, base.shape) + i, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"img{i:04d}.jpg", quality=90)
+    return folder
+
+
+@pytest.mark.parametrize("draft", [False, True], ids=["full-decode", "jpeg-draft"])
+def test_large_photos_to_224_items_per_s(benchmark, large_photos, draft):
+    """Large photos to 224x224: decoded whole, or at 1/8 of their size (``jpeg_draft``)."""
+    frames = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
+
+        def job() -> float:
+            source = ImageFolderSource(
+                large_photos, 8, pipe.source_inputs, size=(224, 224), decode_threads=2, jpeg_draft=draft
+            )
+            return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
+
+        job()
+        benchmark.pedantic(job, rounds=3, iterations=1)
+    best = LARGE / benchmark.stats.stats.min
+    benchmark.extra_info.update(jpeg_draft=draft, items_per_s=best)
+    print(f"\n3000x2000 JPEGs to 224x224, {'draft' if draft else 'full decode'}: fastest {best:.1f} images/s", end="")

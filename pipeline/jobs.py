@@ -182,9 +182,11 @@ def open_source(
     skip_unreadable: bool = False,
     every: int = 1,
     fps: float | None = None,
+    jpeg_draft: bool = False,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
-    folder of videos', ``every``-th frames only, or ``fps`` frames a second."""
+    folder of videos', ``every``-th frames only, or ``fps`` frames a second; a folder of
+    images' JPEGs decoded at a fraction of their size with ``jpeg_draft``."""
     kind = source_kind(path)
     _require(kind, f"reading {str(path)!r}", SourceError)
     if (every != 1 or fps is not None) and kind not in ("video", "videos"):
@@ -193,6 +195,8 @@ def open_source(
         raise SourceError(
             f"skipping unreadable files is for a folder of images or videos; {str(path)!r} is a {kind} source"
         )
+    if jpeg_draft and kind != "images":
+        raise SourceError(f"decoding JPEGs in draft is for a folder of images; {str(path)!r} is a {kind} source")
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
@@ -207,7 +211,7 @@ def open_source(
         return VideoFolderSource(
             path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every, fps=fps
         )
-    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable)
+    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
 
 
 def sink_kind(path: str | Path) -> str:

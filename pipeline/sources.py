@@ -1181,6 +1181,12 @@ class ImageFolderSource(RowSource):
     out (a batch with it is that much shorter), and ``skipped`` lists
     ``(path, reason)`` of every file left out, in file order — one corrupt
     JPEG among millions need not end a night's scoring.
+
+    ``jpeg_draft=True`` (with a ``size``) decodes a JPEG at 1/2, 1/4 or 1/8 of
+    its size where that is still at least ``size`` (JPEG's DCT scaling, Pillow's
+    ``draft``), then resizes: a 12-megapixel photo to 224x224 decodes about 4x
+    faster, its pixels within a few levels of a full decode's (not the same:
+    off by default, where outputs must match a preprocessing done otherwise).
     """
 
     def __init__(
@@ -1192,7 +1198,14 @@ class ImageFolderSource(RowSource):
         size: tuple[int, int] | None = None,
         decode_threads: int | None = None,
         skip_unreadable: bool = False,
+        jpeg_draft: bool = False,
     ):
+        if jpeg_draft and size is None:
+            raise SourceError(
+                "jpeg_draft decodes a JPEG at a fraction of its size for a resize: give the size, size=(W, H) "
+                "(--size WxH)"
+            )
+        self.jpeg_draft = jpeg_draft
         self.path = _existing(path, "image folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
@@ -1278,6 +1291,8 @@ class ImageFolderSource(RowSource):
 
         try:
             with Image.open(file) as image:
+                if self.jpeg_draft:  # a JPEG decoded at 1/2, 1/4 or 1/8 of its size, still >= size
+                    image.draft(None, self.size)
                 rgb = image.convert("RGB")
                 if self.size is not None:
                     rgb = rgb.resize(self.size)

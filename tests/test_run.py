@@ -553,6 +553,28 @@ def test_run_skip_unreadable_leaves_out_broken_images_and_lists_them(tmp_path, c
     assert "skipping unreadable files is for a folder of images" in capsys.readouterr().err
 
 
+def test_run_jpeg_draft_decodes_a_folder_of_jpegs_in_draft_and_nothing_else(tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        coarse = Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).resize((640, 480))
+        coarse.save(folder / f"im{i}.jpg", quality=90)
+    argv = ["run", "convnet", "--input", str(folder), "--size", "64x48", "--batch-size", "4", "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "full.parquet")]) == 0
+    assert main([*argv, "--output", str(tmp_path / "draft.parquet"), "--jpeg-draft"]) == 0
+    full, draft = (pq.read_table(tmp_path / f"{name}.parquet") for name in ("full", "draft"))
+    assert full["path"].to_pylist() == draft["path"].to_pylist()
+    logits = [np.stack(t["logits"].to_numpy(zero_copy_only=False)) for t in (full, draft)]
+    assert not np.array_equal(*logits) and np.allclose(*logits, atol=0.01)  # decoded at 1/4 (160x120): close
+    npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
+    assert main([*npy, "--jpeg-draft", "--no-progress"]) == 1
+    assert "decoding JPEGs in draft is for a folder of images" in capsys.readouterr().err
+
+
 def test_csv_in_csv_out_with_ids_across_the_readers_blocks(tmp_path):
     import pyarrow.csv as pcsv
 

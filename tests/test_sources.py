@@ -271,3 +271,18 @@ def test_a_folder_of_images_is_read_at_any_depth_in_path_order_without_hidden_fi
     Image.new("RGB", (4, 4)).save(tmp_path / "hidden_only" / ".cache" / "c.png")
     with pytest.raises(SourceError, match="holds no images"):
         source_kind(tmp_path / "hidden_only")
+
+
+def test_jpeg_draft_decodes_large_jpegs_at_a_fraction_of_their_size_close_to_a_full_decode(tmp_path, inputs):
+    rng = np.random.default_rng(1)
+    y, x = np.mgrid[0:1200, 0:1600]
+    photo = np.stack([x * 255 / 1600, y * 255 / 1200, (x + y) * 255 / 2800], -1) + rng.normal(0, 8, (1200, 1600, 3))
+    Image.fromarray(np.clip(photo, 0, 255).astype(np.uint8)).save(tmp_path / "a.jpg", quality=90)
+    Image.fromarray(np.clip(photo[::2, ::2], 0, 255).astype(np.uint8)).save(tmp_path / "b.png")  # not a JPEG
+    full = _batches(ImageFolderSource(tmp_path, 8, inputs, size=(100, 75)))[0][1].astype(np.int16)
+    draft = _batches(ImageFolderSource(tmp_path, 8, inputs, size=(100, 75), jpeg_draft=True))[0][1].astype(np.int16)
+    jpeg, png = np.abs(full[0] - draft[0]), np.abs(full[1] - draft[1])
+    assert jpeg.any() and jpeg.mean() < 1 and jpeg.max() <= 8  # decoded at 1/8 (200x150), then resized
+    assert not png.any()  # a PNG has no draft: decoded whole, as without it
+    with pytest.raises(SourceError, match=r"jpeg_draft decodes a JPEG at a fraction of its size for a resize"):
+        ImageFolderSource(tmp_path, 8, inputs, jpeg_draft=True)
