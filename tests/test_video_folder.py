@@ -229,6 +229,11 @@ def test_a_video_cut_short_gives_the_frames_it_has_and_runs_past_it_resume(folde
         assert main([*argv, str(tmp_path / f"s{shard}.parquet"), "--shard", f"{shard}/3"]) == 0
         shards += _path_and_frame(pq.read_table(tmp_path / f"s{shard}.parquet"))
     assert shards == want  # every frame once, also a shard that starts in the missing frames
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / f"gap{suffix}"), "--rows", "45:55"]) == 0  # only missing frames
+    assert f"no rows to run: rows 45:55 of {str(folder)!r} hold none" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / f"gap{suffix}"), "--shard", "9/20"]) == 0  # frames 46 to 51 of 104
+    assert f"no rows to run: shard 9/20: rows 46:52 of {str(folder)!r} hold none" in capsys.readouterr().err
     for limit in (3, 10):  # shard 1 (frames 4 to 11 of the short video, then b.mkv) stopped in each; resumed
         out = tmp_path / f"s1_{limit}{suffix}"
         assert main([*argv, str(out), "--shard", "1/3", "--limit", str(limit)]) == 0

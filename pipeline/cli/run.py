@@ -367,7 +367,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             if not args.resume and not args.overwrite:
                 refuse_replacing(sink)
-            batches, total, exact = _rows_to_run(source, sink, _bounds(args, source))
+            bounds = _bounds(args, source)
+            batches, total, exact = _rows_to_run(source, sink, bounds)
         except BaseException:
             sink.close()
             raise
@@ -397,10 +398,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if kept:
             print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")
         else:
-            print(
-                f"no rows to run: {str(args.input)!r} is empty, so {str(args.output)!r} was not written",
-                file=sys.stderr,
-            )
+            nothing = _nothing_in(args, bounds)
+            print(f"no rows to run: {nothing}, so {str(args.output)!r} was not written", file=sys.stderr)
     _report_per_batch(sink)
     if summary.interrupted:
         print(
@@ -465,6 +464,15 @@ def _input_rows(source: Any) -> tuple[int, bool]:
     if hasattr(source, "__len__"):
         return len(source), not getattr(source, "length_estimated", False)
     return getattr(source, "rows_hint", 0), False
+
+
+def _nothing_in(args: argparse.Namespace, bounds: tuple[int, int | None]) -> str:
+    """What held no rows: the input, or the window of it this run was for."""
+    if args.rows is None and args.shard is None:
+        return f"{str(args.input)!r} is empty"
+    start, stop = bounds
+    shard = f"shard {args.shard[0]}/{args.shard[1]}: " if args.shard is not None else ""
+    return f"{shard}rows {start}:{'' if stop is None else stop} of {str(args.input)!r} hold none"
 
 
 def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
