@@ -868,12 +868,15 @@ class VideoSource(RowSource):
                         frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
             when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
-            failure = _DecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {exc}")
+            failure = VideoDecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {exc}")
             if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
                 yield self._chunk(frames, indices, times)
             raise failure from exc
         if decoded < self.skip:  # counted in rows: the frames a stride takes
-            raise _EndedEarly(str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every))))
+            error = str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every)))
+            if self.frames_hint > decoded:
+                error += f" (it gave {decoded} frames where its header counts {self.frames_hint}: is it cut short?)"
+            raise VideoEndedEarly(error)
         if frames:
             yield self._chunk(frames, indices, times)
 
@@ -1091,9 +1094,9 @@ class VideoFolderSource(RowSource):
             for rows, meta in video.chunks():
                 given += len(rows)
                 yield rows, {"path": np.full(len(rows), where), **meta}
-        except _EndedEarly:  # before the frame the window starts at
+        except VideoEndedEarly:  # before the frame the window starts at
             pass
-        except _DecodingFailed as exc:
+        except VideoDecodingFailed as exc:
             if not self.skip_unreadable:
                 raise
             self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
@@ -1155,13 +1158,13 @@ class _MissedSeek(Exception):
     """Seeking did not land where the packets said: decode from the first frame."""
 
 
-class _EndedEarly(SourceError):
+class VideoEndedEarly(SourceError):
     """A video ended before the frame it was to start at: it holds fewer frames than
     its header counts (cut short, or an edit list's).  In a folder it gives none
     (NOTE [ frame positions ])."""
 
 
-class _DecodingFailed(SourceError):
+class VideoDecodingFailed(SourceError):
     """A video's decoding failed partway, after its frames before were delivered."""
 
 

@@ -279,3 +279,12 @@ def test_videos_are_found_at_any_depth_in_path_order_without_hidden_files(folder
     _, meta, _ = _all(source)
     assert list(dict.fromkeys(meta["path"])) == [str(folder / p) for p in ("a.mp4", "c.mp4", "day2/b.mkv")]
     assert len(meta["path"]) == TOTAL
+
+
+def test_one_video_cut_short_started_past_its_end_says_so(tmp_path, capsys):
+    cut = cut_after_frames(encode_video(tmp_path / "v.avi", "mpeg4", {"g": "12"}, 40, SIZE), 15)
+    argv = ["run", "convnet", "--input", str(cut), "--batch-size", "4", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "s0.parquet"), "--shard", "0/4"]) == 0  # frames 0 to 9: all there
+    assert main([*argv, str(tmp_path / "s3.parquet"), "--shard", "3/4"]) == 1
+    err = capsys.readouterr().err
+    assert "VideoEndedEarly: " in err and "it gave 15 frames where its header counts 40: is it cut short?" in err
