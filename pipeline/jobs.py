@@ -42,6 +42,7 @@ from .sources import (
     Chunk,
     CsvSource,
     ImageFolderSource,
+    ImageTableSource,
     NpySource,
     ParquetDatasetSource,
     ParquetSource,
@@ -96,13 +97,27 @@ class JobSummary:
         return text + (" (interrupted)" if self.interrupted else "")
 
 
-def source_kind(path: str | Path) -> str:
+def source_kind(path: str | Path, image_column: str | None = None) -> str:
     """ "npy", "parquet", "csv", "video", "images" or "videos" from a path, or a SourceError.
 
     A folder is "images" when it holds images, else "videos" when it holds
     videos, else "parquet" when Parquet files lie below it (a data set,
     :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
-    "video" stream (NOTE [ video streams ] in sources)."""
+    "video" stream (NOTE [ video streams ] in sources).  A ``.parquet`` or
+    ``.csv`` file with an ``image_column`` is "images": the images it lists
+    (:class:`ImageTableSource`)."""
+    kind = _path_kind(path)
+    if image_column is None:
+        return kind
+    if kind not in ("parquet", "csv") or Path(path).is_dir():
+        raise SourceError(
+            f"a column of image paths is read from a table, a .parquet or .csv file; {str(path)!r} is "
+            f"{'a folder' if Path(path).is_dir() else 'a ' + kind + ' source'}"
+        )
+    return "images"
+
+
+def _path_kind(path: str | Path) -> str:
     if is_stream_url(path):
         table = Path(str(path).split("?", 1)[0]).suffix.lower()
         if table in (".npy", ".csv", *PARQUET_SUFFIXES):
@@ -183,11 +198,13 @@ def open_source(
     every: int = 1,
     fps: float | None = None,
     jpeg_draft: bool = False,
+    image_column: str | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
-    folder of videos', ``every``-th frames only, or ``fps`` frames a second; a folder of
-    images' JPEGs decoded at a fraction of their size with ``jpeg_draft``."""
-    kind = source_kind(path)
+    folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
+    table's ``image_column`` lists; images' JPEGs decoded at a fraction of their size
+    with ``jpeg_draft``."""
+    kind = source_kind(path, image_column)
     _require(kind, f"reading {str(path)!r}", SourceError)
     if (every != 1 or fps is not None) and kind not in ("video", "videos"):
         raise SourceError(f"taking every N-th frame is for videos; {str(path)!r} is a {kind} source")
@@ -210,6 +227,25 @@ def open_source(
     if kind == "videos":
         return VideoFolderSource(
             path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every, fps=fps
+        )
+    if image_column is not None:
+        _require("parquet", f"reading {str(path)!r}", SourceError)
+        if columns:
+            raise SourceError(
+                f"input columns ({sorted(columns)}) map a table's numbers to model inputs; with a column of image "
+                f"paths ({image_column!r}) the input is the images"
+            )
+        return ImageTableSource(
+            path,
+            image_column,
+            batch_size,
+            specs,
+            input_name,
+            size,
+            decode_threads,
+            skip_unreadable,
+            jpeg_draft,
+            id_column,
         )
     return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
 

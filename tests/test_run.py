@@ -747,3 +747,43 @@ def test_run_writes_where_its_time_went(tmp_path, capsys):
     missing = tmp_path / "no" / "stats.json"
     assert main([*argv, "--overwrite", "--stats", str(missing), "--no-progress"]) == 1  # before any work
     assert f"folder {str(tmp_path / 'no')!r} does not exist" in capsys.readouterr().err
+
+
+def test_run_images_a_table_lists_sharded_resumed_and_skipping_unreadable_ones(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    names = [f"img/{i % 3}/{i}.png" for i in range(11)]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(tmp_path / name)
+    order = [names[i] for i in (7, 2, 9, 0, 4, 10, 1, 3, 8, 5, 6)]
+    ids = [f"k{i:02d}" for i in range(11)]
+    pcsv.write_csv(pa.table({"key": ids, "image": order}), tmp_path / "manifest.csv")
+    argv = ["run", "convnet", "--input", str(tmp_path / "manifest.csv"), "--image-column", "image", "--id-column"]
+    argv += ["key", "--size", "16x16", "--batch-size", "4", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    whole = pq.read_table(tmp_path / "whole.parquet")
+    assert whole["key"].to_pylist() == ids and whole["image"].to_pylist() == order  # the table's rows, in its order
+    shards = []
+    for shard in range(3):
+        out = tmp_path / f"s{shard}.csv"
+        assert main([*argv, str(out), "--shard", f"{shard}/3", "--limit", "2"]) == 0
+        assert main([*argv, str(out), "--shard", f"{shard}/3", "--resume"]) == 0
+        shards += pcsv.read_csv(out)["key"].to_pylist()
+    assert shards == ids
+    (tmp_path / order[5]).write_bytes(b"a download cut off")  # k05
+    assert main([*argv, str(tmp_path / "stops.parquet")]) == 1
+    assert f"{order[5]}' cannot be read as an image" in capsys.readouterr().err
+    skipping = [*argv[:-1], "--skip-unreadable", "--output"]
+    assert main([*skipping, str(tmp_path / "part.parquet"), "--rows", ":7"]) == 0  # stopped past the broken one
+    assert main([*skipping, str(tmp_path / "part.parquet"), "--resume"]) == 0  # goes on after k06, its last id
+    assert pq.read_table(tmp_path / "part.parquet")["key"].to_pylist() == [k for k in ids if k != "k05"]
+    folder = ["run", "convnet", "--input", str(tmp_path / "img"), "--image-column", "image", "--output"]
+    assert main([*folder, str(tmp_path / "x.parquet"), "--no-progress"]) == 1
+    assert "a column of image paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "y.parquet"), "--input-column", "x=key"]) == 1
+    assert "with a column of image paths ('image') the input is the images" in capsys.readouterr().err

@@ -286,3 +286,59 @@ def test_jpeg_draft_decodes_large_jpegs_at_a_fraction_of_their_size_close_to_a_f
     assert not png.any()  # a PNG has no draft: decoded whole, as without it
     with pytest.raises(SourceError, match=r"jpeg_draft decodes a JPEG at a fraction of its size for a resize"):
         ImageFolderSource(tmp_path, 8, inputs, jpeg_draft=True)
+
+
+@pytest.fixture
+def listed(tmp_path):
+    """Images in two folders and a table listing them in an order of its own: relative
+    paths (to the table's folder), an absolute one, an id column."""
+    rng = np.random.default_rng(2)
+    for name in ("a/0.png", "a/1.png", "b/2.png", "b/3.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(tmp_path / name)
+    paths = ["b/3.png", "a/0.png", str(tmp_path / "b/2.png"), "a/1.png", "a/0.png"]  # a file may come twice
+    table = pa.table({"id": [30, 0, 20, 10, 5], "file": paths, "label": ["x", "y", "x", "y", "y"]})
+    pq.write_table(table, tmp_path / "list.parquet")
+    return tmp_path, paths
+
+
+def test_a_table_of_image_paths_is_read_in_its_order_each_row_with_its_path_and_id(listed, inputs):
+    from pipeline.sources import ImageTableSource
+
+    folder, paths = listed
+    source = ImageTableSource(folder / "list.parquet", "file", 2, inputs, size=(12, 10), id_column="id")
+    chunks = list(source.chunks())
+    assert [len(rows) for rows, _ in chunks] == [2, 2, 1]
+    meta = {name: np.concatenate([m[name] for _, m in chunks]) for name in ("file", "id")}
+    assert meta["file"].tolist() == paths and meta["id"].tolist() == [30, 0, 20, 10, 5]
+    want = [np.asarray(Image.open(folder / p if not Path(p).is_absolute() else p).convert("RGB")) for p in paths]
+    np.testing.assert_array_equal(np.stack([row for rows, _ in chunks for row in rows]), np.stack(want))
+    later = source.between(1, 3)  # rows are the table's
+    assert [m["id"].tolist() for _, m in later.chunks()] == [[0, 20]]
+    plain = ImageTableSource(folder / "list.parquet", "file", 8, inputs, size=(12, 10))
+    assert [m["row_id"].tolist() for _, m in plain.chunks()] == [[0, 1, 2, 3, 4]]  # no id column: the row's number
+
+
+def test_a_table_of_image_paths_that_cannot_be_read_so_is_refused_with_why(listed, inputs):
+    from pipeline.sources import ImageTableSource
+
+    folder, _ = listed
+    with pytest.raises(
+        SourceError, match=r"the image path column 'path' is not in .*columns \['id', 'file', 'label'\]"
+    ):
+        ImageTableSource(folder / "list.parquet", "path", 2, inputs)
+    with pytest.raises(SourceError, match=r"the id column 'key' is not in"):
+        ImageTableSource(folder / "list.parquet", "file", 2, inputs, id_column="key")
+    pq.write_table(pa.table({"file": ["a/0.png", None]}), folder / "holes.parquet")
+    with pytest.raises(SourceError, match=r"row 1 has no 'file' \(an empty path\)"):
+        ImageTableSource(folder / "holes.parquet", "file", 2, inputs)
+    (folder / "a" / "1.png").write_bytes(b"not a png")
+    source = ImageTableSource(folder / "list.parquet", "file", 2, inputs, size=(12, 10), skip_unreadable=True)
+    assert [m["file"].tolist() for _, m in source.chunks()] == [
+        ["b/3.png", "a/0.png"],
+        [str(folder / "b/2.png")],
+        ["a/0.png"],
+    ]
+    assert [Path(path).name for path, _ in source.skipped] == ["1.png"]
+    with pytest.raises(SourceError, match=r"a column of image paths is read from a table, a .parquet or .csv file"):
+        source_kind(folder / "a", "file")

@@ -159,6 +159,12 @@ def add_run(sub: Any) -> None:
         "and the rest of a video whose decoding fails partway, listed at the end, instead of stopping",
     )
     run.add_argument(
+        "--image-column",
+        metavar="COLUMN",
+        help="a .parquet or .csv input: the column of image paths (relative to the table's folder, or absolute) "
+        "whose images are read and run, each row written with that path and its --id-column (default row_id)",
+    )
+    run.add_argument(
         "--jpeg-draft",
         action="store_true",
         help="a folder of images: decode each JPEG at 1/2, 1/4 or 1/8 of its size where that still covers --size, "
@@ -327,7 +333,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
     from ..sinks import SinkError
 
-    kind = source_kind(args.input)
+    kind = source_kind(args.input, args.image_column)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
@@ -359,6 +365,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             every=args.every,
             fps=args.fps,
             jpeg_draft=args.jpeg_draft,
+            image_column=args.image_column,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
