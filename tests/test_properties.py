@@ -54,7 +54,7 @@ def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows
     of ``rows``; a list column read from a batch that is a slice of a block keeps its rows."""
     import pyarrow as pa
 
-    from pipeline.sources import _numeric, rebatch
+    from pipeline.sources.tables import _numeric, rebatch
 
     starts = np.cumsum([0, *blocks])
     given_blocks = [

@@ -122,7 +122,7 @@ def test_a_seek_that_lands_elsewhere_starts_over_from_the_first_frame(tmp_path, 
     clip = _encode(tmp_path / "h264.mp4", *KINDS[0][1:])
     frames, _, _ = _delivered(_source(clip))
     real = frame_pts
-    monkeypatch.setattr("pipeline.sources.frame_pts", lambda *args: real(*args) + misled)
+    monkeypatch.setattr("pipeline.sources.videos.frame_pts", lambda *args: real(*args) + misled)
     later = _source(clip).after(30)
     got_frames, got_indices, _ = _delivered(later)
     assert later.decoded_from == 0

@@ -1,0 +1,118 @@
+"""Sources: batches from files, without holding the whole input in memory.
+
+One module a kind of input - ``tables`` (arrays and tables), ``videos``,
+``images`` - on ``_base`` (what every source is) and ``files`` (which files a
+folder holds); every public name is here.
+
+Each source yields :class:`SourceBatch` items: the arrays the model (or its
+preprocessing) takes, and per-row metadata that the sinks write beside the
+outputs (a row id, or a frame's index and timestamp, or an image's path).
+
+* :class:`NpySource` - a ``.npy`` array, memory-mapped;
+* :class:`ParquetSource` - a Parquet table read in record batches (pyarrow),
+  columns mapped to model inputs;
+* :class:`ParquetDatasetSource` - a folder of Parquet files (a partitioned
+  data set) read as one table, each row's file and row kept;
+* :class:`CsvSource` - a CSV file streamed with pyarrow's reader, columns
+  mapped the same way;
+* :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
+* :class:`VideoFolderSource` - the videos below a folder, frame after frame;
+* :class:`ImageFolderSource` - the images below a folder, read with Pillow;
+* :class:`ImageTableSource` - the images a table's column of paths lists.
+
+Errors name the file and what was wrong with it (:class:`SourceError`).
+
+NOTE [ sources that fill slots ]: a video or an image folder makes its
+batches a row at a time (a decoded frame, an image), which would then be
+stacked into an array of the batch and copied again into page-locked memory
+before the h2d - two host copies of every frame where one would do, each
+at memory speed on one core (about half a millisecond a batch of 32 frames
+at 224x224 here).  So these sources are
+:class:`RowSource` s: ``jobs.run_job`` asks one for a :class:`SlotFiller` and
+runs ``Pipeline.map_filled``, which hands it each pinned-in slot once its
+last h2d is done; the rows are written straight there, and the copy engine
+reads them from where they were written.  That needs one pipeline and slots
+of a known size: from the model alone (``Pipeline.fills_slots``: every dim
+beyond the batch dim fixed, as exported vision models have them), else from
+the source's ``row_shape`` (a video knows its frame size before decoding;
+images know theirs when resized to ``size``) where the model can take it.
+Elsewhere - images of unknown size into free dims, several devices,
+``fill_slots=False`` - the source is iterated and its batches staged as any
+source's.  A row the slot cannot hold (another size, another dtype) fails
+with both shapes named.
+"""
+
+from __future__ import annotations
+
+from ._base import (
+    AUTO_DECODE_THREADS,
+    Chunk,
+    RowSource,
+    SlotFiller,
+    SourceBatch,
+    SourceError,
+    chunk_rows,
+    fewer_rows,
+    sliced_chunk,
+)
+from .files import (
+    IMAGE_SUFFIXES,
+    PARQUET_SUFFIXES,
+    VIDEO_SUFFIXES,
+    files_below,
+    hidden,
+    holds_files,
+    image_files,
+    parquet_files,
+    paths_below,
+    video_files,
+    writers_name,
+    writers_own,
+)
+from .images import ImageFolderSource, ImageTableSource
+from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
+from .videos import (
+    STREAM_TIMEOUT_S,
+    VideoDecodingFailed,
+    VideoEndedEarly,
+    VideoFolderSource,
+    VideoSource,
+    is_stream_url,
+)
+
+__all__ = [
+    "AUTO_DECODE_THREADS",
+    "IMAGE_SUFFIXES",
+    "PARQUET_SUFFIXES",
+    "STREAM_TIMEOUT_S",
+    "VIDEO_SUFFIXES",
+    "Chunk",
+    "CsvSource",
+    "ImageFolderSource",
+    "ImageTableSource",
+    "NpySource",
+    "ParquetDatasetSource",
+    "ParquetSource",
+    "RowSource",
+    "SlotFiller",
+    "SourceBatch",
+    "SourceError",
+    "VideoDecodingFailed",
+    "VideoEndedEarly",
+    "VideoFolderSource",
+    "VideoSource",
+    "chunk_rows",
+    "fewer_rows",
+    "files_below",
+    "hidden",
+    "holds_files",
+    "image_files",
+    "is_stream_url",
+    "parquet_files",
+    "paths_below",
+    "rebatch",
+    "sliced_chunk",
+    "video_files",
+    "writers_name",
+    "writers_own",
+]

@@ -1,0 +1,454 @@
+"""Arrays and tables: a ``.npy`` memory-mapped, a Parquet file, a folder of them (a
+data set) and a CSV file read in record batches, columns mapped to model inputs."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._rows import drop_first, peel_first_row, recut
+from .._session import TensorSpec
+from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
+from .files import PARQUET_SUFFIXES, parquet_files
+
+
+class NpySource:
+    """Rows of a ``.npy`` array (memory-mapped: only the rows of a batch are read)."""
+
+    #: its metadata, ``row_id``, is each row's place: nothing a resumed run could check (``jobs.resumed``)
+    positional_meta = True
+
+    def __init__(self, path: str | Path, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
+        self.path = _existing(path, "input .npy file")
+        try:
+            self.array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable .npy array: {exc}") from exc
+        self.spec = _one_input(inputs, input_name, "a .npy source")
+        if self.array.ndim == 0:
+            raise SourceError(f"{str(self.path)!r} holds a scalar, not rows")
+        self.batch_size = batch_size
+        #: the first row read (:meth:`after`)
+        self.start = 0
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0]) - self.start
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        for start in range(self.start, int(self.array.shape[0]), self.batch_size):
+            rows = self.array[start : start + self.batch_size]
+            ids = np.arange(start, start + len(rows), dtype=np.int64)
+            yield SourceBatch({self.spec.name: rows}, {"row_id": ids})
+
+    def after(self, rows: int) -> NpySource:
+        """This source without its first ``rows`` rows (never read), ids as in the whole file."""
+        if rows > len(self):
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.start = self.start + rows
+        return later
+
+
+def _numeric(name: str, column: Any) -> np.ndarray:
+    import pyarrow as pa
+
+    if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type):
+        lengths = set(column.value_lengths().to_pylist())
+        if len(lengths) != 1:
+            raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
+        width = lengths.pop()
+        return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
+    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
+        raise SourceError(f"column {name!r} has type {column.type}: not numeric")
+    if column.null_count:
+        raise SourceError(f"column {name!r} has {column.null_count} null value(s) in a batch")
+    return column.to_numpy(zero_copy_only=False)
+
+
+class _ColumnarSource:
+    """A table read in record batches; columns become model inputs.
+
+    ``columns`` maps an input to one list column (``{"x": ["features"]}``) or
+    to scalar columns stacked in order (``{"x": ["f0", "f1", ...]}``).  With
+    no mapping, a one-input model takes every numeric column but the id column.
+    Each row keeps the id column's value (default ``row_id`` when the table
+    has one), else its row number.  Subclasses give the schema and the batches.
+    """
+
+    kind = "table"
+    #: what the path is, for "... not found"
+    what = "input table file"
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        self.path = _existing(path, self.what)
+        self.schema = self._read_schema()
+        names = self.schema.names
+        self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
+        if self.id_column is not None and self.id_column not in names:
+            raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
+        self.columns = self._map(dict(columns or {}), inputs, names)
+        self.specs = {spec.name: spec for spec in inputs}
+        self.batch_size = batch_size
+        #: rows of the table left out before the first batch (:meth:`after`)
+        self.skip = 0
+        #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
+        self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
+
+    def after(self, rows: int) -> _ColumnarSource:
+        """This table without its first ``rows`` rows, each later row keeping its id
+        (a resumed run; whole row groups or files before them are not read)."""
+        if hasattr(self, "__len__") and rows > len(self):  # a CSV's rows are known once read: its iteration checks
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.skip = self.skip + rows
+        return later
+
+    def _map(self, given: dict[str, Sequence[str]], inputs: Sequence[TensorSpec], names: list[str]) -> dict:
+        input_names = [spec.name for spec in inputs]
+        if not given:
+            spec = _one_input(inputs, None, f"a {self.kind} source without --input-column")
+            numeric = [n for n in names if n != self.id_column and _is_numeric(self.schema.field(n).type)]
+            if not numeric:
+                raise SourceError(f"{str(self.path)!r} has no numeric columns for input {spec.name!r}: {names}")
+            given = {spec.name: numeric}
+        unknown_inputs = sorted(set(given) - set(input_names))
+        if unknown_inputs:
+            raise SourceError(f"--input-column names {unknown_inputs}, not inputs of the model: {input_names}")
+        missing_inputs = [n for n in input_names if n not in given]
+        if missing_inputs:
+            raise SourceError(f"model input(s) {missing_inputs} have no columns: map them with --input-column")
+        for name, cols in given.items():
+            absent = [c for c in cols if c not in names]
+            if absent:
+                raise SourceError(f"columns {absent} for input {name!r} are not in {str(self.path)!r}: {names}")
+        return given
+
+    def _read_schema(self) -> Any:
+        """The table's pyarrow schema, or a SourceError saying why the file cannot be read."""
+        raise NotImplementedError
+
+    #: the blocks of :meth:`_blocks` from the first row are ``batch_size`` rows each already
+    _blocks_batched = False
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        """pyarrow record batches of ``wanted`` columns from row ``skip`` on, of any sizes
+        (the rows before left unread where the format allows)."""
+        raise NotImplementedError
+
+    def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> _ColumnarSource:
+        """:meth:`after`, the last row left out (row ``rows - 1``) read on the way and its
+        metadata given to ``check`` before the first batch: a resumed run's check of the
+        input (``jobs.resumed``) costs no second read, where a CSV must be parsed through."""
+        later = self.after(rows)
+        if rows:
+            later._check_before = check
+        return later
+
+    def _record_batches(self, wanted: list[str]) -> Iterator[Any]:
+        """pyarrow record batches of ``wanted`` columns from row ``skip`` on, ``batch_size``
+        rows each (the last shorter)."""
+        check, skip = self._check_before, self.skip
+        if check is None or not skip:
+            blocks = self._blocks(wanted, skip)
+        else:  # one row earlier, that row taken off and checked (checked_after)
+            blocks = peel_first_row(
+                self._blocks(wanted, skip - 1),
+                _record_rows,
+                _sliced_record,
+                lambda row: check(self._meta(row, skip - 1)),
+                lambda: fewer_rows(self.path, skip)(skip - 1),
+            )
+        return blocks if self._blocks_batched and not skip else rebatch(blocks, self.batch_size)
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        wanted = sorted({c for cols in self.columns.values() for c in cols})
+        if self.id_column is not None and self.id_column not in wanted:
+            wanted.append(self.id_column)
+        start = self.skip
+        for record in self._record_batches(wanted):
+            inputs = {}
+            for name, cols in self.columns.items():
+                parts = [_numeric(c, _column(record, c)) for c in cols]
+                stacked = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
+                inputs[name] = self._cast(name, stacked)
+            yield SourceBatch(inputs, self._meta(record, start))
+            start += record.num_rows
+
+    def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
+        """The rows' metadata: the id column's values, else their row numbers from ``start``."""
+        if self.id_column is not None:
+            return {self.id_column: _column(record, self.id_column).to_numpy(zero_copy_only=False)}
+        return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
+
+    def _cast(self, name: str, values: np.ndarray) -> np.ndarray:
+        dtype = self.specs[name].dtype
+        if values.dtype == dtype:
+            return values
+        if not np.can_cast(values.dtype, dtype, casting="same_kind"):
+            raise SourceError(f"columns for input {name!r} are {values.dtype}; the model takes {dtype}")
+        return values.astype(dtype)
+
+
+def _column(record: Any, name: str) -> Any:
+    return record.column(record.schema.get_field_index(name))
+
+
+class ParquetSource(_ColumnarSource):
+    """A Parquet table read in record batches (see :class:`_ColumnarSource` for the columns)."""
+
+    kind = "Parquet"
+    what = "input Parquet file"
+
+    def _read_schema(self) -> Any:
+        import pyarrow.parquet as pq
+
+        try:
+            self.file = pq.ParquetFile(self.path)
+        except Exception as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
+        return self.file.schema_arrow
+
+    def __len__(self) -> int:
+        return max(0, int(self.file.metadata.num_rows) - self.skip)
+
+    _blocks_batched = True  # from the first row; from a later one the first is cut, so they are re-cut
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        return _parquet_batches(self.path, self.file, self.batch_size, wanted, skip)
+
+
+def _parquet_batches(path: Path, file: Any, batch_size: int, columns: list[str], skip: int = 0) -> Iterator[Any]:
+    """A Parquet file's record batches from row ``skip`` on: the row groups wholly
+    before it are not read (their sizes are in the footer), the one it lies in is cut."""
+    if not skip:
+        return file.iter_batches(batch_size=batch_size, columns=columns)  # type: ignore[no-any-return]
+    first_group, first_row = 0, 0
+    groups = file.metadata.num_row_groups
+    while first_group < groups and first_row + file.metadata.row_group(first_group).num_rows <= skip:
+        first_row += file.metadata.row_group(first_group).num_rows
+        first_group += 1
+    if first_group == groups:
+        return iter(())
+    batches = file.iter_batches(batch_size=batch_size, columns=columns, row_groups=list(range(first_group, groups)))
+    return drop_first(batches, skip - first_row, _record_rows, _sliced_record, fewer_rows(path, skip))
+
+
+def _record_rows(record: Any) -> int:
+    return int(record.num_rows)
+
+
+def _sliced_record(record: Any, rows: slice) -> Any:
+    return record[rows]
+
+
+#: the dataset source's own columns, carried through re-batching beside the wanted ones
+_FILE_NUMBER, _FILE_ROW = "\x00ortpipe file", "\x00ortpipe row"
+
+
+@dataclass(frozen=True)
+class _Part:
+    path: Path
+    #: its path below the dataset's folder, as the ``file`` column gives it
+    name: str
+    rows: int
+    schema: Any
+
+
+class ParquetDatasetSource(_ColumnarSource):
+    """A folder of Parquet files (a partitioned data set, as Spark, Dask or
+    pyarrow write it) read as one table, file after file in path order
+    (:func:`parquet_files`), batches running across file boundaries.
+
+    The columns are mapped as for one file, from the first file's schema;
+    every file must have the mapped columns, of the same types (checked from
+    the footers before any batch is read, the file named when one differs).
+    Each row's metadata is ``file`` (its path below the folder) and its
+    ``row_id`` in that file, or the id column's value: a result joins back to
+    its row whatever the files hold.  Footers are read when the source is
+    made (the length for the progress bar, the checks); one file is open at a
+    time while it is read.
+    """
+
+    kind = "Parquet dataset"
+    what = "input folder of Parquet files"
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+    ):
+        super().__init__(path, batch_size, inputs, columns, id_column)
+        self.file_column = "ortpipe_file" if self.id_column == "file" else "file"
+        self._check_parts()
+        self._names = np.asarray([part.name for part in self.parts])
+
+    def _read_schema(self) -> Any:
+        import pyarrow.parquet as pq
+
+        if not self.path.is_dir():
+            raise SourceError(f"{str(self.path)!r} is not a folder")
+        files = parquet_files(self.path)
+        if not files:
+            raise SourceError(f"no Parquet files ({', '.join(PARQUET_SUFFIXES)}) in {str(self.path)!r}")
+        self.parts: list[_Part] = []
+        for file in files:
+            try:
+                metadata = pq.read_metadata(file)
+                schema = metadata.schema.to_arrow_schema()
+            except Exception as exc:
+                raise SourceError(f"{str(file)!r} is not a readable Parquet file: {exc}") from exc
+            self.parts.append(_Part(file, file.relative_to(self.path).as_posix(), metadata.num_rows, schema))
+        return self.parts[0].schema
+
+    def _check_parts(self) -> None:
+        """Every file has the columns read, of the first file's types."""
+        first = self.parts[0]
+        wanted = {c for cols in self.columns.values() for c in cols}
+        if self.id_column is not None:
+            wanted.add(self.id_column)
+        for part in self.parts[1:]:
+            for name in sorted(wanted):
+                expected = first.schema.field(name).type
+                index = part.schema.get_field_index(name)
+                if index < 0:
+                    raise SourceError(
+                        f"{str(part.path)!r} has no column {name!r} (the first file, {first.name!r}, has): "
+                        f"columns {part.schema.names}"
+                    )
+                got = part.schema.field(index).type
+                if got != expected:
+                    raise SourceError(
+                        f"column {name!r} is {got} in {str(part.path)!r} but {expected} in the first file, "
+                        f"{first.name!r}: every file of a data set needs the same types"
+                    )
+
+    def __len__(self) -> int:
+        return max(0, sum(part.rows for part in self.parts) - self.skip)
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        """Each file's record batches from row ``skip`` of the data set on, its number and
+        row numbers added as columns (so they travel with their rows through re-batching);
+        whole files before it are not opened."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = [*wanted, _FILE_NUMBER, _FILE_ROW]
+        for number, part in enumerate(self.parts):
+            if skip >= part.rows:
+                skip -= part.rows
+                continue
+            start, skip = skip, 0
+            try:
+                with pq.ParquetFile(part.path) as file:
+                    for record in _parquet_batches(part.path, file, self.batch_size, wanted, start):
+                        rows = record.num_rows
+                        arrays = [_column(record, name) for name in wanted]
+                        arrays.append(pa.array(np.full(rows, number, np.int32)))
+                        arrays.append(pa.array(np.arange(start, start + rows, dtype=np.int64)))
+                        # rebuilt from the arrays: files whose fields differ only in nullability combine
+                        yield pa.RecordBatch.from_arrays(arrays, names=names)
+                        start += rows
+            except (OSError, pa.ArrowException) as exc:
+                raise SourceError(f"{str(part.path)!r} cannot be read: {exc}") from exc
+
+    def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
+        numbers = _column(record, _FILE_NUMBER).to_numpy()
+        meta = {self.file_column: self._names[numbers]}
+        if self.id_column is not None:
+            meta[self.id_column] = _column(record, self.id_column).to_numpy(zero_copy_only=False)
+        else:
+            meta["row_id"] = _column(record, _FILE_ROW).to_numpy()
+        return meta
+
+
+class CsvSource(_ColumnarSource):
+    """A CSV file streamed block by block (pyarrow's reader, types inferred from
+    the first block) and cut into batches of ``batch_size`` rows; columns as
+    for :class:`ParquetSource`.  Its length is not known before it is read:
+    ``rows_hint`` estimates it from the first block."""
+
+    kind = "CSV"
+    what = "input CSV file"
+    #: about how many rows the file holds (for a progress bar): its size over the bytes a row of the first block
+    rows_hint = 0
+
+    def _read_schema(self) -> Any:
+        import pyarrow.csv as pcsv
+
+        with self._open() as reader:
+            try:
+                first = reader.read_next_batch().num_rows
+            except StopIteration:
+                first = 0
+            size = self.path.stat().st_size
+            # pyarrow's blocks are block_size bytes of the file, the last one shorter
+            self.rows_hint = round(first * size / max(1, min(size, pcsv.ReadOptions().block_size)))
+            return reader.schema
+
+    def _open(self, wanted: list[str] | None = None) -> Any:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        try:
+            convert = pcsv.ConvertOptions(include_columns=wanted) if wanted else None
+            return pcsv.open_csv(self.path, convert_options=convert)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable CSV file: {exc}") from exc
+
+    def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
+        with self._open(wanted) as reader:
+            blocks = self._read_blocks(reader)
+            if skip:  # read through: a CSV's rows can only be found by parsing it
+                blocks = drop_first(blocks, skip, _record_rows, _sliced_record, fewer_rows(self.path, skip))
+            yield from blocks
+
+    def _read_blocks(self, reader: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        while True:
+            try:
+                yield reader.read_next_batch()
+            except StopIteration:
+                return
+            except pa.ArrowInvalid as exc:  # a later block that does not parse as the first did
+                raise SourceError(f"{str(self.path)!r}: {exc}") from exc
+
+
+def rebatch(blocks: Iterable[Any], rows: int) -> Iterator[Any]:
+    """pyarrow record batches of any sizes re-cut into batches of ``rows`` rows, in order
+    (the last one shorter), each one contiguous; empty blocks are skipped.
+
+    A batch that lies inside one block is a slice of it (no copy); only one
+    that spans blocks is copied into one piece."""
+    return recut(blocks, rows, _record_rows, _sliced_record, _joined)
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """One record batch of the rows of ``pieces``, in order."""
+    import pyarrow as pa
+
+    (joined,) = pa.Table.from_batches(pieces).combine_chunks().to_batches()
+    return joined
+
+
+def _is_numeric(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _is_numeric(arrow_type.value_type)
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)

@@ -1,0 +1,500 @@
+"""Videos: one file or stream decoded with PyAV (:class:`VideoSource`), and the
+videos below a folder as one source (:class:`VideoFolderSource`)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._frame_positions import FolderVideo, FramePositions
+from .._rows import recut, take_first
+from .._seeking import frame_pts
+from .._session import TensorSpec
+from ._base import (
+    Chunk,
+    RowSource,
+    SourceError,
+    _decode_threads,
+    _existing,
+    _last_kept_row,
+    _one_input,
+    chunk_rows,
+    fewer_rows,
+    sliced_chunk,
+)
+from .files import VIDEO_SUFFIXES, video_files
+
+#: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
+STREAM_TIMEOUT_S = 10.0
+
+
+def is_stream_url(path: str | Path) -> bool:
+    """A URL FFmpeg reads (``rtsp://``, ``http://``, ``srt://``, ...), not a file path."""
+    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+class VideoSource(RowSource):
+    """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
+
+    ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
+    and its timestamp in seconds (``frame.time``).  ``every=N`` takes frames 0,
+    N, 2N, ... (30 on a 30 frame/s video: a frame a second): the others are
+    decoded, as a compressed stream must be, but neither converted nor run, and
+    the rows (a window's, a resumed run's, ``len()``) are the frames taken.
+    ``fps=F`` takes the stride from the video's frame rate: round(rate / F).  FFmpeg decodes with threads
+    of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
+    One swscale context converts every frame of an iteration: ``frame.reformat``
+    would make a new one, and start its threads, for each frame (0.8 against
+    0.35 ms a 480p frame to 224x224 on the project machine).
+
+    NOTE [ video streams ]: ``path`` may be a URL FFmpeg reads (a camera's
+    ``rtsp://``, ``http(s)://``, ``srt://``, ``udp://``): frames are taken as
+    they come, for as long as the stream lasts (``--limit``, Ctrl-C or SIGTERM
+    end a live one gracefully).  A stream may be live, with no frame N to go
+    back to, so it cannot start past its first frame (:meth:`after` refuses:
+    no resume, window or shard), and FFmpeg gives up on one that sends nothing
+    for ``timeout_s`` (opening it too), instead of waiting forever.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+        pix_fmt: str = "rgb24",
+        decode_threads: int | None = None,
+        timeout_s: float = STREAM_TIMEOUT_S,
+        every: int = 1,
+        fps: float | None = None,
+    ):
+        import av
+
+        if not (isinstance(every, int) and every >= 1):
+            raise SourceError(f"every takes a whole number of frames >= 1, got {every!r}")
+        if fps is not None and (every != 1 or not fps > 0):
+            raise SourceError(f"fps takes frames a second > 0, instead of every, got fps={fps!r}, every={every!r}")
+
+        #: a URL (NOTE [ video streams ]) or a file
+        self.is_stream = is_stream_url(path)
+        self.path: str | Path = str(path) if self.is_stream else _existing(path, "input video")
+        self.timeout_s = timeout_s
+        self.spec = _one_input(inputs, input_name, "a video source")
+        self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
+        self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
+        try:
+            with self._open() as container:
+                if not container.streams.video:
+                    raise SourceError(f"{str(self.path)!r} has no video stream")
+                stream = container.streams.video[0]
+                self.frames_hint, exact = _frame_count(container, stream)
+                width, height = size or (stream.width, stream.height)
+                if fps is not None:
+                    every = self._stride_for(fps, stream.average_rate or stream.guessed_rate)
+        except av.error.FFmpegError as exc:
+            raise SourceError(f"{str(self.path)!r} cannot be decoded as video: {exc}") from exc
+        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
+        self.every = every
+        self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
+        #: len() is worked out from the duration and frame rate (a Matroska or WebM file
+        #: counts no frames in its header): a --shard's bounds, a progress bar's total
+        self.length_estimated = not exact
+        self._packets: int | None = None  # the frames counted from the packets (:meth:`counted_len`)
+        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`):
+        #: a whole number of strides
+        self.skip = 0
+        #: the index of the first frame the latest iteration decoded: 0, or past it
+        #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
+        self.decoded_from = 0
+
+    #: a frame's index says which stride made the rows (and an earlier run's may have had
+    #: another): a resumed run reads the frame before its first and checks it, at the cost
+    #: of one seek (NOTE [ seeking a video ])
+    positional_meta = False
+
+    def _stride_for(self, fps: float, rate: Any) -> int:
+        """``fps`` frames a second as a stride of this video's frames: its frame rate over
+        ``fps``, rounded, at least 1 (an average where the rate varies)."""
+        if not rate:
+            raise SourceError(
+                f"{str(self.path)!r} states no frame rate to take {fps:g} frames a second from: use every"
+            )
+        return max(1, round(float(rate) / fps))
+
+    def __len__(self) -> int:
+        return -(-max(0, self.frames_hint - self.skip) // self.every)  # the frames taken: a stride's first each
+
+    def counted_len(self) -> int:
+        """``len()`` exact where it is an estimate: the frames counted from the packets
+        (read, not decoded) once, and kept by this source and the windows made of it."""
+        if not self.length_estimated:
+            return len(self)
+        if self._packets is None:
+            self._packets = _packets_counted(self.path)
+        return -(-max(0, self._packets - self.skip) // self.every)
+
+    def _open(self) -> Any:
+        """The video opened with PyAV; a stream with FFmpeg's timeouts (NOTE [ video streams ])."""
+        import av
+
+        if self.is_stream:
+            return av.open(str(self.path), timeout=(self.timeout_s, self.timeout_s))
+        return av.open(str(self.path))
+
+    def after(self, rows: int) -> VideoSource:
+        """This video without its first ``rows`` frames, each later one keeping its index
+        and time.  Decoding starts at the key frame before the first one kept, found
+        from the packets (NOTE [ seeking a video ]), or where a file's packets cannot
+        be trusted to say which frame is which, at the first frame; the frames
+        before the first kept are decoded, never resized nor converted.  A stream
+        (a URL: NOTE [ video streams ]) is read from its first frame only."""
+        if rows and self.is_stream:
+            raise SourceError(
+                f"{str(self.path)!r} is a stream: it is read from its first frame on, with no frame "
+                f"{self.skip + rows * self.every} "
+                "to start at (a live one has none to go back to), so it cannot be resumed, windowed or sharded; "
+                "--limit takes its first frames"
+            )
+        later = copy.copy(self)
+        later.skip = self.skip + rows * self.every
+        return later
+
+    def chunks(self) -> Iterator[Chunk]:
+        target = self._seek_target()
+        if target is not None:
+            try:
+                yield from self._decoded_chunks(target)
+                return
+            except _MissedSeek:  # raised before any frame was delivered: start over from the first
+                pass
+        yield from self._decoded_chunks(None)
+
+    def _seek_target(self) -> int | None:
+        """The pts of the first frame to deliver, where seeking to it can be trusted."""
+        import av
+
+        if not self.skip:
+            return None
+        try:
+            with self._open() as container:
+                return frame_pts(container, container.streams.video[0], self.skip)
+        except av.error.FFmpegError:
+            return None  # decoding from the start says what is wrong
+
+    def _decoded_chunks(self, target: int | None) -> Iterator[Chunk]:
+        import av
+        from av.video.reformatter import VideoReformatter
+
+        reformatter = VideoReformatter()  # its swscale context is kept from frame to frame
+        frames: list[np.ndarray] = []
+        indices: list[int] = []
+        times: list[float] = []
+        decoded = 0
+        try:
+            with self._open() as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"  # FFmpeg's own decode threads
+                if self.decode_threads is not None:
+                    stream.codec_context.thread_count = self.decode_threads
+                for index, frame in self._numbered(container, stream, target):
+                    decoded = index + 1
+                    if index < self.skip or index % self.every:
+                        continue
+                    width, height = self.size or (frame.width, frame.height)
+                    image = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
+                    frames.append(image)
+                    indices.append(index)
+                    times.append(float(frame.time) if frame.time is not None else float("nan"))
+                    if len(frames) == self.batch_size:
+                        yield self._chunk(frames, indices, times)
+                        frames, indices, times = [], [], []
+        except av.error.FFmpegError as exc:
+            when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
+            failure = VideoDecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {exc}")
+            if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
+                yield self._chunk(frames, indices, times)
+            raise failure from exc
+        if decoded < self.skip:  # counted in rows: the frames a stride takes
+            error = str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every)))
+            if self.frames_hint > decoded:
+                error += f" (it gave {decoded} frames where its header counts {self.frames_hint}: is it cut short?)"
+            raise VideoEndedEarly(error)
+        if frames:
+            yield self._chunk(frames, indices, times)
+
+    def _numbered(self, container: Any, stream: Any, target: int | None) -> Iterator[tuple[int, Any]]:
+        """``(index, frame)`` of the frames decoded: every one from the first, or,
+        seeked to the key frame before the one whose pts is ``target``, that one
+        (frame ``self.skip``) and every one after it."""
+        self.decoded_from = 0
+        if target is None:
+            yield from enumerate(container.decode(stream))
+            return
+        container.seek(target, stream=stream, backward=True, any_frame=False)
+        dropped = 0
+        frames = container.decode(stream)
+        for frame in frames:
+            if frame.pts is not None and frame.pts < target:
+                dropped += 1
+                continue
+            if frame.pts != target:  # the packets said otherwise (NOTE [ seeking a video ])
+                raise _MissedSeek(f"frame {self.skip} was to have pts {target}, the decoder gave {frame.pts}")
+            self.decoded_from = self.skip - dropped
+            yield self.skip, frame
+            break
+        else:  # the stream ended before any frame carried it
+            raise _MissedSeek(f"no frame after the seek has pts {target} or later (frame {self.skip})")
+        for index, frame in enumerate(frames, self.skip + 1):
+            yield index, frame
+
+    @staticmethod
+    def _chunk(frames: list[np.ndarray], indices: list[int], times: list[float]) -> Chunk:
+        return frames, {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
+
+
+def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
+    """A video stream's frames as its header counts them, and True; else its duration
+    times its frame rate, and False (0 where neither is known)."""
+    if stream.frames:
+        return int(stream.frames), True
+    rate = stream.average_rate or stream.guessed_rate
+    if stream.duration is not None and stream.time_base is not None:
+        seconds = float(stream.duration * stream.time_base)
+    else:
+        seconds = container.duration / 1e6 if container.duration else 0.0  # av.time_base: microseconds
+    return (round(seconds * float(rate)) if rate and seconds > 0 else 0), False
+
+
+def _packets_counted(path: str | Path) -> int:
+    """The frames of a video's first video stream, counted from its packets (read,
+    not decoded): one frame a packet that holds data and is not to be discarded."""
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return sum(1 for packet in container.demux(stream) if packet.size and not packet.is_discard)
+
+
+class VideoFolderSource(RowSource):
+    """The videos below a folder, at any depth (:func:`video_files`, in order of their
+    paths), as one source, frame after frame: uint8 ``[N, H, W, 3]``, each row
+    with its ``path`` (the video's), its
+    ``frame_index`` in that video and its ``timestamp``.  Batches run across
+    the videos' ends, so a folder of short clips costs no short batches.
+
+    Every video gives frames of one size: ``size=(width, height)`` resizes
+    them, and without it videos of different sizes are refused at once, naming
+    two.  Windows and resumed runs place frames by the videos' headers (NOTE
+    [ frame positions ]): a window (:meth:`between`, :meth:`after`) skips
+    whole videos unopened, their frames counted from their headers (or, where
+    a header counts none, as Matroska's, from their packets, read but not
+    decoded), and seeks into the video it starts in (NOTE [ seeking a video
+    ]); a video that gives fewer frames than its header counts leaves places
+    no row has (``cut_short`` lists it), and a resumed run goes on after its
+    output's last row (:meth:`position_after`), so a folder that changed is
+    refused, not misread.
+
+    ``every=N`` takes each video's frames 0, N, 2N, ... (:class:`VideoSource`);
+    ``fps=F`` each video's stride from its own frame rate.
+
+    A video that cannot be opened ends it with a :class:`SourceError` naming
+    it, before any frame, and one whose decoding fails partway ends it there,
+    after its frames before, unless ``skip_unreadable``: then the video, or
+    its rest, is left out, and ``skipped`` lists ``(path, why)`` of each (a
+    truncated download, a file that is not a video, a corrupt packet).  Which
+    cannot be opened is settled before the first frame, and a video's frames
+    keep their places whatever is left out, so every run over the same folder
+    counts frames alike.
+    """
+
+    #: a row's path and frame index say which frame it is: a resumed run checks them
+    positional_meta = False
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+        pix_fmt: str = "rgb24",
+        decode_threads: int | None = None,
+        skip_unreadable: bool = False,
+        every: int = 1,
+        fps: float | None = None,
+    ):
+        self.path = _existing(path, "video folder")
+        if not self.path.is_dir():
+            raise SourceError(f"{str(self.path)!r} is not a folder")
+        files = video_files(self.path)
+        if not files:
+            raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
+        #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
+        #: cannot be opened, and those whose decoding failed partway (their later frames)
+        self.skipped: list[tuple[str, str]] = []
+        self.skip_unreadable = skip_unreadable
+        #: (path, rows given, rows its header counts) of each video that ended before the
+        #: frames its header counts (a file cut short, a decoding failure that
+        #: ``skip_unreadable`` passed over): found as the frames are decoded
+        self.cut_short: list[tuple[str, int, int]] = []
+        self.videos: list[VideoSource] = []
+        for file in files:
+            try:
+                video = VideoSource(
+                    file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps
+                )
+                self.videos.append(video)
+            except SourceError as exc:
+                if not skip_unreadable:
+                    raise
+                self.skipped.append((str(file), str(exc)))
+        if not self.videos:
+            raise SourceError(f"none of the {len(files)} videos in {str(self.path)!r} can be read")
+        self.spec, self.batch_size = self.videos[0].spec, batch_size
+        self.row_shape = self._one_frame_size(size)
+        #: len() adds up estimates where a video's header counts no frames
+        self.length_estimated = any(video.length_estimated for video in self.videos)
+        #: the window of the folder's positions (NOTE [ frame positions ]) this source gives:
+        #: from ``skip`` (:meth:`after`) to ``end`` (None: to the last video's end; :meth:`between`)
+        self.skip: int = 0
+        self.end: int | None = None
+
+    def _one_frame_size(self, size: tuple[int, int] | None) -> tuple[int, ...] | None:
+        shapes: dict[tuple[int, ...] | None, VideoSource] = {}
+        for video in self.videos:
+            shapes.setdefault(video.row_shape, video)  # the first video of each size
+        if len(shapes) > 1 and size is None:
+            (a, first), (b, second) = list(shapes.items())[:2]
+            raise SourceError(
+                f"the videos of {str(self.path)!r} differ in frame size: {str(first.path)!r} is "
+                f"{_frame_size_text(a)}, {str(second.path)!r} {_frame_size_text(b)}; a batch holds frames of one "
+                "size: resize them all with size=(W, H) (--size WxH)"
+            )
+        return next(iter(shapes))
+
+    def __len__(self) -> int:
+        total = sum(len(video) for video in self.videos)
+        return max(0, (total if self.end is None else min(total, self.end)) - self.skip)
+
+    def after(self, rows: int) -> VideoFolderSource:
+        """This folder without its first ``rows`` frames (whole videos before them unopened)."""
+        later = copy.copy(self)
+        later.skip = self.skip + rows
+        return later
+
+    def between(self, start: int, stop: int | None) -> VideoFolderSource:
+        """Frames ``start`` to ``stop - 1`` of this folder by their positions (NOTE [ frame
+        positions ]), not by the rows given: where a video gives fewer frames than its header
+        counts, windows that meet still hold every frame once (``jobs.window``)."""
+        later = self.after(start)
+        if stop is not None:
+            end = self.skip + stop
+            later.end = end if self.end is None else min(self.end, end)
+        return later
+
+    def chunks(self) -> Iterator[Chunk]:
+        return recut(self._videos_chunks(), self.batch_size, chunk_rows, sliced_chunk, _joined_chunks)
+
+    def _videos_chunks(self) -> Iterator[Chunk]:
+        first = 0  # the position of the next video's first frame, where it is needed
+        for video in self.videos:
+            counted = self.skip > first or self.end is not None  # the window's bounds are placed by counts
+            taken = video.counted_len() if counted else 0
+            if counted and first + taken <= self.skip:
+                first += taken  # wholly before the window: never opened
+                continue
+            if self.end is not None and first >= self.end:
+                return
+            into = max(0, self.skip - first)
+            chunks = self._frames_of(video.after(into) if into else video)
+            if self.end is not None and first + taken > self.end:  # the window ends in this video
+                yield from take_first(chunks, self.end - first - into, chunk_rows, sliced_chunk)
+                return
+            yield from chunks
+            first += taken
+        if self.skip > first:
+            raise fewer_rows(self.path, self.skip)(first)
+
+    def _frames_of(self, video: VideoSource) -> Iterator[Chunk]:
+        """The chunks of one video, each row with its path.  One that ends before the
+        frames its header counts is listed in ``cut_short`` (its missing frames are
+        positions no row has: NOTE [ frame positions ]); one whose decoding fails
+        partway, with ``skip_unreadable``, ends there, listed in ``skipped``."""
+        where = str(video.path)
+        given = 0
+        try:
+            for rows, meta in video.chunks():
+                given += len(rows)
+                yield rows, {"path": np.full(len(rows), where), **meta}
+        except VideoEndedEarly:  # before the frame the window starts at
+            pass
+        except VideoDecodingFailed as exc:
+            if not self.skip_unreadable:
+                raise
+            self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
+        if not video.length_estimated and given < len(video):
+            self.cut_short.append((where, given, len(video)))
+
+    def position_after(self, sink: Any, start: int) -> int | None:
+        """Where a resumed run goes on: after the frame the output's last row names
+        (NOTE [ frame positions ]).  Where the output's rows are as many as the
+        positions before it, the last row alone shows the output fits; where they are
+        fewer (a video gave fewer frames than its header counts), every row is held
+        against the folder first.  None for an output that keeps no path (a
+        ``.npy``): its rows are counted (``jobs.resumed``)."""
+        last = _last_kept_row(sink)
+        if last is None or "path" not in last or "frame_index" not in last:
+            return None
+        positions = FramePositions(
+            [FolderVideo(str(video.path), video.every, video.counted_len) for video in self.videos], str(self.path)
+        )
+        try:
+            position = positions.after(last)
+            if position != self.skip + start + sink.kept_rows:
+                position = positions.check_rows(*_kept_frames(sink, str(self.path)), self.skip + start)
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
+        return position - self.skip
+
+
+def _kept_frames(sink: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The path and frame_index columns of the rows a resumed sink kept."""
+    kept_columns = getattr(sink, "kept_columns", None)
+    columns = kept_columns(("path", "frame_index")) if kept_columns is not None else None
+    if not columns or "path" not in columns or "frame_index" not in columns:
+        raise ValueError(
+            f"cannot resume from {where!r}: the output holds fewer rows than the frames before its last one, and its "
+            "path and frame_index columns cannot be read to see why"
+        )
+    return columns["path"], columns["frame_index"]
+
+
+def _frame_size_text(row_shape: tuple[int, ...] | None) -> str:
+    return "of unknown size" if row_shape is None else f"{row_shape[1]}x{row_shape[0]}"
+
+
+def _joined_chunks(chunks: list[Chunk]) -> Chunk:
+    """One chunk of the rows of ``chunks``, in order."""
+    rows = [row for chunk in chunks for row in chunk[0]]
+    metas = [meta for _, meta in chunks]
+    return rows, {name: np.concatenate([meta[name] for meta in metas]) for name in metas[0]}
+
+
+class _MissedSeek(Exception):
+    """Seeking did not land where the packets said: decode from the first frame."""
+
+
+class VideoEndedEarly(SourceError):
+    """A video ended before the frame it was to start at: it holds fewer frames than
+    its header counts (cut short, or an edit list's).  In a folder it gives none
+    (NOTE [ frame positions ])."""
+
+
+class VideoDecodingFailed(SourceError):
+    """A video's decoding failed partway, after its frames before were delivered."""
