@@ -422,7 +422,14 @@ def resumed(
         _check_meta(meta, expected, first - 1, source)
 
     if isinstance(source, RowSource) or (stop is not None and stop <= first):  # read on its own: a seek, a file
-        check(_first_meta(window(source, first - 1, first)))
+        meta = _first_meta(window(source, first - 1, first))
+        if meta is None:  # the input ends before the output's last row
+            where = getattr(source, "path", type(source).__name__)
+            raise SourceError(
+                f"cannot resume: {str(where)!r} has no row {first - 1}, the output's last: the input is shorter than "
+                "the one the output was made from"
+            )
+        check(meta)
         return window(source, first, stop)
     checked_after = getattr(source, "checked_after", None)
     if checked_after is not None:  # a table: the row is read on the way (a CSV is parsed once)
@@ -478,15 +485,16 @@ def _check_meta(meta: dict[str, np.ndarray], expected: dict[str, Any], row: int,
         )
 
 
-def _first_meta(rows: Iterable[SourceBatch]) -> dict[str, np.ndarray]:
-    """The metadata of the first batch (or chunk, of a row source) of ``rows``; its iteration closed."""
+def _first_meta(rows: Iterable[SourceBatch]) -> dict[str, np.ndarray] | None:
+    """The metadata of the first batch (or chunk, of a row source) of ``rows``, None when
+    there is none; its iteration closed."""
     items: Iterator[Any] = rows.chunks() if isinstance(rows, RowSource) else iter(rows)
     try:
         first = next(items, None)
     finally:
         close_iteration(items)
     if first is None:
-        return {}
+        return None
     return first[1] if isinstance(rows, RowSource) else first.meta  # type: ignore[no-any-return]
 
 

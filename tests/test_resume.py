@@ -780,6 +780,10 @@ def test_resuming_after_images_were_added_is_refused(tmp_path, capsys):
     assert main([*argv, "--resume"]) == 0  # decoded into the slots, the check row left out
     paths = pq.read_table(tmp_path / "tags.parquet")["path"].to_pylist()
     assert [Path(p).name for p in paths] == [f"im{i:02d}.png" for i in range(1, 12)]
+    (folder / "im11.png").unlink()  # the input now ends before the output's last row
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 1
+    assert "has no row 10, the output's last: the input is shorter than the one the output" in capsys.readouterr().err
 
 
 def test_resumed_checks_the_row_before_and_leaves_it_out_of_a_python_job(tmp_path):
