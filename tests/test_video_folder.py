@@ -281,10 +281,20 @@ def test_videos_are_found_at_any_depth_in_path_order_without_hidden_files(folder
     assert len(meta["path"]) == TOTAL
 
 
-def test_one_video_cut_short_started_past_its_end_says_so(tmp_path, capsys):
+def test_one_video_cut_short_is_windowed_as_a_folders_and_resumed_past_its_end_refused(tmp_path, capsys):
     cut = cut_after_frames(encode_video(tmp_path / "v.avi", "mpeg4", {"g": "12"}, 40, SIZE), 15)
     argv = ["run", "convnet", "--input", str(cut), "--batch-size", "4", "--no-progress", "--output"]
-    assert main([*argv, str(tmp_path / "s0.parquet"), "--shard", "0/4"]) == 0  # frames 0 to 9: all there
-    assert main([*argv, str(tmp_path / "s3.parquet"), "--shard", "3/4"]) == 1
+    shards = []
+    for shard in range(4):  # frames 0-9, 10-19 (five there), 20-29 and 30-39 (none)
+        out = tmp_path / f"s{shard}.parquet"
+        assert main([*argv, str(out), "--shard", f"{shard}/4"]) == 0
+        shards += pq.read_table(out)["frame_index"].to_pylist() if out.exists() else []
+    assert shards == list(range(15))
     err = capsys.readouterr().err
-    assert "VideoEndedEarly: " in err and "it gave 15 frames where its header counts 40: is it cut short?" in err
+    assert f"no rows to run: shard 3/4: rows 30: of {str(cut)!r} hold none" in err  # the last runs to the end
+    assert "1 video(s) ended before the frames their headers count" in err and "v.avi': 0 of 10 rows" in err
+    assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    assert "v.avi': 15 of 40 rows" in capsys.readouterr().err  # read through: listed too
+    source = VideoSource(cut, 8, _spec())
+    with pytest.raises(SourceError, match="it gave 15 frames where its header counts 40: is it cut short?"):
+        list(rows_after(source, 20).chunks())  # a resumed run's rows must be there

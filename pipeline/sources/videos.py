@@ -112,6 +112,13 @@ class VideoSource(RowSource):
         #: the index of the first frame the latest iteration decoded: 0, or past it
         #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
         self.decoded_from = 0
+        #: (path, rows given, rows its header counts) where an iteration ended before the
+        #: frames the header counts (NOTE [ frame positions ]); shared by the windows made of it
+        self.cut_short: list[tuple[str, int, int]] = []
+        #: a window (:meth:`between`): ending before its first frame gives no rows, and it
+        #: gives at most ``_limit`` rows
+        self._window = False
+        self._limit: int | None = None
 
     #: a frame's index says which stride made the rows (and an earlier run's may have had
     #: another): a resumed run reads the frame before its first and checks it, at the cost
@@ -165,7 +172,42 @@ class VideoSource(RowSource):
         later.skip = self.skip + rows * self.every
         return later
 
+    def between(self, start: int, stop: int | None) -> VideoSource:
+        """Frames ``start`` to ``stop - 1`` of those taken, by the places the header counts
+        (``jobs.window``: ``--rows``, ``--shard``; NOTE [ frame positions ]): a window
+        that lies past the end of a video cut short gives no rows, as a folder's does,
+        and the video is listed in ``cut_short`` (:meth:`after`, a resumed run's, refuses)."""
+        later = self.after(start)
+        later._window = True
+        if stop is not None:
+            later._limit = max(0, stop - start) if later._limit is None else min(later._limit, max(0, stop - start))
+        return later
+
     def chunks(self) -> Iterator[Chunk]:
+        chunks = self._counted(self._chunks())
+        return chunks if self._limit is None else take_first(chunks, self._limit, chunk_rows, sliced_chunk)
+
+    def _counted(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """``chunks``, and this video in ``cut_short`` where they end (or fail) before the
+        rows its header counts; a window's end before its first frame gives none."""
+        given = 0
+        try:
+            for chunk in chunks:
+                given += len(chunk[0])
+                yield chunk
+        except VideoEndedEarly:
+            if not self._window:
+                raise
+        except VideoDecodingFailed:
+            self._note_short(given)
+            raise
+        self._note_short(given)
+
+    def _note_short(self, given: int) -> None:
+        if not self.length_estimated and given < len(self):
+            self.cut_short.append((str(self.path), given, len(self)))
+
+    def _chunks(self) -> Iterator[Chunk]:
         target = self._seek_target()
         if target is not None:
             try:
@@ -349,6 +391,7 @@ class VideoFolderSource(RowSource):
                 video = VideoSource(
                     file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps
                 )
+                video.cut_short = self.cut_short  # one list for the folder
                 self.videos.append(video)
             except SourceError as exc:
                 if not skip_unreadable:
@@ -412,7 +455,7 @@ class VideoFolderSource(RowSource):
             if self.end is not None and first >= self.end:
                 return
             into = max(0, self.skip - first)
-            chunks = self._frames_of(video.after(into) if into else video)
+            chunks = self._frames_of(video.between(into, None) if into else video)
             if self.end is not None and first + taken > self.end:  # the window ends in this video
                 yield from take_first(chunks, self.end - first - into, chunk_rows, sliced_chunk)
                 return
@@ -423,23 +466,17 @@ class VideoFolderSource(RowSource):
 
     def _frames_of(self, video: VideoSource) -> Iterator[Chunk]:
         """The chunks of one video, each row with its path.  One that ends before the
-        frames its header counts is listed in ``cut_short`` (its missing frames are
+        frames its header counts lists itself in ``cut_short`` (its missing frames are
         positions no row has: NOTE [ frame positions ]); one whose decoding fails
         partway, with ``skip_unreadable``, ends there, listed in ``skipped``."""
         where = str(video.path)
-        given = 0
         try:
             for rows, meta in video.chunks():
-                given += len(rows)
                 yield rows, {"path": np.full(len(rows), where), **meta}
-        except VideoEndedEarly:  # before the frame the window starts at
-            pass
         except VideoDecodingFailed as exc:
             if not self.skip_unreadable:
                 raise
             self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
-        if not video.length_estimated and given < len(video):
-            self.cut_short.append((where, given, len(video)))
 
     def position_after(self, sink: Any, start: int) -> int | None:
         """Where a resumed run goes on: after the frame the output's last row names
