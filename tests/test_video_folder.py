@@ -298,3 +298,19 @@ def test_one_video_cut_short_is_windowed_as_a_folders_and_resumed_past_its_end_r
     source = VideoSource(cut, 8, _spec())
     with pytest.raises(SourceError, match="it gave 15 frames where its header counts 40: is it cut short?"):
         list(rows_after(source, 20).chunks())  # a resumed run's rows must be there
+
+
+def test_windows_of_windows_of_one_video_are_the_frames_of_both(tmp_path):
+    video = VideoSource(encode_video(tmp_path / "a.mp4", "mpeg4", {"g": "12"}, 40, SIZE), 8, _spec())
+
+    def indices(source) -> list[int]:
+        return [int(i) for _, meta in source.chunks() for i in meta["frame_index"]]
+
+    assert indices(video.between(5, 20).between(3, 100)) == list(range(8, 20))
+    assert indices(video.between(5, 20).between(3, 6)) == [8, 9, 10]
+    assert indices(video.between(5, None).between(30, None)) == list(range(35, 40))
+    cut = VideoSource(
+        cut_after_frames(encode_video(tmp_path / "b.avi", "mpeg4", {"g": "12"}, 40, SIZE), 15), 8, _spec()
+    )
+    assert indices(cut.between(10, 30)) == list(range(10, 15))
+    assert cut.cut_short == [(str(tmp_path / "b.avi"), 5, 20)]  # the window's 20 by the header, 5 there

@@ -179,8 +179,8 @@ class VideoSource(RowSource):
         and the video is listed in ``cut_short`` (:meth:`after`, a resumed run's, refuses)."""
         later = self.after(start)
         later._window = True
-        if stop is not None:
-            later._limit = max(0, stop - start) if later._limit is None else min(later._limit, max(0, stop - start))
+        limits = ([] if stop is None else [stop - start]) + ([] if self._limit is None else [self._limit - start])
+        later._limit = max(0, min(limits)) if limits else None
         return later
 
     def chunks(self) -> Iterator[Chunk]:
@@ -204,8 +204,9 @@ class VideoSource(RowSource):
         self._note_short(given)
 
     def _note_short(self, given: int) -> None:
-        if not self.length_estimated and given < len(self):
-            self.cut_short.append((str(self.path), given, len(self)))
+        counted = len(self) if self._limit is None else min(len(self), self._limit)
+        if not self.length_estimated and given < counted:
+            self.cut_short.append((str(self.path), given, counted))
 
     def _chunks(self) -> Iterator[Chunk]:
         target = self._seek_target()
