@@ -213,7 +213,7 @@ def open_source(
             f"skipping unreadable files is for a folder of images or videos; {str(path)!r} is a {kind} source"
         )
     if jpeg_draft and kind != "images":
-        raise SourceError(f"decoding JPEGs in draft is for a folder of images; {str(path)!r} is a {kind} source")
+        raise SourceError(f"decoding JPEGs in draft is for images; {str(path)!r} is a {kind} source")
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)

@@ -584,7 +584,7 @@ def test_run_jpeg_draft_decodes_a_folder_of_jpegs_in_draft_and_nothing_else(tmp_
     assert not np.array_equal(*logits) and np.allclose(*logits, atol=0.01)  # decoded at 1/4 (160x120): close
     npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
     assert main([*npy, "--jpeg-draft", "--no-progress"]) == 1
-    assert "decoding JPEGs in draft is for a folder of images" in capsys.readouterr().err
+    assert "decoding JPEGs in draft is for images" in capsys.readouterr().err
 
 
 def test_csv_in_csv_out_with_ids_across_the_readers_blocks(tmp_path):

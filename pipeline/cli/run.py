@@ -155,7 +155,8 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--skip-unreadable",
         action="store_true",
-        help="a folder of images or videos: leave out files that cannot be decoded (images) or opened (videos), "
+        help="images (a folder's, a table's) or a folder of videos: leave out files that cannot be decoded "
+        "(images) or opened (videos), "
         "and the rest of a video whose decoding fails partway, listed at the end, instead of stopping",
     )
     run.add_argument(
@@ -167,7 +168,8 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--jpeg-draft",
         action="store_true",
-        help="a folder of images: decode each JPEG at 1/2, 1/4 or 1/8 of its size where that still covers --size, "
+        help="images (a folder's, a table's --image-column): decode each JPEG at 1/2, 1/4 or 1/8 of its size where "
+        "that still covers --size, "
         "then resize (about 4x faster for large photos; pixels within a few levels of a full decode's)",
     )
     run.add_argument(
