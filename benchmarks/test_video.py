@@ -134,7 +134,7 @@ def test_time_to_the_first_batch_far_into_a_video(time_first_batch, long_clip, h
     from pipeline.jobs import rows_after
 
     if how == "decoded through":
-        monkeypatch.setattr("pipeline.sources.frame_pts", lambda *args: None)
+        monkeypatch.setattr("pipeline.sources.videos.frame_pts", lambda *args: None)
     skip = LONG_FRAMES - KEY_EVERY // 2
     spec = TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE, SIZE, 3))
 
