@@ -766,6 +766,7 @@ def test_run_images_a_table_lists_sharded_resumed_and_skipping_unreadable_ones(t
     argv = ["run", "convnet", "--input", str(tmp_path / "manifest.csv"), "--image-column", "image", "--id-column"]
     argv += ["key", "--size", "16x16", "--batch-size", "4", "--no-progress", "--output"]
     assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    assert f"11 images listed in column 'image' of {str(tmp_path / 'manifest.csv')!r}" in capsys.readouterr().out
     whole = pq.read_table(tmp_path / "whole.parquet")
     assert whole["key"].to_pylist() == ids and whole["image"].to_pylist() == order  # the table's rows, in its order
     shards = []
