@@ -392,7 +392,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         parts = getattr(source, "parts", None)  # a folder of Parquet files
         what = f"{kind} data set of {len(parts)} files" if parts else kind
         if args.image_column is not None:
-            what = f"{len(source)} images listed in column {args.image_column!r} of"
+            what = f"{_input_rows(source)[0]} images listed in column {args.image_column!r} of"
         print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
         with _signals_stop() as stop:
             try:

@@ -23,7 +23,8 @@ from ._base import (
     _one_input,
     fewer_rows,
 )
-from .files import IMAGE_SUFFIXES, PARQUET_SUFFIXES, image_files
+from .files import IMAGE_SUFFIXES, image_files
+from .tables import PathTable
 
 
 class _ImageFiles(RowSource):
@@ -257,54 +258,17 @@ class ImageTableSource(_ImageFiles):
     ):
         self.path = _existing(path, "input table file")
         self.column = column
-        table = self._read(column, id_column)
-        names = table.column(column)
-        if names.null_count:
-            row = next(index for index, value in enumerate(names.is_null().to_pylist()) if value)
-            raise SourceError(f"{str(self.path)!r}: row {row} has no {column!r} (an empty path)")
-        #: the paths as the table writes them, text
-        self._names = names.cast("string").combine_chunks()
-        self.id_column = id_column or ("row_id" if "row_id" in table.column_names else None)
-        self._ids = (
-            table.column(self.id_column).to_numpy(zero_copy_only=False)
-            if self.id_column is not None
-            else np.arange(table.num_rows, dtype=np.int64)
-        )
-        self._id_name = self.id_column or "row_id"
-        self._folder = self.path.parent
-        if not table.num_rows:
-            raise SourceError(f"{str(self.path)!r} lists no images: it has no rows")
-        self._setup(table.num_rows, batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
-
-    def _read(self, column: str, id_column: str | None) -> Any:
-        """The table's path column and id column (and ``row_id``, where it has one)."""
-        import pyarrow as pa
-        import pyarrow.csv as pcsv
-        import pyarrow.parquet as pq
-
-        suffix = self.path.suffix.lower()
-        if suffix not in (*PARQUET_SUFFIXES, ".csv"):
-            raise SourceError(f"{str(self.path)!r}: a table of image paths is a .parquet or .csv file")
-        try:
-            names = pq.read_schema(self.path).names if suffix != ".csv" else pcsv.open_csv(self.path).schema.names
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise SourceError(f"{str(self.path)!r} is not a readable table: {exc}") from exc
-        wanted = [name for name in (column, id_column or "row_id") if name in names]
-        for name, what in ((column, "image path"), (id_column, "id")):
-            if name is not None and name not in names:
-                raise SourceError(f"the {what} column {name!r} is not in {str(self.path)!r}: columns {names}")
-        if suffix == ".csv":
-            types = {column: pa.string()}  # a path is text, however it looks
-            options = pcsv.ConvertOptions(include_columns=wanted, column_types=types)
-            return pcsv.read_csv(self.path, convert_options=options)
-        return pq.read_table(self.path, columns=wanted)
+        self._table = PathTable(self.path, column, id_column, "image")
+        self._ids, self._id_name = self._table.ids, self._table.id_name
+        rows = len(self._table)
+        self._setup(rows, batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
 
     def _file(self, row: int) -> Path:
-        return self._folder / self._names[row].as_py()  # an absolute path stays itself
+        return self._table.file(row)
 
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
         return {
-            self.column: self._names.take(rows).to_numpy(zero_copy_only=False).astype(str),
+            self.column: self._table.names.take(rows).to_numpy(zero_copy_only=False).astype(str),
             self._id_name: self._ids[rows],
         }
 

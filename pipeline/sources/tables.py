@@ -452,3 +452,59 @@ def _is_numeric(arrow_type: Any) -> bool:
     if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
         return _is_numeric(arrow_type.value_type)
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+
+
+class PathTable:
+    """A table that lists files (a manifest: a ``.parquet`` or ``.csv`` file whose
+    ``column`` holds a path a row, relative to the table's folder or absolute):
+    the paths as written (``names``, text), each row's id (``ids``: the
+    ``id_column``'s values, else the table's ``row_id`` column, else the row's
+    number; named ``id_name``) and the files they name (:meth:`file`)."""
+
+    def __init__(self, path: Path, column: str, id_column: str | None, what: str) -> None:
+        self.path, self.column = path, column
+        table = self._read(what, id_column)
+        names = table.column(column)
+        if names.null_count:
+            row = next(index for index, value in enumerate(names.is_null().to_pylist()) if value)
+            raise SourceError(f"{str(path)!r}: row {row} has no {column!r} (an empty path)")
+        if not table.num_rows:
+            raise SourceError(f"{str(path)!r} lists no {what}s: it has no rows")
+        #: the paths as the table writes them, text
+        self.names = names.cast("string").combine_chunks()
+        self.id_name = id_column or "row_id"
+        self.ids = (
+            table.column(self.id_name).to_numpy(zero_copy_only=False)
+            if self.id_name in table.column_names
+            else np.arange(table.num_rows, dtype=np.int64)
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def file(self, row: int) -> Path:
+        """The file row ``row`` names (an absolute path stays itself)."""
+        return self.path.parent / self.names[row].as_py()
+
+    def _read(self, what: str, id_column: str | None) -> Any:
+        """The table's path column and id column (and ``row_id``, where it has one)."""
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+        import pyarrow.parquet as pq
+
+        suffix = self.path.suffix.lower()
+        if suffix not in (*PARQUET_SUFFIXES, ".csv"):
+            raise SourceError(f"{str(self.path)!r}: a table of {what} paths is a .parquet or .csv file")
+        try:
+            names = pq.read_schema(self.path).names if suffix != ".csv" else pcsv.open_csv(self.path).schema.names
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SourceError(f"{str(self.path)!r} is not a readable table: {exc}") from exc
+        wanted = [name for name in (self.column, id_column or "row_id") if name in names]
+        for name, kind in ((self.column, f"{what} path"), (id_column, "id")):
+            if name is not None and name not in names:
+                raise SourceError(f"the {kind} column {name!r} is not in {str(self.path)!r}: columns {names}")
+        if suffix == ".csv":
+            types = {self.column: pa.string()}  # a path is text, however it looks
+            options = pcsv.ConvertOptions(include_columns=wanted, column_types=types)
+            return pcsv.read_csv(self.path, convert_options=options)
+        return pq.read_table(self.path, columns=wanted)
