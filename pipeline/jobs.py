@@ -52,6 +52,7 @@ from .sources import (
     SourceError,
     VideoFolderSource,
     VideoSource,
+    VideoTableSource,
     chunk_rows,
     fewer_rows,
     hidden,
@@ -97,7 +98,7 @@ class JobSummary:
         return text + (" (interrupted)" if self.interrupted else "")
 
 
-def source_kind(path: str | Path, image_column: str | None = None) -> str:
+def source_kind(path: str | Path, image_column: str | None = None, video_column: str | None = None) -> str:
     """ "npy", "parquet", "csv", "video", "images" or "videos" from a path, or a SourceError.
 
     A folder is "images" when it holds images, else "videos" when it holds
@@ -105,16 +106,20 @@ def source_kind(path: str | Path, image_column: str | None = None) -> str:
     :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
     "video" stream (NOTE [ video streams ] in sources).  A ``.parquet`` or
     ``.csv`` file with an ``image_column`` is "images": the images it lists
-    (:class:`ImageTableSource`)."""
+    (:class:`ImageTableSource`); with a ``video_column``, "videos"
+    (:class:`VideoTableSource`)."""
     kind = _path_kind(path)
-    if image_column is None:
+    if image_column is None and video_column is None:
         return kind
+    if image_column is not None and video_column is not None:
+        raise SourceError("a table lists images or videos: give a column of image paths or one of video paths")
+    what = "image" if image_column is not None else "video"
     if kind not in ("parquet", "csv") or Path(path).is_dir():
         raise SourceError(
-            f"a column of image paths is read from a table, a .parquet or .csv file; {str(path)!r} is "
+            f"a column of {what} paths is read from a table, a .parquet or .csv file; {str(path)!r} is "
             f"{'a folder' if Path(path).is_dir() else 'a ' + kind + ' source'}"
         )
-    return "images"
+    return what + "s"
 
 
 def _path_kind(path: str | Path) -> str:
@@ -199,12 +204,21 @@ def open_source(
     fps: float | None = None,
     jpeg_draft: bool = False,
     image_column: str | None = None,
+    video_column: str | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
-    table's ``image_column`` lists; images' JPEGs decoded at a fraction of their size
-    with ``jpeg_draft``."""
-    kind = source_kind(path, image_column)
+    table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
+    fraction of their size with ``jpeg_draft``."""
+    kind = source_kind(path, image_column, video_column)
+    listed = image_column or video_column
+    if listed is not None:
+        _require("parquet", f"reading {str(path)!r}", SourceError)
+        if columns:
+            raise SourceError(
+                f"input columns ({sorted(columns)}) map a table's numbers to model inputs; with a column of paths "
+                f"({listed!r}) the input is the files it lists"
+            )
     _require(kind, f"reading {str(path)!r}", SourceError)
     if (every != 1 or fps is not None) and kind not in ("video", "videos"):
         raise SourceError(f"taking every N-th frame is for videos; {str(path)!r} is a {kind} source")
@@ -224,17 +238,26 @@ def open_source(
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
         return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps)
+    if kind == "videos" and video_column is not None:
+        return VideoTableSource(
+            path,
+            video_column,
+            batch_size,
+            specs,
+            input_name,
+            size,
+            pix_fmt,
+            decode_threads,
+            skip_unreadable,
+            every=every,
+            fps=fps,
+            id_column=id_column,
+        )
     if kind == "videos":
         return VideoFolderSource(
             path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every, fps=fps
         )
     if image_column is not None:
-        _require("parquet", f"reading {str(path)!r}", SourceError)
-        if columns:
-            raise SourceError(
-                f"input columns ({sorted(columns)}) map a table's numbers to model inputs; with a column of image "
-                f"paths ({image_column!r}) the input is the images"
-            )
         return ImageTableSource(
             path,
             image_column,

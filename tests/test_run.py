@@ -787,4 +787,4 @@ def test_run_images_a_table_lists_sharded_resumed_and_skipping_unreadable_ones(t
     assert main([*folder, str(tmp_path / "x.parquet"), "--no-progress"]) == 1
     assert "a column of image paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "y.parquet"), "--input-column", "x=key"]) == 1
-    assert "with a column of image paths ('image') the input is the images" in capsys.readouterr().err
+    assert "with a column of paths ('image') the input is the files it lists" in capsys.readouterr().err

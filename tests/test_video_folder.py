@@ -314,3 +314,63 @@ def test_windows_of_windows_of_one_video_are_the_frames_of_both(tmp_path):
     )
     assert indices(cut.between(10, 30)) == list(range(10, 15))
     assert cut.cut_short == [(str(tmp_path / "b.avi"), 5, 20)]  # the window's 20 by the header, 5 there
+
+
+def _listed(table) -> list[tuple[str, int, int]]:
+    return list(
+        zip(table["file"].to_pylist(), table["row_id"].to_pylist(), table["frame_index"].to_pylist(), strict=True)
+    )
+
+
+def test_the_videos_a_table_lists_run_in_its_order_sharded_and_resumed(folder, tmp_path, capsys):
+    """A manifest of videos, one listed twice and one cut short: frame after frame in the
+    table's order, each row with the path as written, the listing's row_id and frame_index;
+    shards hold every frame once and stopped runs resume (past the short one, where rows
+    are fewer than the places: found by row_id and frame_index)."""
+    import pyarrow as pa
+
+    cut_after_frames(encode_video(folder / "a2.avi", "mpeg4", {"g": "12"}, 30, SIZE), 12)
+    files = ["videos/c.mp4", "videos/a.mp4", str(folder / "a.mp4"), "videos/a2.avi", "videos/b.mkv"]
+    pa_csv.write_csv(pa.table({"file": files}), tmp_path / "clips.csv")
+    counts = [19, 30, 30, 12, 25]
+    want = [(f, row, i) for row, (f, n) in enumerate(zip(files, counts, strict=True)) for i in range(n)]
+    argv = ["run", "convnet", "--input", str(tmp_path / "clips.csv"), "--video-column", "file", "--batch-size", "8"]
+    argv += ["--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "whole.parquet")]) == 0
+    out = capsys.readouterr()
+    assert f"{sum(counts) + 18} frames of 5 videos listed in column 'file' of" in out.out  # by the headers
+    assert "a2.avi': 12 of 30 rows" in out.err
+    assert _listed(pq.read_table(tmp_path / "whole.parquet")) == want
+    shards = []
+    for shard in range(3):
+        part = tmp_path / f"s{shard}.csv"
+        assert main([*argv, str(part), "--shard", f"{shard}/3", "--limit", "5"]) == 0
+        assert main([*argv, str(part), "--shard", f"{shard}/3", "--resume"]) == 0
+        shards += _listed(pa_csv.read_csv(part))
+    assert shards == want
+    for stop in (85, 105, 115):  # in the short video, in its missing frames, past it: rows fewer than places
+        part = tmp_path / f"stopped{stop}.parquet"
+        assert main([*argv, str(part), "--rows", f":{stop}"]) == 0
+        assert main([*argv, str(part), "--resume"]) == 0
+        assert _listed(pq.read_table(part)) == want, stop
+    assert main([*argv, str(tmp_path / "e4.parquet"), "--every", "4", "--rows", ":30"]) == 0
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "e4.parquet"), "--every", "2", "--resume"]) == 1  # another stride
+    assert "frame_index" in capsys.readouterr().err
+
+
+def test_a_table_of_videos_needs_an_id_a_video_and_one_kind_of_file(folder, tmp_path, capsys):
+    import pyarrow as pa
+
+    from pipeline.sources import VideoTableSource
+
+    pa_csv.write_csv(pa.table({"file": ["videos/a.mp4", "videos/c.mp4"], "key": [7, 7]}), tmp_path / "dup.csv")
+    with pytest.raises(SourceError, match=r"the id '7' \(key\) is on more than one row"):
+        VideoTableSource(tmp_path / "dup.csv", "file", 8, _spec(), id_column="key")
+    with pytest.raises(SourceError, match=r"the video path column 'path' is not in"):
+        VideoTableSource(tmp_path / "dup.csv", "path", 8, _spec())
+    argv = ["run", "convnet", "--no-progress", "--output", str(tmp_path / "x.parquet"), "--input"]
+    assert main([*argv, str(folder), "--video-column", "file"]) == 1
+    assert "a column of video paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "dup.csv"), "--video-column", "file", "--image-column", "file"]) == 1
+    assert "a table lists images or videos" in capsys.readouterr().err

@@ -166,6 +166,12 @@ def add_run(sub: Any) -> None:
         "whose images are read and run, each row written with that path and its --id-column (default row_id)",
     )
     run.add_argument(
+        "--video-column",
+        metavar="COLUMN",
+        help="a .parquet or .csv input: the column of video paths whose videos are read frame after frame, as a "
+        "folder's, each row written with that path, its --id-column (default row_id) and its frame_index",
+    )
+    run.add_argument(
         "--jpeg-draft",
         action="store_true",
         help="images (a folder's, a table's --image-column): decode each JPEG at 1/2, 1/4 or 1/8 of its size where "
@@ -335,7 +341,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
     from ..sinks import SinkError
 
-    kind = source_kind(args.input, args.image_column)
+    kind = source_kind(args.input, args.image_column, args.video_column)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
@@ -368,6 +374,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             fps=args.fps,
             jpeg_draft=args.jpeg_draft,
             image_column=args.image_column,
+            video_column=args.video_column,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
@@ -391,8 +398,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         parts = getattr(source, "parts", None)  # a folder of Parquet files
         what = f"{kind} data set of {len(parts)} files" if parts else kind
-        if args.image_column is not None:
-            what = f"{_input_rows(source)[0]} images listed in column {args.image_column!r} of"
+        listed = args.image_column or args.video_column
+        if listed is not None:
+            videos = len(getattr(source, "videos", ()))
+            things = "images" if args.image_column is not None else f"frames of {videos} videos"
+            what = f"{_input_rows(source)[0]} {things} listed in column {listed!r} of"
         print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
         with _signals_stop() as stop:
             try:

@@ -18,7 +18,8 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
 * :class:`VideoFolderSource` - the videos below a folder, frame after frame;
 * :class:`ImageFolderSource` - the images below a folder, read with Pillow;
-* :class:`ImageTableSource` - the images a table's column of paths lists.
+* :class:`ImageTableSource` - the images a table's column of paths lists;
+* :class:`VideoTableSource` - the videos a table lists, frame after frame.
 
 Errors name the file and what was wrong with it (:class:`SourceError`).
 
@@ -77,6 +78,7 @@ from .videos import (
     VideoEndedEarly,
     VideoFolderSource,
     VideoSource,
+    VideoTableSource,
     is_stream_url,
 )
 
@@ -101,6 +103,7 @@ __all__ = [
     "VideoEndedEarly",
     "VideoFolderSource",
     "VideoSource",
+    "VideoTableSource",
     "chunk_rows",
     "fewer_rows",
     "files_below",

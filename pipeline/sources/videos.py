@@ -28,6 +28,7 @@ from ._base import (
     sliced_chunk,
 )
 from .files import VIDEO_SUFFIXES, video_files
+from .tables import PathTable
 
 #: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
 STREAM_TIMEOUT_S = 10.0
@@ -378,6 +379,24 @@ class VideoFolderSource(RowSource):
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
+        self._open_videos(
+            files, batch_size, inputs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every, fps
+        )
+
+    def _open_videos(
+        self,
+        files: Sequence[Path],
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None,
+        size: tuple[int, int] | None,
+        pix_fmt: str,
+        decode_threads: int | None,
+        skip_unreadable: bool,
+        every: int,
+        fps: float | None,
+    ) -> None:
+        """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
         #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
@@ -387,13 +406,16 @@ class VideoFolderSource(RowSource):
         #: ``skip_unreadable`` passed over): found as the frames are decoded
         self.cut_short: list[tuple[str, int, int]] = []
         self.videos: list[VideoSource] = []
-        for file in files:
+        #: the index in ``files`` of each video opened
+        self.opened: list[int] = []
+        for number, file in enumerate(files):
             try:
                 video = VideoSource(
                     file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps
                 )
                 video.cut_short = self.cut_short  # one list for the folder
                 self.videos.append(video)
+                self.opened.append(number)
             except SourceError as exc:
                 if not skip_unreadable:
                     raise
@@ -408,6 +430,17 @@ class VideoFolderSource(RowSource):
         #: from ``skip`` (:meth:`after`) to ``end`` (None: to the last video's end; :meth:`between`)
         self.skip: int = 0
         self.end: int | None = None
+
+    #: the column whose value says which video a row is from (``_key``): a resumed run's check
+    key_name = "path"
+
+    def _key(self, number: int) -> str:
+        """What the output's ``key_name`` column holds for the rows of video ``number``."""
+        return str(self.videos[number].path)
+
+    def _video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
+        """The metadata of ``rows`` rows of video ``number`` beside their frame's own."""
+        return {"path": np.full(rows, str(self.videos[number].path))}
 
     def _one_frame_size(self, size: tuple[int, int] | None) -> tuple[int, ...] | None:
         shapes: dict[tuple[int, ...] | None, VideoSource] = {}
@@ -447,7 +480,7 @@ class VideoFolderSource(RowSource):
 
     def _videos_chunks(self) -> Iterator[Chunk]:
         first = 0  # the position of the next video's first frame, where it is needed
-        for video in self.videos:
+        for number, video in enumerate(self.videos):
             counted = self.skip > first or self.end is not None  # the window's bounds are placed by counts
             taken = video.counted_len() if counted else 0
             if counted and first + taken <= self.skip:
@@ -456,7 +489,7 @@ class VideoFolderSource(RowSource):
             if self.end is not None and first >= self.end:
                 return
             into = max(0, self.skip - first)
-            chunks = self._frames_of(video.between(into, None) if into else video)
+            chunks = self._frames_of(number, video.between(into, None) if into else video)
             if self.end is not None and first + taken > self.end:  # the window ends in this video
                 yield from take_first(chunks, self.end - first - into, chunk_rows, sliced_chunk)
                 return
@@ -465,15 +498,15 @@ class VideoFolderSource(RowSource):
         if self.skip > first:
             raise fewer_rows(self.path, self.skip)(first)
 
-    def _frames_of(self, video: VideoSource) -> Iterator[Chunk]:
-        """The chunks of one video, each row with its path.  One that ends before the
+    def _frames_of(self, number: int, video: VideoSource) -> Iterator[Chunk]:
+        """The chunks of video ``number``, each row with its path.  One that ends before the
         frames its header counts lists itself in ``cut_short`` (its missing frames are
         positions no row has: NOTE [ frame positions ]); one whose decoding fails
         partway, with ``skip_unreadable``, ends there, listed in ``skipped``."""
         where = str(video.path)
         try:
             for rows, meta in video.chunks():
-                yield rows, {"path": np.full(len(rows), where), **meta}
+                yield rows, {**self._video_meta(number, len(rows)), **meta}
         except VideoDecodingFailed as exc:
             if not self.skip_unreadable:
                 raise
@@ -487,30 +520,84 @@ class VideoFolderSource(RowSource):
         against the folder first.  None for an output that keeps no path (a
         ``.npy``): its rows are counted (``jobs.resumed``)."""
         last = _last_kept_row(sink)
-        if last is None or "path" not in last or "frame_index" not in last:
+        if last is None or self.key_name not in last or "frame_index" not in last:
             return None
-        positions = FramePositions(
-            [FolderVideo(str(video.path), video.every, video.counted_len) for video in self.videos], str(self.path)
-        )
+        videos = [
+            FolderVideo(self._key(number), video.every, video.counted_len) for number, video in enumerate(self.videos)
+        ]
+        positions = FramePositions(videos, str(self.path))
         try:
-            position = positions.after(last)
+            position = positions.after({"path": last[self.key_name], "frame_index": last["frame_index"]})
             if position != self.skip + start + sink.kept_rows:
-                position = positions.check_rows(*_kept_frames(sink, str(self.path)), self.skip + start)
+                kept = _kept_frames(sink, str(self.path), self.key_name)
+                position = positions.check_rows(*kept, self.skip + start)
         except ValueError as exc:
             raise SourceError(str(exc)) from None
         return position - self.skip
 
 
-def _kept_frames(sink: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """The path and frame_index columns of the rows a resumed sink kept."""
+class VideoTableSource(VideoFolderSource):
+    """The videos a table lists (a manifest: a ``.parquet`` or ``.csv`` file whose
+    ``column`` holds a path a row, relative to the table's folder or absolute;
+    :class:`~pipeline.sources.tables.PathTable`), in the table's order, frame
+    after frame as a folder's (:class:`VideoFolderSource`: windows, shards and
+    resumes by the headers' places): each row with the table's path as written,
+    the listing row's id (``id_column``, else ``row_id``) and its frame's
+    ``frame_index`` and ``timestamp``.  A video may be listed more than once
+    (each listing is run); a resumed run finds the video a row is from by its
+    id, so the ids must be unique."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        column: str,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        input_name: str | None = None,
+        size: tuple[int, int] | None = None,
+        pix_fmt: str = "rgb24",
+        decode_threads: int | None = None,
+        skip_unreadable: bool = False,
+        every: int = 1,
+        fps: float | None = None,
+        id_column: str | None = None,
+    ):
+        self.path = _existing(path, "input table file")
+        self.column = column
+        self._table = PathTable(self.path, column, id_column, "video")
+        keys = self._table.ids.astype(str)
+        if len(set(keys.tolist())) < len(keys):
+            repeated = next(str(key) for key in keys if (keys == key).sum() > 1)
+            raise SourceError(
+                f"{str(self.path)!r}: the id {repeated!r} ({self._table.id_name}) is on more than one row; each video "
+                "listed needs an id of its own, to say which one a row of the results is from"
+            )
+        self.key_name = self._table.id_name
+        files = [self._table.file(row) for row in range(len(self._table))]
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps)
+        self._open_videos(files, batch_size, inputs, input_name, *decoding)
+
+    def _key(self, number: int) -> str:
+        return str(self._table.ids[self.opened[number]])
+
+    def _video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
+        row = self.opened[number]
+        return {
+            self.column: np.full(rows, self._table.names[row].as_py()),
+            self.key_name: np.full(rows, self._table.ids[row]),
+        }
+
+
+def _kept_frames(sink: Any, where: str, key_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The ``key_name`` (which video) and frame_index columns of the rows a resumed sink kept."""
     kept_columns = getattr(sink, "kept_columns", None)
-    columns = kept_columns(("path", "frame_index")) if kept_columns is not None else None
-    if not columns or "path" not in columns or "frame_index" not in columns:
+    columns = kept_columns((key_name, "frame_index")) if kept_columns is not None else None
+    if not columns or key_name not in columns or "frame_index" not in columns:
         raise ValueError(
             f"cannot resume from {where!r}: the output holds fewer rows than the frames before its last one, and its "
-            "path and frame_index columns cannot be read to see why"
+            f"{key_name} and frame_index columns cannot be read to see why"
         )
-    return columns["path"], columns["frame_index"]
+    return columns[key_name], columns["frame_index"]
 
 
 def _frame_size_text(row_shape: tuple[int, ...] | None) -> str:
