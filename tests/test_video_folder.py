@@ -370,6 +370,11 @@ def test_a_table_of_videos_needs_an_id_a_video_and_one_kind_of_file(folder, tmp_
     with pytest.raises(SourceError, match=r"the video path column 'path' is not in"):
         VideoTableSource(tmp_path / "dup.csv", "path", 8, _spec())
     argv = ["run", "convnet", "--no-progress", "--output", str(tmp_path / "x.parquet"), "--input"]
+    listing = tmp_path / "listing.csv"
+    pa_csv.write_csv(pa.table({"file": ["videos/a.mp4", "videos/gone.mp4"]}), listing)
+    assert main([*argv, str(listing), "--video-column", "file", "--skip-unreadable"]) == 0
+    err = capsys.readouterr().err
+    assert "the file column names the files written" in err and "input video not found: " in err
     assert main([*argv, str(folder), "--video-column", "file"]) == 1
     assert "a column of video paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "dup.csv"), "--video-column", "file", "--image-column", "file"]) == 1

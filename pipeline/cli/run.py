@@ -408,7 +408,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
             finally:  # also when the job failed: what was left out is part of what happened
-                _report_skipped(getattr(source, "skipped", []), args.output)
+                _report_skipped(getattr(source, "skipped", []), args.output, args.image_column or args.video_column)
                 _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
                 try:
                     _write_reports(args, pipe.stats)
@@ -537,14 +537,15 @@ def _report_per_batch(sink: Any) -> None:
         print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
 
 
-def _report_skipped(skipped: list[tuple[str, str]], output: Path) -> None:
-    """The files --skip-unreadable left out, every one, on stderr."""
+def _report_skipped(skipped: list[tuple[str, str]], output: Path, column: str | None = None) -> None:
+    """The files --skip-unreadable left out, every one, on stderr (``column``: the one of
+    a table's paths, where a table lists the files)."""
     if not skipped:
         return
     where = (
         "its rows are the other files, in file order"
         if output.suffix.lower() == ".npy"
-        else "the path column names the files written"
+        else f"the {column or 'path'} column names the files written"
     )
     print(f"skipped {len(skipped)} unreadable file(s); {str(output)!r} has no row for them ({where}):", file=sys.stderr)
     for _, why in skipped:
