@@ -13,7 +13,7 @@ import contextlib
 import importlib
 import threading
 import time
-from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +58,7 @@ from .sources import (
     hidden,
     holds_files,
     is_stream_url,
+    last_kept_row,
     sliced_chunk,
     writers_name,
 )
@@ -435,8 +436,7 @@ def resumed(
     position = locate(sink, start) if kept and locate is not None else None
     if position is not None:
         return window(source, max(start, position), stop)
-    last_kept_row = getattr(sink, "last_kept_row", None)
-    expected = last_kept_row() if kept and last_kept_row is not None else None
+    expected = last_kept_row(sink)
     first = start + kept
     if expected is None or getattr(source, "positional_meta", False):
         return window(source, first, stop)
@@ -491,7 +491,7 @@ def _chained(first: SourceBatch, rest: Iterator[SourceBatch]) -> Iterator[Source
         close_iteration(rest)
 
 
-def _check_meta(meta: dict[str, np.ndarray], expected: dict[str, Any], row: int, source: object) -> None:
+def _check_meta(meta: dict[str, np.ndarray], expected: Mapping[str, Any], row: int, source: object) -> None:
     """Refuse the input when its row ``row`` (``meta``, the first row's metadata) does
     not have the integer and text metadata of ``expected``, the output's last row."""
     differ = {

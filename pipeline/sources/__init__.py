@@ -54,6 +54,7 @@ from ._base import (
     SourceError,
     chunk_rows,
     fewer_rows,
+    last_kept_row,
     sliced_chunk,
 )
 from .files import (
@@ -111,6 +112,7 @@ __all__ = [
     "holds_files",
     "image_files",
     "is_stream_url",
+    "last_kept_row",
     "parquet_files",
     "paths_below",
     "rebatch",

@@ -142,10 +142,11 @@ class SlotFiller:
             close()
 
 
-def _last_kept_row(sink: Any) -> Mapping[str, Any] | None:
-    """The last row a resumed sink kept (None where it keeps none, or no columns)."""
-    last_kept_row = getattr(sink, "last_kept_row", None)
-    return last_kept_row() if getattr(sink, "kept_rows", 0) and last_kept_row is not None else None
+def last_kept_row(sink: Any) -> Mapping[str, Any] | None:
+    """The last row a resumed sink kept, column by column (None where it keeps none, or
+    no columns): what ``jobs.resumed`` and the sources that say where to go on read."""
+    read = getattr(sink, "last_kept_row", None)
+    return read() if getattr(sink, "kept_rows", 0) and read is not None else None
 
 
 #: an image source's decode threads with decode_threads=None: one per CPU, at most this many

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,9 @@ from ._base import (
     SourceError,
     _decode_threads,
     _existing,
-    _last_kept_row,
     _one_input,
     fewer_rows,
+    last_kept_row,
 )
 from .files import IMAGE_SUFFIXES, image_files
 from .tables import PathTable
@@ -91,6 +91,41 @@ class _ImageFiles(RowSource):
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
         """The metadata of rows ``rows`` (of all the rows), in order."""
         raise NotImplementedError
+
+    #: the metadata column that says which file a row is from: where a resumed run that
+    #: skips unreadable files goes on (:meth:`position_after`)
+    key_name = "path"
+
+    def _keys(self) -> Iterable[str]:
+        """What the ``key_name`` column holds for each row of the window, as text."""
+        raise NotImplementedError
+
+    def position_after(self, sink: Any, start: int) -> int | None:
+        """Where a resumed run goes on when unreadable files are skipped (its rows are then
+        fewer than its files, so they cannot be counted): after the row whose key (its
+        path, a table's id) the last row ``sink`` kept has; None where rows are files,
+        and counting them will do (``jobs.resumed``)."""
+        if not self.skip_unreadable:
+            return None
+        row = last_kept_row(sink)
+        if row is None or self.key_name not in row:
+            raise SourceError(
+                "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
+                f"{self.key_name} column says which file comes next: write its output as .parquet, .csv or a folder"
+            )
+        key = str(row[self.key_name])
+        matches = [number for number, each in enumerate(self._keys()) if each == key]
+        if not matches:
+            raise SourceError(
+                f"cannot resume: the output's last row names {key!r} ({self.key_name}), which is not an image of "
+                f"{str(self.path)!r} (the input is not the one the output was made from)"
+            )
+        if len(matches) > 1:
+            raise SourceError(
+                f"cannot resume: {len(matches)} rows of {str(self.path)!r} have {self.key_name} {key!r}, the output's "
+                "last: the ids must be unique to resume a run that skips unreadable images"
+            )
+        return matches[0] + 1
 
     def __len__(self) -> int:
         return self._hi - self._lo
@@ -208,27 +243,8 @@ class ImageFolderSource(_ImageFiles):
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
         return {"path": np.asarray([self._files[row] for row in rows])}
 
-    def position_after(self, sink: Any, start: int) -> int | None:
-        """Where a resumed run goes on when unreadable files are skipped (its rows are then
-        fewer than its files, so they cannot be counted): after the file the last row
-        ``sink`` kept names; None where rows are files, and counting them will do
-        (``jobs.resumed``)."""
-        if not self.skip_unreadable:
-            return None
-        row = _last_kept_row(sink)
-        if row is None:
-            raise SourceError(
-                "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
-                "path column says which file comes next: write its output as .parquet, .csv or a folder"
-            )
-        names = self._files[self._lo : self._hi]
-        path = str(row.get("path", ""))
-        if path not in names:
-            raise SourceError(
-                f"cannot resume: the output's last row names {path!r}, which is not an image of {str(self.path)!r} "
-                "(the folder is not the one the output was made from)"
-            )
-        return names.index(path) + 1
+    def _keys(self) -> Iterable[str]:
+        return self._files[self._lo : self._hi]
 
 
 class ImageTableSource(_ImageFiles):
@@ -259,7 +275,7 @@ class ImageTableSource(_ImageFiles):
         self.path = _existing(path, "input table file")
         self.column = column
         self._table = PathTable(self.path, column, id_column, "image")
-        self._ids, self._id_name = self._table.ids, self._table.id_name
+        self.key_name = self._table.id_name
         rows = len(self._table)
         self._setup(rows, batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
 
@@ -269,27 +285,8 @@ class ImageTableSource(_ImageFiles):
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
         return {
             self.column: self._table.names.take(rows).to_numpy(zero_copy_only=False).astype(str),
-            self._id_name: self._ids[rows],
+            self.key_name: self._table.ids[rows],
         }
 
-    def position_after(self, sink: Any, start: int) -> int | None:
-        """Where a resumed run goes on when unreadable images are skipped (its rows are
-        then fewer than the table's): after the row whose id the output's last row has;
-        None where rows are counted (``jobs.resumed``)."""
-        if not self.skip_unreadable:
-            return None
-        row = _last_kept_row(sink)
-        if row is None or self._id_name not in row:
-            raise SourceError(
-                f"cannot resume: a run that skips unreadable images has fewer rows than the table, and only the "
-                f"output's {self._id_name!r} column says which row comes next: write it as .parquet, .csv or a folder"
-            )
-        matches = np.flatnonzero(self._ids.astype(str) == str(row[self._id_name]))
-        if len(matches) != 1:
-            how = "no row" if not len(matches) else f"{len(matches)} rows"
-            raise SourceError(
-                f"cannot resume: {how} of {str(self.path)!r} with {self._id_name} {row[self._id_name]!r}, the "
-                "output's last, where one was to say which row comes next (ids must be unique to resume a run "
-                "that skips unreadable images)"
-            )
-        return int(matches[0]) + 1 - self._lo
+    def _keys(self) -> Iterable[str]:
+        return self._table.ids[self._lo : self._hi].astype(str)  # type: ignore[no-any-return]

@@ -21,10 +21,10 @@ from ._base import (
     SourceError,
     _decode_threads,
     _existing,
-    _last_kept_row,
     _one_input,
     chunk_rows,
     fewer_rows,
+    last_kept_row,
     sliced_chunk,
 )
 from .files import VIDEO_SUFFIXES, video_files
@@ -519,7 +519,7 @@ class VideoFolderSource(RowSource):
         fewer (a video gave fewer frames than its header counts), every row is held
         against the folder first.  None for an output that keeps no path (a
         ``.npy``): its rows are counted (``jobs.resumed``)."""
-        last = _last_kept_row(sink)
+        last = last_kept_row(sink)
         if last is None or self.key_name not in last or "frame_index" not in last:
             return None
         videos = [
