@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -10,6 +12,8 @@ import numpy as np
 import pytest
 
 from pipeline.cli import main
+
+from .helpers import ROOT
 
 
 def test_bench_prints_its_table(capsys):
@@ -215,6 +219,42 @@ def test_console_script_with_no_arguments_runs_the_main_job():
     )
     assert result.returncode == 0, result.stderr
     assert "emulated" in result.stdout and "pipelined" in result.stdout
+
+
+#: ``ortpipe run`` with its input's first read held up, as a large CSV's parse or
+#: a large model's session can hold it (Ctrl-C comes before the job handles it)
+_SLOW_START = """
+import sys, time
+import pipeline.jobs
+from pipeline.cli import main
+
+def open_source_slowly(*args, **kwargs):
+    print("reading the input", flush=True)
+    time.sleep(60)
+    raise AssertionError("Ctrl-C did not end the read")
+
+pipeline.jobs.open_source = open_source_slowly
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_before_the_job_starts_ends_it_with_130_and_no_traceback(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 4), np.float32))
+    output = tmp_path / "out.csv"
+    argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--output", str(output), "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_START, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout.readline() == "reading the input\n"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGINT, err
+    assert err == "ortpipe: run interrupted\n"  # no traceback
+    assert not output.exists()
 
 
 def test_info(capsys):

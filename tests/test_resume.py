@@ -534,8 +534,8 @@ def _argv(job, output: Path, *more: str) -> list[str]:
             "--device", "cpu", "--no-progress", *parts, *more]  # fmt: skip
 
 
-def _stopped_mid_run(argv: list[str], output: Path, signum: int) -> tuple[int, str]:
-    """``ortpipe run argv`` in a process of its own, sent ``signum`` once it has written some rows."""
+def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int, str]:
+    """``ortpipe run argv`` in a process of its own, sent ``signums`` at once when it has written some rows."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli", *argv],
@@ -556,7 +556,8 @@ def _stopped_mid_run(argv: list[str], output: Path, signum: int) -> tuple[int, s
             if (output / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024):
                 break
             time.sleep(0.005)
-        process.send_signal(signum)
+        for signum in signums:
+            process.send_signal(signum)
         rest, _ = process.communicate(timeout=60)
     finally:
         process.kill()
@@ -610,6 +611,20 @@ def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, su
     np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
     if ids is not None:
         np.testing.assert_array_equal(ids, np.arange(ROWS))
+
+
+def test_a_second_signal_aborts_the_job_and_leaves_a_readable_output_that_resumes(tmp_path, capsys, busy_job):
+    output = tmp_path / "scores.parquet"
+    code, said = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGTERM, signal.SIGINT)
+    # Python runs the handlers in signal number order: SIGINT stops the job, SIGTERM aborts it
+    assert code == 128 + signal.SIGINT, said
+    assert "Traceback" not in said
+    assert "interrupted after" in said and "--resume goes on from there" in said
+    assert 0 < pq.read_metadata(output).num_rows < ROWS  # the footer written: rows kept
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    scores, ids = _written(output)
+    np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ids, np.arange(ROWS))
 
 
 def test_a_detection_job_killed_mid_run_resumes_to_the_whole_runs_tables(tmp_path, capsys):

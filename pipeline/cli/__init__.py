@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -33,3 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # bad option values (e.g. --preprocess)
         print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before a job's own handling of it (a session being made, a large
+        # input first read) or after: nothing half-done to report, and no traceback.
+        print(f"ortpipe: {args.command} interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT

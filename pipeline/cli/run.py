@@ -407,6 +407,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _signals_stop() as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
+            except KeyboardInterrupt:
+                # A second Ctrl-C or SIGTERM: the batches in flight were dropped, and the
+                # rows written before them are in the closed output, as after a first one.
+                summary.interrupted = True
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output, args.image_column or args.video_column)
                 _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
@@ -581,7 +585,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @contextlib.contextmanager
 def _signals_stop() -> Iterator[_Stop]:
     """The first Ctrl-C or SIGTERM ends the job gracefully (in-flight batches written,
-    file closed, so that it can be resumed); a second one aborts."""
+    file closed, so that it can be resumed); a second one aborts (the batches in
+    flight dropped, the file still closed: cmd_run reports it as a first one)."""
     stop = _Stop()
 
     def on_signal(signum: int, frame: Any) -> None:
