@@ -41,6 +41,7 @@ from .sources import (
     VIDEO_SUFFIXES,
     Chunk,
     CsvSource,
+    Fit,
     ImageFolderSource,
     ImageTableSource,
     NpySource,
@@ -206,11 +207,13 @@ def open_source(
     jpeg_draft: bool = False,
     image_column: str | None = None,
     video_column: str | None = None,
+    fit: str | Fit | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
     table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
-    fraction of their size with ``jpeg_draft``."""
+    fraction of their size with ``jpeg_draft``; frames and images made ``size`` as ``fit``
+    says (NOTE [ fitting ])."""
     kind = source_kind(path, image_column, video_column)
     listed = image_column or video_column
     if listed is not None:
@@ -229,6 +232,10 @@ def open_source(
         )
     if jpeg_draft and kind != "images":
         raise SourceError(f"decoding JPEGs in draft is for images; {str(path)!r} is a {kind} source")
+    if Fit.parse(fit).moves and kind not in ("video", "videos", "images"):
+        raise SourceError(
+            f"cropping or padding to a size is for video frames and images; {str(path)!r} is a {kind} source"
+        )
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
@@ -238,7 +245,9 @@ def open_source(
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
-        return VideoSource(path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps)
+        return VideoSource(
+            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps, fit=fit
+        )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(
             path,
@@ -253,10 +262,21 @@ def open_source(
             every=every,
             fps=fps,
             id_column=id_column,
+            fit=fit,
         )
     if kind == "videos":
         return VideoFolderSource(
-            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every=every, fps=fps
+            path,
+            batch_size,
+            specs,
+            input_name,
+            size,
+            pix_fmt,
+            decode_threads,
+            skip_unreadable,
+            every=every,
+            fps=fps,
+            fit=fit,
         )
     if image_column is not None:
         return ImageTableSource(
@@ -270,8 +290,11 @@ def open_source(
             skip_unreadable,
             jpeg_draft,
             id_column,
+            fit,
         )
-    return ImageFolderSource(path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
+    return ImageFolderSource(
+        path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit=fit
+    )
 
 
 def sink_kind(path: str | Path) -> str:

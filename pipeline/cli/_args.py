@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import PipelineError
+from ..sources import Fit
 
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
@@ -110,6 +111,14 @@ def size(text: str) -> tuple[int, int]:
     if width < 1 or height < 1:
         raise argparse.ArgumentTypeError(f"--size must be positive, got {text!r}")
     return width, height
+
+
+def fit(text: str) -> Fit:
+    """--fit: stretch, crop, crop:FRACTION, pad, pad:VALUE (NOTE [ fitting ])."""
+    try:
+        return Fit.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def row_range(text: str) -> tuple[int, int | None]:

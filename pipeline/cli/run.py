@@ -24,6 +24,7 @@ from ._args import (
     column_map,
     constant_arrays,
     copy_threads,
+    fit,
     names,
     ort_options,
     positive,
@@ -177,6 +178,15 @@ def add_run(sub: Any) -> None:
         help="images (a folder's, a table's --image-column): decode each JPEG at 1/2, 1/4 or 1/8 of its size where "
         "that still covers --size, "
         "then resize (about 4x faster for large photos; pixels within a few levels of a full decode's)",
+    )
+    run.add_argument(
+        "--fit",
+        type=fit,
+        default=None,
+        help="video frames and images of another aspect ratio than --size (or the model's): stretch (default), "
+        "crop (the middle of the smallest resize covering it; crop:0.875 as Resize(256) + CenterCrop(224)), or "
+        "pad (the largest resize it holds, on a border of 0; pad:114 as YOLO's letterbox); cropped or padded "
+        "rows say where the picture went: fit_scale, fit_x, fit_y",
     )
     run.add_argument(
         "--static-shapes",
@@ -373,6 +383,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             every=args.every,
             fps=args.fps,
             jpeg_draft=args.jpeg_draft,
+            fit=args.fit,
             image_column=args.image_column,
             video_column=args.video_column,
         )

@@ -21,6 +21,9 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`ImageTableSource` - the images a table's column of paths lists;
 * :class:`VideoTableSource` - the videos a table lists, frame after frame.
 
+Frames and images are made the model's size stretched, cropped or padded
+(:class:`Fit`, NOTE [ fitting ] in ``fitting``).
+
 Errors name the file and what was wrong with it (:class:`SourceError`).
 
 NOTE [ sources that fill slots ]: a video or an image folder makes its
@@ -71,6 +74,7 @@ from .files import (
     writers_name,
     writers_own,
 )
+from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
 from .images import ImageFolderSource, ImageTableSource
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 from .videos import (
@@ -85,17 +89,21 @@ from .videos import (
 
 __all__ = [
     "AUTO_DECODE_THREADS",
+    "FIT_COLUMNS",
+    "FIT_MODES",
     "IMAGE_SUFFIXES",
     "PARQUET_SUFFIXES",
     "STREAM_TIMEOUT_S",
     "VIDEO_SUFFIXES",
     "Chunk",
     "CsvSource",
+    "Fit",
     "ImageFolderSource",
     "ImageTableSource",
     "NpySource",
     "ParquetDatasetSource",
     "ParquetSource",
+    "Placement",
     "RowSource",
     "SlotFiller",
     "SourceBatch",

@@ -24,7 +24,11 @@ from ._base import (
     last_kept_row,
 )
 from .files import IMAGE_SUFFIXES, image_files
+from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import PathTable
+
+#: an image decoded, and where it went in the model's size (None: not resized)
+_Decoded = tuple[np.ndarray, Placement | None]
 
 
 class _ImageFiles(RowSource):
@@ -52,6 +56,11 @@ class _ImageFiles(RowSource):
     ``draft``), then resizes: a 12-megapixel photo to 224x224 decodes about 4x
     faster, its pixels within a few levels of a full decode's (not the same:
     off by default, where outputs must match a preprocessing done otherwise).
+
+    ``fit`` (with a ``size``) says how an image of another aspect ratio is made
+    that size: ``"stretch"`` (the default), ``"crop"``/``"crop:F"`` or
+    ``"pad"``/``"pad:V"``, each row then with ``fit_scale``, ``fit_x`` and
+    ``fit_y`` (NOTE [ fitting ]).  Pillow resizes only the region a crop keeps.
     """
 
     #: what the source is, in messages
@@ -68,6 +77,7 @@ class _ImageFiles(RowSource):
         decode_threads: int | None,
         skip_unreadable: bool,
         jpeg_draft: bool,
+        fit: str | Fit | None,
     ) -> None:
         if jpeg_draft and size is None:
             raise SourceError(
@@ -75,6 +85,8 @@ class _ImageFiles(RowSource):
                 "(--size WxH)"
             )
         self.jpeg_draft = jpeg_draft
+        #: how an image is made ``size`` (NOTE [ fitting ])
+        self.fit = check_fit(fit, size, f"{self.kind} {str(self.path)!r}")
         self.spec = _one_input(inputs, input_name, f"an {self.kind} source")
         self.batch_size, self.size = batch_size, size
         self.row_shape = None if size is None else (size[1], size[0], 3)
@@ -157,7 +169,7 @@ class _ImageFiles(RowSource):
             return
         pool = concurrent.futures.ThreadPoolExecutor(self.decode_threads, thread_name_prefix="ortpipe-decode")
         try:
-            decoding: collections.deque[concurrent.futures.Future[np.ndarray | SourceError]] = collections.deque()
+            decoding: collections.deque[concurrent.futures.Future[_Decoded | SourceError]] = collections.deque()
             submitted = self._lo
             for start in starts:
                 # this batch and the next one in flight: bounded memory, threads kept busy
@@ -172,38 +184,56 @@ class _ImageFiles(RowSource):
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _load(self, file: Path) -> np.ndarray | SourceError:
-        """The decoded image, or (to be raised or skipped in order) why it cannot be."""
+    def _load(self, file: Path) -> _Decoded | SourceError:
+        """The decoded image and where it went, or (to be raised or skipped in order) why it cannot be."""
         from PIL import Image, UnidentifiedImageError
 
         try:
             with Image.open(file) as image:
-                if self.jpeg_draft:  # a JPEG decoded at 1/2, 1/4 or 1/8 of its size, still >= size
-                    image.draft(None, self.size)
-                rgb = image.convert("RGB")
-                if self.size is not None:
-                    rgb = rgb.resize(self.size)
-                return np.asarray(rgb)
+                placement = None if self.size is None else self.fit.placement(*image.size, self.size)
+                if self.jpeg_draft and placement is not None:
+                    # a JPEG decoded at 1/2, 1/4 or 1/8 of its size, still as large as its resize
+                    image.draft(None, placement.resized)
+                return np.asarray(self._fitted(image.convert("RGB"), placement)), placement
         except (UnidentifiedImageError, OSError, ValueError) as exc:  # ValueError: a truncated header
             return SourceError(f"{str(file)!r} cannot be read as an image: {exc}")
 
-    def _chunk(self, rows: list[int], loaded: list[np.ndarray | SourceError]) -> Chunk | None:
+    def _fitted(self, rgb: Any, placement: Placement | None) -> Any:
+        """``rgb`` made ``size`` as ``fit`` says (NOTE [ fitting ]): a crop resizes only its region."""
+        if placement is None:
+            return rgb
+        if self.fit.mode == "crop":
+            return rgb.resize(placement.size, box=placement.source_box(*rgb.size))
+        resized = rgb.resize(placement.resized)
+        if self.fit.mode == "stretch":
+            return resized
+        from PIL import Image
+
+        canvas = Image.new("RGB", placement.size, (self.fit.fill,) * 3)
+        canvas.paste(resized, placement.offset)
+        return canvas
+
+    def _chunk(self, rows: list[int], loaded: list[_Decoded | SourceError]) -> Chunk | None:
         """The batch of the rows whose files decoded (None when none did and the failures are skipped)."""
-        kept, images = [], []
-        for row, image in zip(rows, loaded, strict=True):
-            if isinstance(image, SourceError):
+        kept, images, placements = [], [], []
+        for row, decoded in zip(rows, loaded, strict=True):
+            if isinstance(decoded, SourceError):
                 if not self.skip_unreadable:
-                    raise image
-                self.skipped.append((str(self._file(row)), str(image)))
+                    raise decoded
+                self.skipped.append((str(self._file(row)), str(decoded)))
                 continue
             kept.append(row)
-            images.append(image)
+            images.append(decoded[0])
+            placements.append(decoded[1])
         if not images:
             return None
         shapes = {a.shape for a in images}
         if len(shapes) > 1:
             raise SourceError(f"images of {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
-        return images, self._meta(kept)
+        meta = self._meta(kept)
+        if self.fit.moves:
+            meta.update(fit_columns(placements))  # type: ignore[arg-type]  # every one placed: fit needs a size
+        return images, meta
 
 
 class ImageFolderSource(_ImageFiles):
@@ -223,6 +253,7 @@ class ImageFolderSource(_ImageFiles):
         decode_threads: int | None = None,
         skip_unreadable: bool = False,
         jpeg_draft: bool = False,
+        fit: str | Fit | None = None,
     ):
         self.path = _existing(path, "image folder")
         if not self.path.is_dir():
@@ -230,7 +261,9 @@ class ImageFolderSource(_ImageFiles):
         self._files = image_files(self.path)
         if not self._files:
             raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        self._setup(len(self._files), batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
+        self._setup(
+            len(self._files), batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit
+        )
 
     @property
     def files(self) -> list[Path]:
@@ -271,13 +304,14 @@ class ImageTableSource(_ImageFiles):
         skip_unreadable: bool = False,
         jpeg_draft: bool = False,
         id_column: str | None = None,
+        fit: str | Fit | None = None,
     ):
         self.path = _existing(path, "input table file")
         self.column = column
         self._table = PathTable(self.path, column, id_column, "image")
         self.key_name = self._table.id_name
         rows = len(self._table)
-        self._setup(rows, batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft)
+        self._setup(rows, batch_size, inputs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit)
 
     def _file(self, row: int) -> Path:
         return self._table.file(row)

@@ -28,6 +28,7 @@ from ._base import (
     sliced_chunk,
 )
 from .files import VIDEO_SUFFIXES, video_files
+from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import PathTable
 
 #: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
@@ -42,7 +43,9 @@ def is_stream_url(path: str | Path) -> bool:
 class VideoSource(RowSource):
     """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
 
-    ``size=(width, height)`` resizes while decoding.  Each frame keeps its index
+    ``size=(width, height)`` resizes while decoding, stretched unless ``fit``
+    says ``"crop"`` or ``"pad"`` (NOTE [ fitting ]: swscale resizes the whole
+    frame, which is then cut or padded).  Each frame keeps its index
     and its timestamp in seconds (``frame.time``).  ``every=N`` takes frames 0,
     N, 2N, ... (30 on a 30 frame/s video: a frame a second): the others are
     decoded, as a compressed stream must be, but neither converted nor run, and
@@ -74,6 +77,7 @@ class VideoSource(RowSource):
         timeout_s: float = STREAM_TIMEOUT_S,
         every: int = 1,
         fps: float | None = None,
+        fit: str | Fit | None = None,
     ):
         import av
 
@@ -88,6 +92,9 @@ class VideoSource(RowSource):
         self.timeout_s = timeout_s
         self.spec = _one_input(inputs, input_name, "a video source")
         self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
+        #: how a frame is made ``size`` (NOTE [ fitting ])
+        self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
+        self._placements: dict[tuple[int, int], Placement] = {}
         self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
         try:
             with self._open() as container:
@@ -239,6 +246,7 @@ class VideoSource(RowSource):
         frames: list[np.ndarray] = []
         indices: list[int] = []
         times: list[float] = []
+        placed: list[Placement] = []
         decoded = 0
         try:
             with self._open() as container:
@@ -250,19 +258,17 @@ class VideoSource(RowSource):
                     decoded = index + 1
                     if index < self.skip or index % self.every:
                         continue
-                    width, height = self.size or (frame.width, frame.height)
-                    image = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
-                    frames.append(image)
+                    frames.append(self._converted(reformatter, frame, placed))
                     indices.append(index)
                     times.append(float(frame.time) if frame.time is not None else float("nan"))
                     if len(frames) == self.batch_size:
-                        yield self._chunk(frames, indices, times)
-                        frames, indices, times = [], [], []
+                        yield self._chunk(frames, indices, times, placed)
+                        frames, indices, times, placed = [], [], [], []
         except av.error.FFmpegError as exc:
             when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
             failure = VideoDecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {exc}")
             if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
-                yield self._chunk(frames, indices, times)
+                yield self._chunk(frames, indices, times, placed)
             raise failure from exc
         if decoded < self.skip:  # counted in rows: the frames a stride takes
             error = str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every)))
@@ -270,7 +276,23 @@ class VideoSource(RowSource):
                 error += f" (it gave {decoded} frames where its header counts {self.frames_hint}: is it cut short?)"
             raise VideoEndedEarly(error)
         if frames:
-            yield self._chunk(frames, indices, times)
+            yield self._chunk(frames, indices, times, placed)
+
+    def _converted(self, reformatter: Any, frame: Any, placed: list[Placement]) -> np.ndarray:
+        """``frame`` as the model's picture (``pix_fmt``, ``size`` as ``fit`` says), its
+        placement added to ``placed`` where it is cropped or padded."""
+        if not self.fit.moves:
+            width, height = self.size or (frame.width, frame.height)
+            return reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()  # type: ignore[no-any-return]
+        key = (frame.width, frame.height)
+        placement = self._placements.get(key)
+        if placement is None:  # a frame size seen first (a stream may change it)
+            placement = self._placements[key] = self.fit.placement(*key, self.size)  # type: ignore[arg-type]
+        placed.append(placement)
+        width, height = placement.resized
+        return placement.place(
+            reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
+        )
 
     def _numbered(self, container: Any, stream: Any, target: int | None) -> Iterator[tuple[int, Any]]:
         """``(index, frame)`` of the frames decoded: every one from the first, or,
@@ -297,9 +319,13 @@ class VideoSource(RowSource):
         for index, frame in enumerate(frames, self.skip + 1):
             yield index, frame
 
-    @staticmethod
-    def _chunk(frames: list[np.ndarray], indices: list[int], times: list[float]) -> Chunk:
-        return frames, {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
+    def _chunk(
+        self, frames: list[np.ndarray], indices: list[int], times: list[float], placed: list[Placement]
+    ) -> Chunk:
+        meta = {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
+        if self.fit.moves:
+            meta.update(fit_columns(placed))
+        return frames, meta
 
 
 def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
@@ -372,6 +398,7 @@ class VideoFolderSource(RowSource):
         skip_unreadable: bool = False,
         every: int = 1,
         fps: float | None = None,
+        fit: str | Fit | None = None,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -379,9 +406,8 @@ class VideoFolderSource(RowSource):
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        self._open_videos(
-            files, batch_size, inputs, input_name, size, pix_fmt, decode_threads, skip_unreadable, every, fps
-        )
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit)
+        self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _open_videos(
         self,
@@ -395,6 +421,7 @@ class VideoFolderSource(RowSource):
         skip_unreadable: bool,
         every: int,
         fps: float | None,
+        fit: str | Fit | None,
     ) -> None:
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
@@ -411,7 +438,7 @@ class VideoFolderSource(RowSource):
         for number, file in enumerate(files):
             try:
                 video = VideoSource(
-                    file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps
+                    file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps, fit=fit
                 )
                 video.cut_short = self.cut_short  # one list for the folder
                 self.videos.append(video)
@@ -561,6 +588,7 @@ class VideoTableSource(VideoFolderSource):
         every: int = 1,
         fps: float | None = None,
         id_column: str | None = None,
+        fit: str | Fit | None = None,
     ):
         self.path = _existing(path, "input table file")
         self.column = column
@@ -574,7 +602,7 @@ class VideoTableSource(VideoFolderSource):
             )
         self.key_name = self._table.id_name
         files = [self._table.file(row) for row in range(len(self._table))]
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps)
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit)
         self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _key(self, number: int) -> str:
