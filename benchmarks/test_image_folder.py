@@ -5,7 +5,7 @@
 machine, the conv net ~0.1 ms, so the job goes as fast as the files are
 decoded; ``decode_threads`` decodes that many at once.  And 24 JPEGs of
 3000x2000 to 224x224, two decode threads: decoded whole, or at 1/8 of their
-size (``jpeg_draft``).
+size (``jpeg_draft``).  And the 640x480 photos to 224x224 by each ``fit``.
 """
 
 from __future__ import annotations
@@ -81,3 +81,21 @@ def test_large_photos_to_224_items_per_s(benchmark, large_photos, draft):
     best = LARGE / benchmark.stats.stats.min
     benchmark.extra_info.update(jpeg_draft=draft, items_per_s=best)
     print(f"\n3000x2000 JPEGs to 224x224, {'draft' if draft else 'full decode'}: fastest {best:.1f} images/s", end="")
+
+
+@pytest.mark.parametrize("fit", ["stretch", "crop:0.875", "pad:114"])
+def test_photos_to_224_by_fit_items_per_s(benchmark, photos, fit):
+    """The 640x480 photos to 224x224 stretched, centre-cropped (Pillow resizes the
+    region kept) or letterboxed (resized, then pasted on a border), one decode thread."""
+    frames = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
+
+        def job() -> float:
+            source = ImageFolderSource(photos, 32, pipe.source_inputs, size=(224, 224), decode_threads=1, fit=fit)
+            return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
+
+        job()
+        benchmark.pedantic(job, rounds=3, iterations=1)
+    best = PHOTOS / benchmark.stats.stats.min
+    benchmark.extra_info.update(fit=fit, items_per_s=best)
+    print(f"\n640x480 JPEGs to 224x224, fit {fit}: fastest {best:.0f} images/s", end="")
