@@ -208,12 +208,13 @@ def open_source(
     image_column: str | None = None,
     video_column: str | None = None,
     fit: str | Fit | None = None,
+    exif_orientation: bool = False,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
     table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
-    fraction of their size with ``jpeg_draft``; frames and images made ``size`` as ``fit``
-    says (NOTE [ fitting ])."""
+    fraction of their size with ``jpeg_draft`` and turned upright with ``exif_orientation``;
+    frames and images made ``size`` as ``fit`` says (NOTE [ fitting ])."""
     kind = source_kind(path, image_column, video_column)
     listed = image_column or video_column
     if listed is not None:
@@ -232,6 +233,8 @@ def open_source(
         )
     if jpeg_draft and kind != "images":
         raise SourceError(f"decoding JPEGs in draft is for images; {str(path)!r} is a {kind} source")
+    if exif_orientation and kind != "images":
+        raise SourceError(f"turning pictures as their EXIF says is for images; {str(path)!r} is a {kind} source")
     if Fit.parse(fit).moves and kind not in ("video", "videos", "images"):
         raise SourceError(
             f"cropping or padding to a size is for video frames and images; {str(path)!r} is a {kind} source"
@@ -291,9 +294,10 @@ def open_source(
             jpeg_draft,
             id_column,
             fit,
+            exif_orientation,
         )
     return ImageFolderSource(
-        path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit=fit
+        path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation
     )
 
 

@@ -40,6 +40,17 @@ def gather_model(rows: int = 10):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def frames_model(height: int, width: int):
+    """uint8 ``[N, H, W, 3]`` frames out as they came in (``frames`` -> ``seen``): what reached the model."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["frames"], ["seen"])],
+        "seen",
+        [helper.make_tensor_value_info("frames", TensorProto.UINT8, ["N", height, width, 3])],
+        [helper.make_tensor_value_info("seen", TensorProto.UINT8, ["N", height, width, 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def renamed_dims_model():
     """Output dims named unrelated to the input's: y[B*2, K] from x[N, 4] (Reshape + Concat)."""
     graph = helper.make_graph(

@@ -5,9 +5,7 @@ saying where each picture went, and ``ortpipe run --fit``."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from pipeline import Pipeline, models
 from pipeline.cli import main
@@ -15,7 +13,7 @@ from pipeline.jobs import run_job
 from pipeline.sinks import CallbackSink
 from pipeline.sources import Fit, ImageFolderSource, SourceError, VideoSource
 
-from .helpers import encode_video
+from .helpers import encode_video, frames_model
 
 Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
 
@@ -178,16 +176,8 @@ def test_video_frames_cropped_and_padded_as_images_are(video, inputs):
     assert set(meta["fit_scale"].tolist()) == {0.5} and set(meta["fit_x"].tolist()) == {8}
 
 
-def _frames_model(height: int, width: int) -> onnx.ModelProto:
-    """uint8 [N, H, W, 3] frames out as they came in: what reached the model."""
-    frames = helper.make_tensor_value_info("frames", TensorProto.UINT8, ["N", height, width, 3])
-    seen = helper.make_tensor_value_info("seen", TensorProto.UINT8, ["N", height, width, 3])
-    graph = helper.make_graph([helper.make_node("Identity", ["frames"], ["seen"])], "seen", [frames], [seen])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-
-
 def test_a_job_writes_cropped_frames_into_the_slots_and_their_places_beside_the_outputs(video):
-    with Pipeline(_frames_model(16, 32), device="cpu", depth=2) as pipe:
+    with Pipeline(frames_model(16, 32), device="cpu", depth=2) as pipe:
         source = VideoSource(video, 4, pipe.source_inputs, size=(32, 16), fit="crop")
         written = []
         summary = run_job(pipe, source, CallbackSink(lambda index, outs, meta: written.append((outs, meta))))

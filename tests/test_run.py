@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +22,7 @@ from pipeline.jobs import JobSummary, run_job
 from pipeline.sinks import CallbackSink, NpySink, read_npy_header_rows
 from pipeline.sources import ImageFolderSource, NpySource, ParquetSource, VideoSource
 
-from .helpers import load_module
+from .helpers import frames_model, load_module
 
 
 def _example(name: str):
@@ -585,6 +586,28 @@ def test_run_jpeg_draft_decodes_a_folder_of_jpegs_in_draft_and_nothing_else(tmp_
     npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
     assert main([*npy, "--jpeg-draft", "--no-progress"]) == 1
     assert "decoding JPEGs in draft is for images" in capsys.readouterr().err
+
+
+def test_run_exif_orientation_turns_a_phones_portrait_photo_upright_and_nothing_else(tmp_path, capsys):
+    from PIL import Image
+
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    stored = np.zeros((30, 40, 3), np.uint8)  # landscape as stored, its top row white
+    stored[:3] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 6  # to be turned a quarter clockwise: a portrait photo whose right column is white
+    Image.fromarray(stored).save(folder / "portrait.jpg", quality=95, exif=exif.tobytes())
+    seen = tmp_path / "seen.npy"
+    model = tmp_path / "seen.onnx"
+    onnx.save(frames_model(40, 30), model)
+    argv = ["run", str(model), "--input", str(folder), "--output", str(seen), "--no-progress", "--exif-orientation"]
+    assert main(argv) == 0  # 30 wide, 40 high upright: the model's size, no resize
+    (picture,) = np.load(seen)
+    assert picture.shape == (40, 30, 3) and (picture[:, -3:] > 200).all() and (picture[:, :-4] < 50).all()
+    npy = ["run", "mlp", "--input", str(_npy(tmp_path / "x.npy", (4, 64))), "--output", str(tmp_path / "y.npy")]
+    assert main([*npy, "--exif-orientation", "--no-progress"]) == 1
+    assert "turning pictures as their EXIF says is for images" in capsys.readouterr().err
 
 
 def test_csv_in_csv_out_with_ids_across_the_readers_blocks(tmp_path):

@@ -342,3 +342,41 @@ def test_a_table_of_image_paths_that_cannot_be_read_so_is_refused_with_why(liste
     assert [Path(path).name for path, _ in source.skipped] == ["1.png"]
     with pytest.raises(SourceError, match=r"a column of image paths is read from a table, a .parquet or .csv file"):
         source_kind(folder / "a", "file")
+
+
+@pytest.fixture
+def turned(tmp_path):
+    """A 40x24 JPEG stored with each EXIF orientation 1-8 (o1.jpg ... o8.jpg)."""
+    y, x = np.mgrid[0:24, 0:40]
+    pixels = np.stack([x * 6, y * 10, (x < 8) * 255], -1).astype(np.uint8)  # no two corners alike
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(pixels).save(tmp_path / f"o{orientation}.jpg", quality=95, exif=exif.tobytes())
+    return tmp_path
+
+
+def test_exif_orientation_turns_each_image_upright_as_pillows_exif_transpose_does(turned, inputs):
+    from PIL import ImageOps
+
+    upright = [frames[0] for _, frames in _batches(ImageFolderSource(turned, 1, inputs, exif_orientation=True))]
+    stored = [frames[0] for _, frames in _batches(ImageFolderSource(turned, 1, inputs))]
+    for orientation in range(1, 9):
+        with Image.open(turned / f"o{orientation}.jpg") as image:
+            np.testing.assert_array_equal(stored[orientation - 1], np.asarray(image.convert("RGB")))  # off: as stored
+            reference = np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+        np.testing.assert_array_equal(upright[orientation - 1], reference)
+        assert upright[orientation - 1].shape == ((40, 24, 3) if orientation >= 5 else (24, 40, 3))
+
+
+def test_exif_orientation_turns_before_the_fit_and_the_draft(turned, inputs):
+    from PIL import ImageOps
+
+    source = ImageFolderSource(turned, 8, inputs, size=(12, 20), fit="crop", exif_orientation=True, jpeg_draft=True)
+    ((_, frames),) = _batches(source)
+    with Image.open(turned / "o6.jpg") as image:  # stored 40x24, upright 24x40: into 12x20 at half size, no crop
+        reference = np.asarray(ImageOps.exif_transpose(image).convert("RGB").resize((12, 20))).astype(np.int16)
+    difference = np.abs(frames[5] - reference)
+    assert difference.mean() < 2 and difference.max() <= 40  # decoded at 1/2 (20x12), turned, not cut: its edge blurs
+    ((_, as_stored),) = _batches(ImageFolderSource(turned, 8, inputs, size=(12, 20), fit="crop"))
+    assert np.abs(as_stored[5] - reference).mean() > 20  # the stored picture's middle is another picture

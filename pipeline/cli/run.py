@@ -189,6 +189,12 @@ def add_run(sub: Any) -> None:
         "rows say where the picture went: fit_scale, fit_x, fit_y",
     )
     run.add_argument(
+        "--exif-orientation",
+        action="store_true",
+        help="images: turn each upright as its EXIF orientation says (a phone's portrait photo is stored sideways) "
+        "before --size and --fit (off by default, as Pillow and torchvision read images)",
+    )
+    run.add_argument(
         "--static-shapes",
         action="store_true",
         help="every batch at one shape: the last, short one padded (cuDNN and TensorRT tune one shape)",
@@ -384,6 +390,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             fps=args.fps,
             jpeg_draft=args.jpeg_draft,
             fit=args.fit,
+            exif_orientation=args.exif_orientation,
             image_column=args.image_column,
             video_column=args.video_column,
         )
