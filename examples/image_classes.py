@@ -8,9 +8,12 @@ zip made on a Mac holds, which is left out), and a tiny ONNX classifier: the
 mean of each colour channel is its logit.  The folder is read at any depth,
 each JPEG decoded at a fraction of its size (``jpeg_draft``: 1/8 here, still
 more than the 64x64 the model takes), and every row's ``path`` names its
-class folder, so the accuracy is a group-by away.  The same from the shell:
+class folder, so the accuracy is a group-by away.  Each photo is read as
+ImageNet's evaluation reads one: resized keeping its shape, and the middle
+kept (``fit="crop:0.875"``, torchvision's Resize then CenterCrop).  The same
+from the shell:
 
-    ortpipe run classifier.onnx --input photos/ --size 64x64 --jpeg-draft --output scores.parquet
+    ortpipe run classifier.onnx --input photos/ --size 64x64 --fit crop:0.875 --jpeg-draft --output scores.parquet
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def main(outdir: str | None = None) -> Path:
     output = folder / "scores.parquet"
     frames = Preprocess(scale=1 / 255, layout="nhwc")  # uint8 HWC in, float NCHW on the device
     with Pipeline(model, device="auto", depth=3, preprocess=frames) as pipe:
-        source = ImageFolderSource(photos, 8, pipe.source_inputs, size=(64, 64), jpeg_draft=True)
+        source = ImageFolderSource(photos, 8, pipe.source_inputs, size=(64, 64), jpeg_draft=True, fit="crop:0.875")
         print(run_job(pipe, source, ParquetSink(output)))
     table = pq.read_table(output)
     truth = [Path(path).parent.name for path in table["path"].to_pylist()]
