@@ -121,6 +121,18 @@ def fit(text: str) -> Fit:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def top_k(text: str) -> tuple[str | None, int]:
+    """--top-k [NAME=]K: an output's name (None: the model's only output) and K."""
+    name, sep, count = text.rpartition("=")
+    try:
+        k = int(count)
+    except ValueError:
+        k = 0
+    if k < 1 or (sep and not name):
+        raise argparse.ArgumentTypeError(f"--top-k takes [OUTPUT=]K, K a whole number >= 1 (logits=5), got {text!r}")
+    return (name or None), k
+
+
 def row_range(text: str) -> tuple[int, int | None]:
     """--rows START:END, either side may be left out (``1000:``, ``:5000``): rows START to END-1."""
     start_text, sep, stop_text = text.partition(":")
