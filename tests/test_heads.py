@@ -35,17 +35,24 @@ def _top(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("softmax", [False, True], ids=["scores", "probabilities"])
-def test_the_k_best_of_each_row_largest_first_with_their_indices(scored, softmax):
+def test_the_k_best_of_each_row_largest_first_with_their_indices(scored, softmax, fast_device):
     x, scores = scored
     model = models.mlp()
     before = model.SerializeToString()
-    with Pipeline(with_top_k(model, "scores", 5, softmax=softmax), device="cpu", depth=2) as pipe:
+    with Pipeline(with_top_k(model, "scores", 5, softmax=softmax), device=fast_device, depth=2) as pipe:
         assert pipe.output_names == ["scores_top5", "scores_top5_index"]  # the whole scores are not copied back
         got = pipe.run(x, batch_size=16)
     assert model.SerializeToString() == before  # the model given is not changed
-    want_values, want_index = _top(_softmax(scores) if softmax else scores, 5)
-    np.testing.assert_array_equal(got["scores_top5_index"], want_index)
-    np.testing.assert_allclose(got["scores_top5"], want_values, rtol=1e-5, atol=1e-6)
+    reference = _softmax(scores) if softmax else scores
+    want_values, want_index = _top(reference, 5)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if fast_device.kind == "host" else {"rtol": 2e-3, "atol": 2e-3}  # TF32
+    np.testing.assert_allclose(got["scores_top5"], want_values, **tolerance)
+    # the values the indices point at are the best five (on a GPU two near-equal scores may trade places)
+    np.testing.assert_allclose(
+        np.take_along_axis(reference, got["scores_top5_index"], axis=1), want_values, **tolerance
+    )
+    if fast_device.kind == "host":
+        np.testing.assert_array_equal(got["scores_top5_index"], want_index)
     assert got["scores_top5_index"].dtype == np.int64 and got["scores_top5"].shape == (ROWS, 5)
 
 
