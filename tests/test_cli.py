@@ -469,3 +469,13 @@ def test_bench_graph_mode_needs_cuda(capsys):
         pytest.skip("a GPU is here: the graph mode runs (tests/test_cuda.py)")
     assert main(["bench", "mlp", "--batches", "2", "--modes", "caller,graph", "--device", "cpu", "--no-progress"]) != 0
     assert "the graph mode captures CUDA graphs: it needs a CUDA device" in capsys.readouterr().err
+
+
+def test_bench_runs_every_mode_on_the_graph_with_top_k_and_says_so(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "mlp", "--batches", "4", "--warmup", "1", "--depth", "2", "--modes", "naive,pipelined"]
+    assert main([*argv, "--top-k", "scores=3", "--softmax", "--json", str(path)]) == 0
+    saved = json.loads(path.read_text())
+    assert saved["top_k"] == {"output": "scores", "k": 3, "softmax": True}
+    assert main([*argv, "--top-k", "logits=3"]) == 2
+    assert "top k of 'logits': not an output of the model" in capsys.readouterr().err

@@ -261,6 +261,36 @@ def names(text: str) -> list[str]:
     return list(dict.fromkeys(picked))
 
 
+def add_top_k_options(parser: Any) -> None:
+    """--top-k and --softmax (NOTE [ top k ] in pipeline.heads)."""
+    parser.add_argument(
+        "--top-k",
+        type=top_k,
+        default=None,
+        metavar="[OUTPUT=]K",
+        help="only the K largest values of OUTPUT (default: the model's only output) along its last axis, largest "
+        "first, as OUTPUT_topK and their indices as OUTPUT_topK_index: TopK is added to the graph, so it runs on "
+        "the device and only 2K numbers a row are copied back",
+    )
+    parser.add_argument(
+        "--softmax",
+        action="store_true",
+        help="with --top-k: the K largest probabilities (a softmax over the last axis first), not raw scores",
+    )
+
+
+def with_heads(args: argparse.Namespace, model: Any) -> Any:
+    """The model with --top-k's TopK (and --softmax's Softmax) appended (NOTE [ top k ])."""
+    if args.top_k is None:
+        if args.softmax:
+            raise PipelineError("--softmax takes the top K probabilities: give --top-k too")
+        return model
+    from ..heads import with_top_k
+
+    output, k = args.top_k
+    return with_top_k(model, output, k, softmax=args.softmax)
+
+
 def add_output_names_option(parser: Any) -> None:
     parser.add_argument(
         "--output-names",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs,
 from ._args import (
     add_ort_options,
     add_output_names_option,
+    add_top_k_options,
     batch_sizes,
     choices_of,
     constant_arrays,
@@ -46,6 +48,7 @@ from ._args import (
     depths,
     input_spec,
     positive,
+    with_heads,
 )
 
 DEFAULT_MODEL = "convnet"
@@ -127,6 +130,7 @@ def add_bench(sub: Any) -> None:
     add_constant_option(bench)
     add_ort_options(bench)
     add_output_names_option(bench)
+    add_top_k_options(bench)
     bench.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument(
         "--trace",
@@ -320,20 +324,27 @@ def _model_of(model_arg: str) -> Any:
     return model
 
 
-def _probe(model_arg: str, config: SessionConfig | None = None) -> tuple[Any, Any]:
-    """The model (built-in or a file path) and a host session on it, to read its inputs."""
+def _probe(
+    model_arg: str, config: SessionConfig | None = None, edit: Callable[[Any], Any] | None = None
+) -> tuple[Any, Any]:
+    """The model (built-in or a file path; ``edit``-ed: --top-k) and a host session on it, to read its inputs."""
     from .._session import OrtSession
 
     model = _model_of(model_arg)
+    if edit is not None:
+        model = edit(model)
     return model, OrtSession(model, HostDevice(), config=config)
 
 
 def _probe_batched(
-    model_arg: str, constants: dict[str, np.ndarray] | None, config: SessionConfig | None = None
+    model_arg: str,
+    constants: dict[str, np.ndarray] | None,
+    config: SessionConfig | None = None,
+    edit: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any]:
     """``_probe`` with the constants set, so that its ``batched_inputs`` are what batches carry
     (``config``: the session options every mode's sessions get, so that this one takes them too)."""
-    model, probe = _probe(model_arg, config)
+    model, probe = _probe(model_arg, config, edit)
     probe.set_constants(constants or {})
     scalars = [spec.name for spec in probe.batched_inputs if spec.rank == 0]
     if scalars:
@@ -449,7 +460,8 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     count = args.batches if args.batches is not None else (None if args.duration else 40)
     constants = model_constants(args.model, args.constant)
     # the model is read and --data loaded once; every batch size's batches are made (and checked) before any run
-    model, probe = _probe_batched(args.model, constants, _session_config(args))
+    heads = functools.partial(with_heads, args)  # every mode runs the same graph: --top-k's too
+    model, probe = _probe_batched(args.model, constants, _session_config(args), heads)
     args.batch_size = _batch_sizes(args.batch_size, probe.fixed_batch())
     arrays = _load_data(args.data, [spec.name for spec in probe.batched_inputs]) if args.data else None
     workloads = [_workload(args, model, probe, arrays, size, count) for size in args.batch_size]
@@ -608,6 +620,9 @@ def _write_outputs(
             "data": [path for _, path in args.data] or None,
             "constants": {name: values for name, values in args.constant} or None,
             "outputs": args.output_names,
+            "top_k": None
+            if args.top_k is None
+            else {"output": args.top_k[0], "k": args.top_k[1], "softmax": args.softmax},
             "multi_devices": multi,
             "ort": {
                 "intra_op_threads": args.threads,

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import models
-from .._errors import PipelineError
 from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
 from ..sinks import PARQUET_CODECS, writable
 from ._args import (
     add_ort_options,
     add_output_names_option,
+    add_top_k_options,
     column_map,
     constant_arrays,
     copy_threads,
@@ -32,7 +32,7 @@ from ._args import (
     row_range,
     shard,
     size,
-    top_k,
+    with_heads,
 )
 from .bench import add_constant_option
 
@@ -209,20 +209,7 @@ def add_run(sub: Any) -> None:
     add_constant_option(run)
     add_ort_options(run)
     add_output_names_option(run)
-    run.add_argument(
-        "--top-k",
-        type=top_k,
-        default=None,
-        metavar="[OUTPUT=]K",
-        help="write only the K largest values of OUTPUT (default: the model's only output) along its last axis, "
-        "largest first, as OUTPUT_topK and their indices as OUTPUT_topK_index: TopK is added to the graph, so it "
-        "runs on the device and only 2K numbers a row are copied back",
-    )
-    run.add_argument(
-        "--softmax",
-        action="store_true",
-        help="with --top-k: the K largest probabilities (a softmax over the last axis first), not raw scores",
-    )
+    add_top_k_options(run)
     run.add_argument(
         "--data-dependent",
         type=names,
@@ -305,18 +292,6 @@ def _declared_inputs(model: Any) -> Callable[[], Sequence[Any]]:
     return functools.cache(lambda: declared_inputs(model))
 
 
-def _with_heads(args: argparse.Namespace, model: Any) -> Any:
-    """The model with --top-k's TopK (and --softmax's Softmax) appended (NOTE [ top k ])."""
-    if args.top_k is None:
-        if args.softmax:
-            raise PipelineError("--softmax takes the top K probabilities: give --top-k too")
-        return model
-    from ..heads import with_top_k
-
-    output, k = args.top_k
-    return with_top_k(model, output, k, softmax=args.softmax)
-
-
 def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
     """--size, or the model's fixed H and W for frames."""
     if args.size is not None:
@@ -397,7 +372,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
     _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, kind)
-    model = _with_heads(args, model)
+    model = with_heads(args, model)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
