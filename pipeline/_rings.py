@@ -102,6 +102,13 @@ class PinnedOutSlot(_PinnedSlot):
             self._views = {key: view for key, view in self._views.items() if key[0] != name}
         return have
 
+    def renew(self, names: list[str], device: Device) -> None:
+        """New arrays of the same sizes for ``names``: the old ones are handed over
+        (NOTE [ outputs handed over ] in the engine).  Only the thread that holds the slot calls it."""
+        for name in names:
+            self.arrays[name] = device.pinned_empty(self.arrays[name].nbytes)
+        self._views = {key: view for key, view in self._views.items() if key[0] not in names}
+
 
 class Pool(Generic[T]):
     """A free list handed between threads; ``acquire`` can be interrupted."""

@@ -153,11 +153,14 @@ def test_resolve_copy_threads():
 @pytest.mark.parametrize("kind", ["host", "host-chaos"])
 def test_pipeline_with_copy_threads_stages_and_copies_out_large_batches(kind, stage_threads):
     """Staging into pinned-in and map()'s copy out of pinned-out in parts, with
-    chaos sleeps before every stream operation: every output equals its input."""
+    chaos sleeps before every stream operation: every output equals its input.
+    The host's pinned memory taken as dear as CUDA's, so that map() copies its
+    results out of the slot as on a GPU (NOTE [ outputs handed over ])."""
     features = 1024
     batches = [_random((BIG_ROWS, features), seed=i) for i in range(4)]
     batches.append(_random((BIG_ROWS // 2, features), seed=9))  # a short last batch
     device = make_device(kind)
+    device.cheap_pinned = False
     options = PipelineOptions(copy_threads=3, stage_threads=stage_threads)
     try:
         with Pipeline(models.identity(features=features), device=device, depth=2, options=options) as pipe:
@@ -172,3 +175,25 @@ def test_pipeline_with_copy_threads_stages_and_copies_out_large_batches(kind, st
     finally:
         device.close()
     assert wait_no_threads() == []
+
+
+@pytest.mark.parametrize("stage_threads", [True, False])
+@pytest.mark.parametrize("kind", ["host", "host-link", "host-chaos"])
+def test_map_on_the_host_hands_over_the_slots_arrays_and_they_stay_the_results(kind, stage_threads):
+    """NOTE [ outputs handed over ]: on the host device map()'s results are the
+    pinned-out slot's own arrays, not copies, and the slot gets new ones: every
+    result kept to the end still holds its batch, however many batches the two
+    slots took after it; the short last batch's rows only."""
+    batches = [_random((64, 256), seed=i) for i in range(12)] + [_random((10, 256), seed=99)]
+    device = make_device(kind)
+    try:
+        options = PipelineOptions(stage_threads=stage_threads)
+        with Pipeline(models.identity(features=256), device=device, depth=2, options=options) as pipe:
+            results = [out["y"] for out in pipe.map(batches)]
+            slot_arrays = [array for slot in pipe._rings.pinned_out.items for array in slot.arrays.values()]
+    finally:
+        device.close()
+    for batch, result in zip(batches, results, strict=True):
+        np.testing.assert_array_equal(result, batch)
+    assert all(result.base is not None for result in results)  # views of handed-over slot memory: not copied
+    assert not any(np.may_share_memory(result, array) for result in results for array in slot_arrays)

@@ -178,6 +178,10 @@ class Device(abc.ABC):
     kind: str
     #: ORT memory location for bindings: ("cpu", 0) or ("cuda", N)
     ort_device: tuple[str, int]
+    #: whether page-locked host memory costs no more to allocate than any: then a batch's
+    #: output arrays are handed to the caller and replaced, not copied (NOTE [ outputs
+    #: handed over ] in the engine); cudaHostAlloc costs milliseconds, so not on CUDA
+    cheap_pinned: bool = False
 
     @property
     @abc.abstractmethod

@@ -332,6 +332,7 @@ class HostDevice(Device):
 
     kind = "cpu"
     ort_device = ("cpu", 0)
+    cheap_pinned = True  # "page-locked" memory is plain memory here
 
     def __init__(
         self,

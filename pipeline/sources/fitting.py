@@ -102,7 +102,7 @@ class Fit:
             return value
         if not isinstance(value, str):
             raise ValueError(f"fit is a Fit or its text (stretch, crop:F, pad:V), got {value!r}")
-        mode, _, argument = value.strip().partition(":")
+        mode, _, argument = value.strip().lower().partition(":")
         if not argument:
             return cls(mode)
         try:
