@@ -359,6 +359,30 @@ def test_progress_bar_draws_when_enabled():
     assert quiet.getvalue() == ""
 
 
+def test_progress_says_the_time_left_and_writes_lines_to_a_log(monkeypatch):
+    import io
+
+    from pipeline import _progress
+    from pipeline._progress import Progress, clock
+
+    assert (clock(0), clock(59.9), clock(3600 * 26 + 61)) == ("0:00:00", "0:00:59", "26:01:01")
+    now = [1000.0]
+    monkeypatch.setattr(_progress.time, "perf_counter", lambda: now[0])
+    bar = io.StringIO()
+    progress = Progress("run", total=10, enabled=True, stream=bar, fps=1e9)
+    now[0] += 30.0
+    progress.tick(64)  # a tenth in 30 s: 270 s to go
+    assert bar.getvalue().endswith("1/10 2 items/s 0:00:30 elapsed, 0:04:30 left")
+    log = io.StringIO()
+    monkeypatch.setattr(_progress.sys.stdout, "isatty", lambda: False)  # a batch scheduler's log, not a terminal
+    progress = Progress("run", total=400, stream=log, approximate=True)
+    for _ in range(3):
+        now[0] += 25.0  # a line a minute: after the third batch only
+        progress.tick(10)
+    progress.close()
+    assert log.getvalue() == "run: 3/~400 batches (1%), 0 items/s, 0:01:15 elapsed, ~2:45:25 left\n"
+
+
 def test_bench_on_your_own_data(tmp_path, capsys):
     """--data: the batches are cut from the user's arrays; every mode runs on them."""
     rows = np.random.default_rng(0).random((100, 64), np.float32)
