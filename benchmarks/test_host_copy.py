@@ -3,10 +3,11 @@
 Two figures: the staging copy alone (an ordinary array into page-locked
 memory, 64 MiB) by number of threads, and a copy-bound run of the engine
 (identity over 16 MiB batches on the plain host device, ``map()``'s outputs
-handed over, not copied out: NOTE [ outputs handed over ]) with 1, 2 and 4 copy threads.  On the host device every stage is a
-memcpy, so the second shows what splitting gains when all five copies of a
-batch share one memory system; on a GPU host the h2d and d2h are DMA and the
-staging copy competes with much less.
+handed over, not copied out: NOTE [ outputs handed over ]) with 1, 2 and 4
+copy threads.  On the host device every stage is a memcpy, so the second
+shows what splitting gains when all the copies of a batch share one memory
+system; on a GPU host the h2d and d2h are DMA and the staging copy competes
+with much less.
 """
 
 from __future__ import annotations
