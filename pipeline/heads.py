@@ -19,6 +19,7 @@ is refused with what to do instead.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from ._errors import ModelError
 TOP_K_OPSET = 10
 #: protobuf's limit on a message: a serialized model cannot be larger
 _PROTOBUF_LIMIT = 2**31 - 1
+#: the model metadata entry that says what :func:`with_top_k` appended (:func:`top_k_of`)
+TOP_K_METADATA = "ortpipe.top_k"
 
 
 def top_k_names(output: str, k: int) -> tuple[str, str]:
@@ -44,7 +47,8 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
     indices (:func:`top_k_names`), after a softmax over that axis where
     ``softmax`` (probabilities, not logits).
     ``output`` itself is no longer an output of the graph unless ``keep``: it is
-    then not copied back at all (NOTE [ top k ])."""
+    then not copied back at all (NOTE [ top k ]).  The model's metadata says
+    what was appended (:func:`top_k_of`)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -87,6 +91,8 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
     graph.output.append(helper.make_tensor_value_info(index_name, TensorProto.INT64, new_dims))
     if not keep:
         graph.output.remove(value)
+    facts = {"output": output, "k": k, "softmax": softmax, "classes": last if isinstance(last, int) else None}
+    proto.metadata_props.add(key=TOP_K_METADATA, value=json.dumps(facts))
     if proto.ByteSize() > _PROTOBUF_LIMIT:
         raise ModelError(
             f"top k of {output!r}: the model with its weights is over protobuf's 2 GB, so it cannot be handed to "
@@ -94,6 +100,14 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
         )
     onnx.checker.check_model(proto)  # what was appended fits the graph, before ORT reads it
     return proto
+
+
+def top_k_of(model: Any) -> dict[str, Any] | None:
+    """What :func:`with_top_k` appended to ``model`` (an ``onnx.ModelProto``): the
+    ``output``, ``k``, ``softmax``, and the ``classes`` along its last axis (None
+    where the model leaves that dim free); None where it appended nothing."""
+    entries = [entry.value for entry in model.metadata_props if entry.key == TOP_K_METADATA]
+    return json.loads(entries[-1]) if entries else None
 
 
 #: ONNX element types TopK takes: the integers and the floats

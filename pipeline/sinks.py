@@ -1050,6 +1050,58 @@ class CallbackSink:
         pass
 
 
+class LabelledSink:
+    """Writes into ``sink`` each batch's class indices (``index_output``: the
+    ``..._index`` output of ``--top-k``, :func:`pipeline.heads.with_top_k`) and
+    beside them their names, ``labels[index]``, as ``label_output`` (default:
+    ``..._label`` in place of ``..._index``): a table says ``tabby cat``, not
+    281.  Everything else is ``sink``'s (resuming, completion, closing)."""
+
+    def __init__(self, sink: Any, index_output: str, labels: Sequence[str], label_output: str | None = None) -> None:
+        if not labels:
+            raise SinkError("labels: none given, one name a class is needed")
+        self._sink = sink
+        self.index_output = index_output
+        self.label_output = label_output or f"{index_output.removesuffix('_index')}_label"
+        self.labels = np.asarray([str(label) for label in labels])
+
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        classes = outputs.get(self.index_output)
+        if classes is None:
+            written = sorted(outputs)
+            raise SinkError(f"labels name the classes of {self.index_output!r}, not an output written: {written}")
+        unnamed = classes[(classes < 0) | (classes >= len(self.labels))]
+        if unnamed.size:
+            raise SinkError(
+                f"batch {index}: class {int(unnamed[0])} of {self.index_output!r} has no label: "
+                f"{len(self.labels)} labels are given, for classes 0 to {len(self.labels) - 1}"
+            )
+        self._sink.write(index, rows, {**outputs, self.label_output: self.labels[classes]}, meta)
+
+    def close(self) -> None:
+        self._sink.close()
+
+    def __getattr__(self, name: str) -> Any:  # kept_rows, last_kept_row, mark_complete, ...: the sink's
+        return getattr(self._sink, name)
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """A labels file: one class name a line, line N naming class N (the last line's
+    newline optional; a line of its own may not be empty)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SinkError(f"labels {str(path)!r} cannot be read as text: {exc}") from exc
+    while lines and not lines[-1].strip():
+        lines.pop()
+    empty = [number for number, line in enumerate(lines) if not line.strip()]
+    if not lines or empty:
+        where = f"line {empty[0] + 1} is empty" if empty else "it is empty"
+        raise SinkError(f"labels {str(path)!r}: one class name a line, line N naming class N-1; {where}")
+    return [line.strip() for line in lines]
+
+
 def read_npy_header_rows(path: str | Path) -> int:
     """Rows a streamed .npy declares (tests and tools)."""
     with Path(path).open("rb") as file:

@@ -140,3 +140,54 @@ def test_ortpipe_run_top_k_writes_the_k_best_probabilities_and_their_classes(tmp
     with pytest.raises(SystemExit):
         main([*argv, str(tmp_path / "bad.parquet"), "--top-k", "scores=none"])
     assert "--top-k takes [OUTPUT=]K" in capsys.readouterr().err
+
+
+def test_the_model_says_what_was_appended(scored):
+    from pipeline.heads import top_k_of
+
+    assert top_k_of(models.mlp()) is None
+    edited = with_top_k(models.mlp(), None, 4, softmax=True)
+    assert top_k_of(edited) == {"output": "scores", "k": 4, "softmax": True, "classes": 16}
+    with Pipeline(edited, device="cpu") as pipe:  # ORT reads the model's metadata, and so would a later reader
+        assert "ortpipe.top_k" in pipe.session.session.get_modelmeta().custom_metadata_map
+
+
+@pytest.fixture
+def labels_file(tmp_path):
+    path = tmp_path / "classes.txt"
+    path.write_text("".join(f"class {i}\n" for i in range(16)))
+    return path
+
+
+def test_ortpipe_run_labels_name_the_top_k_classes_and_resume_alike(tmp_path, scored, labels_file):
+    import pyarrow.parquet as pq
+
+    x, scores = scored
+    np.save(tmp_path / "x.npy", x)
+    output = tmp_path / "top.parquet"
+    argv = ["run", "mlp", "--input", str(tmp_path / "x.npy"), "--output", str(output), "--batch-size", "16"]
+    argv += ["--no-progress", "--top-k", "2", "--labels", str(labels_file)]
+    assert main([*argv, "--limit", "20"]) == 0
+    assert main([*argv, "--resume"]) == 0  # the rest appended, labels and all
+    table = pq.read_table(output)
+    assert table.column_names == ["row_id", "scores_top2", "scores_top2_index", "scores_top2_label"]
+    index = np.stack(table["scores_top2_index"].to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(index, _top(scores, 2)[1])
+    names = np.stack(table["scores_top2_label"].to_numpy(zero_copy_only=False))
+    assert names.tolist() == [[f"class {i}" for i in row] for row in index]
+
+
+def test_ortpipe_run_labels_are_refused_where_they_cannot_name_the_classes(tmp_path, scored, labels_file, capsys):
+    np.save(tmp_path / "x.npy", scored[0])
+    argv = ["run", "mlp", "--input", str(tmp_path / "x.npy"), "--no-progress", "--labels"]
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"class {i}\n" for i in range(15)))
+    for more, words in [
+        ([str(short), "--top-k", "2", "--output", str(tmp_path / "a.csv")], "names 15 classes, but 'scores' has 16"),
+        ([str(labels_file), "--output", str(tmp_path / "b.csv")], "--labels names the classes --top-k finds"),
+        ([str(labels_file), "--top-k", "2", "--output", str(tmp_path / "c.npy")], "write a table"),
+        ([str(tmp_path / "none.txt"), "--top-k", "2", "--output", str(tmp_path / "d.csv")], "cannot be read as text"),
+    ]:
+        assert main([*argv, *more]) == 1
+        assert words in capsys.readouterr().err
+    assert not list(tmp_path.glob("[abcd].*"))  # refused before any output was written

@@ -280,3 +280,36 @@ def test_a_resumed_table_gives_the_columns_of_the_rows_it_kept(tmp_path, make):
     assert [int(value) for value in kept["frame_index"]] == list(range(resumed.kept_rows))  # a CSV's as text
     assert resumed.kept_rows == 8
     resumed.close()
+
+
+def test_a_labelled_sink_writes_each_class_index_by_name_beside_it(tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipeline.sinks import LabelledSink, ParquetSink, SinkError
+
+    sink = LabelledSink(ParquetSink(tmp_path / "out.parquet"), "logits_top2_index", ["cat", "dog", "eel"])
+    assert sink.label_output == "logits_top2_label" and sink.kept_rows == 0  # the rest is the wrapped sink's
+    index = np.array([[2, 0], [1, 2]], np.int64)
+    sink.write(0, 2, {"logits_top2_index": index}, {"row_id": np.arange(2)})
+    with pytest.raises(SinkError, match=r"batch 1: class 3 of 'logits_top2_index' has no label: 3 labels are given"):
+        sink.write(1, 1, {"logits_top2_index": np.array([[3, 0]])}, {"row_id": np.arange(1)})
+    with pytest.raises(SinkError, match=r"labels name the classes of 'logits_top2_index', not an output written"):
+        sink.write(1, 1, {"logits": np.zeros((1, 3))}, {"row_id": np.arange(1)})
+    sink.close()
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table["logits_top2_label"].to_pylist() == [["eel", "cat"], ["dog", "eel"]]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("", "it is empty"), ("a\n\nb\n", "line 2 is empty"), ("\n\n", "it is empty"), (b"\xff\xfe", "as text")],
+)
+def test_a_labels_file_is_one_name_a_line(tmp_path, text, words):
+    from pipeline.sinks import SinkError, read_labels
+
+    path = tmp_path / "labels.txt"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SinkError, match=words):
+        read_labels(path)
+    path.write_text("tench, Tinca tinca\ngoldfish\n\n")
+    assert read_labels(path) == ["tench, Tinca tinca", "goldfish"]  # trailing blank lines left out

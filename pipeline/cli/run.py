@@ -17,7 +17,7 @@ from typing import Any, Literal
 from .. import models
 from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
-from ..sinks import PARQUET_CODECS, writable
+from ..sinks import PARQUET_CODECS, LabelledSink, SinkError, read_labels, writable
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -211,6 +211,14 @@ def add_run(sub: Any) -> None:
     add_output_names_option(run)
     add_top_k_options(run)
     run.add_argument(
+        "--labels",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --top-k: a text file of class names, line N naming class N-1, written beside the indices as "
+        "OUTPUT_topK_label (a table output)",
+    )
+    run.add_argument(
         "--data-dependent",
         type=names,
         default=(),
@@ -331,7 +339,6 @@ def _device_names(pipe: Any) -> str:
 def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
     """A table written into the folder of Parquet files it is made from would be read as one of them next time."""
     from ..jobs import sink_kind
-    from ..sinks import SinkError
     from ..sources import writers_own
 
     if kind != "parquet" or not source.is_dir() or not sink_kind(output).startswith("parquet"):
@@ -344,10 +351,42 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
         )
 
 
+def _labels(args: argparse.Namespace) -> list[str] | None:
+    """--labels read, where they can be written: beside --top-k's indices, in a table."""
+    from ..jobs import sink_kind
+
+    if args.labels is None:
+        return None
+    if args.top_k is None:
+        raise SinkError("--labels names the classes --top-k finds: give --top-k too")
+    if sink_kind(args.output) == "npy":
+        raise SinkError(f"--labels are written as a column of names: write a table (.parquet, .csv), not {args.output}")
+    return read_labels(args.labels)
+
+
+def _labels_fit(labels: list[str], path: Path, model: Any) -> None:
+    """As many labels as the output --top-k takes from has classes, where the model fixes that number:
+    one more or fewer (a background class) would name every class after the first wrong one."""
+    from ..heads import top_k_of
+
+    head = top_k_of(model) or {}
+    classes = head.get("classes")
+    if classes is not None and classes != len(labels):
+        raise SinkError(
+            f"--labels {str(path)!r} names {len(labels)} classes, but {head['output']!r} has {classes} values a row "
+            "(line N names class N-1: a background class needs a line of its own)"
+        )
+
+
+def _index_output(outputs: Sequence[str], k: int) -> str:
+    """The indices --top-k K added (NOTE [ top k ]), which --labels names."""
+    suffix = f"_top{k}_index"
+    return next((name for name in outputs if name.endswith(suffix)), suffix)
+
+
 def _options_fit_the_output(args: argparse.Namespace) -> None:
     """Options for a Parquet output given with another kind of output: refused, not ignored."""
     from ..jobs import sink_kind
-    from ..sinks import SinkError
 
     kind, output = sink_kind(args.output), str(args.output)
     if args.part_rows is not None and kind != "parquet data set":
@@ -358,7 +397,6 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
-    from ..sinks import SinkError
 
     kind = source_kind(args.input, args.image_column, args.video_column)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
@@ -371,8 +409,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
     _options_fit_the_output(args)
+    labels = _labels(args)
     _not_into_the_data_set(args.input, args.output, kind)
     model = with_heads(args, model)
+    if labels is not None:
+        _labels_fit(labels, args.labels, model)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
@@ -401,6 +442,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
         sink = open_sink(args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, **parquet)
+        if labels is not None:
+            sink = LabelledSink(sink, _index_output(pipe.output_names, args.top_k[1]), labels)
         kept = getattr(sink, "kept_rows", 0)
         try:
             if not args.resume and not args.overwrite:
