@@ -10,10 +10,13 @@ each JPEG decoded at a fraction of its size (``jpeg_draft``: 1/8 here, still
 more than the 64x64 the model takes), and every row's ``path`` names its
 class folder, so the accuracy is a group-by away.  Each photo is read as
 ImageNet's evaluation reads one: resized keeping its shape, and the middle
-kept (``fit="crop:0.875"``, torchvision's Resize then CenterCrop).  The same
-from the shell:
+kept (``fit="crop:0.875"``, torchvision's Resize then CenterCrop).  Only the
+best class of a row and its probability come back from the device (TopK
+after a Softmax appended to the graph: ``with_top_k``), written with the
+class's name (``LabelledSink``).  The same from the shell:
 
-    ortpipe run classifier.onnx --input photos/ --size 64x64 --fit crop:0.875 --jpeg-draft --output scores.parquet
+    ortpipe run classifier.onnx --input photos/ --size 64x64 --fit crop:0.875 --jpeg-draft \
+        --top-k 1 --softmax --labels classes.txt --output scores.parquet
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from pipeline import Pipeline, Preprocess, models
+from pipeline.heads import with_top_k
 from pipeline.jobs import run_job
-from pipeline.sinks import ParquetSink
+from pipeline.sinks import LabelledSink, ParquetSink
 from pipeline.sources import ImageFolderSource
 
 CLASSES = ("red", "green", "blue")
@@ -69,12 +73,13 @@ def main(outdir: str | None = None) -> Path:
     model = mean_colour_classifier(folder / "classifier.onnx")
     output = folder / "scores.parquet"
     frames = Preprocess(scale=1 / 255, layout="nhwc")  # uint8 HWC in, float NCHW on the device
-    with Pipeline(model, device="auto", depth=3, preprocess=frames) as pipe:
+    best = with_top_k(model, "logits", 1, softmax=True)  # logits_top1 (a probability), logits_top1_index
+    with Pipeline(best, device="auto", depth=3, preprocess=frames) as pipe:
         source = ImageFolderSource(photos, 8, pipe.source_inputs, size=(64, 64), jpeg_draft=True, fit="crop:0.875")
-        print(run_job(pipe, source, ParquetSink(output)))
+        print(run_job(pipe, source, LabelledSink(ParquetSink(output), "logits_top1_index", CLASSES)))
     table = pq.read_table(output)
     truth = [Path(path).parent.name for path in table["path"].to_pylist()]
-    predicted = [CLASSES[i] for i in np.stack(table["logits"].to_numpy(zero_copy_only=False)).argmax(axis=1)]
+    predicted = [labels[0] for labels in table["logits_top1_label"].to_pylist()]
     right = sum(t == p for t, p in zip(truth, predicted, strict=True))
     print(f"wrote {output}: {table.num_rows} photos of {len(set(truth))} classes, top-1 {right / len(truth):.0%}")
     return output
