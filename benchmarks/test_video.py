@@ -4,7 +4,8 @@
 FFmpeg's threads; the plain loop calls ``frame.reformat`` per frame (a new
 swscale context, and its threads, each time), ``VideoSource`` keeps one
 context for the whole video.  No model runs: this is the source alone, the
-part that bounds a video job once the model is fast.
+part that bounds a video job once the model is fast.  And a folder of short clips
+by how many are decoded at once (NOTE [ videos decoded at once ]).
 """
 
 from __future__ import annotations
@@ -144,3 +145,37 @@ def test_time_to_the_first_batch_far_into_a_video(time_first_batch, long_clip, h
     batch, ms = time_first_batch(later)
     assert batch.meta["frame_index"][0] == skip
     print(f"\n{how}: first batch at frame {skip:,} of {LONG_FRAMES:,} in {ms:.1f} ms")
+
+
+CLIPS, CLIP_FRAMES = 8, 60
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """A folder of 8 clips of 2 s (60 frames of 854x480 H.264): a data set of short clips."""
+    folder = tmp_path_factory.mktemp("clips")
+    for index in range(CLIPS):
+        _encode(folder / f"clip{index}.mp4", CLIP_FRAMES, seed=index)
+    return folder
+
+
+@pytest.mark.parametrize("at_once", [1, 2, 3])
+def test_folder_of_clips_by_videos_decoded_at_once(benchmark, clips, at_once):
+    """NOTE [ videos decoded at once ]: the folder through the conv net at 64x64 (decoding
+    is the cost), one clip at a time against two and three decoded at once."""
+    from pipeline.jobs import run_job
+    from pipeline.sinks import CallbackSink
+    from pipeline.sources import VideoFolderSource
+
+    frames = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
+
+        def job() -> float:
+            source = VideoFolderSource(clips, 32, pipe.source_inputs, size=(64, 64), videos_at_once=at_once)
+            return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
+
+        job()
+        benchmark.pedantic(job, rounds=3, iterations=1)
+    best = CLIPS * CLIP_FRAMES / benchmark.stats.stats.min
+    benchmark.extra_info.update(videos_at_once=at_once, frames_per_s=best)
+    print(f"\n{CLIPS} clips of {CLIP_FRAMES} frames, {at_once} decoded at once: fastest {best:.0f} frames/s", end="")

@@ -209,12 +209,14 @@ def open_source(
     video_column: str | None = None,
     fit: str | Fit | None = None,
     exif_orientation: bool = False,
+    videos_at_once: int | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
     table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
     fraction of their size with ``jpeg_draft`` and turned upright with ``exif_orientation``;
-    frames and images made ``size`` as ``fit`` says (NOTE [ fitting ])."""
+    frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
+    table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ])."""
     kind = source_kind(path, image_column, video_column)
     listed = image_column or video_column
     if listed is not None:
@@ -233,6 +235,10 @@ def open_source(
         )
     if jpeg_draft and kind != "images":
         raise SourceError(f"decoding JPEGs in draft is for images; {str(path)!r} is a {kind} source")
+    if videos_at_once is not None and kind != "videos":
+        raise SourceError(
+            f"decoding videos at once is for a folder or table of videos; {str(path)!r} is a {kind} source"
+        )
     if exif_orientation and kind != "images":
         raise SourceError(f"turning pictures as their EXIF says is for images; {str(path)!r} is a {kind} source")
     if Fit.parse(fit).moves and kind not in ("video", "videos", "images"):
@@ -266,6 +272,7 @@ def open_source(
             fps=fps,
             id_column=id_column,
             fit=fit,
+            videos_at_once=videos_at_once,
         )
     if kind == "videos":
         return VideoFolderSource(
@@ -280,6 +287,7 @@ def open_source(
             every=every,
             fps=fps,
             fit=fit,
+            videos_at_once=videos_at_once,
         )
     if image_column is not None:
         return ImageTableSource(

@@ -379,3 +379,30 @@ def test_a_table_of_videos_needs_an_id_a_video_and_one_kind_of_file(folder, tmp_
     assert "a column of video paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "dup.csv"), "--video-column", "file", "--image-column", "file"]) == 1
     assert "a table lists images or videos" in capsys.readouterr().err
+
+
+def test_videos_decoded_at_once_give_what_one_at_a_time_gives_in_the_same_order(folder):
+    """NOTE [ videos decoded at once ]: a video cut short and one whose decoding fails
+    partway among them; frames, metadata, the lists of videos cut short and left out,
+    and their order are those of one video at a time, and no decoding thread is left."""
+    from .conftest import ortpipe_threads
+
+    cut_after_frames(encode_video(folder / "a2.avi", "mpeg4", {"g": "12"}, 30, SIZE), 12)
+    corrupt_frame(encode_video(folder / "a3.mp4", "mpeg4", {"g": "12"}, 30, SIZE), 12)
+    runs = []
+    for at_once in (1, 2, 4):
+        source = VideoFolderSource(folder, 8, _spec(), skip_unreadable=True, videos_at_once=at_once)
+        frames, meta, sizes = _all(source.between(5, 95))  # a window: starts and ends inside videos
+        runs.append((frames, meta, sizes, source.cut_short, [path for path, _ in source.skipped]))
+        assert ortpipe_threads() == []
+    for frames, meta, sizes, cut_short, skipped in runs[1:]:
+        np.testing.assert_array_equal(frames, runs[0][0])
+        assert {name: list(values) for name, values in meta.items()} == {n: list(v) for n, v in runs[0][1].items()}
+        assert (sizes, cut_short, skipped) == runs[0][2:]
+    assert runs[0][3] == [(str(folder / "a2.avi"), 12, 30), (str(folder / "a3.mp4"), 12, 30)]
+    assert runs[0][4] == [str(folder / "a3.mp4")]
+    with pytest.raises(SourceError, match=r"a3\.mp4': decoding failed after 12 frames"):
+        _all(VideoFolderSource(folder, 8, _spec(), videos_at_once=3))
+    assert ortpipe_threads() == []  # the failure ended the threads decoding the videos after it
+    with pytest.raises(ValueError, match="videos_at_once must be an int >= 1 or None, got 0"):
+        VideoFolderSource(folder, 8, _spec(), videos_at_once=0)

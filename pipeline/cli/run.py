@@ -117,6 +117,14 @@ def add_run(sub: Any) -> None:
         "(default: FFmpeg's choice)",
     )
     run.add_argument(
+        "--videos-at-once",
+        type=positive(int),
+        default=None,
+        metavar="N",
+        help="a folder or table of videos: videos decoded at once, each by a thread of its own, frames still "
+        "given in order (default: one more than the CPUs, up to 4; short clips gain most)",
+    )
+    run.add_argument(
         "--limit",
         type=positive(int),
         default=None,
@@ -430,6 +438,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             size=_frame_size(args, pipe),
             pix_fmt=args.pix_fmt,
             decode_threads=args.decode_threads,
+            videos_at_once=args.videos_at_once,
             skip_unreadable=args.skip_unreadable,
             every=args.every,
             fps=args.fps,

@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._cpus import usable_cpus
 from .._frame_positions import FolderVideo, FramePositions
-from .._rows import recut, take_first
+from .._rows import close_iteration, recut, take_first
 from .._seeking import frame_pts
 from .._session import TensorSpec
 from ._base import (
@@ -27,6 +29,7 @@ from ._base import (
     last_kept_row,
     sliced_chunk,
 )
+from ._prefetch import in_order
 from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import PathTable
@@ -381,6 +384,10 @@ class VideoFolderSource(RowSource):
     cannot be opened is settled before the first frame, and a video's frames
     keep their places whatever is left out, so every run over the same folder
     counts frames alike.
+
+    ``videos_at_once`` videos are decoded at once, each by a thread of its own,
+    and their frames given in order as one at a time gives them (NOTE [ videos
+    decoded at once ]; None: one more than the CPUs, at most 4; 1: no thread).
     """
 
     #: a row's path and frame index say which frame it is: a resumed run checks them
@@ -399,6 +406,7 @@ class VideoFolderSource(RowSource):
         every: int = 1,
         fps: float | None = None,
         fit: str | Fit | None = None,
+        videos_at_once: int | None = None,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -406,7 +414,7 @@ class VideoFolderSource(RowSource):
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit)
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once)
         self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _open_videos(
@@ -422,8 +430,11 @@ class VideoFolderSource(RowSource):
         every: int,
         fps: float | None,
         fit: str | Fit | None,
+        videos_at_once: int | None,
     ) -> None:
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
+        #: videos decoded at once by threads of their own (NOTE [ videos decoded at once ])
+        self.videos_at_once = _videos_at_once(videos_at_once)
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
         #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
@@ -440,7 +451,6 @@ class VideoFolderSource(RowSource):
                 video = VideoSource(
                     file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps, fit=fit
                 )
-                video.cut_short = self.cut_short  # one list for the folder
                 self.videos.append(video)
                 self.opened.append(number)
             except SourceError as exc:
@@ -506,6 +516,20 @@ class VideoFolderSource(RowSource):
         return recut(self._videos_chunks(), self.batch_size, chunk_rows, sliced_chunk, _joined_chunks)
 
     def _videos_chunks(self) -> Iterator[Chunk]:
+        plans = in_order(self._plans(), lambda plan: plan.video.chunks(), self.videos_at_once)
+        try:
+            for plan, decoded in plans:
+                chunks = self._frames_of(plan, decoded)
+                if plan.limit is not None:  # the window ends in this video
+                    yield from take_first(chunks, plan.limit, chunk_rows, sliced_chunk)
+                    return
+                yield from chunks
+        finally:  # the decoding threads end with the iteration, also when it fails
+            close_iteration(plans)
+
+    def _plans(self) -> Iterator[_Plan]:
+        """The videos of the window, each as the window takes it: the frames it starts
+        at (whole videos before it never opened) and, in the last, where it ends."""
         first = 0  # the position of the next video's first frame, where it is needed
         for number, video in enumerate(self.videos):
             counted = self.skip > first or self.end is not None  # the window's bounds are placed by counts
@@ -516,28 +540,33 @@ class VideoFolderSource(RowSource):
             if self.end is not None and first >= self.end:
                 return
             into = max(0, self.skip - first)
-            chunks = self._frames_of(number, video.between(into, None) if into else video)
-            if self.end is not None and first + taken > self.end:  # the window ends in this video
-                yield from take_first(chunks, self.end - first - into, chunk_rows, sliced_chunk)
+            windowed = video.between(into, None) if into else copy.copy(video)
+            windowed.cut_short = []  # this iteration's: joined to the folder's in order (_frames_of)
+            if self.end is not None and first + taken > self.end:
+                yield _Plan(number, windowed, self.end - first - into)
                 return
-            yield from chunks
+            yield _Plan(number, windowed, None)
             first += taken
         if self.skip > first:
             raise fewer_rows(self.path, self.skip)(first)
 
-    def _frames_of(self, number: int, video: VideoSource) -> Iterator[Chunk]:
-        """The chunks of video ``number``, each row with its path.  One that ends before the
+    def _frames_of(self, plan: _Plan, decoded: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The chunks of a video, each row with its path.  One that ends before the
         frames its header counts lists itself in ``cut_short`` (its missing frames are
         positions no row has: NOTE [ frame positions ]); one whose decoding fails
-        partway, with ``skip_unreadable``, ends there, listed in ``skipped``."""
-        where = str(video.path)
+        partway, with ``skip_unreadable``, ends there, listed in ``skipped``: both as
+        its chunks end here, in the videos' order, however many are decoded at once."""
+        where = str(plan.video.path)
         try:
-            for rows, meta in video.chunks():
-                yield rows, {**self._video_meta(number, len(rows)), **meta}
+            for rows, meta in decoded:
+                yield rows, {**self._video_meta(plan.number, len(rows)), **meta}
         except VideoDecodingFailed as exc:
+            self.cut_short.extend(plan.video.cut_short)
             if not self.skip_unreadable:
                 raise
             self.skipped.append((where, f"{exc} (its frames before are written, its later ones left out)"))
+            return
+        self.cut_short.extend(plan.video.cut_short)
 
     def position_after(self, sink: Any, start: int) -> int | None:
         """Where a resumed run goes on: after the frame the output's last row names
@@ -589,6 +618,7 @@ class VideoTableSource(VideoFolderSource):
         fps: float | None = None,
         id_column: str | None = None,
         fit: str | Fit | None = None,
+        videos_at_once: int | None = None,
     ):
         self.path = _existing(path, "input table file")
         self.column = column
@@ -602,7 +632,7 @@ class VideoTableSource(VideoFolderSource):
             )
         self.key_name = self._table.id_name
         files = [self._table.file(row) for row in range(len(self._table))]
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit)
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once)
         self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _key(self, number: int) -> str:
@@ -614,6 +644,30 @@ class VideoTableSource(VideoFolderSource):
             self.column: np.full(rows, self._table.names[row].as_py()),
             self.key_name: np.full(rows, self._table.ids[row]),
         }
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A video of a folder's window: its number, the video as the window takes it, and
+    the rows it gives where the window ends in it."""
+
+    number: int
+    video: VideoSource
+    limit: int | None
+
+
+#: a folder's videos decoded at once with videos_at_once=None: one more than the CPUs, at most
+#: this many (on 2 vCPUs three beat two: a clip's decoder idles as it starts and ends)
+AUTO_VIDEOS_AT_ONCE = 4
+
+
+def _videos_at_once(value: int | None) -> int:
+    """``videos_at_once`` checked; None: one more than the CPUs, at most ``AUTO_VIDEOS_AT_ONCE``."""
+    if value is None:
+        return min(AUTO_VIDEOS_AT_ONCE, usable_cpus() + 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"videos_at_once must be an int >= 1 or None, got {value!r}")
+    return value
 
 
 def _kept_frames(sink: Any, where: str, key_name: str) -> tuple[np.ndarray, np.ndarray]:
