@@ -133,24 +133,24 @@ class Fit:
         target_w, target_h = size
         if self.mode == "stretch":
             return Placement(size, size, (0, 0), target_w / width)
-        if self.mode == "crop":  # the smallest resize covering the target over the fraction kept
+        if self.mode == "crop":  # the smallest resize covering the target over the fraction kept, centred
             scale = max(target_w / width, target_h / height) / self.fraction
             resized = (max(target_w, round(width * scale)), max(target_h, round(height * scale)))
-        else:  # pad: the largest resize the target holds
-            scale = min(target_w / width, target_h / height)
-            resized = (min(target_w, max(1, round(width * scale))), min(target_h, max(1, round(height * scale))))
-        offset = ((target_w - resized[0]) // 2, (target_h - resized[1]) // 2)
-        if self.mode == "crop":  # centred, the odd pixel cut from the right and bottom
-            offset = (-((resized[0] - target_w) // 2), -((resized[1] - target_h) // 2))
-        return Placement(size, resized, offset, scale, self.fill)
+            cut = ((resized[0] - target_w) // 2, (resized[1] - target_h) // 2)  # the odd pixel off the right, bottom
+            return Placement(size, resized, (-cut[0], -cut[1]), scale)
+        scale = min(target_w / width, target_h / height)  # pad: the largest resize the target holds, centred
+        resized = (min(target_w, max(1, round(width * scale))), min(target_h, max(1, round(height * scale))))
+        border = ((target_w - resized[0]) // 2, (target_h - resized[1]) // 2)
+        return Placement(size, resized, border, scale, self.fill)
 
 
 def fit_columns(placements: list[Placement]) -> dict[str, np.ndarray]:
     """The rows' ``fit_scale``, ``fit_x``, ``fit_y`` (NOTE [ fitting ]): where each picture went."""
+    scale, x, y = FIT_COLUMNS
     return {
-        "fit_scale": np.asarray([p.scale for p in placements], np.float64),
-        "fit_x": np.asarray([p.offset[0] for p in placements], np.int32),
-        "fit_y": np.asarray([p.offset[1] for p in placements], np.int32),
+        scale: np.asarray([p.scale for p in placements], np.float64),
+        x: np.asarray([p.offset[0] for p in placements], np.int32),
+        y: np.asarray([p.offset[1] for p in placements], np.int32),
     }
 
 
