@@ -380,3 +380,70 @@ def test_exif_orientation_turns_before_the_fit_and_the_draft(turned, inputs):
     assert difference.mean() < 2 and difference.max() <= 40  # decoded at 1/2 (20x12), turned, not cut: its edge blurs
     ((_, as_stored),) = _batches(ImageFolderSource(turned, 8, inputs, size=(12, 20), fit="crop"))
     assert np.abs(as_stored[5] - reference).mean() > 20  # the stored picture's middle is another picture
+
+
+@pytest.fixture
+def held(tmp_path):
+    """Eleven images held in Parquet, three rows a row group: as Hugging Face's ``Image``
+    struct ``{bytes, path}`` (one row's bytes not an image, one row null) and as plain
+    bytes with an id column; and the same images as files, to decode them by."""
+    import io
+
+    rng = np.random.default_rng(4)
+    blobs = []
+    for index in range(11):
+        image = Image.fromarray(rng.integers(0, 256, (10 + index, 14, 3), dtype=np.uint8))
+        image.save(tmp_path / f"{index}.png")
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        blobs.append(buffer.getvalue())
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = [{"bytes": blob, "path": f"{index}.png"} for index, blob in enumerate(blobs)]
+    rows[4] = {"bytes": b"not an image", "path": "4.png"}
+    rows[7] = None
+    pq.write_table(pa.table({"image": pa.array(rows, struct)}), tmp_path / "hf.parquet", row_group_size=3)
+    plain = pa.table({"key": [f"k{index}" for index in range(11)], "jpg": pa.array(blobs, pa.binary())})
+    pq.write_table(plain, tmp_path / "plain.parquet", row_group_size=3)
+    return tmp_path
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_images_held_in_a_parquet_column_are_read_a_row_group_at_a_time(held, inputs, threads):
+    from pipeline.sources import ImageTableSource
+
+    expected = [np.asarray(Image.open(held / f"{index}.png").resize((8, 8))) for index in range(11)]
+    source = ImageTableSource(held / "plain.parquet", "jpg", 4, inputs, size=(8, 8), id_column="key")
+    assert source.holds_images and len(source) == 11
+    batches = list(ImageTableSource(held / "plain.parquet", "jpg", 4, inputs, size=(8, 8), decode_threads=threads,
+                                    id_column="key"))  # fmt: skip
+    np.testing.assert_array_equal(np.concatenate([b.inputs["frames"] for b in batches]), np.stack(expected))
+    assert [list(b.meta) for b in batches] == [["key"]] * 3  # the id only: the bytes are not metadata
+    window = list(source.between(2, 9))  # starts and ends inside row groups
+    assert [key for b in window for key in b.meta["key"]] == [f"k{index}" for index in range(2, 9)]
+    np.testing.assert_array_equal(np.concatenate([b.inputs["frames"] for b in window]), np.stack(expected[2:9]))
+
+    skipping = ImageTableSource(held / "hf.parquet", "image", 4, inputs, size=(8, 8), skip_unreadable=True,
+                                decode_threads=threads)  # fmt: skip
+    kept = list(skipping)
+    assert [row for b in kept for row in b.meta["row_id"]] == [0, 1, 2, 3, 5, 6, 8, 9, 10]
+    assert [name for name, _ in skipping.skipped] == [f"{held / 'hf.parquet'} row 4", f"{held / 'hf.parquet'} row 7"]
+    assert "cannot be read as an image" in skipping.skipped[0][1] and "has no image" in skipping.skipped[1][1]
+    failing = ImageTableSource(held / "hf.parquet", "image", 4, inputs, size=(8, 8), decode_threads=threads)
+    with pytest.raises(SourceError, match=r"hf\.parquet row 4' cannot be read as an image"):
+        list(failing)
+    assert _decode_threads() == []
+
+
+def test_ortpipe_run_scores_images_held_in_a_table_and_resumes_by_their_ids(held, tmp_path, capsys):
+    from pipeline.cli import main
+
+    output = tmp_path / "scores.csv"
+    argv = ["run", "convnet", "--input", str(held / "hf.parquet"), "--image-column", "image", "--size", "8x8"]
+    argv += ["--batch-size", "2", "--skip-unreadable", "--no-progress", "--output", str(output)]
+    assert main([*argv, "--limit", "3"]) == 0
+    assert "images held in column 'image'" in capsys.readouterr().out
+    assert main([*argv, "--resume"]) == 0
+    assert "skipped 2 unreadable file(s)" in capsys.readouterr().err
+    import pyarrow.csv as pcsv
+
+    assert pcsv.read_csv(output)["row_id"].to_pylist() == [0, 1, 2, 3, 5, 6, 8, 9, 10]

@@ -174,7 +174,9 @@ def add_run(sub: Any) -> None:
         "--image-column",
         metavar="COLUMN",
         help="a .parquet or .csv input: the column of image paths (relative to the table's folder, or absolute) "
-        "whose images are read and run, each row written with that path and its --id-column (default row_id)",
+        "whose images are read and run, each row written with that path and its --id-column (default row_id); "
+        "or a Parquet column holding the images themselves (encoded bytes, or Hugging Face's {bytes, path}), "
+        "each row written with its id",
     )
     run.add_argument(
         "--video-column",
@@ -476,7 +478,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if listed is not None:
             videos = len(getattr(source, "videos", ()))
             things = "images" if args.image_column is not None else f"frames of {videos} videos"
-            what = f"{_input_rows(source)[0]} {things} listed in column {listed!r} of"
+            held = "held" if getattr(source, "holds_images", False) else "listed"
+            what = f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
         print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
         with _signals_stop() as stop:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
+import io
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from ._base import (
 )
 from .files import IMAGE_SUFFIXES, image_files
 from .fitting import Fit, Placement, check_fit, fit_columns
-from .tables import PathTable
+from .tables import ImageBytesTable, PathTable
 
 #: the EXIF tag that says how a picture is to be turned to be upright
 _ORIENTATION = 0x0112
@@ -122,6 +123,14 @@ class _ImageFiles(RowSource):
         """The file of row ``row`` (of all the rows, not of the window)."""
         raise NotImplementedError
 
+    def _open(self, row: int) -> Any:
+        """What Pillow reads row ``row``'s image from: its file, or its bytes (a table's)."""
+        return self._file(row)
+
+    def _name(self, row: int) -> str:
+        """Row ``row``'s image in messages and in ``skipped``: its file's path."""
+        return str(self._file(row))
+
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
         """The metadata of rows ``rows`` (of all the rows), in order."""
         raise NotImplementedError
@@ -185,7 +194,7 @@ class _ImageFiles(RowSource):
         if self.decode_threads == 1:
             for start in starts:
                 rows = list(range(start, min(start + self.batch_size, self._hi)))
-                chunk = self._chunk(rows, [self._load(self._file(row)) for row in rows])
+                chunk = self._chunk(rows, [self._load(row) for row in rows])
                 if chunk is not None:
                     yield chunk
             return
@@ -197,7 +206,7 @@ class _ImageFiles(RowSource):
                 # this batch and the next one in flight: bounded memory, threads kept busy
                 ahead = min(self._hi, start + 2 * self.batch_size)
                 for row in range(submitted, ahead):
-                    decoding.append(pool.submit(self._load, self._file(row)))
+                    decoding.append(pool.submit(self._load, row))
                 submitted = ahead
                 rows = list(range(start, min(start + self.batch_size, self._hi)))
                 chunk = self._chunk(rows, [decoding.popleft().result() for _ in rows])
@@ -206,12 +215,13 @@ class _ImageFiles(RowSource):
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _load(self, file: Path) -> _Decoded | SourceError:
-        """The decoded image and where it went, or (to be raised or skipped in order) why it cannot be."""
+    def _load(self, row: int) -> _Decoded | SourceError:
+        """Row ``row``'s image decoded and where it went, or (to be raised or skipped in
+        order) why it cannot be."""
         from PIL import Image, UnidentifiedImageError
 
         try:
-            with Image.open(file) as image:
+            with Image.open(self._open(row)) as image:
                 orientation = image.getexif().get(_ORIENTATION, 1) if self.exif_orientation else 1
                 sideways = orientation in (5, 6, 7, 8)
                 width, height = image.size[::-1] if sideways else image.size
@@ -224,7 +234,9 @@ class _ImageFiles(RowSource):
                     rgb = rgb.transpose(getattr(Image.Transpose, _UPRIGHT[orientation]))
                 return np.asarray(self._fitted(rgb, placement)), placement
         except (UnidentifiedImageError, OSError, ValueError) as exc:  # ValueError: a truncated header
-            return SourceError(f"{str(file)!r} cannot be read as an image: {exc}")
+            return SourceError(f"{self._name(row)!r} cannot be read as an image: {exc}")
+        except SourceError as exc:  # a table's row with no image in it
+            return exc
 
     def _fitted(self, rgb: Any, placement: Placement | None) -> Any:
         """``rgb`` made ``size`` as ``fit`` says (NOTE [ fitting ]): a crop resizes only its region."""
@@ -248,7 +260,7 @@ class _ImageFiles(RowSource):
             if isinstance(decoded, SourceError):
                 if not self.skip_unreadable:
                     raise decoded
-                self.skipped.append((str(self._file(row)), str(decoded)))
+                self.skipped.append((self._name(row), str(decoded)))
                 continue
             kept.append(row)
             images.append(decoded[0])
@@ -326,7 +338,14 @@ class ImageTableSource(_ImageFiles):
     ``row_id``: the table's own column of that name, or the row's number), so a
     result joins back to its row; decoding as :class:`_ImageFiles` says.  Rows
     are the table's: windows, shards and resumes count them, and a resumed run
-    that skips unreadable images goes on after the id its output ends with."""
+    that skips unreadable images goes on after the id its output ends with.
+
+    NOTE [ images in a table ]: a Parquet ``column`` may hold the images
+    themselves instead - encoded bytes, or Hugging Face datasets' ``Image``
+    struct ``{bytes, path}`` - as a data set shipped as Parquet files does:
+    then they are read from it a row group at a time
+    (:class:`~pipeline.sources.tables.ImageBytesTable`) and each row carries
+    its id only."""
 
     kind = "image table"
 
@@ -347,9 +366,15 @@ class ImageTableSource(_ImageFiles):
     ):
         self.path = _existing(path, "input table file")
         self.column = column
-        self._table = PathTable(self.path, column, id_column, "image")
-        self.key_name = self._table.id_name
-        rows = len(self._table)
+        self._bytes: ImageBytesTable | None = None
+        if self.path.suffix.lower() != ".csv" and _holds_images(self.path, column):
+            self._bytes = ImageBytesTable(self.path, column, id_column)
+            self.key_name, self._ids = self._bytes.id_name, self._bytes.ids
+            rows = len(self._bytes)
+        else:
+            self._table = PathTable(self.path, column, id_column, "image")
+            self.key_name, self._ids = self._table.id_name, self._table.ids
+            rows = len(self._table)
         self._setup(
             rows,
             batch_size,
@@ -363,14 +388,37 @@ class ImageTableSource(_ImageFiles):
             exif_orientation,
         )
 
+    @property
+    def holds_images(self) -> bool:
+        """Whether the table holds the images themselves, not their paths (NOTE [ images in a table ])."""
+        return self._bytes is not None
+
     def _file(self, row: int) -> Path:
         return self._table.file(row)
 
+    def _open(self, row: int) -> Any:
+        return self._file(row) if self._bytes is None else io.BytesIO(self._bytes.image(row))
+
+    def _name(self, row: int) -> str:
+        return str(self._file(row)) if self._bytes is None else self._bytes.name(row)
+
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
+        if self._bytes is not None:  # the images themselves: the id says which row each is
+            return {self.key_name: self._ids[rows]}
         return {
             self.column: self._table.names.take(rows).to_numpy(zero_copy_only=False).astype(str),
-            self.key_name: self._table.ids[rows],
+            self.key_name: self._ids[rows],
         }
 
     def _keys(self) -> Iterable[str]:
-        return self._table.ids[self._lo : self._hi].astype(str)  # type: ignore[no-any-return]
+        return self._ids[self._lo : self._hi].astype(str)  # type: ignore[no-any-return]
+
+
+def _holds_images(path: Path, column: str) -> bool:
+    """Whether a Parquet table's ``column`` holds images' bytes; a file that is not one says so later."""
+    import pyarrow as pa
+
+    try:
+        return ImageBytesTable.holds_images(path, column)
+    except (pa.ArrowInvalid, OSError):
+        return False  # PathTable's own message names what is wrong

@@ -3,7 +3,9 @@ data set) and a CSV file read in record batches, columns mapped to model inputs.
 
 from __future__ import annotations
 
+import collections
 import copy
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -508,3 +510,84 @@ class PathTable:
             options = pcsv.ConvertOptions(include_columns=wanted, column_types=types)
             return pcsv.read_csv(self.path, convert_options=options)
         return pq.read_table(self.path, columns=wanted)
+
+
+class ImageBytesTable:
+    """A Parquet table whose ``column`` holds the images themselves (NOTE [ images in
+    a table ]): their encoded bytes (binary), or a struct whose ``bytes`` field holds
+    them, as Hugging Face datasets write an ``Image`` feature (``{bytes, path}``).
+    Each row's id as :class:`PathTable` gives it (``ids``, ``id_name``); a row's
+    bytes (:meth:`image`) are read a row group at a time, the last two kept, so
+    the table is never in memory whole; any thread may ask."""
+
+    #: row groups kept read: the decode threads work on a batch and the next
+    CACHED_GROUPS = 2
+
+    def __init__(self, path: Path, column: str, id_column: str | None) -> None:
+        import pyarrow.parquet as pq
+
+        self.path, self.column = path, column
+        metadata = pq.read_metadata(path)
+        names = pq.read_schema(path).names
+        if id_column is not None and id_column not in names:
+            raise SourceError(f"the id column {id_column!r} is not in {str(path)!r}: columns {names}")
+        if not metadata.num_rows:
+            raise SourceError(f"{str(path)!r} holds no images: it has no rows")
+        self.id_name = id_column or "row_id"
+        self.ids = (
+            pq.read_table(path, columns=[self.id_name]).column(0).to_numpy(zero_copy_only=False)
+            if self.id_name in names
+            else np.arange(metadata.num_rows, dtype=np.int64)
+        )
+        sizes = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+        self._starts = np.cumsum([0, *sizes])  # the first row of each row group, then the end
+        self._groups: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def holds_images(path: Path, column: str) -> bool:
+        """Whether ``column`` of the Parquet file ``path`` holds images' bytes (not their paths)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+        if column not in schema.names:
+            return False
+        kind = schema.field(column).type
+        if pa.types.is_struct(kind):
+            index = kind.get_field_index("bytes")
+            kind = kind.field(index).type if index >= 0 else kind
+        return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def name(self, row: int) -> str:
+        """Row ``row`` in messages: the table and the row."""
+        return f"{self.path} row {row}"
+
+    def image(self, row: int) -> bytes:
+        """Row ``row``'s encoded image, or a SourceError where the row has none."""
+        group = int(np.searchsorted(self._starts, row, side="right")) - 1
+        value = self._group(group)[row - int(self._starts[group])].as_py()
+        if not value:
+            raise SourceError(f"{self.name(row)!r} has no image: its {self.column!r} is empty")
+        return bytes(value)
+
+    def _group(self, group: int) -> Any:
+        """The image bytes of row group ``group``, read once while it is among the last used."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with self._lock:
+            found = self._groups.get(group)
+            if found is None:
+                with pq.ParquetFile(self.path) as parquet:  # not held open between row groups
+                    found = parquet.read_row_group(group, columns=[self.column]).column(0).combine_chunks()
+                if pa.types.is_struct(found.type):
+                    found = found.field("bytes")
+                self._groups[group] = found
+                while len(self._groups) > self.CACHED_GROUPS:
+                    self._groups.popitem(last=False)
+            self._groups.move_to_end(group)
+            return found
