@@ -99,3 +99,34 @@ def test_photos_to_224_by_fit_items_per_s(benchmark, photos, fit):
     best = PHOTOS / benchmark.stats.stats.min
     benchmark.extra_info.update(fit=fit, items_per_s=best)
     print(f"\n640x480 JPEGs to 224x224, fit {fit}: fastest {best:.0f} images/s", end="")
+
+
+@pytest.mark.parametrize("where", ["files", "parquet bytes"])
+def test_photos_from_files_or_held_in_parquet_items_per_s(benchmark, photos, tmp_path_factory, where):
+    """The 640x480 photos to 64x64, two decode threads: read from their files (a folder),
+    or held in a Parquet column, 64 a row group (NOTE [ images in a table ])."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.sources import ImageTableSource
+
+    files = sorted(photos.glob("*.jpg"))
+    table = tmp_path_factory.mktemp("held") / "photos.parquet"
+    pq.write_table(
+        pa.table({"image": pa.array([f.read_bytes() for f in files], pa.binary())}), table, row_group_size=64
+    )
+    frames = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
+
+        def job() -> float:
+            if where == "files":
+                source = ImageFolderSource(photos, 32, pipe.source_inputs, size=(64, 64), decode_threads=2)
+            else:
+                source = ImageTableSource(table, "image", 32, pipe.source_inputs, size=(64, 64), decode_threads=2)
+            return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
+
+        job()
+        benchmark.pedantic(job, rounds=3, iterations=1)
+    best = PHOTOS / benchmark.stats.stats.min
+    benchmark.extra_info.update(where=where, items_per_s=best)
+    print(f"\n640x480 JPEGs to 64x64 from {where}: fastest {best:.0f} images/s", end="")
