@@ -5,7 +5,8 @@
 machine, the conv net ~0.1 ms, so the job goes as fast as the files are
 decoded; ``decode_threads`` decodes that many at once.  And 24 JPEGs of
 3000x2000 to 224x224, two decode threads: decoded whole, or at 1/8 of their
-size (``jpeg_draft``).  And the 640x480 photos to 224x224 by each ``fit``.
+size (``jpeg_draft``).  And the 640x480 photos to 224x224 by each ``fit``, and
+from their files against held in a Parquet column.
 """
 
 from __future__ import annotations
