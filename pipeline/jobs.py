@@ -36,12 +36,14 @@ from .sinks import (
     writable_folder,
 )
 from .sources import (
+    ARCHIVE_SUFFIXES,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
     VIDEO_SUFFIXES,
     Chunk,
     CsvSource,
     Fit,
+    ImageArchiveSource,
     ImageFolderSource,
     ImageTableSource,
     NpySource,
@@ -145,26 +147,31 @@ def _path_kind(path: str | Path) -> str:
         return "csv"
     if suffix in VIDEO_SUFFIXES:
         return "video"
+    if suffix in ARCHIVE_SUFFIXES:  # NOTE [ image archives ]
+        return "images"
     if not path.exists():
         raise SourceError(f"input not found: {str(path)!r}")
     raise SourceError(
-        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}) "
-        "or a folder of images"
+        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}), "
+        "a .tar of images or a folder of images"
     )
 
 
 def _folder_kind(folder: Path) -> str:
-    """What a folder holds at any depth: images before videos, both before Parquet
-    files (a folder of photos may hold a table of earlier results)."""
+    """What a folder holds at any depth: images before videos, both before tar archives of
+    images (NOTE [ image archives ]), all before Parquet files (a folder of photos may
+    hold a table of earlier results; img2dataset writes one beside each shard)."""
     if holds_files(folder, IMAGE_SUFFIXES, hidden):
         return "images"
     if holds_files(folder, VIDEO_SUFFIXES, hidden):
         return "videos"
+    if holds_files(folder, ARCHIVE_SUFFIXES, hidden):
+        return "images"
     if holds_files(folder, PARQUET_SUFFIXES, writers_name):
         return "parquet"
     raise SourceError(
-        f"{str(folder)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}), videos ({', '.join(VIDEO_SUFFIXES)}) "
-        f"nor Parquet files ({', '.join(PARQUET_SUFFIXES)}), at any depth"
+        f"{str(folder)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}), videos ({', '.join(VIDEO_SUFFIXES)}), "
+        f"tar archives of images nor Parquet files ({', '.join(PARQUET_SUFFIXES)}), at any depth"
     )
 
 
@@ -304,9 +311,17 @@ def open_source(
             fit,
             exif_orientation,
         )
-    return ImageFolderSource(
+    images = ImageArchiveSource if _holds_archives(Path(path)) else ImageFolderSource
+    return images(
         path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation
     )
+
+
+def _holds_archives(path: Path) -> bool:
+    """An "images" path that is a tar archive, or a folder of them (and no loose images)."""
+    if path.is_dir():
+        return not holds_files(path, IMAGE_SUFFIXES, hidden) and holds_files(path, ARCHIVE_SUFFIXES, hidden)
+    return path.suffix.lower() in ARCHIVE_SUFFIXES
 
 
 def sink_kind(path: str | Path) -> str:

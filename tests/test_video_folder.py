@@ -86,7 +86,7 @@ def test_videos_of_different_sizes_need_a_size(folder):
 
 def test_a_folder_without_videos_images_or_tables_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("no frames here")
-    with pytest.raises(SourceError, match=r"holds no images \(.*\), videos \(\.mp4.*\) nor Parquet files"):
+    with pytest.raises(SourceError, match=r"holds no images \(.*\), videos \(\.mp4.*\), tar archives .* nor Parquet"):
         source_kind(tmp_path)
     with pytest.raises(SourceError, match="no videos"):
         VideoFolderSource(tmp_path, 8, _spec())

@@ -50,7 +50,8 @@ def add_run(sub: Any) -> None:
         required=True,
         type=input_path,
         help="a video (a file, or a stream's URL: rtsp://, http://, ...), .npy, .parquet, .csv, a folder of images "
-        "or videos (at any depth), or a folder of Parquet files (a data set)",
+        "or videos (at any depth), a .tar of images or a folder of them (WebDataset shards), or a folder of "
+        "Parquet files (a data set)",
     )
     run.add_argument(
         "--output",
@@ -473,7 +474,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             approximate=not exact,
         )
         parts = getattr(source, "parts", None)  # a folder of Parquet files
+        archives = getattr(source, "archives", None)  # NOTE [ image archives ]
         what = f"{kind} data set of {len(parts)} files" if parts else kind
+        if archives:
+            what = f"images in {len(archives)} tar archive(s)"
         listed = args.image_column or args.video_column
         if listed is not None:
             videos = len(getattr(source, "videos", ()))

@@ -18,7 +18,8 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`VideoSource` - a video file decoded with PyAV into uint8 HWC frames;
 * :class:`VideoFolderSource` - the videos below a folder, frame after frame;
 * :class:`ImageFolderSource` - the images below a folder, read with Pillow;
-* :class:`ImageTableSource` - the images a table's column of paths lists;
+* :class:`ImageTableSource` - the images a table's column of paths lists (or holds);
+* :class:`ImageArchiveSource` - the images in tar archives (WebDataset shards);
 * :class:`VideoTableSource` - the videos a table lists, frame after frame.
 
 Frames and images are made the model's size stretched, cropped or padded
@@ -60,6 +61,7 @@ from ._base import (
     last_kept_row,
     sliced_chunk,
 )
+from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files
 from .files import (
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -88,6 +90,7 @@ from .videos import (
 )
 
 __all__ = [
+    "ARCHIVE_SUFFIXES",
     "AUTO_DECODE_THREADS",
     "FIT_COLUMNS",
     "FIT_MODES",
@@ -98,6 +101,7 @@ __all__ = [
     "Chunk",
     "CsvSource",
     "Fit",
+    "ImageArchiveSource",
     "ImageFolderSource",
     "ImageTableSource",
     "NpySource",
@@ -113,6 +117,7 @@ __all__ = [
     "VideoFolderSource",
     "VideoSource",
     "VideoTableSource",
+    "archive_files",
     "chunk_rows",
     "fewer_rows",
     "files_below",

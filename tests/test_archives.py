@@ -1,0 +1,123 @@
+"""Images in tar archives, WebDataset's shards (NOTE [ image archives ]): their image
+members in order, read at their offsets by the decode threads, windows across
+archives, archives cut short, and ``ortpipe run`` over a folder of shards."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import numpy as np
+import pytest
+
+from pipeline import Pipeline, models
+from pipeline.cli import main
+from pipeline.jobs import open_source, source_kind
+from pipeline.sources import ImageArchiveSource, SourceError
+
+Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+
+
+def _png(seed: int, height: int = 12) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, 16, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _tar(path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Two shards of WebDataset samples (KEY.png beside KEY.json), one with a folder in its
+    keys and a macOS resource fork; img2dataset's Parquet beside them."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    first = [(f"{i:04d}.png", _png(i)) for i in range(5)]
+    first = [member for image in first for member in (image, (image[0].replace(".png", ".json"), b"{}"))]
+    second = [("day2/0005.png", _png(5)), ("day2/._0005.png", b"resource fork"), ("day2/0006.png", _png(6))]
+    _tar(folder / "00000.tar", first)
+    _tar(folder / "00001.tar", second)
+    (folder / "00000.parquet").write_bytes(b"img2dataset's metadata: not read")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    with Pipeline(models.convnet(), device="cpu") as pipe:
+        return pipe.source_inputs
+
+
+def _rows(source) -> tuple[np.ndarray, list[str], list[str]]:
+    batches = list(source)
+    frames = np.concatenate([b.inputs["frames"] for b in batches])
+    return frames, [p for b in batches for p in b.meta["path"]], [k for b in batches for k in b.meta["key"]]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_image_members_of_every_archive_in_order_with_their_keys(shards, inputs, threads):
+    source = ImageArchiveSource(shards, 3, inputs, size=(16, 12), decode_threads=threads)
+    assert source_kind(shards) == "images" and source.archives == [shards / "00000.tar", shards / "00001.tar"]
+    frames, paths, keys = _rows(source)
+    assert keys == ["0000", "0001", "0002", "0003", "0004", "day2/0005", "day2/0006"]
+    assert paths[0] == f"{shards / '00000.tar'}/0000.png" and paths[-1] == f"{shards / '00001.tar'}/day2/0006.png"
+    want = [np.asarray(Image.open(io.BytesIO(_png(seed)))) for seed in range(7)]
+    np.testing.assert_array_equal(frames, np.stack(want))
+    window_frames, _, window_keys = _rows(source.between(3, 6))  # across the two archives
+    assert window_keys == ["0003", "0004", "day2/0005"]
+    np.testing.assert_array_equal(window_frames, frames[3:6])
+
+
+def test_an_archive_cut_short_or_compressed_is_named(shards, inputs):
+    """A download cut off inside a member's data or inside a header: without
+    skip_unreadable the archive is named; with it the images before the break are
+    kept, one whose bytes are cut is left out as any unreadable image, and the
+    archive is listed."""
+    whole = (shards / "00000.tar").read_bytes()
+    with tarfile.open(shards / "00000.tar") as tar:
+        members = {member.name: member for member in tar.getmembers()}
+    for cut, unreadable_rows in [
+        (members["0002.png"].offset_data + 10, [f"{shards / '00000.tar'}/0002.png"]),  # inside its bytes
+        (members["0002.json"].offset + 100, []),  # inside a header: 0002.png is whole
+    ]:
+        (shards / "00000.tar").write_bytes(whole[:cut])
+        with pytest.raises(SourceError, match=r"00000\.tar' cannot be read as a tar archive"):
+            ImageArchiveSource(shards, 8, inputs)
+        skipping = ImageArchiveSource(shards, 8, inputs, size=(16, 12), skip_unreadable=True)
+        _, _, keys = _rows(skipping)
+        assert keys == ["0000", "0001", *([] if unreadable_rows else ["0002"]), "day2/0005", "day2/0006"]
+        assert [name for name, _ in skipping.skipped] == [str(shards / "00000.tar"), *unreadable_rows]
+        if unreadable_rows:
+            assert "is cut short" in skipping.skipped[1][1]
+    (shards / "00000.tar").write_bytes(gzip.compress(whole))  # a .tar.gz named .tar: no offsets to read at
+    with pytest.raises(SourceError, match="cannot be read as a tar archive"):
+        ImageArchiveSource(shards / "00000.tar", 8, inputs)
+
+
+def test_loose_images_come_before_archives_and_an_archive_file_is_read_alone(shards, inputs):
+    with Pipeline(models.convnet(), device="cpu") as pipe:
+        assert isinstance(open_source(shards / "00001.tar", pipe, 4, size=(16, 12)), ImageArchiveSource)
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(shards / "loose.png")
+        assert not isinstance(open_source(shards, pipe, 4, size=(16, 12)), ImageArchiveSource)
+
+
+def test_ortpipe_run_over_shards_resumes_by_path_past_an_image_left_out(shards, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    _tar(shards / "00002.tar", [("0007.png", b"not a png"), ("0008.png", _png(8))])
+    output = tmp_path / "scores.parquet"
+    argv = ["run", "convnet", "--input", str(shards), "--size", "16x12", "--batch-size", "2", "--no-progress"]
+    argv += ["--skip-unreadable", "--output", str(output)]
+    assert main([*argv, "--limit", "6"]) == 0
+    assert "images in 3 tar archive(s)" in capsys.readouterr().out
+    assert main([*argv, "--resume"]) == 0
+    assert "00002.tar/0007.png' cannot be read as an image" in capsys.readouterr().err
+    keys = pq.read_table(output)["key"].to_pylist()
+    assert keys == ["0000", "0001", "0002", "0003", "0004", "day2/0005", "day2/0006", "0008"]
