@@ -6,7 +6,7 @@ machine, the conv net ~0.1 ms, so the job goes as fast as the files are
 decoded; ``decode_threads`` decodes that many at once.  And 24 JPEGs of
 3000x2000 to 224x224, two decode threads: decoded whole, or at 1/8 of their
 size (``jpeg_draft``).  And the 640x480 photos to 224x224 by each ``fit``, and
-from their files against held in a Parquet column.
+from their files against held in a Parquet column or in a tar archive.
 """
 
 from __future__ import annotations
@@ -102,28 +102,36 @@ def test_photos_to_224_by_fit_items_per_s(benchmark, photos, fit):
     print(f"\n640x480 JPEGs to 224x224, fit {fit}: fastest {best:.0f} images/s", end="")
 
 
-@pytest.mark.parametrize("where", ["files", "parquet bytes"])
+@pytest.mark.parametrize("where", ["files", "parquet bytes", "tar archive"])
 def test_photos_from_files_or_held_in_parquet_items_per_s(benchmark, photos, tmp_path_factory, where):
     """The 640x480 photos to 64x64, two decode threads: read from their files (a folder),
-    or held in a Parquet column, 64 a row group (NOTE [ images in a table ])."""
+    held in a Parquet column, 64 a row group (NOTE [ images in a table ]), or in a tar
+    archive (NOTE [ image archives ])."""
+    import tarfile
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.sources import ImageTableSource
+    from pipeline.sources import ImageArchiveSource, ImageTableSource
 
     files = sorted(photos.glob("*.jpg"))
-    table = tmp_path_factory.mktemp("held") / "photos.parquet"
-    pq.write_table(
-        pa.table({"image": pa.array([f.read_bytes() for f in files], pa.binary())}), table, row_group_size=64
-    )
+    folder = tmp_path_factory.mktemp("held")
+    held = pa.table({"image": pa.array([file.read_bytes() for file in files], pa.binary())})
+    pq.write_table(held, folder / "photos.parquet", row_group_size=64)
+    with tarfile.open(folder / "photos.tar", "w") as tar:
+        for file in files:
+            tar.add(file, arcname=file.name)
     frames = Preprocess(scale=1 / 255, layout="nhwc")
     with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
+        specs, options = pipe.source_inputs, {"size": (64, 64), "decode_threads": 2}
 
         def job() -> float:
             if where == "files":
-                source = ImageFolderSource(photos, 32, pipe.source_inputs, size=(64, 64), decode_threads=2)
+                source: object = ImageFolderSource(photos, 32, specs, **options)
+            elif where == "parquet bytes":
+                source = ImageTableSource(folder / "photos.parquet", "image", 32, specs, **options)
             else:
-                source = ImageTableSource(table, "image", 32, pipe.source_inputs, size=(64, 64), decode_threads=2)
+                source = ImageArchiveSource(folder / "photos.tar", 32, specs, **options)
             return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
 
         job()
