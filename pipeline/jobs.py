@@ -110,7 +110,8 @@ def source_kind(path: str | Path, image_column: str | None = None, video_column:
     :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
     "video" stream (NOTE [ video streams ] in sources).  A ``.parquet`` or
     ``.csv`` file with an ``image_column`` is "images": the images it lists
-    (:class:`ImageTableSource`); with a ``video_column``, "videos"
+    (:class:`ImageTableSource`), as is a folder of Parquet files whose column
+    holds them (NOTE [ images in a table ]); with a ``video_column``, "videos"
     (:class:`VideoTableSource`)."""
     kind = _path_kind(path)
     if image_column is None and video_column is None:
@@ -118,7 +119,8 @@ def source_kind(path: str | Path, image_column: str | None = None, video_column:
     if image_column is not None and video_column is not None:
         raise SourceError("a table lists images or videos: give a column of image paths or one of video paths")
     what = "image" if image_column is not None else "video"
-    if kind not in ("parquet", "csv") or Path(path).is_dir():
+    held = what == "image" and kind == "parquet" and Path(path).is_dir()  # a data set holding its images
+    if kind not in ("parquet", "csv") or (Path(path).is_dir() and not held):
         raise SourceError(
             f"a column of {what} paths is read from a table, a .parquet or .csv file; {str(path)!r} is "
             f"{'a folder' if Path(path).is_dir() else 'a ' + kind + ' source'}"

@@ -447,3 +447,38 @@ def test_ortpipe_run_scores_images_held_in_a_table_and_resumes_by_their_ids(held
     import pyarrow.csv as pcsv
 
     assert pcsv.read_csv(output)["row_id"].to_pylist() == [0, 1, 2, 3, 5, 6, 8, 9, 10]
+
+
+def test_a_data_set_holding_its_images_is_read_file_after_file_and_resumes_by_file_and_row(held, inputs, capsys):
+    """Hugging Face's layout: a folder of Parquet files whose ``image`` column holds the
+    images; each row with its file and its row there; a resumed run that skips the
+    unreadable goes on after the (file, row) its output ends with."""
+    import shutil
+
+    from pipeline.cli import main
+    from pipeline.sources import ImageTableSource
+
+    data = held / "data"
+    data.mkdir()
+    for part in ("train-00000-of-00002", "train-00001-of-00002"):
+        shutil.copy(held / "hf.parquet", data / f"{part}.parquet")
+    source = ImageTableSource(data, "image", 4, inputs, size=(8, 8), skip_unreadable=True)
+    assert source.holds_images and len(source) == 22
+    window = list(source.between(8, 15))
+    rows = [(file, row) for b in window for file, row in zip(b.meta["file"], b.meta["row_id"], strict=True)]
+    assert rows == [("train-00000-of-00002.parquet", 8), ("train-00000-of-00002.parquet", 9),
+                    ("train-00000-of-00002.parquet", 10), ("train-00001-of-00002.parquet", 0),
+                    ("train-00001-of-00002.parquet", 1), ("train-00001-of-00002.parquet", 2),
+                    ("train-00001-of-00002.parquet", 3)]  # fmt: skip
+    output = held / "scores.parquet"
+    argv = ["run", "convnet", "--input", str(data), "--image-column", "image", "--size", "8x8", "--batch-size", "2"]
+    argv += ["--skip-unreadable", "--no-progress", "--output", str(output)]
+    assert main([*argv, "--limit", "12"]) == 0  # ends in the second file
+    assert main([*argv, "--resume"]) == 0
+    table = pq.read_table(output)
+    want = [(f"train-0000{part}-of-00002.parquet", row) for part in (0, 1) for row in (0, 1, 2, 3, 5, 6, 8, 9, 10)]
+    assert list(zip(table["file"].to_pylist(), table["row_id"].to_pylist(), strict=True)) == want
+    capsys.readouterr()
+    pq.write_table(pa.table({"image": ["a path, not an image"]}), data / "train-00002-of-00002.parquet")
+    with pytest.raises(SourceError, match=r"train-00002-of-00002\.parquet': its column 'image' does not hold images"):
+        ImageTableSource(data, "image", 4, inputs)

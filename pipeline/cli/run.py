@@ -421,7 +421,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
     _options_fit_the_output(args)
     labels = _labels(args)
-    _not_into_the_data_set(args.input, args.output, kind)
+    _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
     model = with_heads(args, model)
     if labels is not None:
         _labels_fit(labels, args.labels, model)

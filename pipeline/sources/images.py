@@ -7,7 +7,7 @@ import collections
 import concurrent.futures
 import copy
 import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from ._base import (
     fewer_rows,
     last_kept_row,
 )
-from .files import IMAGE_SUFFIXES, image_files
+from .files import IMAGE_SUFFIXES, image_files, parquet_files
 from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import ImageBytesTable, PathTable
 
@@ -143,6 +143,14 @@ class _ImageFiles(RowSource):
         """What the ``key_name`` column holds for each row of the window, as text."""
         raise NotImplementedError
 
+    def _key_names(self) -> tuple[str, ...]:
+        """The columns of a row that together say which image it is: ``key_name``."""
+        return (self.key_name,)
+
+    def _key_of(self, row: Mapping[str, Any]) -> str:
+        """An output row's key, as :meth:`_keys` writes keys."""
+        return str(row[self.key_name])
+
     def position_after(self, sink: Any, start: int) -> int | None:
         """Where a resumed run goes on when unreadable files are skipped (its rows are then
         fewer than its files, so they cannot be counted): after the row whose key (its
@@ -151,12 +159,14 @@ class _ImageFiles(RowSource):
         if not self.skip_unreadable:
             return None
         row = last_kept_row(sink)
-        if row is None or self.key_name not in row:
+        names = self._key_names()
+        if row is None or any(name not in row for name in names):
+            columns = f"{names[0]} column says" if len(names) == 1 else f"{' and '.join(names)} columns say"
             raise SourceError(
                 "cannot resume: a run that skips unreadable images has fewer rows than files, and only a table's "
-                f"{self.key_name} column says which file comes next: write its output as .parquet, .csv or a folder"
+                f"{columns} which file comes next: write its output as .parquet, .csv or a folder"
             )
-        key = str(row[self.key_name])
+        key = self._key_of(row)
         matches = [number for number, each in enumerate(self._keys()) if each == key]
         if not matches:
             raise SourceError(
@@ -367,8 +377,10 @@ class ImageTableSource(_ImageFiles):
         self.path = _existing(path, "input table file")
         self.column = column
         self._bytes: ImageBytesTable | None = None
-        if self.path.suffix.lower() != ".csv" and _holds_images(self.path, column):
-            self._bytes = ImageBytesTable(self.path, column, id_column)
+        #: the Parquet files of a data set that holds its images (a folder), else None
+        self.parts: list[Path] | None = parquet_files(self.path) if self.path.is_dir() else None
+        if self.parts is not None or (self.path.suffix.lower() != ".csv" and _holds_images(self.path, column)):
+            self._bytes = ImageBytesTable(self.parts or [self.path], column, id_column)
             self.key_name, self._ids = self._bytes.id_name, self._bytes.ids
             rows = len(self._bytes)
         else:
@@ -403,6 +415,8 @@ class ImageTableSource(_ImageFiles):
         return str(self._file(row)) if self._bytes is None else self._bytes.name(row)
 
     def _meta(self, rows: list[int]) -> dict[str, np.ndarray]:
+        if self._bytes is not None and self.parts is not None:  # a data set's: its file and its id there
+            return {"file": np.asarray([self._part_name(row) for row in rows]), self.key_name: self._ids[rows]}
         if self._bytes is not None:  # the images themselves: the id says which row each is
             return {self.key_name: self._ids[rows]}
         return {
@@ -411,7 +425,20 @@ class ImageTableSource(_ImageFiles):
         }
 
     def _keys(self) -> Iterable[str]:
+        if self.parts is not None:  # an id is a file's: the file says which
+            return [f"{self._part_name(row)}\0{self._ids[row]}" for row in range(self._lo, self._hi)]
         return self._ids[self._lo : self._hi].astype(str)  # type: ignore[no-any-return]
+
+    def _key_names(self) -> tuple[str, ...]:
+        return (self.key_name,) if self.parts is None else ("file", self.key_name)
+
+    def _key_of(self, row: Mapping[str, Any]) -> str:
+        return str(row[self.key_name]) if self.parts is None else f"{row['file']}\0{row[self.key_name]}"
+
+    def _part_name(self, row: int) -> str:
+        """The data set's file of row ``row``, as its path below the folder."""
+        assert self._bytes is not None and self.parts is not None
+        return self.parts[self._bytes.file_of(row)].relative_to(self.path).as_posix()
 
 
 def _holds_images(path: Path, column: str) -> bool:

@@ -513,34 +513,49 @@ class PathTable:
 
 
 class ImageBytesTable:
-    """A Parquet table whose ``column`` holds the images themselves (NOTE [ images in
+    """Parquet files whose ``column`` holds the images themselves (NOTE [ images in
     a table ]): their encoded bytes (binary), or a struct whose ``bytes`` field holds
-    them, as Hugging Face datasets write an ``Image`` feature (``{bytes, path}``).
-    Each row's id as :class:`PathTable` gives it (``ids``, ``id_name``); a row's
-    bytes (:meth:`image`) are read a row group at a time, the last two kept, so
-    the table is never in memory whole; any thread may ask."""
+    them, as Hugging Face datasets write an ``Image`` feature (``{bytes, path}``),
+    one file or the files of a data set (``files``, in order) read as one table.
+    Each row's id as :class:`PathTable` gives it (``ids``, ``id_name``; in a data
+    set, the row's in its file, and ``file_of(row)`` says which); a row's bytes
+    (:meth:`image`) are read a row group at a time, the last two kept, so the
+    table is never in memory whole; any thread may ask."""
 
     #: row groups kept read: the decode threads work on a batch and the next
     CACHED_GROUPS = 2
 
-    def __init__(self, path: Path, column: str, id_column: str | None) -> None:
+    def __init__(self, files: Sequence[Path], column: str, id_column: str | None) -> None:
         import pyarrow.parquet as pq
 
-        self.path, self.column = path, column
-        metadata = pq.read_metadata(path)
-        names = pq.read_schema(path).names
-        if id_column is not None and id_column not in names:
-            raise SourceError(f"the id column {id_column!r} is not in {str(path)!r}: columns {names}")
-        if not metadata.num_rows:
-            raise SourceError(f"{str(path)!r} holds no images: it has no rows")
+        self.files, self.column = list(files), column
         self.id_name = id_column or "row_id"
-        self.ids = (
-            pq.read_table(path, columns=[self.id_name]).column(0).to_numpy(zero_copy_only=False)
-            if self.id_name in names
-            else np.arange(metadata.num_rows, dtype=np.int64)
-        )
-        sizes = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
-        self._starts = np.cumsum([0, *sizes])  # the first row of each row group, then the end
+        ids, groups, rows = [], [], [0]
+        for file in self.files:
+            metadata = pq.read_metadata(file)
+            names = pq.read_schema(file).names
+            if id_column is not None and id_column not in names:
+                raise SourceError(f"the id column {id_column!r} is not in {str(file)!r}: columns {names}")
+            if not self.holds_images(file, column):
+                raise SourceError(f"{str(file)!r}: its column {column!r} does not hold images (bytes)")
+            own = metadata.num_rows
+            ids.append(
+                pq.read_table(file, columns=[self.id_name]).column(0).to_numpy(zero_copy_only=False)
+                if self.id_name in names
+                else np.arange(own, dtype=np.int64)
+            )
+            groups += [
+                (len(rows) - 1, group, metadata.row_group(group).num_rows) for group in range(metadata.num_row_groups)
+            ]
+            rows.append(rows[-1] + own)
+        if not rows[-1]:
+            where = self.files[0] if len(self.files) == 1 else self.files[0].parent
+            raise SourceError(f"{str(where)!r} holds no images: it has no rows")
+        self.ids = np.concatenate(ids)
+        self._file_starts = np.asarray(rows)  # each file's first row, then the end
+        #: the file and its row group of every row group, in order
+        self._group_of = [(file, group) for file, group, _ in groups]
+        self._starts = np.cumsum([0, *(size for _, _, size in groups)])  # each row group's first row, then the end
         self._groups: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -562,9 +577,14 @@ class ImageBytesTable:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def file_of(self, row: int) -> int:
+        """The number of the file row ``row`` is in."""
+        return int(np.searchsorted(self._file_starts, row, side="right")) - 1
+
     def name(self, row: int) -> str:
-        """Row ``row`` in messages: the table and the row."""
-        return f"{self.path} row {row}"
+        """Row ``row`` in messages: its file and its row there."""
+        file = self.file_of(row)
+        return f"{self.files[file]} row {row - int(self._file_starts[file])}"
 
     def image(self, row: int) -> bytes:
         """Row ``row``'s encoded image, or a SourceError where the row has none."""
@@ -582,8 +602,9 @@ class ImageBytesTable:
         with self._lock:
             found = self._groups.get(group)
             if found is None:
-                with pq.ParquetFile(self.path) as parquet:  # not held open between row groups
-                    found = parquet.read_row_group(group, columns=[self.column]).column(0).combine_chunks()
+                file, own = self._group_of[group]
+                with pq.ParquetFile(self.files[file]) as parquet:  # not held open between row groups
+                    found = parquet.read_row_group(own, columns=[self.column]).column(0).combine_chunks()
                 if pa.types.is_struct(found.type):
                     found = found.field("bytes")
                 self._groups[group] = found
