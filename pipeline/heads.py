@@ -50,48 +50,17 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
     then not copied back at all (NOTE [ top k ]).  The model's metadata says
     what was appended (:func:`top_k_of`)."""
     import onnx
-    from onnx import TensorProto, helper
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ModelError(f"top k takes a whole number of values >= 1, got {k!r}")
     proto = _loaded(model)
-    graph = proto.graph
-    outputs = {value.name: value for value in graph.output}
-    if output is None:
-        if len(outputs) != 1:
-            raise ModelError(f"top k: the model has {len(outputs)} outputs ({sorted(outputs)}): name the one to take")
-        output = next(iter(outputs))
-    if output not in outputs:
-        raise ModelError(f"top k of {output!r}: not an output of the model (its outputs: {sorted(outputs)})")
-    _check_opset(proto, output)
-    value = outputs[output]
-    tensor = value.type.tensor_type
-    if tensor.elem_type not in _NUMERIC:
-        kind = TensorProto.DataType.Name(tensor.elem_type)
-        raise ModelError(f"top k of {output!r}: its values are {kind}, TopK takes numbers")
-    if softmax and tensor.elem_type not in _FLOATS:
-        kind = TensorProto.DataType.Name(tensor.elem_type)
-        raise ModelError(f"top k of {output!r}: a softmax of {kind} values: Softmax takes floats")
+    value = _taken_output(proto, output, k, softmax)
+    output = value.name
     last = _last_dim(value)
-    if isinstance(last, int) and last < k:
-        raise ModelError(f"top k of {output!r}: k = {k} is more than the {last} values along its last axis")
-    values_name, index_name = top_k_names(output, k)
-    k_name, probabilities = f"{values_name}_k", f"{output}_softmax"
-    _check_free(graph, (values_name, index_name, k_name, probabilities))
-
-    scored = output
-    if softmax:
-        graph.node.append(helper.make_node("Softmax", [output], [probabilities], axis=-1))
-        scored = probabilities
-    graph.initializer.append(helper.make_tensor(k_name, TensorProto.INT64, [1], [k]))
-    graph.node.append(helper.make_node("TopK", [scored, k_name], [values_name, index_name], axis=-1))
-    dims = _dims(value)
-    new_dims = None if dims is None else [*dims[:-1], k]
-    graph.output.append(helper.make_tensor_value_info(values_name, tensor.elem_type, new_dims))
-    graph.output.append(helper.make_tensor_value_info(index_name, TensorProto.INT64, new_dims))
-    if not keep:
-        graph.output.remove(value)
     facts = {"output": output, "k": k, "softmax": softmax, "classes": last if isinstance(last, int) else None}
+    _append_top_k(proto.graph, value, k, softmax)
+    if not keep:
+        proto.graph.output.remove(value)
     proto.metadata_props.add(key=TOP_K_METADATA, value=json.dumps(facts))
     if proto.ByteSize() > _PROTOBUF_LIMIT:
         raise ModelError(
@@ -100,6 +69,51 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
         )
     onnx.checker.check_model(proto)  # what was appended fits the graph, before ORT reads it
     return proto
+
+
+def _taken_output(proto: Any, output: str | None, k: int, softmax: bool) -> Any:
+    """The graph output ``output`` (None: the only one), checked to take ``k`` values from."""
+    from onnx import TensorProto
+
+    outputs = {value.name: value for value in proto.graph.output}
+    if output is None:
+        if len(outputs) != 1:
+            raise ModelError(f"top k: the model has {len(outputs)} outputs ({sorted(outputs)}): name the one to take")
+        output = next(iter(outputs))
+    if output not in outputs:
+        raise ModelError(f"top k of {output!r}: not an output of the model (its outputs: {sorted(outputs)})")
+    _check_opset(proto, output)
+    value = outputs[output]
+    kind = value.type.tensor_type.elem_type
+    if kind not in _NUMERIC:
+        raise ModelError(f"top k of {output!r}: its values are {TensorProto.DataType.Name(kind)}, TopK takes numbers")
+    if softmax and kind not in _FLOATS:
+        name = TensorProto.DataType.Name(kind)
+        raise ModelError(f"top k of {output!r}: a softmax of {name} values: Softmax takes floats")
+    last = _last_dim(value)
+    if isinstance(last, int) and last < k:
+        raise ModelError(f"top k of {output!r}: k = {k} is more than the {last} values along its last axis")
+    return value
+
+
+def _append_top_k(graph: Any, value: Any, k: int, softmax: bool) -> None:
+    """Softmax (where asked) and TopK after output ``value``, their two outputs added to the graph's."""
+    from onnx import TensorProto, helper
+
+    output = value.name
+    values_name, index_name = top_k_names(output, k)
+    k_name, probabilities = f"{values_name}_k", f"{output}_softmax"
+    _check_free(graph, (values_name, index_name, k_name, probabilities))
+    scored = output
+    if softmax:
+        graph.node.append(helper.make_node("Softmax", [output], [probabilities], axis=-1))
+        scored = probabilities
+    graph.initializer.append(helper.make_tensor(k_name, TensorProto.INT64, [1], [k]))
+    graph.node.append(helper.make_node("TopK", [scored, k_name], [values_name, index_name], axis=-1))
+    dims = _dims(value)
+    new_dims = None if dims is None else [*dims[:-1], k]
+    graph.output.append(helper.make_tensor_value_info(values_name, value.type.tensor_type.elem_type, new_dims))
+    graph.output.append(helper.make_tensor_value_info(index_name, TensorProto.INT64, new_dims))
 
 
 def top_k_of(model: Any) -> dict[str, Any] | None:
