@@ -16,7 +16,8 @@ by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
 iobinding, caller and auto: the detector whose outputs depend on the data,
 the conv net on frames already in device memory (caller and auto); the conv
 net at 1, 8, 32 and 128 frames a batch (where throughput stops
-growing with the batch size); the one-row identity and the conv net at 8
+growing with the batch size); a classifier head's 1,000 scores a row copied
+back against its best 5 taken in the graph (``with_top_k``); the one-row identity and the conv net at 8
 frames as two pipelines on one GPU (``multi``: two sessions on two compute
 streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
 from the caller's thread and auto; last, ORT's profile
@@ -61,6 +62,7 @@ from pipeline.bench import (  # noqa: E402
     measure_host_copy_gbps,
     run_modes,
 )
+from pipeline.heads import with_top_k  # noqa: E402
 from pipeline.jobs import run_job  # noqa: E402
 from pipeline.opprofile import profile_ops  # noqa: E402
 from pipeline.sinks import CallbackSink  # noqa: E402
@@ -149,6 +151,21 @@ def _set(quick: bool, gpu: bool) -> list[dict[str, Any]]:
             "depths": DEPTHS[-1:],
             "seconds_scale": 0.5,
         },
+        *(
+            {
+                # NOTE [ top k ]: a classifier head's 1,000 scores a row copied back, or its best 5 taken in the graph
+                "name": f"classifier head, 1000 classes: {what}",
+                "model": head,
+                "batch": lambda i: {"x": rand(i, (rows, 256))},
+                "modes": SHORT_MODES,
+                "depths": DEPTHS[-1:],
+                "seconds_scale": 0.5,
+            }
+            for what, head in (
+                ("every score", models.mlp(features=256, hidden=256, classes=1000)),
+                ("top 5 in the graph", with_top_k(models.mlp(features=256, hidden=256, classes=1000), "scores", 5)),
+            )
+        ),
         *(
             {
                 "name": f"convnet batch sweep, {n} frames",

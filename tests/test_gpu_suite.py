@@ -38,6 +38,8 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "tiny identity: CUDA graphs, 2 pipelines on one device",
         "convnet, 8 frames: CUDA graphs, 2 pipelines on one device",
         "convnet, frames already on the device",
+        "classifier head, 1000 classes: every score",
+        "classifier head, 1000 classes: top 5 in the graph",
         "convnet batch sweep, 1 frames",
         "convnet batch sweep, 4 frames",
     ]
@@ -46,7 +48,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert report["convnet_ops"]["runs"] == 10 and "Conv" in {op["op"] for op in ops}
     times = [op["ms_per_run"] for op in ops]
     assert times == sorted(times, reverse=True)  # slowest first (which op that is depends on the machine's load)
-    *main_set, one_copy_thread, detect, tiny_two, convnet_two, on_device, sweep_1, sweep_4 = report["models"]
+    *main_set, one_copy_thread, detect, tiny_two, convnet_two, on_device, every, top_5, sweep_1, sweep_4 = report[
+        "models"
+    ]
     assert [(r["mode"], r["depth"]) for r in on_device["results"]] == [("caller", 3), ("auto", 3)]
     assert all(r["stage_ms"]["stage"] == 0.0 for r in on_device["results"])  # nothing staged
     short = [("naive", None), ("iobinding", None), ("caller", 3), ("auto", 3)]
@@ -54,7 +58,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         # without a GPU there is no graph row
         assert [(r["mode"], r["depth"]) for r in entry["results"]] == [("caller", 3), ("auto", 3), ("multi", 3)]
         assert len(entry["results"][-1]["devices"]) == 2
-    for entry, rows in ((detect, 16), (sweep_1, 1), (sweep_4, 4)):
+    for entry, rows in ((detect, 16), (every, 16), (top_5, 16), (sweep_1, 1), (sweep_4, 4)):
         assert [(r["mode"], r["depth"]) for r in entry["results"]] == short
         assert {r["batch_size"] for r in entry["results"]} == {rows}
     assert one_copy_thread["copy_threads"] == 1
