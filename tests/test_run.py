@@ -390,6 +390,7 @@ def models_inputs():
         "video_frames",
         "video_clips",
         "image_classes",
+        "image_shards",
         "bulk_scoring",
         "benchmark",
         "several_devices",
@@ -410,6 +411,8 @@ def test_examples_run(tmp_path, name, capsys):
     assert out
     if name == "image_classes":  # the class folders read at any depth, the Mac's junk left out
         assert "18 photos of 3 classes, top-1 100%" in out
+    if name == "image_shards":  # the archives' images and the Parquet-held ones, tagged alike
+        assert "12 images of 2 shards, 12 tagged right" in out and "the same tags: True" in out
 
 
 def test_the_resumable_scoring_example_scores_every_row_once_however_often_it_runs(tmp_path, capsys):
