@@ -68,6 +68,7 @@ such a run is refused at its first write.
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 import re
@@ -1086,13 +1087,18 @@ class LabelledSink:
 
 
 def read_labels(path: str | Path) -> list[str]:
-    """A labels file: one class name a line, line N naming class N (the last line's
-    newline optional; a line of its own may not be empty)."""
+    """A labels file: text, one class name a line, the first line naming class 0 (the
+    last line's newline optional; a line of its own may not be empty); or JSON
+    (``.json``): a list of names, or an object of class numbers ``"0"``.. ``"N-1"``,
+    where a name may come as ``[id, name]`` (ImageNet's ``imagenet_class_index.json``)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SinkError(f"labels {str(path)!r} cannot be read as text: {exc}") from exc
+    if path.suffix.lower() == ".json":
+        return _json_labels(path, text)
+    lines = text.splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     empty = [number for number, line in enumerate(lines) if not line.strip()]
@@ -1100,6 +1106,24 @@ def read_labels(path: str | Path) -> list[str]:
         where = f"line {empty[0] + 1} is empty" if empty else "it is empty"
         raise SinkError(f"labels {str(path)!r}: one class name a line, line N naming class N-1; {where}")
     return [line.strip() for line in lines]
+
+
+def _json_labels(path: Path, text: str) -> list[str]:
+    """The class names of a JSON labels file (:func:`read_labels`)."""
+    expected = 'a list of names, or {"0": name, "1": name, ...}, a name or [id, name] each'
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SinkError(f"labels {str(path)!r} is not JSON: {exc}") from exc
+    if isinstance(value, dict):
+        numbers = sorted(value, key=lambda key: int(key) if str(key).isdigit() else -1)
+        if numbers != [str(number) for number in range(len(value))]:
+            raise SinkError(f"labels {str(path)!r}: its keys are to be the classes 0 to {len(value) - 1}; {expected}")
+        value = [value[number] for number in numbers]
+    names = [item[-1] if isinstance(item, list) and item else item for item in value] if isinstance(value, list) else []
+    if not names or not all(isinstance(name, str) and name.strip() for name in names):
+        raise SinkError(f"labels {str(path)!r}: expected {expected}")
+    return [name.strip() for name in names]
 
 
 def read_npy_header_rows(path: str | Path) -> int:

@@ -313,3 +313,27 @@ def test_a_labels_file_is_one_name_a_line(tmp_path, text, words):
         read_labels(path)
     path.write_text("tench, Tinca tinca\ngoldfish\n\n")
     assert read_labels(path) == ["tench, Tinca tinca", "goldfish"]  # trailing blank lines left out
+
+
+def test_labels_in_json_as_a_list_or_as_imagenets_class_index(tmp_path):
+    import json
+
+    from pipeline.sinks import SinkError, read_labels
+
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(["tench", "goldfish"]))
+    assert read_labels(path) == ["tench", "goldfish"]
+    path.write_text(json.dumps({"1": ["n01443537", "goldfish"], "0": ["n01440764", "tench"]}))
+    assert read_labels(path) == ["tench", "goldfish"]  # imagenet_class_index.json, in class order
+    for bad, words in [
+        ({"0": "tench", "2": "shark"}, r"its keys are to be the classes 0 to 1"),
+        ([1, 2], "expected a list of names"),
+        ([], "expected a list of names"),
+        ("tench", "expected a list of names"),
+    ]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(SinkError, match=words):
+            read_labels(path)
+    path.write_text("[tench")
+    with pytest.raises(SinkError, match="is not JSON"):
+        read_labels(path)

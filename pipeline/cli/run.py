@@ -226,8 +226,8 @@ def add_run(sub: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="with --top-k: a text file of class names, line N naming class N-1, written beside the indices as "
-        "OUTPUT_topK_label (a table output)",
+        help="with --top-k: a text file of class names, line N naming class N-1 (or .json: a list of names, or "
+        "{\"0\": name or [id, name], ...}), written beside the indices as OUTPUT_topK_label (a table output)",
     )
     run.add_argument(
         "--data-dependent",
