@@ -227,7 +227,7 @@ def add_run(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="with --top-k: a text file of class names, line N naming class N-1 (or .json: a list of names, or "
-        "{\"0\": name or [id, name], ...}), written beside the indices as OUTPUT_topK_label (a table output)",
+        '{"0": name or [id, name], ...}), written beside the indices as OUTPUT_topK_label (a table output)',
     )
     run.add_argument(
         "--data-dependent",
