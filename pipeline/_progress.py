@@ -61,7 +61,10 @@ class Progress:
         now = time.perf_counter()
         if self.enabled and now - self._last >= self._interval:
             self._last = now
-            self._draw(now) if self.mode == "bar" else self._log(now)
+            if self.mode == "bar":
+                self._draw(now)
+            else:
+                self._log(now)
 
     def _figures(self, now: float) -> tuple[str, str, str]:
         """The batches done (of the total), the rate, and the time gone (and left)."""
