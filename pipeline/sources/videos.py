@@ -284,18 +284,21 @@ class VideoSource(RowSource):
     def _converted(self, reformatter: Any, frame: Any, placed: list[Placement]) -> np.ndarray:
         """``frame`` as the model's picture (``pix_fmt``, ``size`` as ``fit`` says), its
         placement added to ``placed`` where it is cropped or padded."""
-        if not self.fit.moves:
-            width, height = self.size or (frame.width, frame.height)
-            return reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()  # type: ignore[no-any-return]
-        key = (frame.width, frame.height)
-        placement = self._placements.get(key)
-        if placement is None:  # a frame size seen first (a stream may change it)
-            placement = self._placements[key] = self.fit.placement(*key, self.size)  # type: ignore[arg-type]
-        placed.append(placement)
-        width, height = placement.resized
-        return placement.place(
-            reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
-        )
+        width, height = self.size or (frame.width, frame.height)
+        placement = self._placement(frame.width, frame.height) if self.fit.moves else None
+        if placement is not None:
+            placed.append(placement)
+            width, height = placement.resized
+        image: np.ndarray = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
+        return image if placement is None else placement.place(image)
+
+    def _placement(self, width: int, height: int) -> Placement:
+        """Where a ``width`` x ``height`` frame goes (NOTE [ fitting ]); worked out once a frame size."""
+        found = self._placements.get((width, height))
+        if found is None:  # a frame size seen first (a stream may change it)
+            assert self.size is not None  # fit needs a size (check_fit)
+            found = self._placements[(width, height)] = self.fit.placement(width, height, self.size)
+        return found
 
     def _numbered(self, container: Any, stream: Any, target: int | None) -> Iterator[tuple[int, Any]]:
         """``(index, frame)`` of the frames decoded: every one from the first, or,
