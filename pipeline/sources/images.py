@@ -282,7 +282,7 @@ class _ImageFiles(RowSource):
             raise SourceError(f"images of {str(self.path)!r} differ in size {sorted(shapes)}: pass size=(W, H)")
         meta = self._meta(kept)
         if self.fit.moves:
-            meta.update(fit_columns(placements))  # type: ignore[arg-type]  # every one placed: fit needs a size
+            meta.update(fit_columns([p for p in placements if p is not None]))  # all placed: fit needs a size
         return images, meta
 
 
