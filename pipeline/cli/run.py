@@ -473,17 +473,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             enabled=False if args.no_progress else None,
             approximate=not exact,
         )
-        parts = getattr(source, "parts", None)  # a folder of Parquet files
-        archives = getattr(source, "archives", None)  # NOTE [ image archives ]
-        what = f"{kind} data set of {len(parts)} files" if parts else kind
-        if archives:
-            what = f"images in {len(archives)} tar archive(s)"
-        listed = args.image_column or args.video_column
-        if listed is not None:
-            videos = len(getattr(source, "videos", ()))
-            things = "images" if args.image_column is not None else f"frames of {videos} videos"
-            held = "held" if getattr(source, "holds_images", False) else "listed"
-            what = f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
+        what = _what_is_read(args, source, kind)
         print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
         with _signals_stop() as stop:
             try:
@@ -515,6 +505,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
+    """The input in the run's first line: its kind, or what a data set, archives or a table hold."""
+    listed = args.image_column or args.video_column
+    if listed is not None:
+        videos = len(getattr(source, "videos", ()))
+        things = "images" if args.image_column is not None else f"frames of {videos} videos"
+        held = "held" if getattr(source, "holds_images", False) else "listed"
+        return f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
+    archives = getattr(source, "archives", None)  # NOTE [ image archives ]
+    if archives:
+        return f"images in {len(archives)} tar archive(s)"
+    parts = getattr(source, "parts", None)  # a folder of Parquet files
+    return f"{kind} data set of {len(parts)} files" if parts else kind
 
 
 def input_path(text: str) -> Path | str:
