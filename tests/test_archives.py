@@ -121,3 +121,53 @@ def test_ortpipe_run_over_shards_resumes_by_path_past_an_image_left_out(shards, 
     assert "00002.tar/0007.png' cannot be read as an image" in capsys.readouterr().err
     keys = pq.read_table(output)["key"].to_pylist()
     assert keys == ["0000", "0001", "0002", "0003", "0004", "day2/0005", "day2/0006", "0008"]
+
+
+@pytest.mark.parametrize(
+    "form", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT], ids=["ustar", "gnu", "pax"]
+)
+def test_plain_headers_are_read_as_tarfile_reads_them_and_anything_else_by_tarfile(tmp_path, form):
+    """The reader of plain headers (NOTE [ image archives ]) gives what tarfile gives:
+    for short names, folders and a ustar name split into prefix and name, itself; for a
+    long name, a link or a cut, it declines and tarfile reads the archive."""
+    from pipeline.sources.archives import _image_members, _plain_members, _tarfile_members
+
+    long_folder = "a" * 90 + "/" + "b" * 60  # 151 characters: a ustar prefix, a GNU or PAX long name
+    path = tmp_path / "shard.tar"
+    with tarfile.open(path, "w", format=form) as tar:
+        folder = tarfile.TarInfo("day1")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name in ("day1/0001.jpg", "day1/0001.json", "0002.png", "._0003.jpg"):
+            info = tarfile.TarInfo(name)
+            info.size = 700 + len(name)
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert _plain_members(path) is not None  # every header plain
+    assert (
+        list(_image_members(path))
+        == list(_tarfile_members(path))
+        == [
+            (1024, 713, "day1/0001.jpg"),
+            (4096, 708, "0002.png"),
+        ]
+    )
+    prefixed = tmp_path / "prefixed.tar"
+    with tarfile.open(prefixed, "w", format=form) as tar:
+        info = tarfile.TarInfo(f"{long_folder}/0005.jpg")
+        info.size = 10
+        tar.addfile(info, io.BytesIO(bytes(10)))
+    plain = _plain_members(prefixed)
+    assert (plain is not None) == (form == tarfile.USTAR_FORMAT)  # ustar splits the name; GNU and PAX extend it
+    assert list(_image_members(prefixed)) == list(_tarfile_members(prefixed))
+    assert [name for _, _, name in _image_members(prefixed)] == [f"{long_folder}/0005.jpg"]
+    with tarfile.open(path, "a", format=form) as tar:
+        info = tarfile.TarInfo(f"{long_folder}/0004.jpg")
+        info.size = 10
+        tar.addfile(info, io.BytesIO(bytes(10)))
+        link = tarfile.TarInfo("latest.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "0002.png"
+        tar.addfile(link)
+    assert _plain_members(path) is None  # a link (and, but in ustar, a long name): tarfile's to read
+    names = [name for _, _, name in _image_members(path)]
+    assert names == ["day1/0001.jpg", "0002.png", f"{long_folder}/0004.jpg"]
+    assert list(_image_members(path)) == list(_tarfile_members(path))
