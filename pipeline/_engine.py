@@ -231,25 +231,39 @@ def _rows_written(value: object, index: int, batch_size: int) -> int:
     return rows
 
 
-def copy_outputs(copier: HostCopier) -> Take[dict[str, np.ndarray]]:
-    """The default ``take``: results that stay valid after the slot is reused.
+@dataclass(frozen=True)
+class CopiedOutputs(Generic[T]):
+    """A ``MakeTake`` whose take copies every output out of the slot, then hands
+    ``then(index, rows, outputs)`` on (None: the outputs themselves).
 
     NOTE [ outputs handed over ]: a result must outlive its pinned-out slot,
     which the next batches' d2h write into, so it is copied out of it - a
     second pass over every output byte after the d2h's.  Where page-locked
     memory is as cheap as any (``Device.cheap_pinned``: the host device) the
-    engine skips that copy: it hands the slot's own arrays to the caller and
-    gives the slot new ones of the same sizes before it is reused (16 MB
-    batches through identity on the CPU backend: 1.1 ms a batch less).  On
-    CUDA, where ``cudaHostAlloc`` costs milliseconds, the copy stays.  An
-    output that is not in the slot (one ORT allocated and the run found
-    data-dependent) is copied as before."""
-    copied = copier.copied
+    engine skips that copy for a take of this kind: it hands the slot's own
+    arrays on and gives the slot new ones of the same sizes before it is
+    reused (16 MB batches through identity on the CPU backend: 1.1 ms a batch
+    less).  On CUDA, where ``cudaHostAlloc`` costs milliseconds, the copy
+    stays.  An output that is not in the slot (one ORT allocated and the run
+    found data-dependent) is copied as before."""
 
-    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {name: copied(view) for name, view in views.items()}
+    then: Callable[[int, int, dict[str, np.ndarray]], T] | None = None
 
-    return take
+    def __call__(self, copier: HostCopier) -> Take[T]:
+        copied = copier.copied
+
+        def take(index: int, rows: int, views: dict[str, np.ndarray]) -> T:
+            return self.passed_on(index, rows, {name: copied(view) for name, view in views.items()})
+
+        return take
+
+    def passed_on(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> T:
+        """What the take gives for outputs that outlive their slot."""
+        return cast(T, outputs) if self.then is None else self.then(index, rows, outputs)
+
+
+#: the default ``take``: results that stay valid after the slot is reused
+copy_outputs: CopiedOutputs[dict[str, np.ndarray]] = CopiedOutputs()
 
 
 @dataclass(frozen=True)
@@ -306,7 +320,9 @@ class EngineRun(Generic[T]):
         )
         self._take = make_take(self._copier)
         #: NOTE [ outputs handed over ]: the slot's arrays are the results, the slot gets new ones
-        self._hand_over_outputs = make_take is copy_outputs and device.cheap_pinned
+        self._handing_outputs: CopiedOutputs[T] | None = (
+            make_take if isinstance(make_take, CopiedOutputs) and device.cheap_pinned else None
+        )
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
         self._advisor = HandOverAdvisor() if config.stage_threads == "auto" else None
@@ -1032,8 +1048,8 @@ class EngineRun(Generic[T]):
             views = self._allocated_views(work, pinned_out)
         try:
             result: T
-            if self._hand_over_outputs:  # copy_outputs' results, without its copies
-                result = cast(T, self._handed_over(pinned_out, views))
+            if self._handing_outputs is not None:  # a CopiedOutputs' results, without its copies
+                result = self._handing_outputs.passed_on(trace.index, trace.rows, self._handed_over(pinned_out, views))
             else:
                 result = self._take(trace.index, trace.rows, views)
         finally:

@@ -47,10 +47,9 @@ import numpy as np
 
 from ._batching import split_rows
 from ._closing import close_all
-from ._engine import THREAD_PREFIX, copy_outputs
+from ._engine import THREAD_PREFIX, CopiedOutputs
 from ._errors import PipelineClosedError, PipelineError, renumbered
 from ._feed import interrupt_source
-from ._hostcopy import HostCopier
 from ._lifecycle import OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from ._preprocess import Preprocess
@@ -333,10 +332,10 @@ class _Done:
     device: int
 
 
-def _keep_outputs(copier: HostCopier) -> Callable[[int, int, dict[str, np.ndarray]], tuple[int, dict]]:
-    """A device pipeline's ``take``: its rows and outputs copied out of the pinned slot."""
-    copied = copy_outputs(copier)
-    return lambda index, rows, views: (rows, copied(index, rows, views))
+#: a device pipeline's ``take``: its rows and outputs that outlive the pinned slot
+_keep_outputs: CopiedOutputs[tuple[int, dict[str, np.ndarray]]] = CopiedOutputs(
+    lambda index, rows, outputs: (rows, outputs)
+)
 
 
 class _MultiRun:

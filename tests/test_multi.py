@@ -71,6 +71,18 @@ def test_every_batch_comes_back_in_order(devices, stage_threads):
     assert wait_no_threads() == []
 
 
+def test_host_devices_hand_their_slots_arrays_over_as_results(devices):
+    """NOTE [ outputs handed over ]: each device pipeline's results are its slot's own
+    arrays, not copies, and every one kept to the end still holds its batch."""
+    model = models.get("mlp")
+    batches = _mlp_batches(24)
+    with MultiPipeline(model, devices, depth=2) as pipe:
+        outs = list(pipe.map(batches))
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, {"x": batch}))
+        assert out["scores"].base is not None  # a view of handed-over slot memory: not copied
+
+
 def test_run_equals_one_pipeline():
     model = models.get("multi_io")
     inputs = models.example_batch("multi_io", 203, seed=3)  # the last batch short
