@@ -109,14 +109,17 @@ def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     import onnx
     from onnx import helper
 
-    loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
-    try:
-        if isinstance(loadable, str):  # the graph only: external weights stay on disk
-            proto = onnx.load_model(loadable, load_external_data=False)
-        else:
-            proto = onnx.load_model_from_string(loadable)
-    except Exception as exc:
-        raise ModelError(f"not a readable ONNX model: {exc}") from exc
+    if isinstance(model, onnx.ModelProto):  # read where it lies: serializing a large one to parse it is seconds
+        proto = model
+    else:
+        loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
+        try:
+            if isinstance(loadable, str):  # the graph only: external weights stay on disk
+                proto = onnx.load_model(loadable, load_external_data=False)
+            else:
+                proto = onnx.load_model_from_string(loadable)
+        except Exception as exc:
+            raise ModelError(f"not a readable ONNX model: {exc}") from exc
     weights = {init.name for init in proto.graph.initializer}
     specs = []
     for value in proto.graph.input:
