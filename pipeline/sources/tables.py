@@ -530,49 +530,39 @@ class ImageBytesTable:
 
         self.files, self.column = list(files), column
         self.id_name = id_column or "row_id"
-        ids, groups, rows = [], [], [0]
-        for file in self.files:
-            metadata = pq.read_metadata(file)
-            names = pq.read_schema(file).names
-            if id_column is not None and id_column not in names:
-                raise SourceError(f"the id column {id_column!r} is not in {str(file)!r}: columns {names}")
-            if not self.holds_images(file, column):
+        ids, sizes, rows = [], [], [0]
+        #: the file and its row group of every row group, in order
+        self._group_of: list[tuple[int, int]] = []
+        for number, file in enumerate(self.files):
+            with pq.ParquetFile(file) as parquet:  # its footer read once
+                metadata, schema = parquet.metadata, parquet.schema_arrow
+            if id_column is not None and id_column not in schema.names:
+                raise SourceError(f"the id column {id_column!r} is not in {str(file)!r}: columns {schema.names}")
+            if not _holds_image_bytes(schema, column):
                 raise SourceError(f"{str(file)!r}: its column {column!r} does not hold images (bytes)")
-            own = metadata.num_rows
             ids.append(
                 pq.read_table(file, columns=[self.id_name]).column(0).to_numpy(zero_copy_only=False)
-                if self.id_name in names
-                else np.arange(own, dtype=np.int64)
+                if self.id_name in schema.names
+                else np.arange(metadata.num_rows, dtype=np.int64)
             )
-            groups += [
-                (len(rows) - 1, group, metadata.row_group(group).num_rows) for group in range(metadata.num_row_groups)
-            ]
-            rows.append(rows[-1] + own)
+            self._group_of += [(number, group) for group in range(metadata.num_row_groups)]
+            sizes += [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+            rows.append(rows[-1] + metadata.num_rows)
         if not rows[-1]:
             where = self.files[0] if len(self.files) == 1 else self.files[0].parent
             raise SourceError(f"{str(where)!r} holds no images: it has no rows")
         self.ids = np.concatenate(ids)
         self._file_starts = np.asarray(rows)  # each file's first row, then the end
-        #: the file and its row group of every row group, in order
-        self._group_of = [(file, group) for file, group, _ in groups]
-        self._starts = np.cumsum([0, *(size for _, _, size in groups)])  # each row group's first row, then the end
+        self._starts = np.cumsum([0, *sizes])  # each row group's first row, then the end
         self._groups: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
     def holds_images(path: Path, column: str) -> bool:
         """Whether ``column`` of the Parquet file ``path`` holds images' bytes (not their paths)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = pq.read_schema(path)
-        if column not in schema.names:
-            return False
-        kind = schema.field(column).type
-        if pa.types.is_struct(kind):
-            index = kind.get_field_index("bytes")
-            kind = kind.field(index).type if index >= 0 else kind
-        return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+        return _holds_image_bytes(pq.read_schema(path), column)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -612,3 +602,16 @@ class ImageBytesTable:
                     self._groups.popitem(last=False)
             self._groups.move_to_end(group)
             return found
+
+
+def _holds_image_bytes(schema: Any, column: str) -> bool:
+    """Whether ``column`` of an Arrow ``schema`` is binary, or a struct whose ``bytes`` field is."""
+    import pyarrow as pa
+
+    if column not in schema.names:
+        return False
+    kind = schema.field(column).type
+    if pa.types.is_struct(kind):
+        index = kind.get_field_index("bytes")
+        kind = kind.field(index).type if index >= 0 else kind
+    return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
