@@ -375,24 +375,21 @@ def _labels(args: argparse.Namespace) -> list[str] | None:
     return read_labels(args.labels)
 
 
-def _labels_fit(labels: list[str], path: Path, model: Any) -> None:
-    """As many labels as the output --top-k takes from has classes, where the model fixes that number:
-    one more or fewer (a background class) would name every class after the first wrong one."""
-    from ..heads import top_k_of
+def _labelled_output(labels: list[str], path: Path, model: Any) -> str:
+    """The indices --top-k added (NOTE [ top k ]), which --labels names, as the model's record of
+    what was appended says; refused where the output fixes its classes and the labels are more or
+    fewer: one more or fewer (a background class) would name every class after the first wrong."""
+    from ..heads import top_k_names, top_k_of
 
-    head = top_k_of(model) or {}
-    classes = head.get("classes")
+    head = top_k_of(model)
+    assert head is not None  # --labels needs --top-k (_labels), which appended TopK (with_heads)
+    classes = head["classes"]
     if classes is not None and classes != len(labels):
         raise SinkError(
             f"--labels {str(path)!r} names {len(labels)} classes, but {head['output']!r} has {classes} values a row "
             "(line N names class N-1: a background class needs a line of its own)"
         )
-
-
-def _index_output(outputs: Sequence[str], k: int) -> str:
-    """The indices --top-k K added (NOTE [ top k ]), which --labels names."""
-    suffix = f"_top{k}_index"
-    return next((name for name in outputs if name.endswith(suffix)), suffix)
+    return top_k_names(head["output"], head["k"])[1]
 
 
 def _options_fit_the_output(args: argparse.Namespace) -> None:
@@ -423,8 +420,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     labels = _labels(args)
     _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
     model = with_heads(args, model)
-    if labels is not None:
-        _labels_fit(labels, args.labels, model)
+    labelled = None if labels is None else (_labelled_output(labels, args.labels, model), labels)
     declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
     preprocess = _auto_preprocess(args, declared, kind)
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
@@ -454,8 +450,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
         sink = open_sink(args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, **parquet)
-        if labels is not None:
-            sink = LabelledSink(sink, _index_output(pipe.output_names, args.top_k[1]), labels)
+        if labelled is not None:
+            sink = LabelledSink(sink, *labelled)
         kept = getattr(sink, "kept_rows", 0)
         try:
             if not args.resume and not args.overwrite:
