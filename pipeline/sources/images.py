@@ -379,6 +379,8 @@ class ImageTableSource(_ImageFiles):
         self._bytes: ImageBytesTable | None = None
         #: the Parquet files of a data set that holds its images (a folder), else None
         self.parts: list[Path] | None = parquet_files(self.path) if self.path.is_dir() else None
+        #: each part's path below the folder, as its rows' ``file`` says
+        self._part_names = [part.relative_to(self.path).as_posix() for part in self.parts or []]
         if self.parts is not None or (self.path.suffix.lower() != ".csv" and _holds_images(self.path, column)):
             self._bytes = ImageBytesTable(self.parts or [self.path], column, id_column)
             self.key_name, self._ids = self._bytes.id_name, self._bytes.ids
@@ -437,8 +439,8 @@ class ImageTableSource(_ImageFiles):
 
     def _part_name(self, row: int) -> str:
         """The data set's file of row ``row``, as its path below the folder."""
-        assert self._bytes is not None and self.parts is not None
-        return self.parts[self._bytes.file_of(row)].relative_to(self.path).as_posix()
+        assert self._bytes is not None
+        return self._part_names[self._bytes.file_of(row)]
 
 
 def _holds_images(path: Path, column: str) -> bool:
