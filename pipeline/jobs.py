@@ -236,24 +236,20 @@ def open_source(
                 f"({listed!r}) the input is the files it lists"
             )
     _require(kind, f"reading {str(path)!r}", SourceError)
-    if (every != 1 or fps is not None) and kind not in ("video", "videos"):
-        raise SourceError(f"taking every N-th frame is for videos; {str(path)!r} is a {kind} source")
-    if skip_unreadable and kind not in ("images", "videos"):
-        raise SourceError(
-            f"skipping unreadable files is for a folder of images or videos; {str(path)!r} is a {kind} source"
-        )
-    if jpeg_draft and kind != "images":
-        raise SourceError(f"decoding JPEGs in draft is for images; {str(path)!r} is a {kind} source")
-    if videos_at_once is not None and kind != "videos":
-        raise SourceError(
-            f"decoding videos at once is for a folder or table of videos; {str(path)!r} is a {kind} source"
-        )
-    if exif_orientation and kind != "images":
-        raise SourceError(f"turning pictures as their EXIF says is for images; {str(path)!r} is a {kind} source")
-    if Fit.parse(fit).moves and kind not in ("video", "videos", "images"):
-        raise SourceError(
-            f"cropping or padding to a size is for video frames and images; {str(path)!r} is a {kind} source"
-        )
+    for given, kinds, what in (
+        (every != 1 or fps is not None, ("video", "videos"), "taking every N-th frame is for videos"),
+        (skip_unreadable, ("images", "videos"), "skipping unreadable files is for a folder of images or videos"),
+        (jpeg_draft, ("images",), "decoding JPEGs in draft is for images"),
+        (videos_at_once is not None, ("videos",), "decoding videos at once is for a folder or table of videos"),
+        (exif_orientation, ("images",), "turning pictures as their EXIF says is for images"),
+        (
+            Fit.parse(fit).moves,
+            ("video", "videos", "images"),
+            "cropping or padding to a size is for video frames and images",
+        ),
+    ):
+        if given and kind not in kinds:  # an option of another kind of input: refused, not ignored
+            raise SourceError(f"{what}; {str(path)!r} is a {kind} source")
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, input_name)
