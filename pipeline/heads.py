@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from ._errors import ModelError
+from ._session import ort_model_arg
 
 #: the first opset whose TopK takes k as an input (a tensor), not as an attribute
 TOP_K_OPSET = 10
@@ -134,22 +133,16 @@ def _loaded(model: Any) -> Any:
     """A copy of ``model`` as a ModelProto, a file's external weights read in."""
     import onnx
 
-    if isinstance(model, str | os.PathLike):
-        path = Path(model)
-        if not path.is_file():
-            raise ModelError(f"model file not found: {str(path)!r}")
-        try:
-            return onnx.load_model(str(path))  # external weights from beside the file, as ORT reads them
-        except Exception as exc:
-            raise ModelError(f"{str(path)!r} is not a readable ONNX model: {exc}") from exc
-    if isinstance(model, bytes | bytearray | memoryview):
-        try:
-            return onnx.load_model_from_string(bytes(model))
-        except Exception as exc:
-            raise ModelError(f"not a readable ONNX model: {exc}") from exc
     if isinstance(model, onnx.ModelProto):
         return copy.deepcopy(model)
-    raise ModelError(f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+    loadable = ort_model_arg(model)  # a path that is a file, or bytes; a ModelError for anything else
+    try:
+        if isinstance(loadable, str):
+            return onnx.load_model(loadable)  # external weights from beside the file, as ORT reads them
+        return onnx.load_model_from_string(loadable)
+    except Exception as exc:
+        which = f"{loadable!r} is " if isinstance(loadable, str) else ""
+        raise ModelError(f"{which}not a readable ONNX model: {exc}") from exc
 
 
 def _check_opset(proto: Any, output: str) -> None:
