@@ -102,7 +102,12 @@ class JobSummary:
         return text + (" (interrupted)" if self.interrupted else "")
 
 
-def source_kind(path: str | Path, image_column: str | None = None, video_column: str | None = None) -> str:
+def source_kind(
+    path: str | Path,
+    image_column: str | None = None,
+    video_column: str | None = None,
+    video_format: str | None = None,
+) -> str:
     """ "npy", "parquet", "csv", "video", "images" or "videos" from a path, or a SourceError.
 
     A folder is "images" when it holds images, else "videos" when it holds
@@ -112,8 +117,10 @@ def source_kind(path: str | Path, image_column: str | None = None, video_column:
     ``.csv`` file with an ``image_column`` is "images": the images it lists
     (:class:`ImageTableSource`), as is a folder of Parquet files whose column
     holds them (NOTE [ images in a table ]); with a ``video_column``, "videos"
-    (:class:`VideoTableSource`)."""
-    kind = _path_kind(path)
+    (:class:`VideoTableSource`).  A file in a ``video_format`` FFmpeg is told
+    (raw frames, an elementary stream) is a "video" whatever its name, unless
+    the name says it is something else."""
+    kind = _path_kind(path, video_format)
     if image_column is None and video_column is None:
         return kind
     if image_column is not None and video_column is not None:
@@ -128,7 +135,7 @@ def source_kind(path: str | Path, image_column: str | None = None, video_column:
     return what + "s"
 
 
-def _path_kind(path: str | Path) -> str:
+def _path_kind(path: str | Path, video_format: str | None = None) -> str:
     if is_stream_url(path):
         table = Path(str(path).split("?", 1)[0]).suffix.lower()
         if table in (".npy", ".csv", *PARQUET_SUFFIXES):
@@ -151,6 +158,8 @@ def _path_kind(path: str | Path) -> str:
         return "video"
     if suffix in ARCHIVE_SUFFIXES:  # NOTE [ image archives ]
         return "images"
+    if video_format is not None and path.is_file():  # raw frames, an elementary stream: any name
+        return "video"
     if not path.exists():
         raise SourceError(f"input not found: {str(path)!r}")
     raise SourceError(
@@ -219,14 +228,18 @@ def open_source(
     fit: str | Fit | None = None,
     exif_orientation: bool = False,
     videos_at_once: int | None = None,
+    video_format: str | None = None,
+    video_options: Mapping[str, object] | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
     table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
     fraction of their size with ``jpeg_draft`` and turned upright with ``exif_orientation``;
     frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
-    table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ])."""
-    kind = source_kind(path, image_column, video_column)
+    table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
+    video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
+    (NOTE [ video streams ])."""
+    kind = source_kind(path, image_column, video_column, video_format)
     listed = image_column or video_column
     if listed is not None:
         _require("parquet", f"reading {str(path)!r}", SourceError)
@@ -242,6 +255,11 @@ def open_source(
         (jpeg_draft, ("images",), "decoding JPEGs in draft is for images"),
         (videos_at_once is not None, ("videos",), "decoding videos at once is for a folder or table of videos"),
         (exif_orientation, ("images",), "turning pictures as their EXIF says is for images"),
+        (
+            video_format is not None or bool(video_options),
+            ("video",),
+            "FFmpeg's format and options for opening are for one video or stream",
+        ),
         (
             Fit.parse(fit).moves,
             ("video", "videos", "images"),
@@ -260,7 +278,18 @@ def open_source(
         return CsvSource(path, batch_size, specs, columns, id_column)
     if kind == "video":
         return VideoSource(
-            path, batch_size, specs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps, fit=fit
+            path,
+            batch_size,
+            specs,
+            input_name,
+            size,
+            pix_fmt,
+            decode_threads,
+            every=every,
+            fps=fps,
+            fit=fit,
+            format=video_format,
+            options=video_options,
         )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(
@@ -652,6 +681,7 @@ def run_job(
             results = pipe.map_with(feed, take)
         for _ in results:
             pass
+        stopped()  # a stop the source ended at (a pipe told to stop reading) is a stop too
     except KeyboardInterrupt:
         summary.interrupted = True
         raise

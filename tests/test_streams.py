@@ -11,7 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,10 +25,11 @@ import pytest
 
 from pipeline import TensorSpec
 from pipeline.cli import main
+from pipeline.cli.run import input_path
 from pipeline.jobs import source_kind
-from pipeline.sources import SourceError, VideoSource, is_stream_url
+from pipeline.sources import STDIN, SourceError, VideoSource, is_pipe, is_stream_url
 
-from .helpers import encode_video
+from .helpers import ROOT, encode_video
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 
@@ -173,3 +179,200 @@ def test_a_stream_that_stops_sending_ends_with_an_error_after_its_frames(tmp_pat
     assert isinstance(got, list) and got[-2] == -1 and "decoding failed after" in got[-1], box
     # every frame decoded before it, in order: the last batch, short, too
     assert got[:-2] == list(range(len(got) - 2)) and f"decoding failed after {len(got) - 2} frames" in got[-1], got
+
+
+# NOTE [ video streams ]: pipes, raw frames, FFmpeg's format and options
+
+RAW = 12  # raw frames of SIZE x SIZE rgb24
+
+
+def _raw_frames() -> np.ndarray:
+    return np.random.default_rng(7).integers(0, 256, (RAW, SIZE, SIZE, 3), dtype=np.uint8)
+
+
+RAW_OPTIONS = {"video_size": f"{SIZE}x{SIZE}", "pixel_format": "rgb24"}
+
+
+@contextlib.contextmanager
+def _piped(data: bytes, hold_open: bool = False) -> Iterator[tuple[str, threading.Event]]:
+    """``pipe:N`` of a real pipe a thread writes ``data`` into, then closes, or with
+    ``hold_open`` keeps open (a writer gone quiet) until the event it gives is set."""
+    read_end, write_end = os.pipe()
+    release = threading.Event()
+
+    def write() -> None:
+        with contextlib.suppress(OSError), os.fdopen(write_end, "wb") as pipe:
+            pipe.write(data)
+            pipe.flush()
+            if hold_open:
+                release.wait(60)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        yield f"pipe:{read_end}", release
+    finally:
+        release.set()
+        writer.join(10)
+        with contextlib.suppress(OSError):
+            os.close(read_end)
+
+
+def test_a_pipe_is_a_stream_and_pipe_n_names_a_descriptor():
+    for name in ("pipe:", "pipe:0", "pipe:7"):
+        assert is_pipe(name) and is_stream_url(name) and source_kind(name) == "video"
+    for name in ("pipe:x", "pipes:0", "pipe", "mypipe:0"):
+        assert not is_pipe(name)
+    assert input_path("-") == STDIN == "pipe:0"
+    with pytest.raises(SourceError, match=r"'pipe:987': file descriptor 987 is not open"):
+        VideoSource("pipe:987", 4, _spec())
+
+
+def test_raw_frames_are_read_as_the_bytes_written(tmp_path):
+    frames = _raw_frames()
+    raw = tmp_path / "frames.rgb"
+    raw.write_bytes(frames.tobytes())
+    source = VideoSource(raw, 5, _spec(), format="rawvideo", options=RAW_OPTIONS)
+    assert source.row_shape == (SIZE, SIZE, 3) and len(source) == RAW
+    got, indices = _frames(source)
+    np.testing.assert_array_equal(got, frames)
+    np.testing.assert_array_equal(indices, np.arange(RAW))
+    with _piped(frames.tobytes()) as (pipe, _):  # the same through a pipe
+        piped = VideoSource(pipe, 5, _spec(), format="rawvideo", options=RAW_OPTIONS)
+        np.testing.assert_array_equal(_frames(piped)[0], frames)
+
+
+def test_ffmpegs_format_and_options_are_checked(tmp_path):
+    raw = tmp_path / "frames.rgb"
+    raw.write_bytes(_raw_frames().tobytes())
+    with pytest.raises(SourceError, match="raw frames need the options video_size=WxH and pixel_format"):
+        VideoSource(raw, 4, _spec(), format="rawvideo")
+    with pytest.raises(SourceError, match="'yuv4mpeg3' is not a format FFmpeg reads"):
+        VideoSource(raw, 4, _spec(), format="yuv4mpeg3")
+    for options in ({"": "1"}, {"video_size": b"32x32"}, {"video_size": None}):
+        with pytest.raises(SourceError, match="an FFmpeg option is a name and a string or number"):
+            VideoSource(raw, 4, _spec(), format="rawvideo", options=options)
+
+
+def test_a_pipe_is_read_once_by_the_iteration_after_its_header(clip, tmp_path):
+    """What FFmpeg read to find the pipe's streams is gone from it: the container opened then is
+    the one the iteration decodes (a second open would miss the start), and only one can."""
+    ts = encode_video(tmp_path / "clip.ts", "mpeg4", {"g": "12"}, FRAMES, SIZE, container_format="mpegts")
+    with _piped(ts.read_bytes()) as (pipe, _):
+        source = VideoSource(pipe, 8, _spec())
+        assert source.is_stream and source.length_estimated
+        window = source.after(0)  # the container goes with the one reader
+        frames, indices = _frames(window)
+        np.testing.assert_array_equal(indices, np.arange(FRAMES))
+        np.testing.assert_array_equal(frames, _frames(VideoSource(ts, 8, _spec()))[0])
+        for again in (window, source):
+            with pytest.raises(SourceError, match="is a pipe: what was read from it is gone, so it is read once"):
+                list(again.chunks())
+
+
+def test_stop_reading_ends_a_pipe_whose_writer_holds_it_open():
+    """A writer gone quiet: the iteration waits for it, and stop_reading (a job's first Ctrl-C)
+    ends it as a closed pipe would, after the frames written before."""
+    frames = _raw_frames()
+    with _piped(frames[:5].tobytes(), hold_open=True) as (pipe, _):
+        source = VideoSource(pipe, 1, _spec(), format="rawvideo", options=RAW_OPTIONS)
+        got: list[np.ndarray] = []
+        five = threading.Event()
+
+        def read() -> int:
+            for rows, _ in source.chunks():
+                got.extend(rows)
+                if len(got) == 5:
+                    five.set()
+            return len(got)
+
+        box: dict[str, object] = {}
+        reader = threading.Thread(target=lambda: box.update(result=read()), daemon=True)
+        reader.start()
+        assert five.wait(30)
+        reader.join(0.5)
+        assert reader.is_alive()  # waiting for a sixth frame the writer may still send
+        source.stop_reading()
+        reader.join(10)
+        assert not reader.is_alive() and box == {"result": 5}
+        np.testing.assert_array_equal(np.stack(got), frames[:5])
+
+
+def test_ortpipe_run_takes_ffmpegs_format_and_options_for_one_video_only(tmp_path, capsys):
+    """Raw frames from a file FFmpeg is told the format of, and from a pipe, alike."""
+    frames = _raw_frames()
+    raw = tmp_path / "frames.rgb"  # a name FFmpeg cannot tell the format from: --video-format does
+    raw.write_bytes(frames.tobytes())
+    options = [item for key, value in RAW_OPTIONS.items() for item in ("--video-option", f"{key}={value}")]
+    argv = ["run", "convnet", "--batch-size", "5", "--no-progress", "--video-format", "rawvideo", *options]
+    assert main([*argv, "--input", str(raw), "--output", str(tmp_path / "file.parquet")]) == 0
+    with _piped(frames.tobytes()) as (pipe, _):
+        assert main([*argv, "--input", pipe, "--output", str(tmp_path / "pipe.parquet")]) == 0
+    from_file, from_pipe = pq.read_table(tmp_path / "file.parquet"), pq.read_table(tmp_path / "pipe.parquet")
+    assert from_file["frame_index"].to_pylist() == list(range(RAW)) and from_file.equals(from_pipe)
+    capsys.readouterr()
+    np.save(tmp_path / "x.npy", frames)
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "out").mkdir()
+    encode_video(tmp_path / "videos" / "a.mp4", "mpeg4", {}, 4, SIZE)
+    for refused in (tmp_path / "x.npy", tmp_path / "videos"):  # refused, not ignored
+        assert main([*argv, "--input", str(refused), "--output", str(tmp_path / "out" / "no.parquet")]) == 1
+        assert "FFmpeg's format and options for opening are for one video or stream" in capsys.readouterr().err
+    plain = ["run", "convnet", "--no-progress", "--input", str(raw), "--output", str(tmp_path / "out" / "no.parquet")]
+    assert main(plain) == 1  # without --video-format a .rgb file is not a video it can tell
+    assert "cannot tell what" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--video-option", "video_size", "--input", str(raw), "--output", str(tmp_path / "no.parquet")])
+    assert exited.value.code == 2
+    assert "--video-option takes KEY=VALUE, e.g. rtsp_transport=tcp, got 'video_size'" in capsys.readouterr().err
+
+
+def _ortpipe(argv: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def test_ortpipe_run_reads_a_video_piped_into_it(tmp_path):
+    """``ffmpeg ... -f mpegts - | ortpipe run ... --input -``: a real pipe between two processes."""
+    ts = encode_video(tmp_path / "clip.ts", "mpeg4", {"g": "12"}, FRAMES, SIZE, container_format="mpegts")
+    argv = ["run", "convnet", "--batch-size", "8", "--no-progress", "--device", "cpu", "--output"]
+    assert main([*argv, str(tmp_path / "file.parquet"), "--input", str(ts)]) == 0
+    process = _ortpipe([*argv, str(tmp_path / "piped.parquet"), "--input", "-"])
+    try:
+        out, err = process.communicate(ts.read_bytes(), timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err.decode()
+    assert "video from standard input ->" in out.decode() and "issued by stage threads" in out.decode()
+    assert pq.read_table(tmp_path / "piped.parquet").equals(pq.read_table(tmp_path / "file.parquet"))
+
+
+def test_ctrl_c_ends_a_run_waiting_on_a_quiet_pipe_gracefully(tmp_path):
+    """FFmpeg's blocking read of a pipe ignores a graceful Ctrl-C; ortpipe's reader does not."""
+    output = tmp_path / "scores"  # a data set: a part file shows that rows were written
+    argv = ["run", "convnet", "--batch-size", "4", "--part-rows", "4", "--no-progress", "--device", "cpu"]
+    options = [item for key, value in RAW_OPTIONS.items() for item in ("--video-option", f"{key}={value}")]
+    process = _ortpipe([*argv, "--video-format", "rawvideo", *options, "--input", "-", "--output", str(output)])
+    try:
+        process.stdin.write(_raw_frames()[:8].tobytes())  # two batches, and the writer goes quiet
+        process.stdin.flush()
+        assert process.stdout.readline().startswith(b"preprocess:")
+        assert process.stdout.readline().startswith(b"device:")
+        deadline = time.monotonic() + 60  # a stream's results are written as they are ready (stage threads)
+        while not (output / "part-00001.parquet").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        process.wait(30)  # the pipe held open and quiet: only the reader's stop ends the run
+        err = process.stderr.read().decode()
+    finally:
+        process.kill()
+        process.stdin.close()
+    assert process.returncode == 128 + signal.SIGINT, err
+    assert pq.read_table(output)["frame_index"].to_pylist() == list(range(8))  # stage threads wrote both
+    assert "interrupted after 8 items" in err

@@ -26,6 +26,7 @@ from ._args import (
     constant_arrays,
     copy_threads,
     fit,
+    key_value,
     names,
     ort_options,
     positive,
@@ -49,7 +50,8 @@ def add_run(sub: Any) -> None:
         "--input",
         required=True,
         type=input_path,
-        help="a video (a file, or a stream's URL: rtsp://, http://, ...), .npy, .parquet, .csv, a folder of images "
+        help="a video (a file, a stream's URL: rtsp://, http://, ..., or - for one piped in: ffmpeg ... -f nut - | "
+        "ortpipe run ... --input -), .npy, .parquet, .csv, a folder of images "
         "or videos (at any depth), a .tar of images or a folder of them (WebDataset shards), or a folder of "
         "Parquet files (a data set)",
     )
@@ -102,7 +104,8 @@ def add_run(sub: Any) -> None:
         choices=list(ISSUING),
         default="auto",
         help="who issues the stages: stage threads, the main thread, or auto (default: the main thread "
-        "until threads would pay)",
+        "until threads would pay; for a stream or pipe, stage threads, so that a result is written when it is "
+        "ready, not when the stream's next batch has come)",
     )
     run.add_argument(
         "--copy-threads",
@@ -184,6 +187,21 @@ def add_run(sub: Any) -> None:
         metavar="COLUMN",
         help="a .parquet or .csv input: the column of video paths whose videos are read frame after frame, as a "
         "folder's, each row written with that path, its --id-column (default row_id) and its frame_index",
+    )
+    run.add_argument(
+        "--video-format",
+        metavar="FORMAT",
+        help="a video or stream: FFmpeg's demuxer for it, as ffmpeg -f (rawvideo for raw frames, h264 for an "
+        "elementary stream); a file in it is read as a video whatever its name",
+    )
+    run.add_argument(
+        "--video-option",
+        type=key_value("--video-option", "rtsp_transport=tcp"),
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a video or stream: an FFmpeg option for opening it (rtsp_transport=tcp; raw frames: "
+        "video_size=640x480, pixel_format=rgb24, framerate=30); repeatable",
     )
     run.add_argument(
         "--jpeg-draft",
@@ -321,6 +339,17 @@ def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
     return None
 
 
+def _issuing(args: argparse.Namespace) -> bool | Literal["auto"]:
+    """--issuing as PipelineOptions.stage_threads.  ``auto`` issues a stream's batches from
+    stage threads: from the caller's thread a batch's result is taken only when the next
+    batch has been read, which a live stream (or a pipe gone quiet) may not send for long."""
+    from ..sources import is_stream_url
+
+    if args.issuing == "auto" and is_stream_url(args.input):
+        return True
+    return ISSUING[args.issuing]
+
+
 def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, constants: dict[str, Any]) -> Any:
     """A Pipeline, or a MultiPipeline where --device names several devices."""
     from .._multi import MultiPipeline
@@ -329,7 +358,7 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
 
     options = PipelineOptions(
         intra_op_threads=args.threads,
-        stage_threads=ISSUING[args.issuing],
+        stage_threads=_issuing(args),
         copy_threads=args.copy_threads,
         static_shapes=args.static_shapes,
         cuda_graph=args.cuda_graph,
@@ -406,7 +435,7 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
 
-    kind = source_kind(args.input, args.image_column, args.video_column)
+    kind = source_kind(args.input, args.image_column, args.video_column, args.video_format)
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
@@ -446,6 +475,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             exif_orientation=args.exif_orientation,
             image_column=args.image_column,
             video_column=args.video_column,
+            video_format=args.video_format,
+            video_options=dict(args.video_option),
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
@@ -470,8 +501,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             approximate=not exact,
         )
         what = _what_is_read(args, source, kind)
-        print(f"device: {_device_names(pipe)}; {what} {str(args.input)!r} -> {str(args.output)!r}")
-        with _signals_stop() as stop:
+        print(f"device: {_device_names(pipe)}; {what} {_shown(args.input)} -> {str(args.output)!r}")
+        with _signals_stop(source) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
             except KeyboardInterrupt:
@@ -518,10 +549,20 @@ def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
     return f"{kind} data set of {len(parts)} files" if parts else kind
 
 
-def input_path(text: str) -> Path | str:
-    """--input: a path, or a stream's URL kept as it is (``Path`` would fold its ``//``)."""
-    from ..sources import is_stream_url
+def _shown(path: Path | str) -> str:
+    """The input as the run's lines name it: standard input by that name."""
+    from ..sources import STDIN
 
+    return "from standard input" if path == STDIN else repr(str(path))
+
+
+def input_path(text: str) -> Path | str:
+    """--input: a path, or a stream's URL kept as it is (``Path`` would fold its ``//``);
+    ``-`` standard input, as FFmpeg names it (NOTE [ video streams ])."""
+    from ..sources import STDIN, is_stream_url
+
+    if text == "-":
+        return STDIN
     return text if is_stream_url(text) else Path(text)
 
 
@@ -665,17 +706,22 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def _signals_stop() -> Iterator[_Stop]:
+def _signals_stop(source: Any = None) -> Iterator[_Stop]:
     """The first Ctrl-C or SIGTERM ends the job gracefully (in-flight batches written,
-    file closed, so that it can be resumed); a second one aborts (the batches in
-    flight dropped, the file still closed: cmd_run reports it as a first one)."""
+    file closed, so that it can be resumed) and tells a ``source`` that can be
+    blocked on a pipe to stop reading it (NOTE [ video streams ]); a second one
+    aborts (the batches in flight dropped, the file still closed: cmd_run
+    reports it as a first one)."""
     stop = _Stop()
+    stop_reading = getattr(source, "stop_reading", None)
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.signum = signum
         stop.set()
+        if stop_reading is not None:
+            stop_reading()
 
     try:
         previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}

@@ -80,12 +80,14 @@ from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
 from .images import ImageFolderSource, ImageTableSource
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 from .videos import (
+    STDIN,
     STREAM_TIMEOUT_S,
     VideoDecodingFailed,
     VideoEndedEarly,
     VideoFolderSource,
     VideoSource,
     VideoTableSource,
+    is_pipe,
     is_stream_url,
 )
 
@@ -96,6 +98,7 @@ __all__ = [
     "FIT_MODES",
     "IMAGE_SUFFIXES",
     "PARQUET_SUFFIXES",
+    "STDIN",
     "STREAM_TIMEOUT_S",
     "VIDEO_SUFFIXES",
     "Chunk",
@@ -124,6 +127,7 @@ __all__ = [
     "hidden",
     "holds_files",
     "image_files",
+    "is_pipe",
     "is_stream_url",
     "last_kept_row",
     "parquet_files",
