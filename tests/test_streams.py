@@ -376,3 +376,30 @@ def test_ctrl_c_ends_a_run_waiting_on_a_quiet_pipe_gracefully(tmp_path):
     assert process.returncode == 128 + signal.SIGINT, err
     assert pq.read_table(output)["frame_index"].to_pylist() == list(range(8))  # stage threads wrote both
     assert "interrupted after 8 items" in err
+
+
+def _noise_mp4(path, movflags: str | None = None):
+    """An MP4 of 30 frames of noise, larger (34 KB) than the buffer FFmpeg reads a pipe into."""
+    rng = np.random.default_rng(3)
+    with av.open(str(path), "w", options={"movflags": movflags} if movflags else {}) as container:
+        stream = container.add_stream("mpeg4", rate=30, options={"qscale": "1"})
+        stream.width = stream.height = SIZE * 2
+        stream.pix_fmt = "yuv420p"
+        for _ in range(30):
+            image = rng.integers(0, 256, (SIZE * 2, SIZE * 2, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def test_an_mp4_whose_index_comes_last_cannot_be_piped_and_the_error_says_what_can(tmp_path):
+    spec = [TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE * 2, SIZE * 2, 3))]
+    with _piped(_noise_mp4(tmp_path / "plain.mp4").read_bytes()) as (pipe, _):
+        source = VideoSource(pipe, 8, spec)
+        with pytest.raises(SourceError, match="an MP4 whose index comes last cannot be read from one; write NUT"):
+            list(source.chunks())
+    fragmented = _noise_mp4(tmp_path / "fragmented.mp4", "frag_keyframe+empty_moov")
+    with _piped(fragmented.read_bytes()) as (pipe, _):
+        assert sum(len(rows) for rows, _ in VideoSource(pipe, 8, spec).chunks()) == 30
