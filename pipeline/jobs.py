@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from ._progress import Progress
 from ._rows import close_iteration, drop_first, peel_first_row, take_first
 from .sinks import (
     CsvSink,
+    CsvStreamSink,
     NpySink,
     ParquetDatasetSink,
     ParquetSink,
@@ -351,10 +352,16 @@ def _holds_archives(path: Path) -> bool:
     return path.suffix.lower() in ARCHIVE_SUFFIXES
 
 
+#: the output path that is standard output (``ortpipe run --output -``)
+STDOUT = "-"
+
+
 def sink_kind(path: str | Path) -> str:
-    """ "npy", "parquet", "csv" or "parquet data set" (a folder: a path with no
-    suffix, or a folder named .parquet as Spark names them) from an output path,
-    or a SinkError."""
+    """ "npy", "parquet", "csv", "parquet data set" (a folder: a path with no
+    suffix, or a folder named .parquet as Spark names them) or "csv stream"
+    (:data:`STDOUT`) from an output path, or a SinkError."""
+    if str(path) == STDOUT:
+        return "csv stream"
     path = Path(path)
     suffix = path.suffix.lower()
     if not suffix or (suffix in PARQUET_SUFFIXES and path.is_dir()):
@@ -378,7 +385,12 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
     file, a data set folder; ``overwrite``: they are to be replaced).  Files
     an output writes beside ``path`` (a multi-output .npy's) are known once the
     model's outputs are: :func:`refuse_replacing` checks the sink too."""
-    if sink_kind(path) != "parquet data set":
+    kind = sink_kind(path)
+    if kind == "csv stream":
+        if resume:
+            raise SinkError("--resume goes on after the rows of an output file; standard output keeps none")
+        return
+    if kind != "parquet data set":
         file = writable(path)
         if not resume and not overwrite and file.is_file() and file.stat().st_size:
             _refuse_replacing([file])
@@ -408,11 +420,13 @@ def open_sink(
     part_rows: int | None = None,
     compression: str = "snappy",
     overwrite: bool = False,
+    stream: BinaryIO | None = None,
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
     at most ``part_rows`` rows (default: about 256 MB each); Parquet compressed
-    with ``compression``.
+    with ``compression``; :data:`STDOUT` as CSV into ``stream`` (default:
+    standard output's bytes), flushed each batch.
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
     on the data by the first write are written per batch (NOTE [ per-batch
@@ -436,6 +450,9 @@ def open_sink(
         return ParquetSink(path, data_dependent=known, resume=resume, compression=compression)
     if kind == "csv":
         return CsvSink(path, known, resume)
+    if kind == "csv stream":
+        check_output(path, resume)
+        return CsvStreamSink(stream, known)
     return ParquetDatasetSink(
         path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression, overwrite=overwrite
     )

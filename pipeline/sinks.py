@@ -18,6 +18,8 @@ leaves no file rather than an empty, unreadable one.
   ``_SUCCESS`` file once the job ran to its end;
 * :class:`CsvSink` - the same as CSV, an output of several values a row
   spread over one column per value;
+* :class:`CsvStreamSink` - the same CSV written to a stream as it comes
+  (``ortpipe run --output -``: standard output, for whatever reads the pipe);
 * :class:`CallbackSink` - your function.
 
 NOTE [ per-batch outputs ]: most outputs hold one row per input row and are
@@ -1036,6 +1038,60 @@ class CsvSink(_TableSink):
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _value_columns(name, flat)
+
+
+class _CsvStream:
+    """CSV written to an open binary stream, flushed after each batch (:class:`CsvStreamSink`)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._writer: Any = None
+
+    def resume(self) -> int:
+        raise SinkError("a stream keeps nothing of an earlier run: --resume needs an output file")
+
+    def write(self, batch: Any) -> None:
+        import pyarrow.csv as pcsv
+
+        if self._writer is None:
+            self._writer = pcsv.CSVWriter(self._stream, batch.schema)  # the header first
+        self._writer.write_batch(batch)
+        self._stream.flush()  # a line a row for the reader now, not when a buffer fills
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()  # the stream stays open: it is not the sink's
+            self._writer = None
+
+
+class CsvStreamSink(CsvSink):
+    """:class:`CsvSink`'s CSV written to ``stream`` (default: standard output's bytes)
+    as it comes, each batch flushed: ``ortpipe run --output -`` for a program that
+    reads the rows from a pipe.  There is no file: nothing to resume or to
+    refuse replacing, and no outputs written per batch (they need a table of
+    their own beside the main one: name them with ``--output-names`` away, or
+    write to a file)."""
+
+    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
+        import sys
+
+        self._stream = stream if stream is not None else sys.stdout.buffer
+        super().__init__("-", data_dependent)
+
+    def _checked(self, path: Path) -> Path:
+        return path  # no file to check
+
+    def _open(self, path: Path) -> Any:  # a _CsvStream, which is no file
+        return _CsvStream(self._stream)
+
+    def existing_outputs(self) -> list[Path]:
+        return []
+
+    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
+        raise SinkError(
+            f"output(s) {names} have a count of their own each batch (data-dependent), which a table beside the "
+            "main one holds; a stream has no beside: write to a file, or leave them out with --output-names"
+        )
 
 
 class CallbackSink:

@@ -6,12 +6,14 @@ here the sinks get hand-made batches, to pin down names, columns and errors.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.sinks import CsvSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, file_part
+from pipeline.sinks import CsvSink, CsvStreamSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, file_part
 
 
 def _write(sink, batches):
@@ -337,3 +339,82 @@ def test_labels_in_json_as_a_list_or_as_imagenets_class_index(tmp_path):
     path.write_text("[tench")
     with pytest.raises(SinkError, match="is not JSON"):
         read_labels(path)
+
+
+class _Flushes(io.BytesIO):
+    """A binary stream that keeps what had been written at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_flush: list[bytes] = []
+
+    def flush(self) -> None:
+        self.at_flush.append(self.getvalue())
+
+
+def test_a_csv_stream_is_the_csv_file_flushed_batch_by_batch(tmp_path):
+    batches = [
+        (2, {"y": np.arange(4, dtype=np.float32).reshape(2, 2)}, {"row_id": np.arange(2)}),
+        (1, {"y": np.full((1, 2), 7, np.float32)}, {"row_id": np.array([2])}),
+    ]
+    _write(CsvSink(tmp_path / "out.csv"), batches)
+    stream = _Flushes()
+    _write(CsvStreamSink(stream), batches)
+    whole = (tmp_path / "out.csv").read_bytes()
+    assert stream.getvalue() == whole
+    lines = whole.splitlines(keepends=True)
+    assert stream.at_flush == [b"".join(lines[:3]), whole]  # the header and each batch's rows as they came
+    assert not CsvStreamSink(stream).existing_outputs()
+
+
+def test_a_csv_stream_refuses_outputs_written_per_batch_and_resuming(tmp_path):
+    stream = _Flushes()
+    sink = CsvStreamSink(stream, data_dependent=["boxes"])
+    with pytest.raises(SinkError, match=r"\['boxes'\] have a count of their own each batch .* a stream has no beside"):
+        _write(sink, [(1, {"y": np.zeros(1), "boxes": np.zeros((3, 4))}, {})])
+    assert not stream.getvalue()
+    from pipeline.jobs import check_output
+
+    with pytest.raises(SinkError, match="--resume goes on after the rows of an output file; standard output keeps"):
+        check_output("-", resume=True)
+
+
+def test_ortpipe_run_writes_csv_to_standard_output_and_its_own_lines_to_standard_error(tmp_path, capsys):
+    from pipeline.cli import main
+
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).random((10, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "in.npy"), "--batch-size", "4", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "o.csv")]) == 0
+    capsys.readouterr()
+    assert main([*argv, "-"]) == 0
+    out, err = capsys.readouterr()
+    assert out == (tmp_path / "o.csv").read_text()
+    assert "-> standard output" in err and "10 items in 3 batches" in err
+    assert main([*argv, "-", "--resume"]) == 1
+    assert "standard output keeps none" in capsys.readouterr().err
+
+
+def test_ortpipe_run_stops_quietly_when_the_reader_of_its_rows_goes_away(tmp_path):
+    """``ortpipe run ... --output - | head -3``: exit 141 (a writer to a closed pipe), no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import ROOT
+
+    np.save(tmp_path / "in.npy", np.zeros((20_000, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "in.npy"), "--batch-size", "8", "--no-progress", "--output", "-"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        head = [process.stdout.readline() for _ in range(3)]
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(60)
+    finally:
+        process.kill()
+    assert head[0].startswith(b'"row_id","scores_0"') and head[2].startswith(b"1,")
+    assert process.returncode == 141, err
+    assert "Traceback" not in err and "Error" not in err, err

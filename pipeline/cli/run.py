@@ -7,12 +7,13 @@ import contextlib
 import functools
 import importlib.util
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from .. import models
 from .._pipeline import DEFAULT_BATCH_SIZE
@@ -59,7 +60,8 @@ def add_run(sub: Any) -> None:
         "--output",
         required=True,
         type=Path,
-        help=".npy, .parquet or .csv; a folder (no suffix) is written as a Parquet data set of part files",
+        help=".npy, .parquet or .csv; a folder (no suffix) is written as a Parquet data set of part files; - writes "
+        "CSV to standard output, a line a row, flushed each batch (the run's own lines then go to standard error)",
     )
     run.add_argument(
         "--device",
@@ -433,6 +435,27 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``ortpipe run``; with ``--output -`` the rows are written to standard output as
+    CSV, and the run's own lines go to standard error instead."""
+    from ..jobs import STDOUT
+
+    if str(args.output) != STDOUT:
+        return _run(args)
+    rows = sys.stdout.buffer
+    sys.stdout.flush()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return _run(args, rows)
+    except BrokenPipeError:
+        # The rows' reader went away (| head had enough): stop quietly, as a writer to a
+        # closed pipe does, the job already stopped and closed; what Python would still
+        # flush at exit goes nowhere instead of raising again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), rows.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
 
     kind = source_kind(args.input, args.image_column, args.video_column, args.video_format)
@@ -480,7 +503,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
-        sink = open_sink(args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, **parquet)
+        sink = open_sink(
+            args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, stream=rows, **parquet
+        )
         if labelled is not None:
             sink = LabelledSink(sink, *labelled)
         kept = getattr(sink, "kept_rows", 0)
@@ -501,7 +526,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             approximate=not exact,
         )
         what = _what_is_read(args, source, kind)
-        print(f"device: {_device_names(pipe)}; {what} {_shown(args.input)} -> {str(args.output)!r}")
+        print(f"device: {_device_names(pipe)}; {what} {_shown(args.input)} -> {_shown(args.output)}")
         with _signals_stop(source) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
@@ -522,16 +547,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")
         else:
             nothing = _nothing_in(args, bounds)
-            print(f"no rows to run: {nothing}, so {str(args.output)!r} was not written", file=sys.stderr)
+            print(f"no rows to run: {nothing}, so {_shown(args.output)} was not written", file=sys.stderr)
     _report_per_batch(sink)
     if summary.interrupted:
-        print(
-            f"interrupted after {summary.items} items; {str(args.output)!r} holds {kept + summary.items} rows and is "
-            f"readable: {_resume_hint(args, sink, kind, source)}",
-            file=sys.stderr,
-        )
+        kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
+        print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _what_was_kept(args: argparse.Namespace, sink: Any, input_kind: str, source: Any, rows: int) -> str:
+    """Where the ``rows`` of a stopped run are, and what resuming it would do."""
+    from ..jobs import STDOUT
+
+    if str(args.output) == STDOUT:
+        return "each was written to standard output as it came"
+    return f"{str(args.output)!r} holds {rows} rows and is readable: {_resume_hint(args, sink, input_kind, source)}"
 
 
 def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
@@ -550,10 +581,13 @@ def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
 
 
 def _shown(path: Path | str) -> str:
-    """The input as the run's lines name it: standard input by that name."""
+    """The input or output as the run's lines name it: standard input and output by those names."""
+    from ..jobs import STDOUT
     from ..sources import STDIN
 
-    return "from standard input" if path == STDIN else repr(str(path))
+    if path == STDIN:
+        return "from standard input"
+    return "standard output" if str(path) == STDOUT else repr(str(path))
 
 
 def input_path(text: str) -> Path | str:
