@@ -231,6 +231,7 @@ def open_source(
     videos_at_once: int | None = None,
     video_format: str | None = None,
     video_options: Mapping[str, object] | None = None,
+    archive_shard: tuple[int, int] | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
@@ -239,7 +240,10 @@ def open_source(
     frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
     table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
     video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
-    (NOTE [ video streams ])."""
+    (NOTE [ video streams ]).  ``archive_shard=(K, N)``: tar archives of images are
+    read as the K-th of N groups of their files (NOTE [ image archives ]: the
+    source's ``shard`` says so); any other input is sharded by its rows
+    (:func:`shard_rows`), by whoever runs it, and ignores it."""
     kind = source_kind(path, image_column, video_column, video_format)
     listed = image_column or video_column
     if listed is not None:
@@ -339,10 +343,10 @@ def open_source(
             fit,
             exif_orientation,
         )
-    images = ImageArchiveSource if _holds_archives(Path(path)) else ImageFolderSource
-    return images(
-        path, batch_size, specs, input_name, size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation
-    )
+    decoding = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
+    if _holds_archives(Path(path)):
+        return ImageArchiveSource(path, batch_size, specs, input_name, *decoding, shard=archive_shard)
+    return ImageFolderSource(path, batch_size, specs, input_name, *decoding)
 
 
 def _holds_archives(path: Path) -> bool:

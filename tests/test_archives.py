@@ -14,7 +14,7 @@ import pytest
 from pipeline import Pipeline, models
 from pipeline.cli import main
 from pipeline.jobs import open_source, source_kind
-from pipeline.sources import ImageArchiveSource, SourceError
+from pipeline.sources import ImageArchiveSource, SourceError, shard_of
 
 Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
 
@@ -171,3 +171,48 @@ def test_plain_headers_are_read_as_tarfile_reads_them_and_anything_else_by_tarfi
     names = [name for _, _, name in _image_members(path)]
     assert names == ["day1/0001.jpg", "0002.png", f"{long_folder}/0004.jpg"]
     assert list(_image_members(path)) == list(_tarfile_members(path))
+
+
+def test_a_shard_of_archives_is_a_contiguous_group_of_the_files():
+    files = [f"{i:05d}.tar" for i in range(5)]
+    groups = [shard_of(files, (k, 3)) for k in range(3)]
+    assert groups == [files[:1], files[1:3], files[3:]]  # together every file once, in order
+    assert [len(shard_of(files, (k, 8))) for k in range(8)] == [0, 1, 0, 1, 1, 0, 1, 1]  # N past the files
+    for bad in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(SourceError, match="a shard is K/N with 0 <= K < N"):
+            shard_of(files, bad)
+
+
+def test_a_shard_reads_its_own_archives_and_never_opens_the_others(shards, inputs):
+    """N processes of a --shard each index only their own files (NOTE [ image archives ])."""
+    _tar(shards / "00002.tar", [("0007.png", _png(7)), ("0008.png", _png(8))])
+    _, whole, _ = _rows(ImageArchiveSource(shards, 4, inputs, size=(16, 12)))
+    parts = [ImageArchiveSource(shards, 4, inputs, size=(16, 12), shard=(k, 2)) for k in range(2)]
+    assert [p.archives for p in parts] == [[shards / "00000.tar"], [shards / "00001.tar", shards / "00002.tar"]]
+    assert [p.archives_found for p in parts] == [3, 3]
+    assert _rows(parts[0])[1] + _rows(parts[1])[1] == whole
+    (shards / "00001.tar").write_bytes(b"not a tar archive at all" * 40)  # shard 1's: shard 0 never reads it
+    assert len(ImageArchiveSource(shards, 4, inputs, size=(16, 12), shard=(0, 2))) == 5
+    with pytest.raises(SourceError, match="00001.tar' cannot be read as a tar archive"):
+        ImageArchiveSource(shards, 4, inputs, size=(16, 12), shard=(1, 2))
+
+
+def test_ortpipe_run_shards_a_folder_of_archives_by_file(shards, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    _tar(shards / "00002.tar", [("0007.png", _png(7)), ("0008.png", _png(8))])
+    argv = ["run", "convnet", "--input", str(shards), "--size", "16x12", "--batch-size", "2", "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "all.parquet")]) == 0
+    keys = []
+    for k in range(2):
+        output = tmp_path / f"shard{k}.parquet"
+        assert main([*argv, "--shard", f"{k}/2", "--output", str(output), "--limit", "1"]) == 0
+        assert main([*argv, "--shard", f"{k}/2", "--output", str(output), "--resume"]) == 0  # resumed in its shard
+        keys += pq.read_table(output)["key"].to_pylist()
+    out = capsys.readouterr().out
+    assert "images in 1 of the 3 tar archive(s), shard 0/2, of" in out
+    assert "images in 2 of the 3 tar archive(s), shard 1/2, of" in out
+    assert keys == pq.read_table(tmp_path / "all.parquet")["key"].to_pylist()
+    assert main([*argv, "--shard", "0/4", "--output", str(tmp_path / "none.parquet")]) == 0  # 3 files, 4 shards
+    assert "no rows to run: shard 0/4 of the 3 tar archive(s) of" in capsys.readouterr().err
+    assert not (tmp_path / "none.parquet").exists()

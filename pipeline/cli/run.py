@@ -151,7 +151,8 @@ def add_run(sub: Any) -> None:
         default=None,
         metavar="K/N",
         help="only the K-th (from 0) of N contiguous, near-equal windows of the input's rows: N processes or "
-        "machines each run one (a scheduler's array index as K), their outputs together hold every row once",
+        "machines each run one (a scheduler's array index as K), their outputs together hold every row once; "
+        "a folder of tar archives is split by its files, each shard indexing only its own",
     )
     sampling = run.add_mutually_exclusive_group()
     sampling.add_argument(
@@ -500,6 +501,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             video_column=args.video_column,
             video_format=args.video_format,
             video_options=dict(args.video_option),
+            archive_shard=args.shard,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
@@ -546,7 +548,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         if kept:
             print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")
         else:
-            nothing = _nothing_in(args, bounds)
+            nothing = _nothing_in(args, bounds, source)
             print(f"no rows to run: {nothing}, so {_shown(args.output)} was not written", file=sys.stderr)
     _report_per_batch(sink)
     if summary.interrupted:
@@ -574,6 +576,9 @@ def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
         held = "held" if getattr(source, "holds_images", False) else "listed"
         return f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
     archives = getattr(source, "archives", None)  # NOTE [ image archives ]
+    if getattr(source, "shard", None) is not None:
+        k, n = source.shard
+        return f"images in {len(source.archives)} of the {source.archives_found} tar archive(s), shard {k}/{n}, of"
     if archives:
         return f"images in {len(archives)} tar archive(s)"
     parts = getattr(source, "parts", None)  # a folder of Parquet files
@@ -648,8 +653,11 @@ def _input_rows(source: Any) -> tuple[int, bool]:
     return getattr(source, "rows_hint", 0), False
 
 
-def _nothing_in(args: argparse.Namespace, bounds: tuple[int, int | None]) -> str:
+def _nothing_in(args: argparse.Namespace, bounds: tuple[int, int | None], source: Any = None) -> str:
     """What held no rows: the input, or the window of it this run was for."""
+    if getattr(source, "shard", None) is not None and not source.archives:
+        k, n = source.shard
+        return f"shard {k}/{n} of the {source.archives_found} tar archive(s) of {str(args.input)!r} holds none"
     if args.rows is None and args.shard is None:
         return f"{str(args.input)!r} is empty"
     start, stop = bounds
@@ -663,7 +671,7 @@ def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     from ..jobs import shard_rows
 
     start, stop = args.rows or (0, None)
-    if args.shard is not None:
+    if args.shard is not None and getattr(source, "shard", None) is None:  # tar archives are sharded by file
         start, stop = shard_rows(_input_rows(source)[0], *args.shard)
     if args.limit is not None:
         stop = start + args.limit if stop is None else min(stop, start + args.limit)

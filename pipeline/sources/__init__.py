@@ -61,7 +61,7 @@ from ._base import (
     last_kept_row,
     sliced_chunk,
 )
-from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files
+from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files, shard_of
 from .files import (
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -133,6 +133,7 @@ __all__ = [
     "parquet_files",
     "paths_below",
     "rebatch",
+    "shard_of",
     "sliced_chunk",
     "video_files",
     "writers_name",
