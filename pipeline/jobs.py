@@ -240,8 +240,8 @@ def open_source(
     frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
     table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
     video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
-    (NOTE [ video streams ]).  ``archive_shard=(K, N)``: tar archives of images are
-    read as the K-th of N groups of their files (NOTE [ image archives ]: the
+    (NOTE [ video streams ]).  ``archive_shard=(K, N)``: a folder of tar archives of
+    images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
     source's ``shard`` says so); any other input is sharded by its rows
     (:func:`shard_rows`), by whoever runs it, and ignores it."""
     kind = source_kind(path, image_column, video_column, video_format)
@@ -345,7 +345,8 @@ def open_source(
         )
     decoding = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
     if _holds_archives(Path(path)):
-        return ImageArchiveSource(path, batch_size, specs, input_name, *decoding, shard=archive_shard)
+        by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
+        return ImageArchiveSource(path, batch_size, specs, input_name, *decoding, shard=by_file)
     return ImageFolderSource(path, batch_size, specs, input_name, *decoding)
 
 

@@ -216,3 +216,6 @@ def test_ortpipe_run_shards_a_folder_of_archives_by_file(shards, tmp_path, capsy
     assert main([*argv, "--shard", "0/4", "--output", str(tmp_path / "none.parquet")]) == 0  # 3 files, 4 shards
     assert "no rows to run: shard 0/4 of the 3 tar archive(s) of" in capsys.readouterr().err
     assert not (tmp_path / "none.parquet").exists()
+    one = ["--input", str(shards / "00000.tar"), "--output"]  # one archive: split by its rows
+    assert main([*argv[:2], *one, str(tmp_path / "rows.parquet"), *argv[4:], "--shard", "1/2"]) == 0
+    assert pq.read_table(tmp_path / "rows.parquet")["key"].to_pylist() == ["0002", "0003", "0004"]
