@@ -74,6 +74,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -1069,12 +1070,10 @@ class CsvStreamSink(CsvSink):
     as it comes, each batch flushed: ``ortpipe run --output -`` for a program that
     reads the rows from a pipe.  There is no file: nothing to resume or to
     refuse replacing, and no outputs written per batch (they need a table of
-    their own beside the main one: name them with ``--output-names`` away, or
-    write to a file)."""
+    their own beside the main one: write them to a file, or leave them out
+    with ``--output-names``)."""
 
     def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
-        import sys
-
         self._stream = stream if stream is not None else sys.stdout.buffer
         super().__init__("-", data_dependent)
 
