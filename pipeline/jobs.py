@@ -232,6 +232,7 @@ def open_source(
     video_format: str | None = None,
     video_options: Mapping[str, object] | None = None,
     archive_shard: tuple[int, int] | None = None,
+    reconnect: int = 0,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
@@ -240,7 +241,8 @@ def open_source(
     frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
     table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
     video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
-    (NOTE [ video streams ]).  ``archive_shard=(K, N)``: a folder of tar archives of
+    (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
+    when it drops (NOTE [ reconnecting ]).  ``archive_shard=(K, N)``: a folder of tar archives of
     images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
     source's ``shard`` says so); any other input is sharded by its rows
     (:func:`shard_rows`), by whoever runs it, and ignores it."""
@@ -265,6 +267,7 @@ def open_source(
             ("video",),
             "FFmpeg's format and options for opening are for one video or stream",
         ),
+        (bool(reconnect), ("video",), "reconnecting is for a stream's URL"),
         (
             Fit.parse(fit).moves,
             ("video", "videos", "images"),
@@ -295,6 +298,7 @@ def open_source(
             fit=fit,
             format=video_format,
             options=video_options,
+            reconnect=reconnect,
         )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(

@@ -403,3 +403,112 @@ def test_an_mp4_whose_index_comes_last_cannot_be_piped_and_the_error_says_what_c
     fragmented = _noise_mp4(tmp_path / "fragmented.mp4", "frag_keyframe+empty_moov")
     with _piped(fragmented.read_bytes()) as (pipe, _):
         assert sum(len(rows) for rows, _ in VideoSource(pipe, 8, spec).chunks()) == 30
+
+
+# NOTE [ reconnecting ]
+
+
+def _dropping(served: int) -> type[_Quiet]:
+    """A camera that drops: each of the first ``served`` connections (the header's read
+    included) is sent the first half of the stream, then closed; later ones get a 404."""
+    count = {"connections": 0}
+    lock = threading.Lock()
+
+    class Dropping(_Quiet):
+        def do_GET(self) -> None:
+            with lock:
+                count["connections"] += 1
+                number = count["connections"]
+            if number > served:
+                self.send_error(404, "camera offline")
+                return
+            data = self.server.payload  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp2t")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(data[: len(data) // 2])
+            self.close_connection = True
+
+    return Dropping
+
+
+@pytest.fixture
+def live_ts(tmp_path, monkeypatch):
+    """An MPEG-TS to serve, and retries 0.01 s apart instead of 0.5 s and more."""
+    from pipeline.sources import videos
+
+    monkeypatch.setattr(videos, "_RECONNECT_FIRST_WAIT_S", 0.01)
+    return encode_video(tmp_path / "live.ts", "mpeg4", {"g": "6"}, 60, SIZE, container_format="mpegts").read_bytes()
+
+
+def _delivered(source: VideoSource) -> tuple[list[dict[str, np.ndarray]], SourceError | None]:
+    delivered = []
+    try:
+        for _, meta in source.chunks():
+            delivered.append(meta)
+    except SourceError as exc:
+        return delivered, exc
+    return delivered, None
+
+
+def test_a_dropped_stream_is_opened_again_and_its_frames_numbered_on(live_ts):
+    with _serving(_dropping(served=3), live_ts) as base:  # the header's read, then two that give frames
+        source = VideoSource(f"{base}/live.ts", 8, _spec(), reconnect=2)
+        delivered, error = _delivered(source)
+    indices = np.concatenate([m["frame_index"] for m in delivered])
+    connections = np.concatenate([m["connection"] for m in delivered])
+    half = int((connections == 0).sum())
+    assert half > 0 and len(indices) == 2 * half  # each connection gave the same first half
+    np.testing.assert_array_equal(indices, np.arange(2 * half))  # numbered on across the drop
+    np.testing.assert_array_equal(connections, np.repeat([0, 1], half))
+    assert [first for first, _ in source.reconnections] == [half]
+    # then two tries in a row gave no frame (404): the last failure ends it, after every frame
+    assert error is not None and f"decoding failed after {2 * half} frames" in str(error) and "404" in str(error)
+
+
+def test_without_reconnect_a_dropped_stream_ends_and_a_file_or_pipe_cannot_reconnect(live_ts, tmp_path, clip):
+    with _serving(_dropping(served=3), live_ts) as base:
+        delivered, _ = _delivered(VideoSource(f"{base}/live.ts", 8, _spec()))
+    assert "connection" not in delivered[0]
+    with pytest.raises(SourceError, match="reconnecting is for a stream's URL .* a file ends where it ends"):
+        VideoSource(clip, 8, _spec(), reconnect=1)
+    with _piped(live_ts) as (pipe, _), pytest.raises(SourceError, match="a pipe cannot be opened again"):
+        VideoSource(pipe, 8, _spec(), reconnect=1)
+    with pytest.raises(SourceError, match="reconnect takes a number of tries >= 0"):
+        VideoSource(clip, 8, _spec(), reconnect=-1)
+
+
+def test_stop_reading_ends_the_waits_between_tries(live_ts, monkeypatch):
+    from pipeline.sources import videos
+
+    monkeypatch.setattr(videos, "_RECONNECT_FIRST_WAIT_S", 30.0)  # a wait no test would sit out
+    with _serving(_dropping(served=2), live_ts) as base:
+        source = VideoSource(f"{base}/live.ts", 8, _spec(), reconnect=sys.maxsize)
+        box: dict[str, object] = {}
+        reader = threading.Thread(target=lambda: box.update(result=_delivered(source)), daemon=True)
+        reader.start()
+        reader.join(1.5)  # the one connection's frames, then a wait of 30 s before the next try
+        assert reader.is_alive()
+        source.stop_reading()
+        reader.join(10)
+    assert not reader.is_alive()
+    delivered, error = box["result"]  # type: ignore[misc]
+    assert error is None and delivered and source.reconnections == []
+
+
+def test_ortpipe_run_reconnects_and_says_so(live_ts, tmp_path, capsys):
+    with _serving(_dropping(served=3), live_ts) as base:
+        argv = ["run", "convnet", "--input", f"{base}/live.ts", "--batch-size", "8", "--no-progress"]
+        code = main([*argv, "--reconnect", "1", "--output", str(tmp_path / "frames.parquet")])
+    err = capsys.readouterr().err
+    assert code == 1 and "decoding failed after" in err  # the try after the second connection failed
+    table = pq.read_table(tmp_path / "frames.parquet")
+    connections = table["connection"].to_pylist()
+    assert table["frame_index"].to_pylist() == list(range(len(connections))) and set(connections) == {0, 1}
+    assert f"reconnected to '{base}/live.ts' 1 time(s); the rows' connection column says which:" in err
+    assert f"  before frame {connections.index(1)}: " in err
+    for bad in ("-1", "often"):
+        with pytest.raises(SystemExit):
+            main([*argv, "--reconnect", bad, "--output", str(tmp_path / "no.parquet")])
+        assert "--reconnect takes a number of tries >= 0 or 'always'" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -146,6 +147,19 @@ def row_range(text: str) -> tuple[int, int | None]:
     if start < 0 or (stop is not None and stop <= start):
         raise argparse.ArgumentTypeError(f"--rows needs 0 <= START < END, got {text!r}")
     return start, stop
+
+
+def reconnect_tries(text: str) -> int:
+    """--reconnect: a number of tries >= 0, or ``always`` (never give up)."""
+    if text == "always":
+        return sys.maxsize
+    try:
+        tries = int(text)
+    except ValueError:
+        tries = -1
+    if tries < 0:
+        raise argparse.ArgumentTypeError(f"--reconnect takes a number of tries >= 0 or 'always', got {text!r}")
+    return tries
 
 
 def shard(text: str) -> tuple[int, int]:

@@ -31,6 +31,7 @@ from ._args import (
     names,
     ort_options,
     positive,
+    reconnect_tries,
     row_range,
     shard,
     size,
@@ -205,6 +206,14 @@ def add_run(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a video or stream: an FFmpeg option for opening it (rtsp_transport=tcp; raw frames: "
         "video_size=640x480, pixel_format=rgb24, framerate=30); repeatable",
+    )
+    run.add_argument(
+        "--reconnect",
+        type=reconnect_tries,
+        default=0,
+        metavar="N|always",
+        help="a stream's URL: open it again when it drops, waiting 0.5, 1, 2, ... up to 30 s, until N tries in a "
+        "row give no frame (always: never give up); frame indices go on, each row says its connection",
     )
     run.add_argument(
         "--jpeg-draft",
@@ -502,6 +511,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             video_format=args.video_format,
             video_options=dict(args.video_option),
             archive_shard=args.shard,
+            reconnect=args.reconnect,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
@@ -539,6 +549,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output, args.image_column or args.video_column)
                 _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
+                _report_reconnections(args.input, getattr(source, "reconnections", []))
                 try:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
@@ -704,6 +715,16 @@ def _report_per_batch(sink: Any) -> None:
     for name, paths in getattr(sink, "per_batch_paths", {}).items():
         how = "values and offsets" if len(paths) > 1 else "join on the batch column"
         print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
+
+
+def _report_reconnections(url: Any, reconnections: list[tuple[int, str]]) -> None:
+    """Each time the stream was opened again (NOTE [ reconnecting ]), on stderr."""
+    if not reconnections:
+        return
+    times = f"{len(reconnections)} time(s)"
+    print(f"reconnected to {str(url)!r} {times}; the rows' connection column says which:", file=sys.stderr)
+    for first, why in reconnections:
+        print(f"  before frame {first}: {why}", file=sys.stderr)
 
 
 def _report_skipped(skipped: list[tuple[str, str]], output: Path, column: str | None = None) -> None:

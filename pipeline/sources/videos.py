@@ -60,6 +60,11 @@ def is_pipe(path: str | Path) -> bool:
     return isinstance(path, str) and re.fullmatch(r"pipe:\d*", path) is not None
 
 
+#: NOTE [ reconnecting ]: the wait before a stream's first try to open it again, doubled for
+#: each try after, up to the second
+_RECONNECT_FIRST_WAIT_S = 0.5
+_RECONNECT_MAX_WAIT_S = 30.0
+
 #: how often a pipe's reader looks whether it is to stop (NOTE [ video streams ])
 _PIPE_POLL_S = 0.1
 
@@ -178,6 +183,19 @@ class VideoSource(RowSource):
     (``rtsp_transport=tcp`` for a camera whose UDP packets are lost,
     ``video_size=640x480`` and ``pixel_format=rgb24`` for raw frames,
     ``probesize``); FFmpeg passes over a name that no part of it knows.
+
+    NOTE [ reconnecting ]: a camera's stream drops - a network blip, the
+    camera restarting - and a job that is to run for days should not end
+    with it.  ``reconnect=N`` opens a stream's URL again when it ends or
+    fails, waiting 0.5, 1, 2, ... up to 30 s between tries, until N tries
+    in a row have given no frame (``sys.maxsize``: never give up); the
+    first open is not retried, so a wrong address fails at once.  Frame
+    indices go on across connections (the frames the outage lost are not
+    counted), each row says which ``connection`` (0 the first) its frame
+    came from, its ``timestamp`` being that connection's, and
+    ``reconnections`` lists (first frame index, why the connection before
+    ended) of each.  Only a URL: a file's end is its end, and a pipe cannot
+    be opened again.  :meth:`stop_reading` also ends the waits and tries.
     """
 
     def __init__(
@@ -195,6 +213,7 @@ class VideoSource(RowSource):
         fit: str | Fit | None = None,
         format: str | None = None,
         options: Mapping[str, object] | None = None,
+        reconnect: int = 0,
     ):
         import av
 
@@ -215,6 +234,17 @@ class VideoSource(RowSource):
         self._held: Any = None
         #: set by :meth:`stop_reading`; shared with the windows made of this source
         self._stop_reading = threading.Event()
+        if not (isinstance(reconnect, int) and reconnect >= 0):
+            raise SourceError(f"reconnect takes a number of tries >= 0, got {reconnect!r}")
+        if reconnect and (is_pipe(self.path) or not self.is_stream):
+            raise SourceError(
+                f"{str(self.path)!r}: reconnecting is for a stream's URL (NOTE [ reconnecting ]); "
+                f"{'a pipe cannot be opened again' if self.is_stream else 'a file ends where it ends'}"
+            )
+        #: tries in a row to open the stream again (NOTE [ reconnecting ])
+        self.reconnect = reconnect
+        #: (index of the first frame of a new connection, why the one before ended), in order
+        self.reconnections: list[tuple[int, str]] = []
         self.spec = _one_input(inputs, input_name, "a video source")
         self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
         #: how a frame is made ``size`` (NOTE [ fitting ])
@@ -417,21 +447,16 @@ class VideoSource(RowSource):
         placed: list[Placement] = []
         decoded = 0
         try:
-            with self._open() as container:
-                stream = container.streams.video[0]
-                stream.thread_type = "AUTO"  # FFmpeg's own decode threads
-                if self.decode_threads is not None:
-                    stream.codec_context.thread_count = self.decode_threads
-                for index, frame in self._numbered(container, stream, target):
-                    decoded = index + 1
-                    if index < self.skip or index % self.every:
-                        continue
-                    frames.append(self._converted(reformatter, frame, placed))
-                    indices.append(index)
-                    times.append(float(frame.time) if frame.time is not None else float("nan"))
-                    if len(frames) == self.batch_size:
-                        yield self._chunk(frames, indices, times, placed)
-                        frames, indices, times, placed = [], [], [], []
+            for index, frame in self._decoded_frames(target):
+                decoded = index + 1
+                if index < self.skip or index % self.every:
+                    continue
+                frames.append(self._converted(reformatter, frame, placed))
+                indices.append(index)
+                times.append(float(frame.time) if frame.time is not None else float("nan"))
+                if len(frames) == self.batch_size:
+                    yield self._chunk(frames, indices, times, placed)
+                    frames, indices, times, placed = [], [], [], []
         except av.error.FFmpegError as exc:
             when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
             why = f"{exc}{self._piped_hint(decoded)}"
@@ -446,6 +471,57 @@ class VideoSource(RowSource):
             raise VideoEndedEarly(error)
         if frames:
             yield self._chunk(frames, indices, times, placed)
+
+    def _decoded_frames(self, target: int | None) -> Iterator[tuple[int, Any]]:
+        """``(index, frame)`` of the frames decoded (:meth:`_numbered`); a stream's across
+        its connections where it is to reconnect (NOTE [ reconnecting ])."""
+        if self.reconnect:
+            yield from self._reconnected_frames()
+            return
+        with self._open() as container:
+            yield from self._numbered(container, self._decoding(container), target)
+
+    def _decoding(self, container: Any) -> Any:
+        """The video stream of ``container``, set to decode with FFmpeg's threads."""
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"  # FFmpeg's own decode threads
+        if self.decode_threads is not None:
+            stream.codec_context.thread_count = self.decode_threads
+        return stream
+
+    def _reconnected_frames(self) -> Iterator[tuple[int, Any]]:
+        """A stream's frames, numbered on across its connections: opened again when it
+        ends or fails, until ``reconnect`` tries in a row give no frame, or
+        :meth:`stop_reading`; the last failure is raised then (NOTE [ reconnecting ]).
+        A connection is listed in ``reconnections`` once it gives a frame."""
+        import av
+
+        index, misses = 0, 0
+        ended: str | None = None  # why the last connection that gave frames ended
+        while True:
+            failure: av.error.FFmpegError | None = None
+            try:
+                with self._open() as container:
+                    for frame in container.decode(self._decoding(container)):
+                        if ended is not None:
+                            self.reconnections.append((index, ended))
+                            ended = None
+                        misses = 0
+                        yield index, frame
+                        index += 1
+            except av.error.FFmpegError as exc:
+                failure = exc
+            if ended is None:
+                ended = "the stream ended" if failure is None else str(failure)
+            misses += 1
+            if self._stop_reading.is_set():
+                return  # told to stop: whatever ended the connection is not the job's failure
+            if misses > self.reconnect:
+                if failure is not None:
+                    raise failure
+                return
+            if self._stop_reading.wait(min(_RECONNECT_MAX_WAIT_S, _RECONNECT_FIRST_WAIT_S * 2 ** (misses - 1))):
+                return
 
     def _converted(self, reformatter: Any, frame: Any, placed: list[Placement]) -> np.ndarray:
         """``frame`` as the model's picture (``pix_fmt``, ``size`` as ``fit`` says), its
@@ -497,6 +573,9 @@ class VideoSource(RowSource):
         meta = {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
         if self.fit.moves:
             meta.update(fit_columns(placed))
+        if self.reconnect:  # each frame's connection: how many began at or before it
+            starts = np.asarray([start for start, _ in self.reconnections], np.int64)
+            meta["connection"] = np.searchsorted(starts, meta["frame_index"], side="right").astype(np.int64)
         return frames, meta
 
 
