@@ -40,6 +40,7 @@ from .sources import (
     ARCHIVE_SUFFIXES,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
+    STREAM_TIMEOUT_S,
     VIDEO_SUFFIXES,
     Chunk,
     CsvSource,
@@ -61,6 +62,7 @@ from .sources import (
     fewer_rows,
     hidden,
     holds_files,
+    is_pipe,
     is_stream_url,
     last_kept_row,
     sliced_chunk,
@@ -233,6 +235,7 @@ def open_source(
     video_options: Mapping[str, object] | None = None,
     archive_shard: tuple[int, int] | None = None,
     reconnect: int = 0,
+    stream_timeout_s: float | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
@@ -242,7 +245,8 @@ def open_source(
     table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
     video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
     (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
-    when it drops (NOTE [ reconnecting ]).  ``archive_shard=(K, N)``: a folder of tar archives of
+    when it drops (NOTE [ reconnecting ]), given up on after ``stream_timeout_s`` without
+    data (None: :data:`STREAM_TIMEOUT_S`).  ``archive_shard=(K, N)``: a folder of tar archives of
     images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
     source's ``shard`` says so); any other input is sharded by its rows
     (:func:`shard_rows`), by whoever runs it, and ignores it."""
@@ -256,6 +260,8 @@ def open_source(
                 f"({listed!r}) the input is the files it lists"
             )
     _require(kind, f"reading {str(path)!r}", SourceError)
+    if stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
+        raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
     for given, kinds, what in (
         (every != 1 or fps is not None, ("video", "videos"), "taking every N-th frame is for videos"),
         (skip_unreadable, ("images", "videos"), "skipping unreadable files is for a folder of images or videos"),
@@ -299,6 +305,7 @@ def open_source(
             format=video_format,
             options=video_options,
             reconnect=reconnect,
+            timeout_s=STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s,
         )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(

@@ -512,3 +512,15 @@ def test_ortpipe_run_reconnects_and_says_so(live_ts, tmp_path, capsys):
         with pytest.raises(SystemExit):
             main([*argv, "--reconnect", bad, "--output", str(tmp_path / "no.parquet")])
         assert "--reconnect takes a number of tries >= 0 or 'always'" in capsys.readouterr().err
+
+
+def test_ortpipe_run_gives_up_on_a_silent_stream_after_its_timeout(tmp_path, capsys, clip):
+    argv = ["run", "convnet", "--no-progress", "--stream-timeout", "1", "--output", str(tmp_path / "o.parquet")]
+    with _serving(_Silent) as base:
+        started = time.monotonic()
+        assert main([*argv, "--input", f"{base}/live"]) == 1
+        assert time.monotonic() - started < 9  # given up after 1 s, not the default 10
+    assert "cannot be decoded as video" in capsys.readouterr().err
+    for not_a_url in (str(clip), "-"):
+        assert main([*argv, "--input", not_a_url]) == 1
+        assert "a stream's timeout is for a stream's URL (a pipe is waited on)" in capsys.readouterr().err

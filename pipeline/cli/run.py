@@ -216,6 +216,14 @@ def add_run(sub: Any) -> None:
         "row give no frame (always: never give up); frame indices go on, each row says its connection",
     )
     run.add_argument(
+        "--stream-timeout",
+        type=positive(float),
+        default=None,
+        metavar="SECONDS",
+        help="a stream's URL: how long FFmpeg waits for it to open, and for its next data, before it gives up "
+        "(default 10; with --reconnect, how soon a camera gone quiet is opened again)",
+    )
+    run.add_argument(
         "--jpeg-draft",
         action="store_true",
         help="images (a folder's, a table's --image-column): decode each JPEG at 1/2, 1/4 or 1/8 of its size where "
@@ -512,6 +520,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             video_options=dict(args.video_option),
             archive_shard=args.shard,
             reconnect=args.reconnect,
+            stream_timeout_s=args.stream_timeout,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
