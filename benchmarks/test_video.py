@@ -179,3 +179,62 @@ def test_folder_of_clips_by_videos_decoded_at_once(benchmark, clips, at_once):
     best = CLIPS * CLIP_FRAMES / benchmark.stats.stats.min
     benchmark.extra_info.update(videos_at_once=at_once, frames_per_s=best)
     print(f"\n{CLIPS} clips of {CLIP_FRAMES} frames, {at_once} decoded at once: fastest {best:.0f} frames/s", end="")
+
+
+RAW_FRAMES = 1500  # 224x224 RGB: 226 MB of raw frames
+
+
+@pytest.fixture(scope="module")
+def raw_frames(tmp_path_factory):
+    path = tmp_path_factory.mktemp("raw") / "frames.rgb"
+    rng = np.random.default_rng(0)
+    with path.open("wb") as file:
+        for _ in range(RAW_FRAMES // 100):
+            file.write(rng.integers(0, 256, (100, SIZE, SIZE, 3), dtype=np.uint8).tobytes())
+    return path
+
+
+@pytest.mark.parametrize("way", ["from the file", "through a pipe", "through a pipe, 64 KiB buffer"])
+def test_raw_frames_through_a_pipe_frames_per_s(benchmark, raw_frames, way, monkeypatch):
+    """``--input - --video-format rawvideo`` (NOTE [ video streams ]): raw frames that another
+    process writes into a pipe (a thread here, writing the file in 1 MiB pieces), read by
+    ortpipe's reader, against the same frames read from the file; and with Linux's default
+    pipe buffer instead of the 1 MiB ortpipe asks for."""
+    import os
+    import threading
+
+    from pipeline.sources import videos
+
+    if way.endswith("64 KiB buffer"):
+        monkeypatch.setattr(videos, "_widen_pipe", lambda descriptor: None)
+    with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
+        inputs = pipe.source_inputs
+    options = {"video_size": f"{SIZE}x{SIZE}", "pixel_format": "rgb24"}
+
+    def frames_of(path) -> int:
+        source = VideoSource(path, 32, inputs, format="rawvideo", options=options)
+        return sum(len(rows) for rows, _ in source.chunks())
+
+    def read() -> int:
+        if way == "from the file":
+            return frames_of(raw_frames)
+        read_end, write_end = os.pipe()
+
+        def write() -> None:
+            with raw_frames.open("rb") as file, os.fdopen(write_end, "wb") as pipe_in:
+                while piece := file.read(1 << 20):
+                    pipe_in.write(piece)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            return frames_of(f"pipe:{read_end}")
+        finally:
+            writer.join()
+            os.close(read_end)
+
+    assert read() == RAW_FRAMES  # warm-up, and every frame came
+    benchmark.pedantic(read, rounds=3, iterations=1)
+    best = RAW_FRAMES / benchmark.stats.stats.min
+    benchmark.extra_info.update(frames_per_s=best)
+    print(f"\nraw 224x224 frames {way}: fastest {best:.0f} frames/s", end="")
