@@ -290,22 +290,22 @@ def open_source(
         return table(path, batch_size, specs, columns, id_column)
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
+    frames = (size, pix_fmt, decode_threads)  # how every video's frames are decoded and made
     if kind == "video":
+        timeout_s = STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s
         return VideoSource(
             path,
             batch_size,
             specs,
             input_name,
-            size,
-            pix_fmt,
-            decode_threads,
+            *frames,
             every=every,
             fps=fps,
             fit=fit,
             format=video_format,
             options=video_options,
             reconnect=reconnect,
-            timeout_s=STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s,
+            timeout_s=timeout_s,
         )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(
@@ -314,9 +314,7 @@ def open_source(
             batch_size,
             specs,
             input_name,
-            size,
-            pix_fmt,
-            decode_threads,
+            *frames,
             skip_unreadable,
             every=every,
             fps=fps,
@@ -330,9 +328,7 @@ def open_source(
             batch_size,
             specs,
             input_name,
-            size,
-            pix_fmt,
-            decode_threads,
+            *frames,
             skip_unreadable,
             every=every,
             fps=fps,
