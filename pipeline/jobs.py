@@ -161,7 +161,7 @@ def _path_kind(path: str | Path, video_format: str | None = None) -> str:
         return "video"
     if suffix in ARCHIVE_SUFFIXES:  # NOTE [ image archives ]
         return "images"
-    if video_format is not None and path.is_file():  # raw frames, an elementary stream: any name
+    if video_format is not None and path.exists() and not path.is_dir():  # raw frames, a named pipe: any name
         return "video"
     if not path.exists():
         raise SourceError(f"input not found: {str(path)!r}")

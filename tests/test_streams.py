@@ -27,7 +27,7 @@ from pipeline import TensorSpec
 from pipeline.cli import main
 from pipeline.cli.run import input_path
 from pipeline.jobs import source_kind
-from pipeline.sources import STDIN, SourceError, VideoSource, is_pipe, is_stream_url
+from pipeline.sources import STDIN, SourceError, VideoSource, is_live, is_pipe, is_stream_url
 
 from .helpers import ROOT, encode_video
 
@@ -524,3 +524,59 @@ def test_ortpipe_run_gives_up_on_a_silent_stream_after_its_timeout(tmp_path, cap
     for not_a_url in (str(clip), "-"):
         assert main([*argv, "--input", not_a_url]) == 1
         assert "a stream's timeout is for a stream's URL (a pipe is waited on)" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def _fifo(path, data: bytes) -> Iterator[None]:
+    """A named pipe at ``path`` that a thread writes ``data`` into (once a reader opens it), then closes."""
+    os.mkfifo(path)
+
+    def write() -> None:
+        with contextlib.suppress(OSError), open(path, "wb") as pipe:  # waits for the reader, as a writer does
+            pipe.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        if writer.is_alive():  # no reader came: let the writer's open return
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors in /proc")
+def test_a_named_pipe_is_read_once_as_a_pipe_and_its_descriptor_closed(tmp_path):
+    import gc
+
+    ts = encode_video(tmp_path / "clip.ts", "mpeg4", {"g": "12"}, FRAMES, SIZE, container_format="mpegts")
+    before = _open_descriptors()
+    with _fifo(tmp_path / "camera", ts.read_bytes()):
+        source = VideoSource(tmp_path / "camera", 8, _spec(), format="mpegts")
+        assert source.is_pipe and source.is_stream and is_live(tmp_path / "camera")
+        frames, indices = _frames(source)
+        np.testing.assert_array_equal(frames, _frames(VideoSource(ts, 8, _spec()))[0])
+        np.testing.assert_array_equal(indices, np.arange(FRAMES))
+        with pytest.raises(SourceError, match="is a pipe: what was read from it is gone, so it is read once"):
+            list(source.chunks())
+    del source
+    gc.collect()
+    assert _open_descriptors() == before  # the descriptor ortpipe opened went with its reader
+    assert not is_live(ts) and not is_pipe(str(tmp_path / "camera"))
+
+
+def test_ortpipe_run_reads_a_named_pipe_given_its_format(tmp_path, capsys):
+    ts = encode_video(tmp_path / "clip.ts", "mpeg4", {"g": "12"}, FRAMES, SIZE, container_format="mpegts")
+    argv = ["run", "convnet", "--batch-size", "8", "--no-progress", "--device", "cpu", "--output"]
+    assert main([*argv, str(tmp_path / "file.parquet"), "--input", str(ts)]) == 0
+    capsys.readouterr()
+    with _fifo(tmp_path / "camera", ts.read_bytes()):  # a name that says nothing: --video-format does
+        fifo = ["--input", str(tmp_path / "camera"), "--video-format", "mpegts"]
+        assert main([*argv, str(tmp_path / "fifo.parquet"), *fifo]) == 0
+    assert "issued by stage threads" in capsys.readouterr().out
+    assert pq.read_table(tmp_path / "fifo.parquet").equals(pq.read_table(tmp_path / "file.parquet"))

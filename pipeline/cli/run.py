@@ -363,9 +363,9 @@ def _issuing(args: argparse.Namespace) -> bool | Literal["auto"]:
     """--issuing as PipelineOptions.stage_threads.  ``auto`` issues a stream's batches from
     stage threads: from the caller's thread a batch's result is taken only when the next
     batch has been read, which a live stream (or a pipe gone quiet) may not send for long."""
-    from ..sources import is_stream_url
+    from ..sources import is_live
 
-    if args.issuing == "auto" and is_stream_url(args.input):
+    if args.issuing == "auto" and is_live(args.input):
         return True
     return ISSUING[args.issuing]
 
@@ -648,10 +648,10 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
 def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: Any = None) -> str:
     """What resuming the stopped run would do: go on, or be refused (and why)."""
     from ..jobs import sink_kind
-    from ..sources import is_stream_url
+    from ..sources import is_live
 
     kind = sink_kind(args.output)
-    if input_kind == "video" and is_stream_url(args.input):
+    if input_kind == "video" and is_live(args.input):
         return "a stream is read from its first frame, so it cannot be resumed (NOTE [ video streams ])"
     if kind in ("npy", "csv") and getattr(sink, "per_batch_paths", {}):
         return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"

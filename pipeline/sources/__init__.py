@@ -87,6 +87,7 @@ from .videos import (
     VideoFolderSource,
     VideoSource,
     VideoTableSource,
+    is_live,
     is_pipe,
     is_stream_url,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "hidden",
     "holds_files",
     "image_files",
+    "is_live",
     "is_pipe",
     "is_stream_url",
     "last_kept_row",

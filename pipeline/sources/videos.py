@@ -8,7 +8,9 @@ import copy
 import os
 import re
 import select
+import stat
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,9 +77,11 @@ class _PipeReader:
     the writer had closed it once ``stopped`` is set (NOTE [ video streams ]).  Not
     seekable: it has no ``seek``, which tells PyAV so."""
 
-    def __init__(self, descriptor: int, stopped: threading.Event) -> None:
+    def __init__(self, descriptor: int, stopped: threading.Event, owned: bool = False) -> None:
         self._descriptor, self._stopped = descriptor, stopped
         _widen_pipe(descriptor)
+        if owned:  # a named pipe's, opened for this reader: closed with it (PyAV never closes a file object)
+            weakref.finalize(self, os.close, descriptor)
 
     def read(self, size: int) -> bytes:
         while not self._stopped.is_set():
@@ -101,6 +105,20 @@ def _widen_pipe(descriptor: int) -> None:
         fcntl.fcntl(descriptor, fcntl.F_SETPIPE_SZ, _PIPE_BUFFER)
     except (ImportError, AttributeError, OSError):
         pass
+
+
+def _is_fifo(path: str | Path) -> bool:
+    """A local path that is a named pipe (``mkfifo``), which a program writes a video into."""
+    try:
+        return not is_stream_url(path) and stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_live(path: str | Path) -> bool:
+    """A stream: a URL, ``pipe:N`` or a named pipe, read from its first frame as it comes
+    (NOTE [ video streams ]), never started past it."""
+    return is_stream_url(path) or _is_fifo(path)
 
 
 def _pipe_descriptor(path: str) -> int:
@@ -168,7 +186,7 @@ class VideoSource(RowSource):
     for ``timeout_s`` (opening it too), instead of waiting forever.
 
     A pipe (:data:`STDIN`, ``pipe:N``: ``ffmpeg ... -f nut - | ortpipe run
-    --input -``) is such a stream that can be read only once: what FFmpeg
+    --input -``, or a named pipe's path, ``mkfifo``) is such a stream that can be read only once: what FFmpeg
     read to find its streams is gone from the pipe, so the container opened
     to read its header is kept and decoded by the first iteration, and a
     second is refused.  A pipe is waited on for as long as its writer holds
@@ -222,9 +240,11 @@ class VideoSource(RowSource):
         if fps is not None and (every != 1 or not fps > 0):
             raise SourceError(f"fps takes frames a second > 0, instead of every, got fps={fps!r}, every={every!r}")
 
-        #: a URL (NOTE [ video streams ]) or a file
-        self.is_stream = is_stream_url(path)
-        self.path: str | Path = str(path) if self.is_stream else _existing(path, "input video")
+        self.path: str | Path = str(path) if is_stream_url(path) else _existing(path, "input video")
+        #: read once, as it comes: standard input, ``pipe:N``, a named pipe (NOTE [ video streams ])
+        self.is_pipe = is_pipe(self.path) or _is_fifo(self.path)
+        #: a URL or a pipe (NOTE [ video streams ]), not a file
+        self.is_stream = is_stream_url(self.path) or self.is_pipe
         self.timeout_s = timeout_s
         #: FFmpeg's demuxer and options for opening the video (None, {}: as FFmpeg finds it)
         self.format = _demuxer(format, self.path)
@@ -236,7 +256,7 @@ class VideoSource(RowSource):
         self._stop_reading = threading.Event()
         if not (isinstance(reconnect, int) and reconnect >= 0):
             raise SourceError(f"reconnect takes a number of tries >= 0, got {reconnect!r}")
-        if reconnect and (is_pipe(self.path) or not self.is_stream):
+        if reconnect and (self.is_pipe or not self.is_stream):
             raise SourceError(
                 f"{str(self.path)!r}: reconnecting is for a stream's URL (NOTE [ reconnecting ]); "
                 f"{'a pipe cannot be opened again' if self.is_stream else 'a file ends where it ends'}"
@@ -253,7 +273,7 @@ class VideoSource(RowSource):
         self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
         try:
             container = self._opened()
-            if is_pipe(self.path):  # what FFmpeg read of its header is gone from the pipe: keep it
+            if self.is_pipe:  # what FFmpeg read of its header is gone from the pipe: keep it
                 self._held = container
             with contextlib.nullcontext(container) if self._held is not None else container:
                 if not container.streams.video:
@@ -316,7 +336,7 @@ class VideoSource(RowSource):
     def _open(self) -> Any:
         """The video opened with PyAV for an iteration; a pipe's container, the one
         its header was read from, once (NOTE [ video streams ])."""
-        if not is_pipe(self.path):
+        if not self.is_pipe:
             return self._opened()
         container, self._held = self._held, None
         if container is None:
@@ -335,6 +355,9 @@ class VideoSource(RowSource):
         if is_pipe(self.path):
             reader = _PipeReader(_pipe_descriptor(str(self.path)), self._stop_reading)
             return av.open(reader, format=self.format, options=options)
+        if self.is_pipe:  # a named pipe: opening it waits for a writer, as cat's does
+            reader = _PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
+            return av.open(reader, format=self.format, options=options)
         timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
         return av.open(str(self.path), format=self.format, options=options, timeout=timeout)
 
@@ -346,7 +369,7 @@ class VideoSource(RowSource):
 
     def _piped_hint(self, decoded: int) -> str:
         """Why a pipe may give no frame at all: a container that needs to seek."""
-        if decoded or not is_pipe(self.path):
+        if decoded or not self.is_pipe:
             return ""
         return (
             " (a pipe cannot be seeked: an MP4 whose index comes last cannot be read from one; write NUT, "
