@@ -4,10 +4,13 @@
 # One call there carries at most 64 MiB, so the onnxruntime-gpu wheel (~256 MB)
 # travels in parts, one folder each:
 #
-#   here:   bash benchmarks/device.sh prepare   # download, then split into .whl/00, .whl/01, ... (ignored by git)
-#   there:  bash benchmarks/device.sh append    # one call per part but the last: carry=[".whl/NN"]
+#   here:   bash benchmarks/device.sh prepare   # download, then split into .whl/00, .whl/01, ... (ignored by git),
+#                                               # and PyAV's wheel into .whl/extra (that machine has no PyAV)
+#   there:  bash benchmarks/device.sh append    # one call per part but the last: carry=[".whl/NN"],
+#                                               # and one call with carry=[".whl/extra"]
 #   there:  bash benchmarks/device.sh check     # carry=[".whl/<last>"]: store it, assemble, verify,
-#                                               # install to /tmp/site, run gpu_suite.py into $OUT
+#                                               # install to /tmp/site (the extra wheels too), run gpu_suite.py
+#                                               # into $OUT
 #
 # Each part is kept under its own number in $STORE (default /tmp/ort-wheel) while
 # the machine stays warm, so a part sent twice, or out of order, does no harm;
@@ -19,6 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEEL_VERSION=${ORT_VERSION:-1.31.1}
+AV_VERSION=${AV_VERSION:-18.1.0}  # PyAV, for the video tests and NVDEC decoding there
 WHL_DIR=${WHL_DIR:-.whl}
 STORE=${STORE:-/tmp/ort-wheel}
 PART_SIZE=${PART_SIZE:-61M}  # 4 parts of the 1.31.1 wheel (243.7 MiB), each with the tree under 64 MiB
@@ -58,6 +62,13 @@ append_parts() {  # every part carried in this call -> $STORE/NN
     echo "stored part $index of $(field "$dir/MANIFEST" count)"
     found=1
   done
+  for wheel in "$WHL_DIR"/extra/*.whl; do  # whole wheels that fit in one call
+    [ -f "$wheel" ] || continue
+    mkdir -p "$STORE/extra"
+    cp "$wheel" "$STORE/extra/"
+    echo "stored extra wheel $(basename "$wheel")"
+    found=1
+  done
   [ "$found" = 1 ] || echo "no part carried in $WHL_DIR/NN (carry one with this call)"
 }
 
@@ -91,6 +102,10 @@ case "${1:-}" in
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$WHL_DIR/full" \
       "onnxruntime-gpu==${WHEEL_VERSION}"
     split_wheel "$(ls "$WHL_DIR"/full/onnxruntime_gpu-*.whl)"
+    mkdir -p "$WHL_DIR/extra"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$WHL_DIR/extra" "av==${AV_VERSION}"
+    echo "  carry=[\"$WHL_DIR/extra\"]  $(du -h "$WHL_DIR"/extra/*.whl | cut -f1) (PyAV)"
     ;;
   split)
     split_wheel "${2:?usage: $0 split FILE}"
@@ -106,7 +121,9 @@ case "${1:-}" in
     wheel=$(assemble)
     out=${OUT:-/tmp/out}
     mkdir -p "$out"
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel"
+    extras=("$STORE"/extra/*.whl)
+    [ -f "${extras[0]}" ] || extras=()  # none carried: the glob stayed as it was
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel" ${extras[@]+"${extras[@]}"}
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     python3 -c "import torch, onnxruntime as o; o.preload_dlls(); print(o.__version__, o.get_available_providers())"
     python3 benchmarks/gpu_suite.py "$out" 2>&1 | tee "$out/suite.log"

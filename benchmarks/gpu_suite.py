@@ -23,7 +23,8 @@ streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
 from the caller's thread and auto; last, ORT's profile
 of the conv net by operator (``convnet_ops``), and a job of uint8 frames
 made a row at a time, written straight into the pinned slots against stacked
-and staged (``frames_into_slots``).
+and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
+against NVDEC (``video_decoding``; PyAV travels as .whl/extra).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     steps.append(("convnet ops", lambda: report.update(convnet_ops=_convnet_ops(device, gpu and not args.quick))))
     big = gpu and not args.quick
     steps.append(("frames into slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
+    steps.append(("video decoding", lambda: report.update(video_decoding=_video_decoding(args.out, big))))
     if not args.no_tests:  # last: a hung test must not cost the figures
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
     run_steps(steps, report, args.out / "results.json", args.budget_s)
@@ -317,6 +319,63 @@ def _frames_into_slots(device: Any, big: bool, rounds: int = 3) -> dict[str, Any
     ratio = best["filled"]["items_per_s"] / best["staged"]["items_per_s"]
     print(f"\nframes into slots on {device.name}: filled / staged {ratio:.2f}x", flush=True)
     return {"frames": frames, "size": size, "batches": batches, "ratio": ratio, **best}
+
+
+def _clip(path: Path, frames: int, width: int, height: int) -> Path:
+    """A clip of 8x8 blocks sliding 3 pixels a frame, H.264 where FFmpeg can encode it."""
+    import av
+
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8).repeat(8, 0).repeat(8, 1)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for index in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.roll(base, 3 * index, axis=1), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
+    """NOTE [ decoding on the GPU ]: a clip decoded and converted to 224x224 RGB by
+    ``VideoSource`` on the CPU and with ``hwaccel="cuda"`` (NVDEC): frames/s, the
+    fastest of ``rounds`` each, and how far apart the two decodes' pixels are."""
+    try:
+        import av
+    except ImportError:
+        return {"skipped": "PyAV is not installed (benchmarks/device.sh carries its wheel as .whl/extra)"}
+    from pipeline.sources import VideoSource
+    from pipeline.sources.videos import _hw_device_unusable
+
+    frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
+    clip = _clip(out / "clip.mp4", frames, width, height)
+    with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
+        inputs = pipe.source_inputs
+    with av.open(str(clip)) as container:
+        codec = container.streams.video[0].codec_context.name
+    result: dict[str, Any] = {"frames": frames, "size": [width, height], "codec": codec}
+    decoded: dict[str, np.ndarray] = {}
+    for where in ("cpu", "cuda"):
+        unusable = _hw_device_unusable(where) if where != "cpu" else None
+        if unusable is not None:
+            result[where] = {"unavailable": unusable}
+            continue
+        hwaccel = None if where == "cpu" else where
+        best = float("inf")
+        for _ in range(rounds + 1):  # the first warms up
+            started = time.perf_counter()
+            source = VideoSource(clip, 32, inputs, size=(224, 224), hwaccel=hwaccel)
+            rows = [row for chunk, _ in source.chunks() for row in chunk]
+            best = min(best, time.perf_counter() - started)
+        decoded[where] = np.stack(rows)
+        result[where] = {"frames_per_s": frames / best}
+    if len(decoded) == 2:
+        difference = np.abs(decoded["cpu"].astype(np.int16) - decoded["cuda"].astype(np.int16))
+        result["max_abs_diff"], result["mean_abs_diff"] = int(difference.max()), float(difference.mean())
+    print(f"\nvideo decoding: {json.dumps(result)}", flush=True)
+    return result
 
 
 def run_steps(steps: list[tuple[str, Callable[[], None]]], report: dict[str, Any], path: Path, budget_s: float) -> None:

@@ -236,6 +236,7 @@ def open_source(
     archive_shard: tuple[int, int] | None = None,
     reconnect: int = 0,
     stream_timeout_s: float | None = None,
+    hwaccel: str | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
@@ -246,7 +247,8 @@ def open_source(
     video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
     (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
     when it drops (NOTE [ reconnecting ]), given up on after ``stream_timeout_s`` without
-    data (None: :data:`STREAM_TIMEOUT_S`).  ``archive_shard=(K, N)``: a folder of tar archives of
+    data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device (NOTE
+    [ decoding on the GPU ]).  ``archive_shard=(K, N)``: a folder of tar archives of
     images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
     source's ``shard`` says so); any other input is sharded by its rows
     (:func:`shard_rows`), by whoever runs it, and ignores it."""
@@ -274,6 +276,7 @@ def open_source(
             "FFmpeg's format and options for opening are for one video or stream",
         ),
         (bool(reconnect), ("video",), "reconnecting is for a stream's URL"),
+        (hwaccel is not None, ("video", "videos"), "decoding on a GPU is for videos"),
         (
             Fit.parse(fit).moves,
             ("video", "videos", "images"),
@@ -306,6 +309,7 @@ def open_source(
             options=video_options,
             reconnect=reconnect,
             timeout_s=timeout_s,
+            hwaccel=hwaccel,
         )
     if kind == "videos" and video_column is not None:
         return VideoTableSource(
@@ -321,6 +325,7 @@ def open_source(
             id_column=id_column,
             fit=fit,
             videos_at_once=videos_at_once,
+            hwaccel=hwaccel,
         )
     if kind == "videos":
         return VideoFolderSource(
@@ -334,6 +339,7 @@ def open_source(
             fps=fps,
             fit=fit,
             videos_at_once=videos_at_once,
+            hwaccel=hwaccel,
         )
     if image_column is not None:
         return ImageTableSource(

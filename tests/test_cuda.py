@@ -152,3 +152,28 @@ def test_a_strided_cupy_array_is_refused(cuda):
         strided = cupy.zeros((4, 128), np.float32)[:, ::2]
         with pytest.raises(PipelineInputError, match="strided GPU array"):
             list(pipe.map([strided]))
+
+
+def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
+    """NOTE [ decoding on the GPU ]: ``hwaccel="cuda"`` gives the CPU's frames, within a level or
+    two of a pixel (the decoders are exact; NV12 and YUV 4:2:0 are converted by separate paths)."""
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    from pipeline import TensorSpec
+    from pipeline.sources import VideoSource
+    from pipeline.sources.videos import _hw_device_unusable
+
+    from .helpers import encode_video
+
+    unusable = _hw_device_unusable("cuda")
+    if unusable is not None:
+        pytest.skip(f"FFmpeg cannot decode on this GPU: {unusable}")
+    codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
+    clip = encode_video(tmp_path / "clip.mp4", codec, {"g": "12"}, 40, 64)
+    spec = [TensorSpec("frames", np.dtype(np.uint8), ("N", 64, 64, 3))]
+    on_gpu = VideoSource(clip, 8, spec, hwaccel="cuda:0")
+    decoded = {}
+    for name, source in (("cpu", VideoSource(clip, 8, spec)), ("cuda", on_gpu)):
+        decoded[name] = np.stack([row for rows, _ in source.chunks() for row in rows]).astype(np.int16)
+    assert decoded["cuda"].shape == decoded["cpu"].shape == (40, 64, 64, 3)
+    difference = np.abs(decoded["cuda"] - decoded["cpu"])
+    assert difference.max() <= 3 and difference.mean() < 0.5, (difference.max(), difference.mean())

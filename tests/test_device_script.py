@@ -76,3 +76,16 @@ def test_check_with_nothing_stored_says_so(tmp_path):
     result = _script("check", whl=tmp_path / "whl", store=tmp_path / "store")
     assert result.returncode != 0
     assert "no part carried" in result.stdout and "run append first" in result.stderr
+
+
+def test_an_extra_wheel_carried_whole_is_stored_beside_the_parts(tmp_path, wheel):
+    """PyAV's wheel fits in one call: carried as .whl/extra, stored for check to install."""
+    whl, store, there = tmp_path / "whl", tmp_path / "store", tmp_path / "there"
+    assert _script("split", str(wheel), whl=whl, store=store).returncode == 0
+    extra = there / "extra"
+    extra.mkdir(parents=True)
+    (extra / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"a wheel")
+    sent = _script("append", whl=there, store=store)
+    assert sent.returncode == 0, sent.stderr
+    assert "stored extra wheel av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl" in sent.stdout
+    assert (store / "extra" / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").read_bytes() == b"a wheel"

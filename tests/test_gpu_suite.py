@@ -82,6 +82,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert (frames["staged"]["filled"], frames["filled"]["filled"]) == (False, True)
     assert frames["filled"]["stage_ms"]["stage"] == 0.0 and frames["filled"]["items"] == 8 * 10
     assert frames["ratio"] > 0
+    video = report["video_decoding"]  # NOTE [ decoding on the GPU ]: on the CPU, and with NVDEC where there is one
+    assert video["cpu"]["frames_per_s"] > 0 and video["frames"] == 20
+    assert "frames_per_s" in video["cuda"] or "unavailable" in video["cuda"]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
 

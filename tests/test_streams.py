@@ -580,3 +580,29 @@ def test_ortpipe_run_reads_a_named_pipe_given_its_format(tmp_path, capsys):
         assert main([*argv, str(tmp_path / "fifo.parquet"), *fifo]) == 0
     assert "issued by stage threads" in capsys.readouterr().out
     assert pq.read_table(tmp_path / "fifo.parquet").equals(pq.read_table(tmp_path / "file.parquet"))
+
+
+# NOTE [ decoding on the GPU ]: where there is none, the errors (tests/test_cuda.py decodes on one)
+
+
+def test_decoding_on_a_device_names_what_ffmpeg_has_and_what_it_cannot_open(clip, tmp_path, capsys):
+    from av.codec.hwaccel import hwdevices_available
+
+    with pytest.raises(SourceError, match=r"hwaccel 'nvdec' is no device FFmpeg decodes on; it has .*cuda:N for"):
+        VideoSource(clip, 8, _spec(), hwaccel="nvdec")
+    if "cuda" not in hwdevices_available():
+        pytest.skip("this FFmpeg decodes on no CUDA device at all")
+    from pipeline.sources.videos import _hw_device_unusable
+
+    if _hw_device_unusable("cuda") is None:
+        pytest.skip("FFmpeg can decode on a CUDA device here: tests/test_cuda.py does")
+    with pytest.raises(SourceError, match=r"FFmpeg cannot open the device 'cuda:0' to decode on: .* with its driver"):
+        VideoSource(clip, 8, _spec(), hwaccel="cuda:0")
+    (tmp_path / "clips").mkdir()
+    encode_video(tmp_path / "clips" / "a.mp4", "mpeg4", {}, 4, SIZE)
+    argv = ["run", "convnet", "--no-progress", "--hwaccel", "cuda", "--output", str(tmp_path / "o.parquet")]
+    assert main([*argv, "--input", str(tmp_path / "clips"), "--skip-unreadable"]) == 1  # not a reason to skip each
+    assert "FFmpeg cannot open the device 'cuda' to decode on" in capsys.readouterr().err
+    np.save(tmp_path / "x.npy", np.zeros((4, SIZE, SIZE, 3), np.uint8))
+    assert main([*argv, "--input", str(tmp_path / "x.npy")]) == 1
+    assert "decoding on a GPU is for videos" in capsys.readouterr().err

@@ -224,6 +224,12 @@ def add_run(sub: Any) -> None:
         "(default 10; with --reconnect, how soon a camera gone quiet is opened again)",
     )
     run.add_argument(
+        "--hwaccel",
+        metavar="DEVICE",
+        help="videos: decode on this device instead of the CPU, cuda or cuda:N for NVIDIA's NVDEC on GPU N (each "
+        "frame downloaded as it is decoded; a codec the device cannot decode is an error)",
+    )
+    run.add_argument(
         "--jpeg-draft",
         action="store_true",
         help="images (a folder's, a table's --image-column): decode each JPEG at 1/2, 1/4 or 1/8 of its size where "
@@ -521,6 +527,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             archive_shard=args.shard,
             reconnect=args.reconnect,
             stream_timeout_s=args.stream_timeout,
+            hwaccel=args.hwaccel,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}

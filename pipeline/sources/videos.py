@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import re
 import select
@@ -131,6 +132,48 @@ def _pipe_descriptor(path: str) -> int:
     return descriptor
 
 
+def _checked_hwaccel(hwaccel: str | None, path: str | Path) -> str | None:
+    """``TYPE[:DEVICE]`` where FFmpeg can decode on devices of that TYPE (NOTE [ decoding on the GPU ])."""
+    if hwaccel is None:
+        return None
+    from av.codec.hwaccel import hwdevices_available
+
+    kind = hwaccel.partition(":")[0] if isinstance(hwaccel, str) else None
+    if kind not in hwdevices_available():
+        raise SourceError(
+            f"video {str(path)!r}: hwaccel {hwaccel!r} is no device FFmpeg decodes on; it has "
+            f"{', '.join(hwdevices_available()) or 'none'} (cuda:N for NVIDIA's NVDEC on GPU N)"
+        )
+    unusable = _hw_device_unusable(hwaccel)
+    if unusable is not None:
+        raise SourceError(f"video {str(path)!r}: FFmpeg cannot open the device {hwaccel!r} to decode on: {unusable}")
+    return hwaccel
+
+
+@functools.cache
+def _hw_device_unusable(hwaccel: str) -> str | None:
+    """Why FFmpeg cannot open the device ``hwaccel`` (``TYPE[:DEVICE]``), tried once a process
+    with an H.264 decoder; None where it can."""
+    import av
+
+    try:
+        _hw_decoding(hwaccel).create(av.Codec("h264", "r"))
+    except NotImplementedError:
+        return f"FFmpeg's H.264 decoder has no way to decode on {hwaccel.partition(':')[0]} devices"
+    except (av.error.FFmpegError, ValueError) as exc:
+        return f"{exc} (is there such a device, with its driver?)"
+    return None
+
+
+def _hw_decoding(hwaccel: str) -> Any:
+    """PyAV's settings to decode on ``hwaccel`` (``TYPE[:DEVICE]``): the frames downloaded to host
+    memory as they are decoded, and no quiet fall back to the CPU (NOTE [ decoding on the GPU ])."""
+    from av.codec.hwaccel import HWAccel
+
+    kind, _, device = hwaccel.partition(":")
+    return HWAccel(device_type=kind, device=device or None, allow_software_fallback=False)
+
+
 def _demuxer(name: str | None, path: str | Path) -> str | None:
     """``name`` where FFmpeg has a demuxer of that name, else a SourceError saying so."""
     if name is None:
@@ -202,6 +245,15 @@ class VideoSource(RowSource):
     ``video_size=640x480`` and ``pixel_format=rgb24`` for raw frames,
     ``probesize``); FFmpeg passes over a name that no part of it knows.
 
+    NOTE [ decoding on the GPU ]: decoding is the bottleneck of most video jobs
+    on the CPU (a 480p H.264 frame about 0.5 ms a core here), and an NVIDIA GPU
+    has decoders of its own (NVDEC) beside its compute.  ``hwaccel="cuda"``
+    (``"cuda:N"``: GPU N) has FFmpeg decode there; each frame is downloaded to
+    host memory as it is decoded and converted as any other, so everything
+    after decoding is unchanged.  A codec the device cannot decode is an
+    error, not a quiet fall back to the CPU.  Not yet measured here: the
+    project machine has no GPU (``benchmarks/gpu_suite.py`` measures it).
+
     NOTE [ reconnecting ]: a camera's stream drops - a network blip, the
     camera restarting - and a job that is to run for days should not end
     with it.  ``reconnect=N`` opens a stream's URL again when it ends or
@@ -232,6 +284,7 @@ class VideoSource(RowSource):
         format: str | None = None,
         options: Mapping[str, object] | None = None,
         reconnect: int = 0,
+        hwaccel: str | None = None,
     ):
         import av
 
@@ -263,6 +316,8 @@ class VideoSource(RowSource):
             )
         #: tries in a row to open the stream again (NOTE [ reconnecting ])
         self.reconnect = reconnect
+        #: the device FFmpeg decodes on, ``TYPE[:DEVICE]`` (NOTE [ decoding on the GPU ]), else None
+        self.hwaccel = _checked_hwaccel(hwaccel, self.path)
         #: (index of the first frame of a new connection, why the one before ended), in order
         self.reconnections: list[tuple[int, str]] = []
         self.spec = _one_input(inputs, input_name, "a video source")
@@ -272,7 +327,7 @@ class VideoSource(RowSource):
         self._placements: dict[tuple[int, int], Placement] = {}
         self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
         try:
-            container = self._opened()
+            container = self._opened(hw=self.is_pipe)  # a header needs no decoder; a pipe's is decoded after
             if self.is_pipe:  # what FFmpeg read of its header is gone from the pipe: keep it
                 self._held = container
             with contextlib.nullcontext(container) if self._held is not None else container:
@@ -329,7 +384,7 @@ class VideoSource(RowSource):
         if not self.length_estimated:
             return len(self)
         if self._packets is None:
-            with self._opened() as container:
+            with self._opened(hw=False) as container:
                 self._packets = _packets_counted(container)
         return -(-max(0, self._packets - self.skip) // self.every)
 
@@ -346,20 +401,27 @@ class VideoSource(RowSource):
             )
         return container
 
-    def _opened(self) -> Any:
-        """The video newly opened as ``format`` and ``options`` say; a stream with FFmpeg's
-        timeouts, a pipe read by a :class:`_PipeReader` (NOTE [ video streams ])."""
+    def _opened(self, hw: bool = True) -> Any:
+        """The video newly opened as ``format`` and ``options`` say, to be decoded on
+        ``hwaccel``'s device where one is named (and ``hw``: not for reading packets or a
+        header); a stream with FFmpeg's timeouts, a pipe read by a :class:`_PipeReader`
+        (NOTE [ video streams ])."""
         import av
 
-        options = self.options or None
-        if is_pipe(self.path):
-            reader = _PipeReader(_pipe_descriptor(str(self.path)), self._stop_reading)
-            return av.open(reader, format=self.format, options=options)
-        if self.is_pipe:  # a named pipe: opening it waits for a writer, as cat's does
-            reader = _PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
-            return av.open(reader, format=self.format, options=options)
-        timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
-        return av.open(str(self.path), format=self.format, options=options, timeout=timeout)
+        opening: dict[str, Any] = {"format": self.format, "options": self.options or None}
+        if self.hwaccel is not None and hw:
+            opening["hwaccel"] = _hw_decoding(self.hwaccel)
+        try:
+            if is_pipe(self.path):
+                reader = _PipeReader(_pipe_descriptor(str(self.path)), self._stop_reading)
+                return av.open(reader, **opening)
+            if self.is_pipe:  # a named pipe: opening it waits for a writer, as cat's does
+                reader = _PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
+                return av.open(reader, **opening)
+            timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
+            return av.open(str(self.path), timeout=timeout, **opening)
+        except RuntimeError as exc:  # PyAV: not one stream can be decoded on the device
+            raise self._no_hw_decoder(str(exc)) from exc
 
     def stop_reading(self) -> None:
         """End a pipe as if its writer had closed it: an iteration blocked on it gives the
@@ -374,6 +436,12 @@ class VideoSource(RowSource):
         return (
             " (a pipe cannot be seeked: an MP4 whose index comes last cannot be read from one; write NUT, "
             "MPEG-TS or Matroska into it, or an MP4 with -movflags frag_keyframe+empty_moov)"
+        )
+
+    def _no_hw_decoder(self, codec: str) -> SourceError:
+        return SourceError(
+            f"{str(self.path)!r} cannot be decoded on {self.hwaccel}: FFmpeg has no hardware decoder there for its "
+            f"codec ({codec}); leave hwaccel out to decode it on the CPU"
         )
 
     def _hint(self) -> str:
@@ -454,7 +522,7 @@ class VideoSource(RowSource):
         if not self.skip:
             return None
         try:
-            with self._open() as container:
+            with self._opened(hw=False) as container:  # packets only: read, not decoded
                 return frame_pts(container, container.streams.video[0], self.skip)
         except av.error.FFmpegError:
             return None  # decoding from the start says what is wrong
@@ -507,6 +575,8 @@ class VideoSource(RowSource):
     def _decoding(self, container: Any) -> Any:
         """The video stream of ``container``, set to decode with FFmpeg's threads."""
         stream = container.streams.video[0]
+        if self.hwaccel is not None and not stream.codec_context.is_hwaccel:
+            raise self._no_hw_decoder(stream.codec_context.name)
         stream.thread_type = "AUTO"  # FFmpeg's own decode threads
         if self.decode_threads is not None:
             stream.codec_context.thread_count = self.decode_threads
@@ -675,6 +745,7 @@ class VideoFolderSource(RowSource):
         fps: float | None = None,
         fit: str | Fit | None = None,
         videos_at_once: int | None = None,
+        hwaccel: str | None = None,
     ):
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
@@ -682,7 +753,7 @@ class VideoFolderSource(RowSource):
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once)
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
         self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _open_videos(
@@ -699,8 +770,10 @@ class VideoFolderSource(RowSource):
         fps: float | None,
         fit: str | Fit | None,
         videos_at_once: int | None,
+        hwaccel: str | None,
     ) -> None:
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
+        _checked_hwaccel(hwaccel, self.path)  # once, not as a reason to skip every video
         #: videos decoded at once by threads of their own (NOTE [ videos decoded at once ])
         self.videos_at_once = _videos_at_once(videos_at_once)
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
@@ -716,8 +789,9 @@ class VideoFolderSource(RowSource):
         self.opened: list[int] = []
         for number, file in enumerate(files):
             try:
+                frames = (size, pix_fmt, decode_threads)
                 video = VideoSource(
-                    file, batch_size, inputs, input_name, size, pix_fmt, decode_threads, every=every, fps=fps, fit=fit
+                    file, batch_size, inputs, input_name, *frames, every=every, fps=fps, fit=fit, hwaccel=hwaccel
                 )
                 self.videos.append(video)
                 self.opened.append(number)
@@ -887,6 +961,7 @@ class VideoTableSource(VideoFolderSource):
         id_column: str | None = None,
         fit: str | Fit | None = None,
         videos_at_once: int | None = None,
+        hwaccel: str | None = None,
     ):
         self.path = _existing(path, "input table file")
         self.column = column
@@ -900,7 +975,7 @@ class VideoTableSource(VideoFolderSource):
             )
         self.key_name = self._table.id_name
         files = [self._table.file(row) for row in range(len(self._table))]
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once)
+        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
         self._open_videos(files, batch_size, inputs, input_name, *decoding)
 
     def _key(self, number: int) -> str:
