@@ -80,14 +80,15 @@ class _PipeReader:
 
     def __init__(self, descriptor: int, stopped: threading.Event, owned: bool = False) -> None:
         self._descriptor, self._stopped = descriptor, stopped
+        self._poll = select.poll()  # not select(): it fails for a descriptor past 1023
+        self._poll.register(descriptor, select.POLLIN)
         _widen_pipe(descriptor)
         if owned:  # a named pipe's, opened for this reader: closed with it (PyAV never closes a file object)
             weakref.finalize(self, os.close, descriptor)
 
     def read(self, size: int) -> bytes:
         while not self._stopped.is_set():
-            ready, _, _ = select.select([self._descriptor], [], [], _PIPE_POLL_S)
-            if ready:
+            if self._poll.poll(_PIPE_POLL_S * 1000):  # readable, or the writer closed its end
                 return os.read(self._descriptor, size)
         return b""
 
