@@ -177,3 +177,11 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
     assert decoded["cuda"].shape == decoded["cpu"].shape == (40, 64, 64, 3)
     difference = np.abs(decoded["cuda"] - decoded["cpu"])
     assert difference.max() <= 3 and difference.mean() < 0.5, (difference.max(), difference.mean())
+
+
+def test_hwaccel_cuda_alone_decodes_on_the_gpu_the_model_runs_on(cuda):
+    from pipeline.cli.run import _decoding_device
+
+    with Pipeline(models.mlp(), device=cuda) as pipe:
+        assert _decoding_device("cuda", pipe) == f"cuda:{cuda.device_id}"
+        assert _decoding_device("cuda:0", pipe) == "cuda:0" and _decoding_device(None, pipe) is None

@@ -590,6 +590,11 @@ def test_decoding_on_a_device_names_what_ffmpeg_has_and_what_it_cannot_open(clip
 
     with pytest.raises(SourceError, match=r"hwaccel 'nvdec' is no device FFmpeg decodes on; it has .*cuda:N for"):
         VideoSource(clip, 8, _spec(), hwaccel="nvdec")
+    from pipeline import Pipeline, models
+    from pipeline.cli.run import _decoding_device
+
+    with Pipeline(models.mlp(), device="cpu") as pipe:  # the model on no GPU: cuda stays GPU 0
+        assert _decoding_device("cuda", pipe) == "cuda" and _decoding_device("cuda:1", pipe) == "cuda:1"
     if "cuda" not in hwdevices_available():
         pytest.skip("this FFmpeg decodes on no CUDA device at all")
     from pipeline.sources.videos import _hw_device_unusable

@@ -226,8 +226,9 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--hwaccel",
         metavar="DEVICE",
-        help="videos: decode on this device instead of the CPU, cuda or cuda:N for NVIDIA's NVDEC on GPU N (each "
-        "frame downloaded as it is decoded; a codec the device cannot decode is an error)",
+        help="videos: decode on this device instead of the CPU, cuda or cuda:N for NVIDIA's NVDEC on GPU N (cuda: "
+        "the GPU the model runs on; each frame downloaded as it is decoded; a codec the device cannot decode is an "
+        "error)",
     )
     run.add_argument(
         "--jpeg-draft",
@@ -397,6 +398,15 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
     return Pipeline(model, devices[0], args.depth, args.batch_size, **kwargs)
 
 
+def _decoding_device(hwaccel: str | None, pipe: Any) -> str | None:
+    """--hwaccel: ``cuda`` alone decodes on the GPU the model runs on (``--device cuda:1``:
+    GPU 1), so that frames and model share one device; anything else as given."""
+    device: Any = getattr(pipe, "device", None)  # one device; several (MultiPipeline) keep GPU 0
+    if hwaccel == "cuda" and getattr(device, "kind", None) == "cuda":
+        return f"cuda:{device.device_id}"
+    return hwaccel
+
+
 def _device_names(pipe: Any) -> str:
     devices = getattr(pipe, "devices", None) or [pipe.device]
     return ", ".join(device.name for device in devices)
@@ -527,7 +537,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             archive_shard=args.shard,
             reconnect=args.reconnect,
             stream_timeout_s=args.stream_timeout,
-            hwaccel=args.hwaccel,
+            hwaccel=_decoding_device(args.hwaccel, pipe),
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
