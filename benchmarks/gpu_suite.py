@@ -347,7 +347,7 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     except ImportError:
         return {"skipped": "PyAV is not installed (benchmarks/device.sh carries its wheel as .whl/extra)"}
     from pipeline.sources import VideoSource
-    from pipeline.sources.videos import _hw_device_unusable
+    from pipeline.sources._opening import hw_device_unusable
 
     frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
     clip = _clip(out / "clip.mp4", frames, width, height)
@@ -358,7 +358,7 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     result: dict[str, Any] = {"frames": frames, "size": [width, height], "codec": codec}
     decoded: dict[str, np.ndarray] = {}
     for where in ("cpu", "cuda"):
-        unusable = _hw_device_unusable(where) if where != "cpu" else None
+        unusable = hw_device_unusable(where) if where != "cpu" else None
         if unusable is not None:
             result[where] = {"unavailable": unusable}
             continue

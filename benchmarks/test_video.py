@@ -203,10 +203,10 @@ def test_raw_frames_through_a_pipe_frames_per_s(benchmark, raw_frames, way, monk
     import os
     import threading
 
-    from pipeline.sources import videos
+    from pipeline.sources import _opening
 
     if way.endswith("64 KiB buffer"):
-        monkeypatch.setattr(videos, "_widen_pipe", lambda descriptor: None)
+        monkeypatch.setattr(_opening, "_widen_pipe", lambda descriptor: None)
     with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
         inputs = pipe.source_inputs
     options = {"video_size": f"{SIZE}x{SIZE}", "pixel_format": "rgb24"}

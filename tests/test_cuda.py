@@ -160,11 +160,11 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
     av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
     from pipeline import TensorSpec
     from pipeline.sources import VideoSource
-    from pipeline.sources.videos import _hw_device_unusable
+    from pipeline.sources._opening import hw_device_unusable
 
     from .helpers import encode_video
 
-    unusable = _hw_device_unusable("cuda")
+    unusable = hw_device_unusable("cuda")
     if unusable is not None:
         pytest.skip(f"FFmpeg cannot decode on this GPU: {unusable}")
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"

@@ -597,9 +597,9 @@ def test_decoding_on_a_device_names_what_ffmpeg_has_and_what_it_cannot_open(clip
         assert _decoding_device("cuda", pipe) == "cuda" and _decoding_device("cuda:1", pipe) == "cuda:1"
     if "cuda" not in hwdevices_available():
         pytest.skip("this FFmpeg decodes on no CUDA device at all")
-    from pipeline.sources.videos import _hw_device_unusable
+    from pipeline.sources._opening import hw_device_unusable
 
-    if _hw_device_unusable("cuda") is None:
+    if hw_device_unusable("cuda") is None:
         pytest.skip("FFmpeg can decode on a CUDA device here: tests/test_cuda.py does")
     with pytest.raises(SourceError, match=r"FFmpeg cannot open the device 'cuda:0' to decode on: .* with its driver"):
         VideoSource(clip, 8, _spec(), hwaccel="cuda:0")

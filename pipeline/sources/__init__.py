@@ -1,8 +1,10 @@
 """Sources: batches from files, without holding the whole input in memory.
 
 One module a kind of input - ``tables`` (arrays and tables), ``videos``,
-``images`` - on ``_base`` (what every source is) and ``files`` (which files a
-folder holds); every public name is here.
+``images``, ``archives`` - on ``_base`` (what every source is), ``files`` (which
+files a folder holds) and ``_opening`` (how a video is opened: a file, a URL, a
+pipe; FFmpeg's format and options; the device it is decoded on); every public
+name is here.
 
 Each source yields :class:`SourceBatch` items: the arrays the model (or its
 preprocessing) takes, and per-row metadata that the sinks write beside the
@@ -61,6 +63,7 @@ from ._base import (
     last_kept_row,
     sliced_chunk,
 )
+from ._opening import STDIN, is_live, is_pipe, is_stream_url
 from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files, shard_of
 from .files import (
     IMAGE_SUFFIXES,
@@ -80,16 +83,12 @@ from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
 from .images import ImageFolderSource, ImageTableSource
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 from .videos import (
-    STDIN,
     STREAM_TIMEOUT_S,
     VideoDecodingFailed,
     VideoEndedEarly,
     VideoFolderSource,
     VideoSource,
     VideoTableSource,
-    is_live,
-    is_pipe,
-    is_stream_url,
 )
 
 __all__ = [

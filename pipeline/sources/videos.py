@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import os
-import re
-import select
-import stat
 import threading
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +31,17 @@ from ._base import (
     last_kept_row,
     sliced_chunk,
 )
+from ._opening import (
+    PipeReader,
+    checked_hwaccel,
+    demuxer,
+    hw_decoding,
+    is_fifo,
+    is_pipe,
+    is_stream_url,
+    open_options,
+    pipe_descriptor,
+)
 from ._prefetch import in_order
 from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit, Placement, check_fit, fit_columns
@@ -45,164 +51,10 @@ from .tables import PathTable
 STREAM_TIMEOUT_S = 10.0
 
 
-#: FFmpeg's URL of this process's standard input (``ortpipe run --input -``)
-STDIN = "pipe:0"
-
-
-def is_stream_url(path: str | Path) -> bool:
-    """A URL FFmpeg reads (``rtsp://``, ``http://``, ``srt://``, ...), or a pipe
-    (``pipe:0``, :func:`is_pipe`), not a file path."""
-    if not isinstance(path, str):
-        return False
-    return is_pipe(path) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
-
-
-def is_pipe(path: str | Path) -> bool:
-    """FFmpeg's ``pipe:N``: file descriptor N (``pipe:`` or ``pipe:0``, standard input),
-    read once, as it comes (NOTE [ video streams ])."""
-    return isinstance(path, str) and re.fullmatch(r"pipe:\d*", path) is not None
-
-
 #: NOTE [ reconnecting ]: the wait before a stream's first try to open it again, doubled for
 #: each try after, up to the second
 _RECONNECT_FIRST_WAIT_S = 0.5
 _RECONNECT_MAX_WAIT_S = 30.0
-
-#: how often a pipe's reader looks whether it is to stop (NOTE [ video streams ])
-_PIPE_POLL_S = 0.1
-
-
-class _PipeReader:
-    """A pipe's bytes as FFmpeg asks for them (PyAV reads a Python file object through
-    callbacks), waited for as long as the writer holds the pipe open, and ended as if
-    the writer had closed it once ``stopped`` is set (NOTE [ video streams ]).  Not
-    seekable: it has no ``seek``, which tells PyAV so."""
-
-    def __init__(self, descriptor: int, stopped: threading.Event, owned: bool = False) -> None:
-        self._descriptor, self._stopped = descriptor, stopped
-        self._poll = select.poll()  # not select(): it fails for a descriptor past 1023
-        self._poll.register(descriptor, select.POLLIN)
-        _widen_pipe(descriptor)
-        if owned:  # a named pipe's, opened for this reader: closed with it (PyAV never closes a file object)
-            weakref.finalize(self, os.close, descriptor)
-
-    def read(self, size: int) -> bytes:
-        while not self._stopped.is_set():
-            if self._poll.poll(_PIPE_POLL_S * 1000):  # readable, or the writer closed its end
-                return os.read(self._descriptor, size)
-        return b""
-
-
-#: the pipe buffer asked for: Linux's default 64 KiB makes a read a callback and a system call
-#: per 64 KiB (raw 224x224 frames through ``cat |`` 5,500-6,100 frames/s here, mostly 13,300-15,700 with 1 MiB)
-_PIPE_BUFFER = 1 << 20
-
-
-def _widen_pipe(descriptor: int) -> None:
-    """Ask Linux for a larger buffer on a pipe; anything else (a file, another system, a
-    limit below it in /proc/sys/fs/pipe-max-size) is read as it is."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(descriptor, fcntl.F_SETPIPE_SZ, _PIPE_BUFFER)
-    except (ImportError, AttributeError, OSError):
-        pass
-
-
-def _is_fifo(path: str | Path) -> bool:
-    """A local path that is a named pipe (``mkfifo``), which a program writes a video into."""
-    try:
-        return not is_stream_url(path) and stat.S_ISFIFO(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-def is_live(path: str | Path) -> bool:
-    """A stream: a URL, ``pipe:N`` or a named pipe, read from its first frame as it comes
-    (NOTE [ video streams ]), never started past it."""
-    return is_stream_url(path) or _is_fifo(path)
-
-
-def _pipe_descriptor(path: str) -> int:
-    """The file descriptor of FFmpeg's ``pipe:N`` (``pipe:`` is 0), which must be open."""
-    descriptor = int(path.partition(":")[2] or 0)
-    try:
-        os.fstat(descriptor)
-    except OSError as exc:
-        raise SourceError(f"{path!r}: file descriptor {descriptor} is not open ({exc.strerror})") from exc
-    return descriptor
-
-
-def _checked_hwaccel(hwaccel: str | None, path: str | Path) -> str | None:
-    """``TYPE[:DEVICE]`` where FFmpeg can decode on devices of that TYPE (NOTE [ decoding on the GPU ])."""
-    if hwaccel is None:
-        return None
-    from av.codec.hwaccel import hwdevices_available
-
-    kind = hwaccel.partition(":")[0] if isinstance(hwaccel, str) else None
-    if kind not in hwdevices_available():
-        raise SourceError(
-            f"video {str(path)!r}: hwaccel {hwaccel!r} is no device FFmpeg decodes on; it has "
-            f"{', '.join(hwdevices_available()) or 'none'} (cuda:N for NVIDIA's NVDEC on GPU N)"
-        )
-    unusable = _hw_device_unusable(hwaccel)
-    if unusable is not None:
-        raise SourceError(f"video {str(path)!r}: FFmpeg cannot open the device {hwaccel!r} to decode on: {unusable}")
-    return hwaccel
-
-
-@functools.cache
-def _hw_device_unusable(hwaccel: str) -> str | None:
-    """Why FFmpeg cannot open the device ``hwaccel`` (``TYPE[:DEVICE]``), tried once a process
-    with an H.264 decoder; None where it can."""
-    import av
-
-    try:
-        _hw_decoding(hwaccel).create(av.Codec("h264", "r"))
-    except NotImplementedError:
-        return f"FFmpeg's H.264 decoder has no way to decode on {hwaccel.partition(':')[0]} devices"
-    except (av.error.FFmpegError, ValueError) as exc:
-        return f"{exc} (is there such a device, with its driver?)"
-    return None
-
-
-def _hw_decoding(hwaccel: str) -> Any:
-    """PyAV's settings to decode on ``hwaccel`` (``TYPE[:DEVICE]``): the frames downloaded to host
-    memory as they are decoded, and no quiet fall back to the CPU (NOTE [ decoding on the GPU ])."""
-    from av.codec.hwaccel import HWAccel
-
-    kind, _, device = hwaccel.partition(":")
-    return HWAccel(device_type=kind, device=device or None, allow_software_fallback=False)
-
-
-def _demuxer(name: str | None, path: str | Path) -> str | None:
-    """``name`` where FFmpeg has a demuxer of that name, else a SourceError saying so."""
-    if name is None:
-        return None
-    import av
-
-    try:
-        readable = isinstance(name, str) and av.format.ContainerFormat(name).is_input
-    except ValueError:  # no such format
-        readable = False
-    if not readable:
-        raise SourceError(
-            f"video {str(path)!r}: {name!r} is not a format FFmpeg reads (as ffmpeg -f: rawvideo, h264, mpegts, nut)"
-        )
-    return name
-
-
-def _open_options(options: Mapping[str, object] | None, where: str) -> dict[str, str]:
-    """FFmpeg's options for opening a video, as strings, refusing what is not a ``name: value``."""
-    checked: dict[str, str] = {}
-    for key, value in (options or {}).items():
-        if not (isinstance(key, str) and key) or not isinstance(value, str | int | float):
-            raise SourceError(
-                f"{where}: an FFmpeg option is a name and a string or number (rtsp_transport=tcp, "
-                f"video_size=640x480), got {key!r}: {value!r}"
-            )
-        checked[key] = str(value)
-    return checked
 
 
 class VideoSource(RowSource):
@@ -235,7 +87,7 @@ class VideoSource(RowSource):
     to read its header is kept and decoded by the first iteration, and a
     second is refused.  A pipe is waited on for as long as its writer holds
     it open, and ends when the writer closes it, or when :meth:`stop_reading`
-    says so: it is read by ortpipe (:class:`_PipeReader`), not by FFmpeg,
+    says so: it is read by ortpipe (:class:`PipeReader`), not by FFmpeg,
     whose blocking read of a pipe neither times out nor ends at a graceful
     Ctrl-C (only the handler runs, and the read goes on).
 
@@ -296,13 +148,13 @@ class VideoSource(RowSource):
 
         self.path: str | Path = str(path) if is_stream_url(path) else _existing(path, "input video")
         #: read once, as it comes: standard input, ``pipe:N``, a named pipe (NOTE [ video streams ])
-        self.is_pipe = is_pipe(self.path) or _is_fifo(self.path)
+        self.is_pipe = is_pipe(self.path) or is_fifo(self.path)
         #: a URL or a pipe (NOTE [ video streams ]), not a file
         self.is_stream = is_stream_url(self.path) or self.is_pipe
         self.timeout_s = timeout_s
         #: FFmpeg's demuxer and options for opening the video (None, {}: as FFmpeg finds it)
-        self.format = _demuxer(format, self.path)
-        self.options = _open_options(options, f"video {str(self.path)!r}")
+        self.format = demuxer(format, self.path)
+        self.options = open_options(options, f"video {str(self.path)!r}")
         #: a pipe's container, opened to read its header and kept for the one iteration a
         #: pipe can have (NOTE [ video streams ]); None once that has taken it
         self._held: Any = None
@@ -318,7 +170,7 @@ class VideoSource(RowSource):
         #: tries in a row to open the stream again (NOTE [ reconnecting ])
         self.reconnect = reconnect
         #: the device FFmpeg decodes on, ``TYPE[:DEVICE]`` (NOTE [ decoding on the GPU ]), else None
-        self.hwaccel = _checked_hwaccel(hwaccel, self.path)
+        self.hwaccel = checked_hwaccel(hwaccel, self.path)
         #: (index of the first frame of a new connection, why the one before ended), in order
         self.reconnections: list[tuple[int, str]] = []
         self.spec = _one_input(inputs, input_name, "a video source")
@@ -405,19 +257,19 @@ class VideoSource(RowSource):
     def _opened(self, hw: bool = True) -> Any:
         """The video newly opened as ``format`` and ``options`` say, to be decoded on
         ``hwaccel``'s device where one is named (and ``hw``: not for reading packets or a
-        header); a stream with FFmpeg's timeouts, a pipe read by a :class:`_PipeReader`
+        header); a stream with FFmpeg's timeouts, a pipe read by a :class:`PipeReader`
         (NOTE [ video streams ])."""
         import av
 
         opening: dict[str, Any] = {"format": self.format, "options": self.options or None}
         if self.hwaccel is not None and hw:
-            opening["hwaccel"] = _hw_decoding(self.hwaccel)
+            opening["hwaccel"] = hw_decoding(self.hwaccel)
         try:
             if is_pipe(self.path):
-                reader = _PipeReader(_pipe_descriptor(str(self.path)), self._stop_reading)
+                reader = PipeReader(pipe_descriptor(str(self.path)), self._stop_reading)
                 return av.open(reader, **opening)
             if self.is_pipe:  # a named pipe: opening it waits for a writer, as cat's does
-                reader = _PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
+                reader = PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
                 return av.open(reader, **opening)
             timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
             return av.open(str(self.path), timeout=timeout, **opening)
@@ -774,7 +626,7 @@ class VideoFolderSource(RowSource):
         hwaccel: str | None,
     ) -> None:
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
-        _checked_hwaccel(hwaccel, self.path)  # once, not as a reason to skip every video
+        checked_hwaccel(hwaccel, self.path)  # once, not as a reason to skip every video
         #: videos decoded at once by threads of their own (NOTE [ videos decoded at once ])
         self.videos_at_once = _videos_at_once(videos_at_once)
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
