@@ -38,6 +38,7 @@ from .sinks import (
 )
 from .sources import (
     ARCHIVE_SUFFIXES,
+    BATCH_WAIT_S,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
     STREAM_TIMEOUT_S,
@@ -48,6 +49,7 @@ from .sources import (
     ImageArchiveSource,
     ImageFolderSource,
     ImageTableSource,
+    LiveStreamsSource,
     NpySource,
     ParquetDatasetSource,
     ParquetSource,
@@ -195,6 +197,7 @@ _NEEDS = {
     "csv": ("pyarrow", "parquet"),
     "video": ("av", "video"),
     "videos": ("av", "video"),
+    "streams": ("av", "video"),
     "images": ("PIL", "images"),
 }
 
@@ -237,6 +240,8 @@ def open_source(
     reconnect: int = 0,
     stream_timeout_s: float | None = None,
     hwaccel: str | None = None,
+    streams: Sequence[str | Path] = (),
+    batch_wait_s: float | None = None,
 ) -> Iterable[SourceBatch]:
     """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
     folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
@@ -248,11 +253,13 @@ def open_source(
     (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
     when it drops (NOTE [ reconnecting ]), given up on after ``stream_timeout_s`` without
     data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device (NOTE
-    [ decoding on the GPU ]).  ``archive_shard=(K, N)``: a folder of tar archives of
+    [ decoding on the GPU ]).  ``streams``: more live streams read with ``path`` at once,
+    their frames batched as they come, a batch handed on ``batch_wait_s`` after its
+    first frame at the latest (NOTE [ several streams ]).  ``archive_shard=(K, N)``: a folder of tar archives of
     images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
     source's ``shard`` says so); any other input is sharded by its rows
     (:func:`shard_rows`), by whoever runs it, and ignores it."""
-    kind = source_kind(path, image_column, video_column, video_format)
+    kind = "streams" if streams else source_kind(path, image_column, video_column, video_format)
     listed = image_column or video_column
     if listed is not None:
         _require("parquet", f"reading {str(path)!r}", SourceError)
@@ -265,21 +272,26 @@ def open_source(
     if stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
         raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
     for given, kinds, what in (
-        (every != 1 or fps is not None, ("video", "videos"), "taking every N-th frame is for videos"),
-        (skip_unreadable, ("images", "videos"), "skipping unreadable files is for a folder of images or videos"),
+        (every != 1 or fps is not None, ("video", "videos", "streams"), "taking every N-th frame is for videos"),
+        (
+            skip_unreadable,
+            ("images", "videos", "streams"),
+            "skipping unreadable files is for a folder of images or videos, or several streams",
+        ),
         (jpeg_draft, ("images",), "decoding JPEGs in draft is for images"),
         (videos_at_once is not None, ("videos",), "decoding videos at once is for a folder or table of videos"),
         (exif_orientation, ("images",), "turning pictures as their EXIF says is for images"),
         (
             video_format is not None or bool(video_options),
-            ("video",),
-            "FFmpeg's format and options for opening are for one video or stream",
+            ("video", "streams"),
+            "FFmpeg's format and options for opening are for a video or streams",
         ),
-        (bool(reconnect), ("video",), "reconnecting is for a stream's URL"),
-        (hwaccel is not None, ("video", "videos"), "decoding on a GPU is for videos"),
+        (bool(reconnect), ("video", "streams"), "reconnecting is for a stream's URL"),
+        (hwaccel is not None, ("video", "videos", "streams"), "decoding on a GPU is for videos"),
+        (batch_wait_s is not None, ("streams",), "a batch's wait for frames is for several streams read at once"),
         (
             Fit.parse(fit).moves,
-            ("video", "videos", "images"),
+            ("video", "videos", "images", "streams"),
             "cropping or padding to a size is for video frames and images",
         ),
     ):
@@ -294,8 +306,26 @@ def open_source(
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
     frames = (size, pix_fmt, decode_threads)  # how every video's frames are decoded and made
+    timeout_s = STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s
+    if kind == "streams":
+        return LiveStreamsSource(
+            [path, *streams],
+            batch_size,
+            specs,
+            input_name,
+            *frames,
+            every,
+            fps,
+            fit,
+            video_format,
+            video_options,
+            reconnect,
+            timeout_s,
+            hwaccel,
+            skip_unreadable,
+            BATCH_WAIT_S if batch_wait_s is None else batch_wait_s,
+        )
     if kind == "video":
-        timeout_s = STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s
         return VideoSource(
             path,
             batch_size,

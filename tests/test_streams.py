@@ -317,7 +317,7 @@ def test_ortpipe_run_takes_ffmpegs_format_and_options_for_one_video_only(tmp_pat
     encode_video(tmp_path / "videos" / "a.mp4", "mpeg4", {}, 4, SIZE)
     for refused in (tmp_path / "x.npy", tmp_path / "videos"):  # refused, not ignored
         assert main([*argv, "--input", str(refused), "--output", str(tmp_path / "out" / "no.parquet")]) == 1
-        assert "FFmpeg's format and options for opening are for one video or stream" in capsys.readouterr().err
+        assert "FFmpeg's format and options for opening are for a video or streams" in capsys.readouterr().err
     plain = ["run", "convnet", "--no-progress", "--input", str(raw), "--output", str(tmp_path / "out" / "no.parquet")]
     assert main(plain) == 1  # without --video-format a .rgb file is not a video it can tell
     assert "cannot tell what" in capsys.readouterr().err

@@ -29,6 +29,17 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def nonnegative_float(text: str) -> float:
+    """A number of seconds >= 0 (0: no wait)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def copy_threads(text: str) -> int | str:
     """--copy-threads: "auto" or a whole number >= 1."""
     if text == "auto":

@@ -29,6 +29,7 @@ from ._args import (
     fit,
     key_value,
     names,
+    nonnegative_float,
     ort_options,
     positive,
     reconnect_tries,
@@ -52,10 +53,11 @@ def add_run(sub: Any) -> None:
         "--input",
         required=True,
         type=input_path,
+        action="append",
         help="a video (a file, a stream's URL: rtsp://, http://, ..., or - for one piped in: ffmpeg ... -f nut - | "
         "ortpipe run ... --input -), .npy, .parquet, .csv, a folder of images "
         "or videos (at any depth), a .tar of images or a folder of them (WebDataset shards), or a folder of "
-        "Parquet files (a data set)",
+        "Parquet files (a data set); given again, live streams read at once, their frames batched as they come",
     )
     run.add_argument(
         "--output",
@@ -214,6 +216,14 @@ def add_run(sub: Any) -> None:
         metavar="N|always",
         help="a stream's URL: open it again when it drops, waiting 0.5, 1, 2, ... up to 30 s, until N tries in a "
         "row give no frame (always: never give up); frame indices go on, each row says its connection",
+    )
+    run.add_argument(
+        "--batch-wait",
+        type=nonnegative_float,
+        default=None,
+        metavar="SECONDS",
+        help="several streams (--input given again): hand a batch on this long after its first frame came, full "
+        "or not (default 0.1)",
     )
     run.add_argument(
         "--stream-timeout",
@@ -470,8 +480,13 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``ortpipe run``; with ``--output -`` the rows are written to standard output as
-    CSV, and the run's own lines go to standard error instead."""
+    CSV, and the run's own lines go to standard error instead.  ``--input`` given more
+    than once names live streams read at once (NOTE [ several streams ]): ``args.input``
+    is the first, ``args.more_inputs`` the others."""
     from ..jobs import STDOUT
+
+    if isinstance(args.input, list):
+        args.input, args.more_inputs = args.input[0], args.input[1:]
 
     if str(args.output) != STDOUT:
         return _run(args)
@@ -538,6 +553,8 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             reconnect=args.reconnect,
             stream_timeout_s=args.stream_timeout,
             hwaccel=_decoding_device(args.hwaccel, pipe),
+            streams=args.more_inputs,
+            batch_wait_s=args.batch_wait,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
@@ -564,7 +581,8 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             approximate=not exact,
         )
         what = _what_is_read(args, source, kind)
-        print(f"device: {_device_names(pipe)}; {what} {_shown(args.input)} -> {_shown(args.output)}")
+        read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
+        print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
         with _signals_stop(source) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
@@ -612,6 +630,8 @@ def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
         things = "images" if args.image_column is not None else f"frames of {videos} videos"
         held = "held" if getattr(source, "holds_images", False) else "listed"
         return f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
+    if getattr(source, "streams", None):  # NOTE [ several streams ]
+        return "frames of"
     archives = getattr(source, "archives", None)  # NOTE [ image archives ]
     if getattr(source, "shard", None) is not None:
         k, n = source.shard
@@ -708,6 +728,13 @@ def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     from ..jobs import shard_rows
 
     start, stop = args.rows or (0, None)
+    if args.shard is not None and getattr(source, "is_stream", False):
+        from ..sources import SourceError
+
+        raise SourceError(
+            f"{_shown(args.input)} is a stream: it is read from its first frame on, as it comes, so it cannot be "
+            "sharded (run a process a stream instead)"
+        )
     if args.shard is not None and getattr(source, "shard", None) is None:  # tar archives are sharded by file
         start, stop = shard_rows(_input_rows(source)[0], *args.shard)
     if args.limit is not None:

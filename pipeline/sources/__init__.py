@@ -22,6 +22,7 @@ outputs (a row id, or a frame's index and timestamp, or an image's path).
 * :class:`ImageFolderSource` - the images below a folder, read with Pillow;
 * :class:`ImageTableSource` - the images a table's column of paths lists (or holds);
 * :class:`ImageArchiveSource` - the images in tar archives (WebDataset shards);
+* :class:`LiveStreamsSource` - several live streams at once, their frames batched as they come;
 * :class:`VideoTableSource` - the videos a table lists, frame after frame.
 
 Frames and images are made the model's size stretched, cropped or padded
@@ -81,6 +82,7 @@ from .files import (
 )
 from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
 from .images import ImageFolderSource, ImageTableSource
+from .live import BATCH_WAIT_S, LiveStreamsSource
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 from .videos import (
     STREAM_TIMEOUT_S,
@@ -93,6 +95,7 @@ from .videos import (
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
+    "BATCH_WAIT_S",
     "AUTO_DECODE_THREADS",
     "FIT_COLUMNS",
     "FIT_MODES",
@@ -107,6 +110,7 @@ __all__ = [
     "ImageArchiveSource",
     "ImageFolderSource",
     "ImageTableSource",
+    "LiveStreamsSource",
     "NpySource",
     "ParquetDatasetSource",
     "ParquetSource",
