@@ -389,6 +389,7 @@ def models_inputs():
     [
         "video_frames",
         "video_clips",
+        "camera_streams",
         "image_classes",
         "image_shards",
         "bulk_scoring",
@@ -399,7 +400,7 @@ def models_inputs():
     ],
 )
 def test_examples_run(tmp_path, name, capsys):
-    if name.startswith("video"):
+    if name.startswith(("video", "camera")):
         pytest.importorskip("av", reason="the video examples need PyAV")
     module = _example(name)
     if name == "benchmark":
@@ -411,6 +412,8 @@ def test_examples_run(tmp_path, name, capsys):
     assert out
     if name == "image_classes":  # the class folders read at any depth, the Mac's junk left out
         assert "18 photos of 3 classes, top-1 100%" in out
+    if name == "camera_streams":  # every camera's every frame, once and in order, batched together
+        assert out.count("30 frames, each once and in order: True") == 3
     if name == "image_shards":  # the archives' images and the Parquet-held ones, tagged alike
         assert "12 images of 2 shards, 12 tagged right" in out and "the same tags: True" in out
 
