@@ -262,6 +262,24 @@ def test_info(capsys):
     out = capsys.readouterr().out
     assert "onnxruntime" in out and "staging copies" in out and "GB/s with 2" in out
     assert "videos and streams: " in out and "Parquet, CSV: " in out and "images: " in out  # installed or how to
+    if "videos and streams: av " in out:  # whether FFmpeg can decode on the GPU, and why not
+        assert "video decoding on a GPU (--hwaccel cuda): " in out
+
+
+def test_a_reader_that_goes_away_ends_any_command_quietly():
+    """``ortpipe info | head -1``: exit 141, as a writer to a closed pipe, and no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # each line written as printed
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "info"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        assert process.stdout.readline().startswith(b"ortpipe ")
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(120)
+    finally:
+        process.kill()
+    assert process.returncode == 141 and "Traceback" not in err, err
 
 
 def test_bench_duration_trace_plot_and_modes(tmp_path, capsys):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -39,3 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # input first read) or after: nothing half-done to report, and no traceback.
         print(f"ortpipe: {args.command} interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # What reads the output went away (| head had enough): stop quietly, as a writer
+        # to a closed pipe does, a job already stopped and its files closed; what Python
+        # would still flush at exit goes nowhere instead of raising again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

@@ -671,7 +671,21 @@ def _io_lines() -> list[str]:
         version = f"{module} {package.__version__}"
         ffmpeg = getattr(package, "ffmpeg_version_info", None)
         lines.append(f"{reads}: {version}" + (f" (FFmpeg {ffmpeg})" if ffmpeg else ""))
+        if ffmpeg:
+            lines.append(f"video decoding on a GPU (--hwaccel cuda): {_nvdec_line()}")
     return lines
+
+
+def _nvdec_line() -> str:
+    """Whether FFmpeg can decode on the first CUDA device (NOTE [ decoding on the GPU ]), and why not."""
+    from av.codec.hwaccel import hwdevices_available
+
+    from ..sources._opening import hw_device_unusable
+
+    if "cuda" not in hwdevices_available():
+        return "this FFmpeg has no CUDA support"
+    unusable = hw_device_unusable("cuda")
+    return "yes (NVDEC)" if unusable is None else f"no: {unusable}"
 
 
 def cmd_info(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import importlib.util
 import json
-import os
 import signal
 import sys
 import threading
@@ -492,16 +491,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run(args)
     rows = sys.stdout.buffer
     sys.stdout.flush()
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return _run(args, rows)
-    except BrokenPipeError:
-        # The rows' reader went away (| head had enough): stop quietly, as a writer to a
-        # closed pipe does, the job already stopped and closed; what Python would still
-        # flush at exit goes nowhere instead of raising again.
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), rows.fileno())
-        return 128 + signal.SIGPIPE
+    with contextlib.redirect_stdout(sys.stderr):  # a reader of the rows that goes away: see cli.main
+        return _run(args, rows)
 
 
 def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
