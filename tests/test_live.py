@@ -104,6 +104,8 @@ def test_what_cannot_be_read_at_once_is_refused(clips, tmp_path):
     urls = list(clips)
     with pytest.raises(SourceError, match=r"streams read at once are live ones .* is a file: read files one after"):
         LiveStreamsSource([urls[0], file], 8, _spec())
+    with pytest.raises(SourceError, match=r"each read once: .*a.ts' is named twice"):
+        LiveStreamsSource([urls[0], urls[1], urls[0]], 8, _spec())
     with pytest.raises(SourceError, match="several streams are two or more"):
         LiveStreamsSource(urls[:1], 8, _spec())
     with pytest.raises(SourceError, match="cannot be resumed, windowed or sharded"):

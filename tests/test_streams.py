@@ -226,6 +226,15 @@ def test_a_pipe_is_a_stream_and_pipe_n_names_a_descriptor():
     assert input_path("-") == STDIN == "pipe:0"
     with pytest.raises(SourceError, match=r"'pipe:987': file descriptor 987 is not open"):
         VideoSource("pipe:987", 4, _spec())
+    import pty
+
+    terminal, other = pty.openpty()  # ortpipe run --input - with nothing piped in: stdin is the terminal
+    try:
+        with pytest.raises(SourceError, match=rf"'pipe:{other}' is a terminal, not a pipe: pipe a video in"):
+            VideoSource(f"pipe:{other}", 4, _spec())
+    finally:
+        os.close(terminal)
+        os.close(other)
 
 
 def test_raw_frames_are_read_as_the_bytes_written(tmp_path):

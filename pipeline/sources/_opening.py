@@ -92,12 +92,16 @@ def is_live(path: str | Path) -> bool:
 
 
 def pipe_descriptor(path: str) -> int:
-    """The file descriptor of FFmpeg's ``pipe:N`` (``pipe:`` is 0), which must be open."""
+    """The file descriptor of FFmpeg's ``pipe:N`` (``pipe:`` is 0), which must be open, and not a terminal."""
     descriptor = int(path.partition(":")[2] or 0)
     try:
         os.fstat(descriptor)
     except OSError as exc:
         raise SourceError(f"{path!r}: file descriptor {descriptor} is not open ({exc.strerror})") from exc
+    if os.isatty(descriptor):  # nothing was piped in: a video would be typed at the keyboard
+        raise SourceError(
+            f"{path!r} is a terminal, not a pipe: pipe a video in (ffmpeg -i ... -f nut - | ortpipe run ... --input -)"
+        )
     return descriptor
 
 

@@ -75,6 +75,10 @@ class LiveStreamsSource(RowSource):
     ):
         if len(paths) < 2:
             raise SourceError(f"several streams are two or more (one is a VideoSource), got {list(paths)}")
+        named = [str(path) for path in paths]
+        if len(set(named)) < len(named):
+            twice = next(path for path in named if named.count(path) > 1)
+            raise SourceError(f"streams read at once are each read once: {twice!r} is named twice")
         files = [str(path) for path in paths if not is_live(path)]
         if files:
             raise SourceError(
