@@ -238,3 +238,59 @@ def test_raw_frames_through_a_pipe_frames_per_s(benchmark, raw_frames, way, monk
     best = RAW_FRAMES / benchmark.stats.stats.min
     benchmark.extra_info.update(frames_per_s=best)
     print(f"\nraw 224x224 frames {way}: fastest {best:.0f} frames/s", end="")
+
+
+@pytest.fixture(scope="module")
+def served_streams(tmp_path_factory):
+    """Three of the clips as MPEG-TS (as a live stream is sent), served over HTTP by a local server."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path_factory.mktemp("streams")
+    for index in range(3):
+        _encode(folder / f"cam{index}.ts", CLIP_FRAMES * 2, seed=index)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield [f"http://127.0.0.1:{server.server_address[1]}/cam{index}.ts" for index in range(3)]
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.mark.parametrize("way", ["one after another", "at once"])
+def test_streams_read_at_once_frames_per_s(benchmark, served_streams, way):
+    """NOTE [ several streams ]: three streams (120 frames of 854x480 H.264 each) through the
+    conv net at 64x64, one after another as three jobs against at once as one
+    (``LiveStreamsSource``: a reader thread a stream, frames batched as they come)."""
+    from pipeline import PipelineOptions
+    from pipeline.jobs import run_job
+    from pipeline.sinks import CallbackSink
+    from pipeline.sources import LiveStreamsSource
+
+    frames = Preprocess(scale=1 / 255, layout="nhwc")
+    live = PipelineOptions(stage_threads=True)
+    with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames, options=live) as pipe:
+        inputs = pipe.source_inputs
+
+        def job() -> int:
+            if way == "at once":
+                source = LiveStreamsSource(served_streams, 32, inputs, size=(64, 64))
+                return run_job(pipe, source, CallbackSink(lambda *args: None)).items
+            return sum(
+                run_job(pipe, VideoSource(url, 32, inputs, size=(64, 64)), CallbackSink(lambda *args: None)).items
+                for url in served_streams
+            )
+
+        assert job() == 3 * CLIP_FRAMES * 2
+        benchmark.pedantic(job, rounds=3, iterations=1)
+    best = 3 * CLIP_FRAMES * 2 / benchmark.stats.stats.min
+    benchmark.extra_info.update(frames_per_s=best)
+    print(f"\nthree streams {way}: fastest {best:.0f} frames/s", end="")
