@@ -97,6 +97,12 @@ def test_a_failing_stream_ends_the_source_or_is_left_out_with_skip_unreadable(cl
         _, meta = _read(source)
     assert meta["frame_index"].tolist() == list(range(frames)) and set(meta["path"].tolist()) == {url}
     assert [path for path, _ in source.skipped] == [failing] and "404" in source.skipped[0][1]
+    gone = f"{url.rsplit('/', 1)[0]}/no-such-camera.ts"  # cannot be opened at all
+    with pytest.raises(SourceError, match="no-such-camera.ts' cannot be decoded as video"):
+        LiveStreamsSource([gone, url], 8, _spec())
+    source = LiveStreamsSource([gone, url], 8, _spec(), skip_unreadable=True)
+    assert source.paths == [url] and [path for path, _ in source.skipped] == [gone]
+    assert sum(_read(source)[0]) == frames
 
 
 def test_what_cannot_be_read_at_once_is_refused(clips, tmp_path):

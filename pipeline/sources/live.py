@@ -10,9 +10,10 @@ bounds the latency a quiet moment of the cameras adds.  Each row says which
 stream it is from (``path``, as a folder's rows do) with that stream's own
 ``frame_index`` and ``timestamp`` (and ``connection`` where reconnecting,
 NOTE [ reconnecting ]); one stream's frames keep their order.  A stream that
-ends leaves the others running; one that fails ends the source with its
-error after the frames that came before it - or, with ``skip_unreadable``,
-is listed in ``skipped`` while the others go on.  :meth:`stop_reading` stops
+ends leaves the others running; one that cannot be opened ends the source
+before any frame, and one that fails ends it with its error after the
+frames that came before it - or, with ``skip_unreadable``, either is listed
+in ``skipped`` while the others go on.  :meth:`stop_reading` stops
 every stream (a job's Ctrl-C); ending the iteration early (``--limit``) stops
 the readers and joins their threads.
 """
@@ -88,12 +89,22 @@ class LiveStreamsSource(RowSource):
         if not batch_wait_s >= 0:
             raise SourceError(f"batch_wait_s is a wait in seconds >= 0, got {batch_wait_s!r}")
         decoding = (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel)
-        self.streams = [VideoSource(path, 1, inputs, input_name, *decoding) for path in paths]
+        self.skip_unreadable = skip_unreadable
+        #: (stream, why) of each stream that could not be opened, or failed, left out by ``skip_unreadable``
+        self.skipped: list[tuple[str, str]] = []
+        #: the streams read, in the order given (those opened, with ``skip_unreadable``)
+        self.streams: list[VideoSource] = []
+        for path in paths:
+            try:
+                self.streams.append(VideoSource(path, 1, inputs, input_name, *decoding))
+            except SourceError as exc:
+                if not skip_unreadable:
+                    raise
+                self.skipped.append((str(path), str(exc)))
+        if not self.streams:
+            raise SourceError(f"none of the {len(paths)} streams can be read: {[why for _, why in self.skipped]}")
         self.spec, self.batch_size, self.batch_wait_s = self.streams[0].spec, batch_size, batch_wait_s
         self.row_shape = self._one_frame_size()
-        self.skip_unreadable = skip_unreadable
-        #: (stream, why) of each stream that failed and was left out by ``skip_unreadable``
-        self.skipped: list[tuple[str, str]] = []
 
     @property
     def paths(self) -> list[str]:
