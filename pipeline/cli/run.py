@@ -584,7 +584,8 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_skipped(getattr(source, "skipped", []), args.output, args.image_column or args.video_column)
                 _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
-                _report_reconnections(args.input, getattr(source, "reconnections", []))
+                streams = "the streams" if args.more_inputs else repr(str(args.input))
+                _report_reconnections(streams, getattr(source, "reconnections", []))
                 try:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
@@ -761,12 +762,13 @@ def _report_per_batch(sink: Any) -> None:
         print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
 
 
-def _report_reconnections(url: Any, reconnections: list[tuple[int, str]]) -> None:
-    """Each time the stream was opened again (NOTE [ reconnecting ]), on stderr."""
+def _report_reconnections(streams: str, reconnections: list[tuple[int, str]]) -> None:
+    """Each time a stream was opened again (NOTE [ reconnecting ]), on stderr: the frame
+    index before which it was, and why (several streams: which stream, and why)."""
     if not reconnections:
         return
     times = f"{len(reconnections)} time(s)"
-    print(f"reconnected to {str(url)!r} {times}; the rows' connection column says which:", file=sys.stderr)
+    print(f"reconnected to {streams} {times}; the rows' connection column says which:", file=sys.stderr)
     for first, why in reconnections:
         print(f"  before frame {first}: {why}", file=sys.stderr)
 
