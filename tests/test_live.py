@@ -163,3 +163,21 @@ def test_ortpipe_run_reads_streams_at_once(clips, tmp_path, capsys):
 
 def test_a_single_stream_is_still_a_video_source(clips):
     assert isinstance(VideoSource(next(iter(clips)), 8, _spec()), VideoSource)
+
+
+def test_streams_that_drop_are_reconnected_each_on_its_own(tmp_path, monkeypatch):
+    from pipeline.sources import videos  # the waits between tries, shortened
+
+    monkeypatch.setattr(videos, "_RECONNECT_FIRST_WAIT_S", 0.01)
+    ts = encode_video(tmp_path / "live.ts", "mpeg4", {"g": "6"}, 40, SIZE, container_format="mpegts").read_bytes()
+    with _serving(_dropping(served=3), ts) as one, _serving(_dropping(served=3), ts) as two:
+        urls = [f"{one}/live.ts", f"{two}/live.ts"]
+        source = LiveStreamsSource(urls, 8, _spec(), reconnect=1, skip_unreadable=True)
+        _, meta = _read(source)
+    for url in urls:  # each: two connections' frames, numbered on, then a try that found it gone
+        mine = meta["path"] == url
+        half = int((meta["connection"][mine] == 0).sum())
+        assert meta["frame_index"][mine].tolist() == list(range(2 * half))
+        assert meta["connection"][mine].tolist() == [0] * half + [1] * half
+    assert sorted(why.split(": ")[0] for _, why in source.reconnections) == sorted(urls)
+    assert sorted(path for path, _ in source.skipped) == sorted(urls)  # gone for good at last (404)
