@@ -28,6 +28,8 @@ from ._rows import close_iteration, drop_first, peel_first_row, take_first
 from .sinks import (
     CsvSink,
     CsvStreamSink,
+    JsonLinesSink,
+    JsonLinesStreamSink,
     NpySink,
     ParquetDatasetSink,
     ParquetSink,
@@ -195,6 +197,7 @@ def _folder_kind(folder: Path) -> str:
 _NEEDS = {
     "parquet": ("pyarrow", "parquet"),
     "csv": ("pyarrow", "parquet"),
+    "jsonl": ("pyarrow", "parquet"),
     "video": ("av", "video"),
     "videos": ("av", "video"),
     "streams": ("av", "video"),
@@ -402,14 +405,19 @@ def _holds_archives(path: Path) -> bool:
 
 #: the output path that is standard output (``ortpipe run --output -``)
 STDOUT = "-"
+#: what standard output is written as (``--output-format``)
+STREAM_FORMATS = ("csv", "jsonl")
 
 
-def sink_kind(path: str | Path) -> str:
-    """ "npy", "parquet", "csv", "parquet data set" (a folder: a path with no
-    suffix, or a folder named .parquet as Spark names them) or "csv stream"
-    (:data:`STDOUT`) from an output path, or a SinkError."""
+def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
+    """ "npy", "parquet", "csv", "jsonl", "parquet data set" (a folder: a path with no
+    suffix, or a folder named .parquet as Spark names them), or for :data:`STDOUT`
+    ``stream_format`` and " stream" ("csv stream", "jsonl stream") from an output
+    path, or a SinkError."""
     if str(path) == STDOUT:
-        return "csv stream"
+        if stream_format not in STREAM_FORMATS:
+            raise SinkError(f"standard output is written as {' or '.join(STREAM_FORMATS)}, not {stream_format!r}")
+        return f"{stream_format} stream"
     path = Path(path)
     suffix = path.suffix.lower()
     if not suffix or (suffix in PARQUET_SUFFIXES and path.is_dir()):
@@ -420,9 +428,11 @@ def sink_kind(path: str | Path) -> str:
         return "parquet"
     if suffix == ".csv":
         return "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
     raise SinkError(
-        f"cannot write {str(path)!r}: the output must end in .npy, .parquet or .csv, or be a folder (a path with no "
-        "suffix: a Parquet data set)"
+        f"cannot write {str(path)!r}: the output must end in .npy, .parquet, .csv or .jsonl, or be a folder (a path "
+        "with no suffix: a Parquet data set), or be - (standard output)"
     )
 
 
@@ -434,7 +444,7 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
     an output writes beside ``path`` (a multi-output .npy's) are known once the
     model's outputs are: :func:`refuse_replacing` checks the sink too."""
     kind = sink_kind(path)
-    if kind == "csv stream":
+    if kind.endswith(" stream"):
         if resume:
             raise SinkError("--resume goes on after the rows of an output file; standard output keeps none")
         return
@@ -469,19 +479,20 @@ def open_sink(
     compression: str = "snappy",
     overwrite: bool = False,
     stream: BinaryIO | None = None,
+    stream_format: str = "csv",
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
     at most ``part_rows`` rows (default: about 256 MB each); Parquet compressed
-    with ``compression``; :data:`STDOUT` as CSV into ``stream`` (default:
-    standard output's bytes), flushed each batch.
+    with ``compression``; .jsonl as JSON Lines; :data:`STDOUT` as ``stream_format`` (CSV
+    or JSON Lines) into ``stream`` (default: standard output's bytes), flushed each batch.
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
     on the data by the first write are written per batch (NOTE [ per-batch
     outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
     file and write after them (``sink.kept_rows``; run the source
     :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
-    kind = sink_kind(path)
+    kind = sink_kind(path, stream_format)
     output_names = pipe.output_names
     unknown = sorted(set(data_dependent) - set(output_names))
     if unknown:
@@ -498,9 +509,11 @@ def open_sink(
         return ParquetSink(path, data_dependent=known, resume=resume, compression=compression)
     if kind == "csv":
         return CsvSink(path, known, resume)
-    if kind == "csv stream":
+    if kind == "jsonl":
+        return JsonLinesSink(path, known, resume)
+    if kind.endswith(" stream"):
         check_output(path, resume)
-        return CsvStreamSink(stream, known)
+        return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
     return ParquetDatasetSink(
         path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression, overwrite=overwrite
     )

@@ -20,6 +20,8 @@ leaves no file rather than an empty, unreadable one.
   spread over one column per value;
 * :class:`CsvStreamSink` - the same CSV written to a stream as it comes
   (``ortpipe run --output -``: standard output, for whatever reads the pipe);
+* :class:`JsonLinesSink` - JSON Lines, an object a row, an output of several
+  values a row as a list; :class:`JsonLinesStreamSink` the same to a stream;
 * :class:`CallbackSink` - your function.
 
 NOTE [ per-batch outputs ]: most outputs hold one row per input row and are
@@ -1087,10 +1089,127 @@ class CsvStreamSink(CsvSink):
         return []
 
     def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
-        raise SinkError(
-            f"output(s) {names} have a count of their own each batch (data-dependent), which a table beside the "
-            "main one holds; a stream has no beside: write to a file, or leave them out with --output-names"
-        )
+        raise _no_beside(names)
+
+
+def _no_beside(names: list[str]) -> SinkError:
+    """Why a stream cannot take outputs written per batch (NOTE [ per-batch outputs ])."""
+    return SinkError(
+        f"output(s) {names} have a count of their own each batch (data-dependent), which a table beside the "
+        "main one holds; a stream has no beside: write to a file, or leave them out with --output-names"
+    )
+
+
+class _JsonLines:
+    """JSON Lines written batch by batch: an object a row, the outputs of several values a
+    row as lists (:class:`JsonLinesSink`), to a file (``path``) or an open ``stream``,
+    flushed after each batch.  JSON has no NaN or infinity: such a value is written as
+    ``null``, so that any JSON reader reads every line."""
+
+    def __init__(self, path: Path | None = None, stream: BinaryIO | None = None) -> None:
+        self.path, self._stream = path, stream
+        self._file: BinaryIO | None = None
+        #: the whole lines an earlier run left, kept when resuming (NOTE [ resuming ])
+        self._kept = 0
+
+    def resume(self) -> int:
+        """The whole lines of the file an earlier run left (0 when there is none), to be kept;
+        a line a kill cut short is cut off."""
+        if self.path is None:
+            raise SinkError("a stream keeps nothing of an earlier run: --resume needs an output file")
+        if not self.path.exists():
+            return 0
+        with self.path.open("r+b") as file:
+            file.truncate(_after_last_line(file))
+            file.seek(0)
+            self._kept = sum(1 for _ in file)
+        return self._kept
+
+    def last_row(self) -> dict[str, Any] | None:
+        """The last line of the earlier run's file, as read back (None when it has none)."""
+        if not self._kept or self.path is None:
+            return None
+        with self.path.open("rb") as file:
+            end = file.seek(0, 2)
+            file.seek(_after_last_line(file, end - 1))
+            return json.loads(file.read())  # type: ignore[no-any-return]
+
+    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the earlier run's lines have, whole."""
+        if not self._kept or self.path is None:
+            return {}
+        with self.path.open("rb") as file:
+            rows = [json.loads(line) for line in file]
+        return {name: np.asarray([row[name] for row in rows]) for name in names if name in rows[0]}
+
+    def write(self, batch: Any) -> None:
+        if self._file is None:
+            self._file = self._stream if self._stream is not None else self._open()
+        self._file.write(_json_lines(batch.to_pylist()))
+        self._file.flush()  # a line a row for whatever reads it now
+
+    def _open(self) -> BinaryIO:
+        assert self.path is not None
+        return self.path.open("ab" if self._kept else "wb")
+
+    def close(self) -> None:
+        if self._file is not None and self._file is not self._stream:
+            self._file.close()
+        self._file = None
+
+
+def _json_lines(rows: list[dict[str, Any]]) -> bytes:
+    """``rows`` as JSON Lines; a NaN or an infinity as ``null`` (the slow way only where there is one)."""
+    try:
+        return "".join(json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n" for row in rows).encode()
+    except ValueError:  # a NaN or an infinity somewhere
+        finite = [{name: _finite(value) for name, value in row.items()} for row in rows]
+        return "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in finite).encode()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
+class JsonLinesSink(_TableSink):
+    """JSON Lines (``.jsonl``): an object a row, the metadata (row id, or frame index and
+    timestamp, or path) then the outputs, an output of several values a row as a list;
+    written batch by batch, resumable as a CSV is (a line a row).  Outputs written per
+    batch go to ``<stem>.<output>.jsonl`` beside it."""
+
+    _suffix = ".jsonl"
+
+    def _open(self, path: Path) -> Any:  # a _JsonLines
+        return _JsonLines(path)
+
+    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
+        return _list_column(name, flat)
+
+
+class JsonLinesStreamSink(JsonLinesSink):
+    """:class:`JsonLinesSink`'s lines written to ``stream`` (default: standard output's bytes)
+    as they come, each batch flushed (``ortpipe run --output - --output-format jsonl``);
+    as :class:`CsvStreamSink`, nothing to resume and no outputs written per batch."""
+
+    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
+        self._stream = stream if stream is not None else sys.stdout.buffer
+        super().__init__("-", data_dependent)
+
+    def _checked(self, path: Path) -> Path:
+        return path  # no file to check
+
+    def _open(self, path: Path) -> Any:
+        return _JsonLines(stream=self._stream)
+
+    def existing_outputs(self) -> list[Path]:
+        return []
+
+    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
+        raise _no_beside(names)
 
 
 class CallbackSink:

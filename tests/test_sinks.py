@@ -13,7 +13,17 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.sinks import CsvSink, CsvStreamSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, file_part
+from pipeline.sinks import (
+    CsvSink,
+    CsvStreamSink,
+    JsonLinesSink,
+    JsonLinesStreamSink,
+    NpySink,
+    ParquetDatasetSink,
+    ParquetSink,
+    SinkError,
+    file_part,
+)
 
 
 def _write(sink, batches):
@@ -264,8 +274,9 @@ def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path,
         lambda folder, resume: ParquetSink(folder / "t.parquet", resume=resume),
         lambda folder, resume: ParquetDatasetSink(folder / "set", part_rows=3, resume=resume),
         lambda folder, resume: CsvSink(folder / "t.csv", resume=resume),
+        lambda folder, resume: JsonLinesSink(folder / "t.jsonl", resume=resume),
     ],
-    ids=["parquet", "data set", "csv"],
+    ids=["parquet", "data set", "csv", "jsonl"],
 )
 def test_a_resumed_table_gives_the_columns_of_the_rows_it_kept(tmp_path, make):
     """What a folder of videos holds a resumed run against (NOTE [ frame positions ])."""
@@ -418,3 +429,62 @@ def test_ortpipe_run_stops_quietly_when_the_reader_of_its_rows_goes_away(tmp_pat
     assert head[0].startswith(b'"row_id","scores_0"') and head[2].startswith(b"1,")
     assert process.returncode == 141, err
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def _lines(data: bytes) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def test_json_lines_hold_the_rows_of_the_parquet_table_with_lists_and_null_for_nan(tmp_path):
+    scores = np.arange(6, dtype=np.float32).reshape(3, 2) / 4
+    scores[1, 0] = np.nan
+    batches = [
+        (2, {"y": scores[:2], "label": np.asarray([3, 4])}, {"path": np.asarray(["a.jpg", "b.jpg"])}),
+        (1, {"y": scores[2:], "label": np.asarray([5])}, {"path": np.asarray(["c.jpg"])}),
+    ]
+    _write(ParquetSink(tmp_path / "t.parquet"), batches)
+    _write(JsonLinesSink(tmp_path / "t.jsonl"), batches)
+    rows = _lines((tmp_path / "t.jsonl").read_bytes())
+    assert rows[1] == {"path": "b.jpg", "y": [None, 0.75], "label": 4}  # JSON has no NaN: null
+    expected = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    expected[1]["y"] = [None, 0.75]
+    assert rows == expected
+    stream = _Flushes()
+    _write(JsonLinesStreamSink(stream), batches)
+    assert _lines(stream.getvalue()) == rows and len(stream.at_flush) == 2  # each batch flushed as it came
+
+
+def test_json_lines_resume_after_a_line_cut_short_and_write_per_batch_outputs_beside(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [(2, {"y": np.ones((2, 2), np.float32)}, {"row_id": np.arange(k * 2, k * 2 + 2)}) for k in range(3)]
+    _write(JsonLinesSink(path), rows[:2])
+    path.write_bytes(path.read_bytes() + b'{"row_id":4,"y":[1.0')  # a kill in the middle of a line
+    resumed = JsonLinesSink(path, resume=True)
+    assert resumed.kept_rows == 4 and resumed.last_kept_row() == {"row_id": 3, "y": [1.0, 1.0]}
+    _write(resumed, rows[2:])
+    assert [row["row_id"] for row in _lines(path.read_bytes())] == list(range(6))
+    sink = JsonLinesSink(tmp_path / "d.jsonl", data_dependent=["boxes"])
+    _write(sink, [(1, {"y": np.zeros(1), "boxes": np.zeros((3, 4))}, {})])
+    assert sink.side_paths["boxes"].name == "d.boxes.jsonl"
+    assert [row["batch"] for row in _lines(sink.side_paths["boxes"].read_bytes())] == [0, 0, 0]
+    with pytest.raises(SinkError, match="a stream has no beside"):
+        _write(JsonLinesStreamSink(_Flushes(), data_dependent=["boxes"]), [(1, {"boxes": np.zeros((3, 4))}, {})])
+
+
+def test_ortpipe_run_writes_json_lines_to_a_file_or_standard_output(tmp_path, capsys):
+    from pipeline.cli import main
+
+    np.save(tmp_path / "in.npy", np.random.default_rng(0).random((10, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "in.npy"), "--batch-size", "4", "--no-progress", "--output"]
+    assert main([*argv, str(tmp_path / "o.jsonl"), "--limit", "6"]) == 0
+    assert main([*argv, str(tmp_path / "o.jsonl"), "--resume"]) == 0  # goes on after its 6 lines
+    capsys.readouterr()
+    assert main([*argv, "-", "--output-format", "jsonl"]) == 0
+    out = capsys.readouterr().out
+    assert out == (tmp_path / "o.jsonl").read_text() and [row["row_id"] for row in _lines(out.encode())] == list(
+        range(10)
+    )
+    assert main([*argv, str(tmp_path / "o.csv"), "--output-format", "jsonl"]) == 1
+    assert "--output-format is for --output - (standard output)" in capsys.readouterr().err

@@ -62,8 +62,15 @@ def add_run(sub: Any) -> None:
         "--output",
         required=True,
         type=Path,
-        help=".npy, .parquet or .csv; a folder (no suffix) is written as a Parquet data set of part files; - writes "
-        "CSV to standard output, a line a row, flushed each batch (the run's own lines then go to standard error)",
+        help=".npy, .parquet, .csv or .jsonl (JSON Lines); a folder (no suffix) is written as a Parquet data set of "
+        "part files; - writes to standard output, a line a row, flushed each batch (the run's own lines then go to "
+        "standard error)",
+    )
+    run.add_argument(
+        "--output-format",
+        choices=["csv", "jsonl"],
+        default=None,
+        help="with --output -: CSV (default) or JSON Lines (an object a row, several values as a list)",
     )
     run.add_argument(
         "--device",
@@ -471,6 +478,8 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
     from ..jobs import sink_kind
 
     kind, output = sink_kind(args.output), str(args.output)
+    if args.output_format is not None and not kind.endswith(" stream"):
+        raise SinkError(f"--output-format is for --output - (standard output); {output!r} is written as {kind}")
     if args.part_rows is not None and kind != "parquet data set":
         raise SinkError(f"--part-rows is for an output folder (a Parquet data set); {output!r} is written as {kind}")
     if args.compression is not None and not kind.startswith("parquet"):
@@ -550,7 +559,14 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         data_dependent = _data_dependent(args, pipe.output_names)
         parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
         sink = open_sink(
-            args.output, pipe, data_dependent, args.resume, overwrite=args.overwrite, stream=rows, **parquet
+            args.output,
+            pipe,
+            data_dependent,
+            args.resume,
+            overwrite=args.overwrite,
+            stream=rows,
+            stream_format=args.output_format or "csv",
+            **parquet,
         )
         if labelled is not None:
             sink = LabelledSink(sink, *labelled)
