@@ -7,7 +7,8 @@ values with float16's mantissa, as such a model's outputs are).
 
 * a data set (``ParquetDatasetSink``: part files closed and renamed as they
   fill) against one Parquet file, rows/s;
-* snappy (pyarrow's default), zstd and none: rows/s and the file's size.
+* snappy (pyarrow's default), zstd and none: rows/s and the file's size;
+* one Parquet file, CSV and JSON Lines of the same rows: rows/s and size.
 """
 
 from __future__ import annotations
@@ -67,3 +68,17 @@ def test_parquet_codecs(benchmark, tmp_path, codec, scores):
     rows_per_s, megabytes = ROWS / benchmark.stats.stats.min, path.stat().st_size / 1e6
     benchmark.extra_info.update(rows_per_s=rows_per_s, megabytes=megabytes)
     print(f"\n{scores} {codec}: {rows_per_s:,.0f} rows/s, {megabytes:.1f} MB")
+
+
+@pytest.mark.parametrize("form", ["parquet", "csv", "jsonl"])
+def test_output_formats(benchmark, tmp_path, form):
+    """The same rows (softmax scores) as one Parquet file, CSV and JSON Lines: rows/s and size."""
+    from pipeline.sinks import CsvSink, JsonLinesSink
+
+    batches = _batches(_scores("softmax"))
+    path = tmp_path / f"out.{form}"
+    sinks = {"parquet": ParquetSink, "csv": CsvSink, "jsonl": JsonLinesSink}
+    benchmark.pedantic(lambda: _write(sinks[form](path), batches), rounds=3, iterations=1)
+    rows_per_s, megabytes = ROWS / benchmark.stats.stats.min, path.stat().st_size / 1e6
+    benchmark.extra_info.update(rows_per_s=rows_per_s, megabytes=megabytes)
+    print(f"\n{form}: {rows_per_s:,.0f} rows/s, {megabytes:.1f} MB")
