@@ -487,14 +487,14 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``ortpipe run``; with ``--output -`` the rows are written to standard output as
-    CSV, and the run's own lines go to standard error instead.  ``--input`` given more
-    than once names live streams read at once (NOTE [ several streams ]): ``args.input``
-    is the first, ``args.more_inputs`` the others."""
+    """``ortpipe run``; with ``--output -`` the rows are written to standard output (CSV,
+    or JSON Lines), and the run's own lines go to standard error instead.  ``--input``
+    given more than once names live streams read at once (NOTE [ several streams ]):
+    ``args.input`` is the first, ``args.more_inputs`` the others."""
     from ..jobs import STDOUT
 
-    if isinstance(args.input, list):
-        args.input, args.more_inputs = args.input[0], args.input[1:]
+    inputs = args.input if isinstance(args.input, list) else [args.input]
+    args.input, args.more_inputs = inputs[0], inputs[1:]
 
     if str(args.output) != STDOUT:
         return _run(args)
