@@ -1067,13 +1067,12 @@ class _CsvStream:
             self._writer = None
 
 
-class CsvStreamSink(CsvSink):
-    """:class:`CsvSink`'s CSV written to ``stream`` (default: standard output's bytes)
-    as it comes, each batch flushed: ``ortpipe run --output -`` for a program that
-    reads the rows from a pipe.  There is no file: nothing to resume or to
-    refuse replacing, and no outputs written per batch (they need a table of
-    their own beside the main one: write them to a file, or leave them out
-    with ``--output-names``)."""
+class _ToStream(_TableSink):
+    """A table written to an open binary ``stream`` (default: standard output's bytes) as it
+    comes, each batch flushed (``ortpipe run --output -``), for a program that reads the
+    rows from a pipe.  There is no file: nothing to resume or to refuse replacing, and no
+    outputs written per batch (they need a table of their own beside the main one: write
+    them to a file, or leave them out with ``--output-names``)."""
 
     def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
         self._stream = stream if stream is not None else sys.stdout.buffer
@@ -1082,14 +1081,18 @@ class CsvStreamSink(CsvSink):
     def _checked(self, path: Path) -> Path:
         return path  # no file to check
 
-    def _open(self, path: Path) -> Any:  # a _CsvStream, which is no file
-        return _CsvStream(self._stream)
-
     def existing_outputs(self) -> list[Path]:
         return []
 
     def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
         raise _no_beside(names)
+
+
+class CsvStreamSink(_ToStream, CsvSink):
+    """:class:`CsvSink`'s CSV written to a stream as it comes (:class:`_ToStream`)."""
+
+    def _open(self, path: Path) -> Any:  # a _CsvStream, which is no file
+        return _CsvStream(self._stream)
 
 
 def _no_beside(names: list[str]) -> SinkError:
@@ -1190,26 +1193,12 @@ class JsonLinesSink(_TableSink):
         return _list_column(name, flat)
 
 
-class JsonLinesStreamSink(JsonLinesSink):
-    """:class:`JsonLinesSink`'s lines written to ``stream`` (default: standard output's bytes)
-    as they come, each batch flushed (``ortpipe run --output - --output-format jsonl``);
-    as :class:`CsvStreamSink`, nothing to resume and no outputs written per batch."""
-
-    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
-        self._stream = stream if stream is not None else sys.stdout.buffer
-        super().__init__("-", data_dependent)
-
-    def _checked(self, path: Path) -> Path:
-        return path  # no file to check
+class JsonLinesStreamSink(_ToStream, JsonLinesSink):
+    """:class:`JsonLinesSink`'s lines written to a stream as they come (:class:`_ToStream`;
+    ``ortpipe run --output - --output-format jsonl``)."""
 
     def _open(self, path: Path) -> Any:
         return _JsonLines(stream=self._stream)
-
-    def existing_outputs(self) -> list[Path]:
-        return []
-
-    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
-        raise _no_beside(names)
 
 
 class CallbackSink:
