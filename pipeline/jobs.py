@@ -258,10 +258,10 @@ def open_source(
     data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device (NOTE
     [ decoding on the GPU ]).  ``streams``: more live streams read with ``path`` at once,
     their frames batched as they come, a batch handed on ``batch_wait_s`` after its
-    first frame at the latest (NOTE [ several streams ]).  ``archive_shard=(K, N)``: a folder of tar archives of
-    images is read as the K-th of N groups of its files (NOTE [ image archives ]: the
-    source's ``shard`` says so); any other input is sharded by its rows
-    (:func:`shard_rows`), by whoever runs it, and ignores it."""
+    first frame at the latest (NOTE [ several streams ]).  ``archive_shard=(K, N)``: a
+    folder of tar archives of images is read as the K-th of N groups of its files (NOTE
+    [ image archives ]: the source's ``shard`` says so); any other input is sharded by
+    its rows (:func:`shard_rows`), by whoever runs it, and ignores it."""
     kind = "streams" if streams else source_kind(path, image_column, video_column, video_format)
     listed = image_column or video_column
     if listed is not None:
