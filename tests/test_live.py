@@ -51,6 +51,7 @@ def test_every_frame_of_every_stream_comes_each_stream_in_order(clips):
     source = LiveStreamsSource(list(clips), 8, _spec())
     sizes, meta = _read(source)
     assert all(size <= 8 for size in sizes) and sum(sizes) == sum(clips.values())
+    assert source.frames_given == list(clips.values())
     for url, frames in clips.items():
         assert meta["frame_index"][meta["path"] == url].tolist() == list(range(frames))
     assert source.paths == list(clips) and source.row_shape == (SIZE, SIZE, 3)
@@ -144,6 +145,7 @@ def test_ortpipe_run_reads_streams_at_once(clips, tmp_path, capsys):
     assert main([*argv, "--output", str(tmp_path / "frames.parquet")]) == 0
     out = capsys.readouterr().out
     assert "frames of 3 streams at once ->" in out and "issued by stage threads" in out
+    assert "frames a stream: " + ", ".join(f"{url} {frames}" for url, frames in clips.items()) in out
     table = pq.read_table(tmp_path / "frames.parquet")
     paths, indices = np.asarray(table["path"].to_pylist()), np.asarray(table["frame_index"].to_pylist())
     for url, frames in clips.items():

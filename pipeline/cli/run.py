@@ -602,6 +602,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                 _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
                 streams = "the streams" if args.more_inputs else repr(str(args.input))
                 _report_reconnections(streams, getattr(source, "reconnections", []))
+                _report_streams(source)
                 try:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
@@ -776,6 +777,16 @@ def _report_per_batch(sink: Any) -> None:
     for name, paths in getattr(sink, "per_batch_paths", {}).items():
         how = "values and offsets" if len(paths) > 1 else "join on the batch column"
         print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
+
+
+def _report_streams(source: Any) -> None:
+    """How many frames each of several streams gave (NOTE [ several streams ]): a camera that
+    gave none, or few, shows here."""
+    given = getattr(source, "frames_given", None)
+    if given is None:
+        return
+    each = ", ".join(f"{path} {frames}" for path, frames in zip(source.paths, given, strict=True))
+    print(f"frames a stream: {each}")
 
 
 def _report_reconnections(streams: str, reconnections: list[tuple[int, str]]) -> None:

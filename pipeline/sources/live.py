@@ -105,6 +105,8 @@ class LiveStreamsSource(RowSource):
             raise SourceError(f"none of the {len(paths)} streams can be read: {[why for _, why in self.skipped]}")
         self.spec, self.batch_size, self.batch_wait_s = self.streams[0].spec, batch_size, batch_wait_s
         self.row_shape = self._one_frame_size()
+        #: how many frames each stream gave the latest iteration, in the order of ``streams``
+        self.frames_given = [0] * len(self.streams)
 
     @property
     def paths(self) -> list[str]:
@@ -142,6 +144,7 @@ class LiveStreamsSource(RowSource):
             stream.stop_reading()
 
     def chunks(self) -> Iterator[Chunk]:
+        self.frames_given = [0] * len(self.streams)
         arrivals: queue.Queue[tuple[int, Any, Any]] = queue.Queue(maxsize=4 * self.batch_size)
         done = threading.Event()  # the batches are no longer wanted: the readers stop
         readers = [
@@ -202,6 +205,7 @@ class LiveStreamsSource(RowSource):
                 continue
             frames.append(frame)
             metas.append((k, meta))
+            self.frames_given[k] += 1
             if deadline is None:
                 deadline = time.monotonic() + self.batch_wait_s
             if len(frames) == self.batch_size:
