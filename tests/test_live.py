@@ -19,7 +19,7 @@ from pipeline.cli import main
 from pipeline.sources import LiveStreamsSource, SourceError, VideoSource
 
 from .helpers import encode_video
-from .test_streams import RAW_OPTIONS, SIZE, _dropping, _piped, _Quiet, _raw_frames, _serving
+from .streaming import RAW_OPTIONS, SIZE, Quiet, dropping, piped, raw_frames, serving
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 
@@ -35,7 +35,7 @@ def clips(tmp_path):
     folder.mkdir()
     for name, frames in (("a", 30), ("b", 20), ("c", 25)):
         encode_video(folder / f"{name}.ts", "mpeg4", {"g": "6"}, frames, SIZE, container_format="mpegts")
-    with _serving(functools.partial(_Quiet, directory=str(folder))) as base:  # type: ignore[arg-type]
+    with serving(functools.partial(Quiet, directory=str(folder))) as base:  # type: ignore[arg-type]
         yield {f"{base}/{name}.ts": frames for name, frames in (("a", 30), ("b", 20), ("c", 25))}
 
 
@@ -61,8 +61,8 @@ def test_a_quiet_stream_does_not_hold_back_the_others_and_stop_reading_ends_it()
     """Pipe A sends 5 raw frames and goes quiet, its writer holding it open; pipe B sends 7
     and closes: all 12 come, in batches handed on ``batch_wait_s`` after their first
     frame, while A still waits; stop_reading (a job's Ctrl-C) then ends it."""
-    frames = _raw_frames()
-    with _piped(frames[:5].tobytes(), hold_open=True) as (quiet, _), _piped(frames[5:12].tobytes()) as (ending, _):
+    frames = raw_frames()
+    with piped(frames[:5].tobytes(), hold_open=True) as (quiet, _), piped(frames[5:12].tobytes()) as (ending, _):
         source = LiveStreamsSource(
             [quiet, ending], 64, _spec(), format="rawvideo", options=RAW_OPTIONS, batch_wait_s=0.05
         )
@@ -89,10 +89,10 @@ def test_a_quiet_stream_does_not_hold_back_the_others_and_stop_reading_ends_it()
 def test_a_failing_stream_ends_the_source_or_is_left_out_with_skip_unreadable(clips, tmp_path):
     ts = encode_video(tmp_path / "live.ts", "mpeg4", {"g": "6"}, 20, SIZE, container_format="mpegts").read_bytes()
     url, frames = next(iter(clips.items()))
-    with _serving(_dropping(served=1), ts) as failing_base:  # its header is read, then it is gone (404)
+    with serving(dropping(served=1), ts) as failing_base:  # its header is read, then it is gone (404)
         with pytest.raises(SourceError, match="404"):
             _read(LiveStreamsSource([f"{failing_base}/live.ts", url], 8, _spec()))
-    with _serving(_dropping(served=1), ts) as failing_base:
+    with serving(dropping(served=1), ts) as failing_base:
         failing = f"{failing_base}/live.ts"
         source = LiveStreamsSource([failing, url], 8, _spec(), skip_unreadable=True)
         _, meta = _read(source)
@@ -119,7 +119,7 @@ def test_what_cannot_be_read_at_once_is_refused(clips, tmp_path):
         LiveStreamsSource(urls[:2], 8, _spec()).after(3)
     bigger = tmp_path / "big.ts"
     encode_video(bigger, "mpeg4", {}, 4, SIZE * 2, container_format="mpegts")
-    with _serving(functools.partial(_Quiet, directory=str(tmp_path))) as base:  # type: ignore[arg-type]
+    with serving(functools.partial(Quiet, directory=str(tmp_path))) as base:  # type: ignore[arg-type]
         with pytest.raises(SourceError, match=r"must be one size: .* is \(32, 32, 3\), .*big.ts' \(64, 64, 3\)"):
             LiveStreamsSource([urls[0], f"{base}/big.ts"], 8, _spec())
         resized = LiveStreamsSource([urls[0], f"{base}/big.ts"], 8, _spec(), size=(SIZE, SIZE))
@@ -172,7 +172,7 @@ def test_streams_that_drop_are_reconnected_each_on_its_own(tmp_path, monkeypatch
 
     monkeypatch.setattr(videos, "_RECONNECT_FIRST_WAIT_S", 0.01)
     ts = encode_video(tmp_path / "live.ts", "mpeg4", {"g": "6"}, 40, SIZE, container_format="mpegts").read_bytes()
-    with _serving(_dropping(served=3), ts) as one, _serving(_dropping(served=3), ts) as two:
+    with serving(dropping(served=3), ts) as one, serving(dropping(served=3), ts) as two:
         urls = [f"{one}/live.ts", f"{two}/live.ts"]
         source = LiveStreamsSource(urls, 8, _spec(), reconnect=1, skip_unreadable=True)
         _, meta = _read(source)

@@ -30,39 +30,17 @@ from pipeline.jobs import source_kind
 from pipeline.sources import STDIN, SourceError, VideoSource, is_live, is_pipe, is_stream_url
 
 from .helpers import ROOT, encode_video
+from .streaming import RAW, RAW_OPTIONS, SIZE, Quiet, dropping, piped, raw_frames, serving
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 
-FRAMES, SIZE = 40, 32
+FRAMES = 40
 
 
 @pytest.fixture
 def clip(tmp_path):
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
     return encode_video(tmp_path / "clip.mp4", codec, {"g": "12"}, FRAMES, SIZE)
-
-
-@contextlib.contextmanager
-def _serving(handler, payload: bytes = b"") -> Iterator[str]:
-    """An HTTP server on a free local port, its address; its handlers find ``payload``
-    and a ``quit`` event (set on the way out, so no handler outlives the test) on it."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    server.payload, server.quit = payload, threading.Event()  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.quit.set()  # type: ignore[attr-defined]
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 def _spec():
@@ -85,8 +63,8 @@ def test_a_url_is_a_stream_whatever_its_scheme():
 
 
 def test_a_served_video_gives_the_files_frames_from_its_first(clip):
-    handler = functools.partial(_Quiet, directory=str(clip.parent))
-    with _serving(handler) as base:  # type: ignore[arg-type]
+    handler = functools.partial(Quiet, directory=str(clip.parent))
+    with serving(handler) as base:  # type: ignore[arg-type]
         url = f"{base}/{clip.name}"
         stream = VideoSource(url, 8, _spec())
         assert stream.is_stream and len(stream) == FRAMES
@@ -99,8 +77,8 @@ def test_a_served_video_gives_the_files_frames_from_its_first(clip):
 
 
 def test_ortpipe_run_reads_a_stream_and_refuses_to_start_past_its_first_frame(clip, tmp_path, capsys):
-    handler = functools.partial(_Quiet, directory=str(clip.parent))
-    with _serving(handler) as base:  # type: ignore[arg-type]
+    handler = functools.partial(Quiet, directory=str(clip.parent))
+    with serving(handler) as base:  # type: ignore[arg-type]
         url = f"{base}/{clip.name}"
         argv = ["run", "convnet", "--input", url, "--batch-size", "8", "--no-progress", "--output"]
         assert main([*argv, str(tmp_path / "a.parquet"), "--limit", "20"]) == 0
@@ -119,7 +97,7 @@ class _Silent(http.server.BaseHTTPRequestHandler):
         self.server.quit.wait(30)  # type: ignore[attr-defined]
 
 
-class _HalfThenStall(_Quiet):
+class _HalfThenStall(Quiet):
     """Sends the first half of the file, then nothing."""
 
     def do_GET(self) -> None:
@@ -152,7 +130,7 @@ def _in_thread(work, limit_s: float = 60.0):
 
 
 def test_a_stream_that_never_answers_is_given_up_not_waited_on_forever():
-    with _serving(_Silent) as base:
+    with serving(_Silent) as base:
         box = _in_thread(lambda: VideoSource(f"{base}/live", 8, _spec(), timeout_s=1.0))
     error = box.get("error")
     assert isinstance(error, SourceError) and "cannot be decoded as video" in str(error), box
@@ -162,7 +140,7 @@ def test_a_stream_that_stops_sending_ends_with_an_error_after_its_frames(tmp_pat
     """MPEG-TS, as live streams are sent: decodable from its first bytes (an MP4's index may come last)."""
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
     ts = encode_video(tmp_path / "live.ts", codec, {"g": "12"}, 120, SIZE, container_format="mpegts")
-    with _serving(_HalfThenStall, ts.read_bytes()) as base:
+    with serving(_HalfThenStall, ts.read_bytes()) as base:
 
         def read() -> list[int]:
             source = VideoSource(f"{base}/live.ts", 8, _spec(), timeout_s=1.0)
@@ -182,40 +160,6 @@ def test_a_stream_that_stops_sending_ends_with_an_error_after_its_frames(tmp_pat
 
 
 # NOTE [ video streams ]: pipes, raw frames, FFmpeg's format and options
-
-RAW = 12  # raw frames of SIZE x SIZE rgb24
-
-
-def _raw_frames() -> np.ndarray:
-    return np.random.default_rng(7).integers(0, 256, (RAW, SIZE, SIZE, 3), dtype=np.uint8)
-
-
-RAW_OPTIONS = {"video_size": f"{SIZE}x{SIZE}", "pixel_format": "rgb24"}
-
-
-@contextlib.contextmanager
-def _piped(data: bytes, hold_open: bool = False) -> Iterator[tuple[str, threading.Event]]:
-    """``pipe:N`` of a real pipe a thread writes ``data`` into, then closes, or with
-    ``hold_open`` keeps open (a writer gone quiet) until the event it gives is set."""
-    read_end, write_end = os.pipe()
-    release = threading.Event()
-
-    def write() -> None:
-        with contextlib.suppress(OSError), os.fdopen(write_end, "wb") as pipe:
-            pipe.write(data)
-            pipe.flush()
-            if hold_open:
-                release.wait(60)
-
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    try:
-        yield f"pipe:{read_end}", release
-    finally:
-        release.set()
-        writer.join(10)
-        with contextlib.suppress(OSError):
-            os.close(read_end)
 
 
 def test_a_pipe_is_a_stream_and_pipe_n_names_a_descriptor():
@@ -238,7 +182,7 @@ def test_a_pipe_is_a_stream_and_pipe_n_names_a_descriptor():
 
 
 def test_raw_frames_are_read_as_the_bytes_written(tmp_path):
-    frames = _raw_frames()
+    frames = raw_frames()
     raw = tmp_path / "frames.rgb"
     raw.write_bytes(frames.tobytes())
     source = VideoSource(raw, 5, _spec(), format="rawvideo", options=RAW_OPTIONS)
@@ -246,14 +190,14 @@ def test_raw_frames_are_read_as_the_bytes_written(tmp_path):
     got, indices = _frames(source)
     np.testing.assert_array_equal(got, frames)
     np.testing.assert_array_equal(indices, np.arange(RAW))
-    with _piped(frames.tobytes()) as (pipe, _):  # the same through a pipe
-        piped = VideoSource(pipe, 5, _spec(), format="rawvideo", options=RAW_OPTIONS)
-        np.testing.assert_array_equal(_frames(piped)[0], frames)
+    with piped(frames.tobytes()) as (pipe, _):  # the same through a pipe
+        through = VideoSource(pipe, 5, _spec(), format="rawvideo", options=RAW_OPTIONS)
+        np.testing.assert_array_equal(_frames(through)[0], frames)
 
 
 def test_ffmpegs_format_and_options_are_checked(tmp_path):
     raw = tmp_path / "frames.rgb"
-    raw.write_bytes(_raw_frames().tobytes())
+    raw.write_bytes(raw_frames().tobytes())
     with pytest.raises(SourceError, match="raw frames need the options video_size=WxH and pixel_format"):
         VideoSource(raw, 4, _spec(), format="rawvideo")
     with pytest.raises(SourceError, match="'yuv4mpeg3' is not a format FFmpeg reads"):
@@ -267,7 +211,7 @@ def test_a_pipe_is_read_once_by_the_iteration_after_its_header(clip, tmp_path):
     """What FFmpeg read to find the pipe's streams is gone from it: the container opened then is
     the one the iteration decodes (a second open would miss the start), and only one can."""
     ts = encode_video(tmp_path / "clip.ts", "mpeg4", {"g": "12"}, FRAMES, SIZE, container_format="mpegts")
-    with _piped(ts.read_bytes()) as (pipe, _):
+    with piped(ts.read_bytes()) as (pipe, _):
         source = VideoSource(pipe, 8, _spec())
         assert source.is_stream and source.length_estimated
         window = source.after(0)  # the container goes with the one reader
@@ -282,8 +226,8 @@ def test_a_pipe_is_read_once_by_the_iteration_after_its_header(clip, tmp_path):
 def test_stop_reading_ends_a_pipe_whose_writer_holds_it_open():
     """A writer gone quiet: the iteration waits for it, and stop_reading (a job's first Ctrl-C)
     ends it as a closed pipe would, after the frames written before."""
-    frames = _raw_frames()
-    with _piped(frames[:5].tobytes(), hold_open=True) as (pipe, _):
+    frames = raw_frames()
+    with piped(frames[:5].tobytes(), hold_open=True) as (pipe, _):
         source = VideoSource(pipe, 1, _spec(), format="rawvideo", options=RAW_OPTIONS)
         got: list[np.ndarray] = []
         five = threading.Event()
@@ -309,13 +253,13 @@ def test_stop_reading_ends_a_pipe_whose_writer_holds_it_open():
 
 def test_ortpipe_run_takes_ffmpegs_format_and_options_for_one_video_only(tmp_path, capsys):
     """Raw frames from a file FFmpeg is told the format of, and from a pipe, alike."""
-    frames = _raw_frames()
+    frames = raw_frames()
     raw = tmp_path / "frames.rgb"  # a name FFmpeg cannot tell the format from: --video-format does
     raw.write_bytes(frames.tobytes())
     options = [item for key, value in RAW_OPTIONS.items() for item in ("--video-option", f"{key}={value}")]
     argv = ["run", "convnet", "--batch-size", "5", "--no-progress", "--video-format", "rawvideo", *options]
     assert main([*argv, "--input", str(raw), "--output", str(tmp_path / "file.parquet")]) == 0
-    with _piped(frames.tobytes()) as (pipe, _):
+    with piped(frames.tobytes()) as (pipe, _):
         assert main([*argv, "--input", pipe, "--output", str(tmp_path / "pipe.parquet")]) == 0
     from_file, from_pipe = pq.read_table(tmp_path / "file.parquet"), pq.read_table(tmp_path / "pipe.parquet")
     assert from_file["frame_index"].to_pylist() == list(range(RAW)) and from_file.equals(from_pipe)
@@ -369,7 +313,7 @@ def test_ctrl_c_ends_a_run_waiting_on_a_quiet_pipe_gracefully(tmp_path):
     options = [item for key, value in RAW_OPTIONS.items() for item in ("--video-option", f"{key}={value}")]
     process = _ortpipe([*argv, "--video-format", "rawvideo", *options, "--input", "-", "--output", str(output)])
     try:
-        process.stdin.write(_raw_frames()[:8].tobytes())  # two batches, and the writer goes quiet
+        process.stdin.write(raw_frames()[:8].tobytes())  # two batches, and the writer goes quiet
         process.stdin.flush()
         assert process.stdout.readline().startswith(b"preprocess:")
         assert process.stdout.readline().startswith(b"device:")
@@ -405,41 +349,16 @@ def _noise_mp4(path, movflags: str | None = None):
 
 def test_an_mp4_whose_index_comes_last_cannot_be_piped_and_the_error_says_what_can(tmp_path):
     spec = [TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE * 2, SIZE * 2, 3))]
-    with _piped(_noise_mp4(tmp_path / "plain.mp4").read_bytes()) as (pipe, _):
+    with piped(_noise_mp4(tmp_path / "plain.mp4").read_bytes()) as (pipe, _):
         source = VideoSource(pipe, 8, spec)
         with pytest.raises(SourceError, match="an MP4 whose index comes last cannot be read from one; write NUT"):
             list(source.chunks())
     fragmented = _noise_mp4(tmp_path / "fragmented.mp4", "frag_keyframe+empty_moov")
-    with _piped(fragmented.read_bytes()) as (pipe, _):
+    with piped(fragmented.read_bytes()) as (pipe, _):
         assert sum(len(rows) for rows, _ in VideoSource(pipe, 8, spec).chunks()) == 30
 
 
 # NOTE [ reconnecting ]
-
-
-def _dropping(served: int) -> type[_Quiet]:
-    """A camera that drops: each of the first ``served`` connections (the header's read
-    included) is sent the first half of the stream, then closed; later ones get a 404."""
-    count = {"connections": 0}
-    lock = threading.Lock()
-
-    class Dropping(_Quiet):
-        def do_GET(self) -> None:
-            with lock:
-                count["connections"] += 1
-                number = count["connections"]
-            if number > served:
-                self.send_error(404, "camera offline")
-                return
-            data = self.server.payload  # type: ignore[attr-defined]
-            self.send_response(200)
-            self.send_header("Content-Type", "video/mp2t")
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(data[: len(data) // 2])
-            self.close_connection = True
-
-    return Dropping
 
 
 @pytest.fixture
@@ -462,7 +381,7 @@ def _delivered(source: VideoSource) -> tuple[list[dict[str, np.ndarray]], Source
 
 
 def test_a_dropped_stream_is_opened_again_and_its_frames_numbered_on(live_ts):
-    with _serving(_dropping(served=3), live_ts) as base:  # the header's read, then two that give frames
+    with serving(dropping(served=3), live_ts) as base:  # the header's read, then two that give frames
         source = VideoSource(f"{base}/live.ts", 8, _spec(), reconnect=2)
         delivered, error = _delivered(source)
     indices = np.concatenate([m["frame_index"] for m in delivered])
@@ -477,12 +396,12 @@ def test_a_dropped_stream_is_opened_again_and_its_frames_numbered_on(live_ts):
 
 
 def test_without_reconnect_a_dropped_stream_ends_and_a_file_or_pipe_cannot_reconnect(live_ts, tmp_path, clip):
-    with _serving(_dropping(served=3), live_ts) as base:
+    with serving(dropping(served=3), live_ts) as base:
         delivered, _ = _delivered(VideoSource(f"{base}/live.ts", 8, _spec()))
     assert "connection" not in delivered[0]
     with pytest.raises(SourceError, match="reconnecting is for a stream's URL .* a file ends where it ends"):
         VideoSource(clip, 8, _spec(), reconnect=1)
-    with _piped(live_ts) as (pipe, _), pytest.raises(SourceError, match="a pipe cannot be opened again"):
+    with piped(live_ts) as (pipe, _), pytest.raises(SourceError, match="a pipe cannot be opened again"):
         VideoSource(pipe, 8, _spec(), reconnect=1)
     with pytest.raises(SourceError, match="reconnect takes a number of tries >= 0"):
         VideoSource(clip, 8, _spec(), reconnect=-1)
@@ -492,7 +411,7 @@ def test_stop_reading_ends_the_waits_between_tries(live_ts, monkeypatch):
     from pipeline.sources import videos
 
     monkeypatch.setattr(videos, "_RECONNECT_FIRST_WAIT_S", 30.0)  # a wait no test would sit out
-    with _serving(_dropping(served=2), live_ts) as base:
+    with serving(dropping(served=2), live_ts) as base:
         source = VideoSource(f"{base}/live.ts", 8, _spec(), reconnect=sys.maxsize)
         box: dict[str, object] = {}
         reader = threading.Thread(target=lambda: box.update(result=_delivered(source)), daemon=True)
@@ -507,7 +426,7 @@ def test_stop_reading_ends_the_waits_between_tries(live_ts, monkeypatch):
 
 
 def test_ortpipe_run_reconnects_and_says_so(live_ts, tmp_path, capsys):
-    with _serving(_dropping(served=3), live_ts) as base:
+    with serving(dropping(served=3), live_ts) as base:
         argv = ["run", "convnet", "--input", f"{base}/live.ts", "--batch-size", "8", "--no-progress"]
         code = main([*argv, "--reconnect", "1", "--output", str(tmp_path / "frames.parquet")])
     err = capsys.readouterr().err
@@ -525,7 +444,7 @@ def test_ortpipe_run_reconnects_and_says_so(live_ts, tmp_path, capsys):
 
 def test_ortpipe_run_gives_up_on_a_silent_stream_after_its_timeout(tmp_path, capsys, clip):
     argv = ["run", "convnet", "--no-progress", "--stream-timeout", "1", "--output", str(tmp_path / "o.parquet")]
-    with _serving(_Silent) as base:
+    with serving(_Silent) as base:
         started = time.monotonic()
         assert main([*argv, "--input", f"{base}/live"]) == 1
         assert time.monotonic() - started < 9  # given up after 1 s, not the default 10
