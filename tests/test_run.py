@@ -303,7 +303,7 @@ def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
         (tmp_path / "no" / "such" / "o.parquet", "does not exist"),
         (tmp_path, "it holds other files (in.npy, out.npy); a data set is written into a folder of its own"),
         (tmp_path / "out.npy", "is a folder"),
-        (tmp_path / "o.txt", "must end in .npy, .parquet or .csv, or be a folder"),
+        (tmp_path / "o.txt", "must end in .npy, .parquet, .csv or .jsonl, or be a folder"),
     ]:
         assert main(["run", "mlp", "--input", str(path), "--output", str(output), "--no-progress"]) != 0
         assert words in capsys.readouterr().err
