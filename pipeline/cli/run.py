@@ -182,9 +182,9 @@ def add_run(sub: Any) -> None:
     run.add_argument(
         "--skip-unreadable",
         action="store_true",
-        help="images (a folder's, a table's) or a folder of videos: leave out files that cannot be decoded "
-        "(images) or opened (videos), "
-        "and the rest of a video whose decoding fails partway, listed at the end, instead of stopping",
+        help="images (a folder's, a table's), a folder of videos or several streams: leave out files that cannot "
+        "be decoded (images) or opened (videos, streams), and the rest of a video or stream whose decoding fails "
+        "partway, listed at the end, instead of stopping",
     )
     run.add_argument(
         "--image-column",
