@@ -48,12 +48,16 @@ def _read(source) -> tuple[list[int], dict[str, np.ndarray]]:
 
 
 def test_every_frame_of_every_stream_comes_each_stream_in_order(clips):
+    started = time.time()
     source = LiveStreamsSource(list(clips), 8, _spec())
     sizes, meta = _read(source)
     assert all(size <= 8 for size in sizes) and sum(sizes) == sum(clips.values())
     assert source.frames_given == list(clips.values())
     for url, frames in clips.items():
-        assert meta["frame_index"][meta["path"] == url].tolist() == list(range(frames))
+        mine = meta["path"] == url
+        assert meta["frame_index"][mine].tolist() == list(range(frames))
+        received = meta["received"][mine]  # one clock for every stream, in each stream's order
+        assert np.all(np.diff(received) >= 0) and started <= received[0] and received[-1] <= time.time()
     assert source.paths == list(clips) and source.row_shape == (SIZE, SIZE, 3)
 
 

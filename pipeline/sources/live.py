@@ -9,7 +9,10 @@ on when it is full, or ``batch_wait_s`` after its first frame came, which
 bounds the latency a quiet moment of the cameras adds.  Each row says which
 stream it is from (``path``, as a folder's rows do) with that stream's own
 ``frame_index`` and ``timestamp`` (and ``connection`` where reconnecting,
-NOTE [ reconnecting ]); one stream's frames keep their order.  A stream that
+NOTE [ reconnecting ]), and when its frame was decoded, ``received`` (UNIX
+seconds): the streams' own timestamps each start where their stream does,
+so frames of several cameras are lined up by it.  One stream's frames keep
+their order.  A stream that
 ends leaves the others running; one that cannot be opened ends the source
 before any frame, and one that fails ends it with its error after the
 frames that came before it - or, with ``skip_unreadable``, either is listed
@@ -47,7 +50,7 @@ _ENDED = object()
 class LiveStreamsSource(RowSource):
     """Frames of several live streams at once, batched as they arrive (NOTE [ several
     streams ]): uint8 ``[N, H, W, 3]`` rows, each with its stream's ``path``,
-    ``frame_index`` and ``timestamp``.  Every stream is opened here (its header
+    ``frame_index`` and ``timestamp``, and ``received``, when it was decoded.  Every stream is opened here (its header
     read), with the options :class:`VideoSource` takes; their frames must come
     out one size (give ``size``, or a model with fixed H and W)."""
 
@@ -171,6 +174,7 @@ class LiveStreamsSource(RowSource):
             for rows, meta in chunks:
                 for row in range(len(rows)):
                     item = (k, rows[row], {name: values[row] for name, values in meta.items()})
+                    item[2]["received"] = time.time()  # one clock for every stream: their own timestamps are not
                     if not _put(arrivals, item, done):
                         return
         except Exception as exc:  # noqa: BLE001 - handed to the batcher, which raises or skips it
