@@ -616,8 +616,10 @@ def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, su
 def test_a_second_signal_aborts_the_job_and_leaves_a_readable_output_that_resumes(tmp_path, capsys, busy_job):
     output = tmp_path / "scores.parquet"
     code, said = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGTERM, signal.SIGINT)
-    # Python runs the handlers in signal number order: SIGINT stops the job, SIGTERM aborts it
-    assert code == 128 + signal.SIGINT, said
+    # the first signal handled stops the job and names the exit status, the second aborts it: which
+    # is first depends on whether the interpreter looks for signals between their deliveries (when it
+    # finds both pending it runs SIGINT's handler first)
+    assert code in (128 + signal.SIGINT, 128 + signal.SIGTERM), said
     assert "Traceback" not in said
     assert "interrupted after" in said and "--resume goes on from there" in said
     assert 0 < pq.read_metadata(output).num_rows < ROWS  # the footer written: rows kept
