@@ -183,7 +183,7 @@ class VideoSource(RowSource):
             container = self._opened(hw=self.is_pipe)  # a header needs no decoder; a pipe's is decoded after
             if self.is_pipe:  # what FFmpeg read of its header is gone from the pipe: keep it
                 self._held = container
-            with contextlib.nullcontext(container) if self._held is not None else container:
+            with contextlib.nullcontext(container) if self.is_pipe else container:  # a pipe's is kept
                 if not container.streams.video:
                     raise SourceError(f"{str(self.path)!r} has no video stream")
                 stream = container.streams.video[0]
@@ -265,16 +265,19 @@ class VideoSource(RowSource):
         if self.hwaccel is not None and hw:
             opening["hwaccel"] = hw_decoding(self.hwaccel)
         try:
-            if is_pipe(self.path):
-                reader = PipeReader(pipe_descriptor(str(self.path)), self._stop_reading)
-                return av.open(reader, **opening)
-            if self.is_pipe:  # a named pipe: opening it waits for a writer, as cat's does
-                reader = PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
-                return av.open(reader, **opening)
+            if self.is_pipe:
+                return av.open(self._pipe_reader(), **opening)
             timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
             return av.open(str(self.path), timeout=timeout, **opening)
         except RuntimeError as exc:  # PyAV: not one stream can be decoded on the device
             raise self._no_hw_decoder(str(exc)) from exc
+
+    def _pipe_reader(self) -> PipeReader:
+        """A reader of this pipe: ``pipe:N``'s descriptor as it is; a named pipe's opened for it
+        (which waits for a writer, as cat's open does) and closed with it."""
+        if is_pipe(self.path):
+            return PipeReader(pipe_descriptor(str(self.path)), self._stop_reading)
+        return PipeReader(os.open(self.path, os.O_RDONLY), self._stop_reading, owned=True)
 
     def stop_reading(self) -> None:
         """End a pipe as if its writer had closed it: an iteration blocked on it gives the
