@@ -173,9 +173,9 @@ class LiveStreamsSource(RowSource):
         try:
             for rows, meta in chunks:
                 for row in range(len(rows)):
-                    item = (k, rows[row], {name: values[row] for name, values in meta.items()})
-                    item[2]["received"] = time.time()  # one clock for every stream: their own timestamps are not
-                    if not _put(arrivals, item, done):
+                    row_meta = {name: values[row] for name, values in meta.items()}
+                    row_meta["received"] = time.time()  # one clock for every stream: their own timestamps are not
+                    if not _put(arrivals, (k, rows[row], row_meta), done):
                         return
         except Exception as exc:  # noqa: BLE001 - handed to the batcher, which raises or skips it
             outcome = exc
