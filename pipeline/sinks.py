@@ -85,6 +85,7 @@ import numpy as np
 
 from ._closing import close_all
 from ._errors import PipelineError
+from ._jsonl import json_lines
 
 
 class SinkError(PipelineError):
@@ -1106,8 +1107,9 @@ def _no_beside(names: list[str]) -> SinkError:
 class _JsonLines:
     """JSON Lines written batch by batch: an object a row, the outputs of several values a
     row as lists (:class:`JsonLinesSink`), to a file (``path``) or an open ``stream``,
-    flushed after each batch.  JSON has no NaN or infinity: such a value is written as
-    ``null``, so that any JSON reader reads every line."""
+    flushed after each batch, the text made a column at a time (:mod:`pipeline._jsonl`:
+    a float32 as float32's shortest text; NaN and infinities, which JSON lacks, as
+    ``null``, so that any JSON reader reads every line)."""
 
     def __init__(self, path: Path | None = None, stream: BinaryIO | None = None) -> None:
         self.path, self._stream = path, stream
@@ -1148,7 +1150,7 @@ class _JsonLines:
     def write(self, batch: Any) -> None:
         if self._file is None:
             self._file = self._stream if self._stream is not None else self._open()
-        self._file.write(_json_lines(batch.to_pylist()))
+        self._file.write(json_lines(batch))
         self._file.flush()  # a line a row for whatever reads it now
 
     def _open(self) -> BinaryIO:
@@ -1159,23 +1161,6 @@ class _JsonLines:
         if self._file is not None and self._file is not self._stream:
             self._file.close()
         self._file = None
-
-
-def _json_lines(rows: list[dict[str, Any]]) -> bytes:
-    """``rows`` as JSON Lines; a NaN or an infinity as ``null`` (the slow way only where there is one)."""
-    try:
-        return "".join(json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n" for row in rows).encode()
-    except ValueError:  # a NaN or an infinity somewhere
-        finite = [{name: _finite(value) for name, value in row.items()} for row in rows]
-        return "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in finite).encode()
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return value
 
 
 class JsonLinesSink(_TableSink):

@@ -1,0 +1,127 @@
+"""JSON Lines text of an Arrow record batch, encoded a column at a time.
+
+The JSON Lines sinks write a batch's rows as ``{"key":value,...}`` lines.  Going
+through Python objects (``batch.to_pylist()`` and ``json.dumps`` a row) costs a
+few microseconds a value and writes a float32 as the double it is
+(``0.10000000149011612`` for ``0.1``).  Here each column becomes the JSON text of
+its values by Arrow's compute kernels, in C++: numbers by Arrow's shortest
+round-trip formatting *of their own type* (a float32 ``0.1`` is written ``0.1``,
+and reads back, cast to float32, as the same float32), strings quoted (escaped
+by ``json`` only where a value needs it), lists joined; then the columns are
+joined into lines, and the lines' bytes are one Arrow buffer, taken whole.
+
+JSON has no NaN or infinity: such a value, and a null, is written ``null``, so
+that any JSON reader reads every line.  A float16 goes through numpy, whose
+shortest text is float16's own (Arrow writes a float16 exactly, 13 digits for
+``0.1``).  A column of any other type (none that the sinks make) goes the slow
+way, through ``json.dumps``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+#: a string holding one of these is escaped by json.dumps; any other is only quoted
+_NEEDS_ESCAPING = r'["\\\x00-\x1f]'
+#: a float's text that would read back as an integer
+_WHOLE_NUMBER = r"^-?[0-9]+$"
+
+
+def json_lines(batch: Any) -> bytes:
+    """The rows of the pyarrow record batch ``batch`` as JSON Lines, UTF-8, each line
+    ending in a newline (``b""`` for a batch of no rows)."""
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0:
+        return b""
+    pieces: list[Any] = []
+    for number, (name, column) in enumerate(zip(batch.schema.names, batch.columns, strict=True)):
+        pieces += [("{" if number == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":", _json_values(column)]
+    lines = pc.binary_join_element_wise(*pieces, "}\n", "")
+    return _text_bytes(lines)
+
+
+def _json_values(column: Any) -> Any:
+    """A string array of ``column``'s values as JSON text, ``null`` for a null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_floating(kind):
+        text = _float_text(column)
+    elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_string(kind):
+        text = _quoted(column)
+    elif pa.types.is_large_string(kind):  # joined with the others, which are strings
+        text = _quoted(column.cast(pa.string()))
+    elif pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+        text = _joined_lists(column)
+    else:
+        text = pa.array([json.dumps(_finite(value), ensure_ascii=False) for value in column.to_pylist()])
+    return pc.fill_null(text, "null")
+
+
+def _float_text(column: Any) -> Any:
+    """Floats as their type's shortest text; NaN and infinities as ``null``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_float16(column.type):
+        text = pa.array(column.to_numpy(zero_copy_only=False).astype(str))  # a null: NaN, not finite
+    else:
+        text = pc.cast(column, pa.string())
+        # Arrow writes 1.0 as "1", which JSON readers read as an integer (and -0.0 as 0); the
+        # test on the numbers is cheap, the one on the text is not, and seldom needed
+        if pc.any(pc.equal(pc.trunc(column), column)).as_py():
+            whole = pc.match_substring_regex(text, _WHOLE_NUMBER)
+            text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
+    finite = pc.is_finite(column)
+    return text if pc.all(finite).as_py() else pc.if_else(finite, text, "null")
+
+
+def _quoted(column: Any) -> Any:
+    """Strings as JSON strings: quoted, and escaped where one holds a quote, a backslash
+    or a control character (paths and labels seldom do)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPING)).as_py():
+        values = column.to_pylist()
+        return pa.array([None if value is None else json.dumps(value, ensure_ascii=False) for value in values])
+    return pc.binary_join_element_wise('"', column, '"', "")
+
+
+def _joined_lists(column: Any) -> Any:
+    """Lists as JSON arrays, their values encoded as a column's are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_fixed_size_list(column.type):
+        column = column.cast(pa.list_(column.type.value_type))
+    # flatten() leaves out what a slice or a null list covers; the offsets are made anew to match
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy()
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    lists = pa.ListArray.from_arrays(offsets, _json_values(column.flatten()), mask=column.is_null())
+    return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+
+
+def _text_bytes(lines: Any) -> bytes:
+    """The bytes of a string array's values end to end, read from its buffers at once."""
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity in it made None (JSON's null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return value
