@@ -71,16 +71,16 @@ def _float_text(column: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if pa.types.is_float16(column.type):
-        text = pa.array(column.to_numpy(zero_copy_only=False).astype(str))  # a null: NaN, not finite
+    if pa.types.is_float16(column.type):  # numpy's text is float16's own; Arrow 16 cannot test one
+        values = column.to_numpy(zero_copy_only=False)  # a null as NaN: not finite
+        text, finite = pa.array(values.astype(str)), pa.array(np.isfinite(values))
     else:
-        text = pc.cast(column, pa.string())
+        text, finite = pc.cast(column, pa.string()), pc.is_finite(column)
         # Arrow writes 1.0 as "1", which JSON readers read as an integer (and -0.0 as 0); the
         # test on the numbers is cheap, the one on the text is not, and seldom needed
         if pc.any(pc.equal(pc.trunc(column), column)).as_py():
             whole = pc.match_substring_regex(text, _WHOLE_NUMBER)
             text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
-    finite = pc.is_finite(column)
     return text if pc.all(finite).as_py() else pc.if_else(finite, text, "null")
 
 
@@ -101,8 +101,6 @@ def _joined_lists(column: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if pa.types.is_fixed_size_list(column.type):
-        column = column.cast(pa.list_(column.type.value_type))
     # flatten() leaves out what a slice or a null list covers; the offsets are made anew to match
     lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy()
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))

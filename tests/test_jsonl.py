@@ -73,7 +73,8 @@ def test_lists_of_every_kind_sliced_and_null():
     labels = pa.array([["cat", "dog"], [], None, ['"quoted"'], ["x"]])
     scores = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(10, dtype=np.float32) / 8), 2)
     classes = pa.array([[1, 2], [3], [], [4], None], type=pa.list_(pa.int32()))
-    batch = pa.record_batch({"labels": labels, "scores": scores, "classes": classes})
+    pairs = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(10)), 2, mask=pa.array([False, True] * 2 + [False]))
+    batch = pa.record_batch({"labels": labels, "scores": scores, "classes": classes, "pairs": pairs})
     for start, stop in [(0, 5), (1, 4), (2, 5), (4, 5)]:
         part = batch.slice(start, stop - start)
         assert _read(json_lines(part)) == [_as_json(row) for row in part.to_pylist()], (start, stop)

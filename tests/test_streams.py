@@ -513,8 +513,20 @@ def test_ortpipe_run_reads_a_named_pipe_given_its_format(tmp_path, capsys):
 # NOTE [ decoding on the GPU ]: where there is none, the errors (tests/test_cuda.py decodes on one)
 
 
+def test_decoding_on_a_device_with_a_pyav_that_cannot_says_which_can(clip, monkeypatch, capsys):
+    import av.codec
+
+    monkeypatch.setitem(sys.modules, "av.codec.hwaccel", None)  # an import of it fails, as before PyAV 14.1
+    monkeypatch.delattr(av.codec, "hwaccel", raising=False)
+    with pytest.raises(SourceError, match=r"decoding on a GPU needs PyAV 14.2 or later .* PyAV [0-9.]+ is installed"):
+        VideoSource(clip, 8, _spec(), hwaccel="cuda")
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "video decoding on a GPU (--hwaccel cuda): no: decoding on a GPU needs PyAV 14.2 or later" in out
+
+
 def test_decoding_on_a_device_names_what_ffmpeg_has_and_what_it_cannot_open(clip, tmp_path, capsys):
-    from av.codec.hwaccel import hwdevices_available
+    hwdevices_available = pytest.importorskip("av.codec.hwaccel", reason="PyAV before 14.1").hwdevices_available
 
     with pytest.raises(SourceError, match=r"hwaccel 'nvdec' is no device FFmpeg decodes on; it has .*cuda:N for"):
         VideoSource(clip, 8, _spec(), hwaccel="nvdec")

@@ -671,18 +671,21 @@ def _io_lines() -> list[str]:
         version = f"{module} {package.__version__}"
         ffmpeg = getattr(package, "ffmpeg_version_info", None)
         lines.append(f"{reads}: {version}" + (f" (FFmpeg {ffmpeg})" if ffmpeg else ""))
-        if ffmpeg:
+        if module == "av":
             lines.append(f"video decoding on a GPU (--hwaccel cuda): {_nvdec_line()}")
     return lines
 
 
 def _nvdec_line() -> str:
     """Whether FFmpeg can decode on the first CUDA device (NOTE [ decoding on the GPU ]), and why not."""
-    from av.codec.hwaccel import hwdevices_available
+    from ..sources._base import SourceError
+    from ..sources._opening import hw_api, hw_device_unusable
 
-    from ..sources._opening import hw_device_unusable
-
-    if "cuda" not in hwdevices_available():
+    try:
+        available = hw_api().hwdevices_available()
+    except SourceError as exc:  # a PyAV too old
+        return f"no: {exc}"
+    if "cuda" not in available:
         return "this FFmpeg has no CUDA support"
     unusable = hw_device_unusable("cuda")
     return "yes (NVDEC)" if unusable is None else f"no: {unusable}"

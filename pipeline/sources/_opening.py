@@ -109,13 +109,12 @@ def checked_hwaccel(hwaccel: str | None, path: str | Path) -> str | None:
     """``TYPE[:DEVICE]`` where FFmpeg can decode on devices of that TYPE (NOTE [ decoding on the GPU ])."""
     if hwaccel is None:
         return None
-    from av.codec.hwaccel import hwdevices_available
-
+    available = hw_api(f"video {str(path)!r}: ").hwdevices_available()
     kind = hwaccel.partition(":")[0] if isinstance(hwaccel, str) else None
-    if kind not in hwdevices_available():
+    if kind not in available:
         raise SourceError(
             f"video {str(path)!r}: hwaccel {hwaccel!r} is no device FFmpeg decodes on; it has "
-            f"{', '.join(hwdevices_available()) or 'none'} (cuda:N for NVIDIA's NVDEC on GPU N)"
+            f"{', '.join(available) or 'none'} (cuda:N for NVIDIA's NVDEC on GPU N)"
         )
     unusable = hw_device_unusable(hwaccel)
     if unusable is not None:
@@ -126,11 +125,13 @@ def checked_hwaccel(hwaccel: str | None, path: str | Path) -> str | None:
 @functools.cache
 def hw_device_unusable(hwaccel: str) -> str | None:
     """Why FFmpeg cannot open the device ``hwaccel`` (``TYPE[:DEVICE]``), tried once a process
-    with an H.264 decoder; None where it can."""
+    with an H.264 decoder (or why this PyAV cannot ask); None where it can."""
     import av
 
     try:
         hw_decoding(hwaccel).create(av.Codec("h264", "r"))
+    except SourceError as exc:
+        return str(exc)
     except NotImplementedError:
         return f"FFmpeg's H.264 decoder has no way to decode on {hwaccel.partition(':')[0]} devices"
     except (av.error.FFmpegError, ValueError) as exc:
@@ -141,10 +142,23 @@ def hw_device_unusable(hwaccel: str) -> str | None:
 def hw_decoding(hwaccel: str) -> Any:
     """PyAV's settings to decode on ``hwaccel`` (``TYPE[:DEVICE]``): the frames downloaded to host
     memory as they are decoded, and no quiet fall back to the CPU (NOTE [ decoding on the GPU ])."""
-    from av.codec.hwaccel import HWAccel
-
     kind, _, device = hwaccel.partition(":")
-    return HWAccel(device_type=kind, device=device or None, allow_software_fallback=False)
+    return hw_api().HWAccel(device_type=kind, device=device or None, allow_software_fallback=False)
+
+
+def hw_api(where: str = "") -> Any:
+    """PyAV's ``av.codec.hwaccel`` (PyAV 14.1 and later; its wheels' FFmpeg decodes on CUDA
+    from 14.2), or a SourceError, after ``where``, saying which PyAV is needed."""
+    try:
+        from av.codec import hwaccel
+    except ImportError:
+        import av
+
+        raise SourceError(
+            f"{where}decoding on a GPU needs PyAV 14.2 or later (av.codec.hwaccel, an FFmpeg built "
+            f"with CUDA); PyAV {av.__version__} is installed: pip install -U av"
+        ) from None
+    return hwaccel
 
 
 def demuxer(name: str | None, path: str | Path) -> str | None:
