@@ -38,8 +38,11 @@ data cannot be captured (ORT allocates them): such a model fails with graphs.
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -49,6 +52,7 @@ from ._batching import Layout
 from ._errors import DeviceError
 from ._session import OrtSession, Shape, nbytes_of
 from .devices import Device, DeviceBuffer, Event, typed_view
+from .devices._memory import gib
 
 T = TypeVar("T")
 
@@ -177,26 +181,76 @@ class Rings:
 
 
 def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: int) -> Rings:
-    """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows."""
+    """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows; a DeviceError
+    saying how much they take where they cannot fit (NOTE [ buffers that do not fit ])."""
     in_bytes = layout.input_nbytes(layout.batch_size)
-    output_layout = session.output_layout(layout.model_shapes(layout.batch_size))
     full = layout.model_inputs(layout.batch_size)
     model_bytes = {name: nbytes_of(*full[name]) for name, _, _ in layout.preprocess}
+    fit = _Fit(device, layout.batch_size, depth)
+    fit.check(pinned=sum(in_bytes.values()), device=sum(in_bytes.values()) + sum(model_bytes.values()))
+    with fit.translated("running the model once at that size, to learn its outputs' shapes"):
+        output_layout = session.output_layout(layout.model_shapes(layout.batch_size))
     out_bytes = {name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()}
-    pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
-    slots = [
-        DeviceSlot(
-            inputs={n: device.device_empty(b) for n, b in in_bytes.items()},
-            outputs={n: device.device_empty(b) for n, b in out_bytes.items()},
-            binding=session.new_binding(),
-            model_inputs={n: device.device_empty(b) for n, b in model_bytes.items()},
-            run_options=session.slot_run_options(),
-        )
-        for _ in range(depth)
-    ]
-    pinned_out = [PinnedOutSlot({n: device.pinned_empty(b) for n, b in out_bytes.items()}) for _ in range(depth)]
-    constants = upload_constants(device, session.constants)
+    fit.check(
+        pinned=sum(in_bytes.values()) + sum(out_bytes.values()),
+        device=sum(in_bytes.values()) + sum(model_bytes.values()) + sum(out_bytes.values()),
+    )
+    with fit.translated("allocating them"):
+        pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
+        slots = [
+            DeviceSlot(
+                inputs={n: device.device_empty(b) for n, b in in_bytes.items()},
+                outputs={n: device.device_empty(b) for n, b in out_bytes.items()},
+                binding=session.new_binding(),
+                model_inputs={n: device.device_empty(b) for n, b in model_bytes.items()},
+                run_options=session.slot_run_options(),
+            )
+            for _ in range(depth)
+        ]
+        pinned_out = [PinnedOutSlot({n: device.pinned_empty(b) for n, b in out_bytes.items()}) for _ in range(depth)]
+        constants = upload_constants(device, session.constants)
     return Rings(layout, output_layout, pinned_in, Pool(slots), Pool(pinned_out), slots, constants)
+
+
+#: how ORT says an allocation of its own failed (its arena's words, CUDA's)
+_ORT_OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|out of memory", re.IGNORECASE)
+
+
+class _Fit:
+    """Whether a pipeline's buffers fit its device, checked before they are made, and an
+    allocation that fails all the same told in the same words (NOTE [ buffers that do
+    not fit ] in devices/_memory.py).  Sizes are of one slot; there are ``depth``."""
+
+    def __init__(self, device: Device, batch_size: int, depth: int) -> None:
+        self.device, self.batch_size, self.depth = device, batch_size, depth
+        self._needed = ""  # what the last check found the buffers take
+
+    def _what(self) -> str:
+        return f"batch size {self.batch_size:,} at depth {self.depth} is too large for {self.device.name}"
+
+    def _advice(self) -> str:
+        return "choose a smaller batch size (or depth, or fewer outputs with --output-names)"
+
+    def check(self, pinned: int, device: int) -> None:
+        """Refuse slots of ``pinned`` host and ``device`` device bytes each where ``depth`` do not fit."""
+        pinned, device = pinned * self.depth, device * self.depth
+        self._needed = f"its buffers need {gib(pinned)} page-locked and {gib(device)} on the device"
+        shortfall = self.device.memory_shortfall(pinned, device)
+        if shortfall is not None:
+            raise DeviceError(f"{self._what()}: its {self.depth} slots' buffers {shortfall}; {self._advice()}")
+
+    @contextlib.contextmanager
+    def translated(self, doing: str) -> Iterator[None]:
+        """An allocation failure while ``doing`` raised as a DeviceError with the figures."""
+        try:
+            yield
+        except Exception as exc:
+            if not (self.device.out_of_memory(exc) or _ORT_OUT_OF_MEMORY.search(str(exc))):
+                raise
+            raise DeviceError(
+                f"{self._what()}: {doing} ran out of memory ({self._needed}, ORT's working memory on top): "
+                f"{exc}; {self._advice()}"
+            ) from exc
 
 
 def upload_constants(

@@ -185,3 +185,22 @@ def test_hwaccel_cuda_alone_decodes_on_the_gpu_the_model_runs_on(cuda):
     with Pipeline(models.mlp(), device=cuda) as pipe:
         assert _decoding_device("cuda", pipe) == f"cuda:{cuda.device_id}"
         assert _decoding_device("cuda:0", pipe) == "cuda:0" and _decoding_device(None, pipe) is None
+
+
+def test_buffers_larger_than_the_gpu_has_free_are_refused_with_the_figures(cuda):
+    """NOTE [ buffers that do not fit ]: the GPU's free memory (CuPy's pool's too), and the host's
+    for page-locked buffers, checked before any is made."""
+    import cupy
+
+    from pipeline import DeviceError
+    from pipeline.devices._memory import host_memory_available
+
+    _free, total = cupy.cuda.runtime.memGetInfo()
+    assert cuda.memory_shortfall(1 << 20, 1 << 20) is None
+    assert "of GPU memory, and" in cuda.memory_shortfall(0, total + (1 << 30))
+    assert "of page-locked host memory" in cuda.memory_shortfall(host_memory_available() + (1 << 30), 0)
+    assert cuda.out_of_memory(cupy.cuda.memory.OutOfMemoryError(1 << 40, 0, 0))
+    rows = total // (3 * 1024 * 4) + 1  # identity's 1024 float32 a row: three slots of inputs alone exceed it
+    with Pipeline(models.identity(features=1024), device=cuda, batch_size=rows) as pipe:
+        with pytest.raises(DeviceError, match=rf"batch size {rows:,} at depth 3 is too large for .*\(cuda:0\): its 3"):
+            list(pipe.map([np.zeros((8, 1024), np.float32)]))

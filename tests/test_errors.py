@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import re
 import threading
 import time
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline import (
+    DeviceError,
     HostDevice,
     ModelError,
     Pipeline,
@@ -274,3 +276,48 @@ def test_a_host_dlpack_array_is_taken():
     assert rows.__dlpack_device__()[0] == 1
     with Pipeline(models.mlp(), device="cpu") as pipe:
         assert len(list(pipe.map([rows]))) == 1
+
+
+# NOTE [ buffers that do not fit ]
+
+
+def test_a_batch_too_large_for_the_memory_left_is_refused_with_the_figures_before_any_work():
+    with Pipeline(models.identity(features=1024), device="cpu", batch_size=10**8) as pipe:
+        with pytest.raises(DeviceError) as error:
+            list(pipe.map([np.zeros((10, 1024), np.float32)]))
+    assert str(error.value).startswith("batch size 100,000,000 at depth 3 is too large for host: its 3 slots' ")
+    assert re.search(
+        r"buffers need [0-9,.]+ GiB of host memory, and [0-9,.]+ GiB is available; choose a smaller", str(error.value)
+    )
+    wait_no_threads()
+
+
+class _Untold(HostDevice):
+    """The host device on a machine that does not say how much memory it has left (no
+    /proc/meminfo): the buffers are not checked first, so their allocation fails."""
+
+    def memory_shortfall(self, pinned_bytes: int, device_bytes: int) -> None:
+        return None
+
+
+def test_an_allocation_that_fails_all_the_same_is_told_with_the_figures():
+    rows = 2**36  # 256 TiB of inputs: more than any address space, refused whatever the kernel's overcommit
+    with Pipeline(models.identity(features=1024), device=_Untold(), batch_size=rows) as pipe:
+        with pytest.raises(DeviceError) as error:
+            list(pipe.map([np.zeros((10, 1024), np.float32)]))
+    message = str(error.value)
+    assert message.startswith(f"batch size {rows:,} at depth 3 is too large for host: running the model once at that ")
+    assert "its buffers need 786,432.0 GiB page-locked and 786,432.0 GiB on the device, ORT's working memory" in message
+    assert isinstance(error.value.__cause__, MemoryError)
+    wait_no_threads()
+
+
+def test_ortpipe_run_refuses_a_batch_too_large_in_a_line(tmp_path, capsys):
+    from pipeline.cli import main
+
+    np.save(tmp_path / "x.npy", np.zeros((10, 1024), np.float32))
+    argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]
+    assert main([*argv, "--batch-size", str(10**12), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "is too large for host: its 3 slots' buffers need" in err and "Traceback" not in err
+    assert not (tmp_path / "y.npy").exists()

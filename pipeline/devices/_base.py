@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._memory import gib, host_memory_available
+
 if TYPE_CHECKING:
     from ._normalize import NormalizeOp
 
@@ -195,6 +197,21 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def device_empty(self, nbytes: int) -> DeviceBuffer:
         """``nbytes`` of device memory."""
+
+    def memory_shortfall(self, pinned_bytes: int, device_bytes: int) -> str | None:
+        """Why ``pinned_bytes`` of page-locked host memory and ``device_bytes`` of device
+        memory cannot be had now, as what they "need" against what there is (NOTE [ buffers
+        that do not fit ]); None where they can, or nothing says how much there is.  Here
+        both are host memory."""
+        available = host_memory_available()
+        needed = pinned_bytes + device_bytes
+        if available is None or needed <= available:
+            return None
+        return f"need {gib(needed)} of host memory, and {gib(available)} is available"
+
+    def out_of_memory(self, error: BaseException) -> bool:
+        """Whether ``error`` is this device's failure to allocate memory."""
+        return isinstance(error, MemoryError)
 
     def device_array(self, value: object) -> DeviceArray | None:
         """``value`` as an array in this device's memory (NOTE [ device arrays ]),

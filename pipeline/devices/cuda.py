@@ -24,6 +24,7 @@ import numpy as np
 
 from .._errors import DeviceError, DeviceUnavailableError
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream, c_strides
+from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
@@ -261,6 +262,22 @@ class CudaDevice(Device):
         if cached is None:  # first use of these coefficients: a tiny copy, then kept
             cached = self._constants[key] = self._cupy.asarray(values.astype(np.float32))
         return cached
+
+    def memory_shortfall(self, pinned_bytes: int, device_bytes: int) -> str | None:
+        host = host_memory_available()
+        if host is not None and pinned_bytes > host:
+            return f"need {gib(pinned_bytes)} of page-locked host memory, and {gib(host)} is available"
+        with self._cupy.cuda.Device(self.device_id):  # both figures are the current device's
+            free, _total = self._cupy.cuda.runtime.memGetInfo()
+            free += self._cupy.get_default_memory_pool().free_bytes()  # blocks CuPy's pool keeps for reuse
+        if device_bytes > free:
+            return f"need {gib(device_bytes)} of GPU memory, and {gib(free)} is free"
+        return None
+
+    def out_of_memory(self, error: BaseException) -> bool:
+        # CuPy's OutOfMemoryError is a MemoryError; page-locked memory fails with
+        # CUDARuntimeError cudaErrorMemoryAllocation (2)
+        return isinstance(error, MemoryError) or getattr(error, "status", None) == 2
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         import cupyx
