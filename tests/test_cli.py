@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -264,6 +265,8 @@ def test_info(capsys):
     assert "videos and streams: " in out and "Parquet, CSV: " in out and "images: " in out  # installed or how to
     if "videos and streams: av " in out:  # whether FFmpeg can decode on the GPU, and why not
         assert "video decoding on a GPU (--hwaccel cuda): " in out
+    if sys.platform.startswith("linux"):  # what a pipeline's buffers are checked against
+        assert re.search(r"\nhost memory: [0-9,.]+ [GM]iB available\n", out)
 
 
 def test_a_reader_that_goes_away_ends_any_command_quietly():

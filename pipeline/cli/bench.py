@@ -35,6 +35,7 @@ from ..bench import (
     spread_line,
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
+from ..devices._memory import gib, host_memory_available
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -706,6 +707,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("cupy: not installed (pip install 'ortpipe[cuda]')")
     for line in _io_lines():
         print(line)
+    available = host_memory_available()
+    if available is not None:  # what a pipeline's buffers are checked against (NOTE [ buffers that do not fit ])
+        print(f"host memory: {gib(available)} available")
     reason = cuda_unavailable_reason(0)
     if reason is not None:
         print(f"cuda: not available ({reason})")
