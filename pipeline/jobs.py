@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping, Sequence
@@ -741,7 +742,14 @@ def run_job(
         return summary.interrupted
 
     def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-        sink.write(index, rows, views, metas.popleft())
+        try:
+            sink.write(index, rows, views, metas.popleft())
+        except BrokenPipeError:
+            raise  # what reads the output went away: the CLI ends quietly (exit 141)
+        except OSError as exc:  # a full disk, a quota, a file too large: said, not a traceback
+            raise SinkError(
+                f"batch {index}: {_output_of(sink)} cannot be written after {summary.items:,} rows: {_reason(exc)}"
+            ) from exc
         summary.items += rows
         summary.batches += 1
         if progress is not None:
@@ -751,6 +759,7 @@ def run_job(
     feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
     summary.filled = filler is not None
     start = time.perf_counter()
+    failed = True  # until the loop ends without an exception
     try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
         if filler is not None and isinstance(pipe, Pipeline):
             fill = _fill_from(filler, metas, stopped)
@@ -760,6 +769,7 @@ def run_job(
         for _ in results:
             pass
         stopped()  # a stop the source ended at (a pipe told to stop reading) is a stop too
+        failed = False
     except KeyboardInterrupt:
         summary.interrupted = True
         raise
@@ -769,7 +779,7 @@ def run_job(
             (filler or feed).close()  # the engine's threads are joined: end the source's iteration here
         summary.stats = pipe.stats.to_dict()
         try:
-            sink.close()
+            _close(sink, failed)
         finally:
             if progress is not None:
                 progress.close()
@@ -777,6 +787,35 @@ def run_job(
     if mark_complete is not None and not summary.interrupted:  # here only when nothing failed
         mark_complete()
     return summary
+
+
+def _close(sink: Sink, failed: bool) -> None:
+    """Close ``sink``; where it cannot be (its last bytes find the disk full), say so - unless
+    the job failed already, whose error is the one to tell (closing then is tidying up)."""
+    try:
+        sink.close()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        if not failed:
+            raise SinkError(f"{_output_of(sink)} cannot be closed: {_reason(exc)}") from exc
+
+
+def _output_of(sink: Sink) -> str:
+    """How a message names the output ``sink`` writes."""
+    path = getattr(sink, "path", None)
+    if path is None:
+        paths = getattr(sink, "paths", None)
+        path = next(iter(paths.values()), None) if isinstance(paths, Mapping) else None
+    if path is None:
+        return "the output"
+    return "standard output" if str(path) == "-" else f"the output {str(path)!r}"
+
+
+def _reason(error: OSError) -> str:
+    """An OSError as the system says it ("[Errno 28] No space left on device"), not as a
+    library wraps it ("Error writing bytes to file. Detail: [errno 28] ...")."""
+    return f"[Errno {error.errno}] {os.strerror(error.errno)}" if error.errno else str(error)
 
 
 def _batches(

@@ -7,6 +7,10 @@ chaos mode shows no slot is written while its last h2d may still read it.
 
 from __future__ import annotations
 
+import re
+import resource
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -181,3 +185,53 @@ def test_the_first_rows_of_a_video_still_fill_the_slots(tmp_path, video):
     assert got["frame_index"].to_pylist() == list(range(20))
     assert got["logits"].to_pylist() == want["logits"].to_pylist()[:20]
     assert wait_no_threads() == []
+
+
+# An output that cannot be written (a full disk, a quota, a file size limit): said in a line, the rows kept
+
+
+def _run_limited(argv: list[str], file_size_limit: int | None = None, stdout=None):
+    """``ortpipe ARGV`` in a process whose files may not grow past ``file_size_limit`` bytes
+    (RLIMIT_FSIZE: the kernel fails a write past it with EFBIG, as a full disk fails one with
+    ENOSPC; Python ignores the SIGXFSZ it sends)."""
+
+    def limit() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    command = [sys.executable, "-m", "pipeline.cli", *argv, "--no-progress"]
+    return subprocess.run(
+        command, preexec_fn=limit, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_an_output_that_cannot_grow_is_said_in_a_line_and_its_rows_resume(tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((600, 1024)).astype(np.float32))
+    argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--batch-size", "50"]
+    whole = _run_limited([*argv, "--output", str(tmp_path / "whole.csv")])
+    assert whole.returncode == 0, whole.stderr
+    cut = _run_limited([*argv, "--output", str(tmp_path / "o.csv")], file_size_limit=1_500_000)
+    assert cut.returncode == 1 and "Traceback" not in cut.stderr, cut.stderr
+    written = re.search(
+        r"batch (\d+): the output '.*o\.csv' cannot be written after (\d+) rows: \[Errno 27\] File too large",
+        cut.stderr,
+    )
+    assert written, cut.stderr
+    assert int(written[2]) == 50 * int(written[1]) > 0
+    resumed = _run_limited([*argv, "--output", str(tmp_path / "o.csv"), "--resume"])  # the disk has room again
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "o.csv").read_text() == (tmp_path / "whole.csv").read_text()
+
+
+def test_an_output_that_cannot_be_closed_or_a_full_standard_output_is_said_in_a_line(tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((200, 1024)).astype(np.float32))
+    argv = ["run", "identity", "--input", str(tmp_path / "x.npy")]
+    parquet = _run_limited([*argv, "--output", str(tmp_path / "o.parquet")], file_size_limit=10_000)
+    assert parquet.returncode == 1 and "Traceback" not in parquet.stderr, parquet.stderr
+    assert re.search(
+        r"the output '.*o\.parquet' cannot be (closed|written after \d+ rows): \[Errno 27\]", parquet.stderr
+    )
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC, as on a full disk
+        stream = _run_limited([*argv, "--output", "-"], stdout=full)
+    assert stream.returncode == 1 and "Traceback" not in stream.stderr, stream.stderr
+    assert "standard output cannot be written after 0 rows: [Errno 28] No space left on device" in stream.stderr

@@ -48,3 +48,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:  # a file the run writes beside its output (--stats, --trace, --json) on a full disk
+        print(f"ortpipe: error: {exc}", file=sys.stderr)
+        return 1
