@@ -437,9 +437,9 @@ class _ParquetFile:
         except Exception as exc:
             raise SinkError(
                 f"cannot resume {str(self.path)!r}: it is not a readable Parquet file ({exc}); a run that was killed "
-                "leaves no footer, and its rows cannot be read back (Ctrl-C or SIGTERM stop a run so that it can be "
-                "resumed; .npy, .csv and a folder - a Parquet data set - keep a killed run's rows): remove it and "
-                "start over"
+                "leaves no footer (as does one whose disk filled), and its rows cannot be read back (Ctrl-C or "
+                "SIGTERM stop a run so that it can be resumed; .npy, .csv, .jsonl and a folder - a Parquet data set - "
+                "keep a killed run's rows): remove it and start over"
             ) from exc
         if rows:
             self._earlier = schema
