@@ -229,7 +229,7 @@ class _Fit:
         return f"batch size {self.batch_size:,} at depth {self.depth} is too large for {self.device.name}"
 
     def _advice(self) -> str:
-        return "choose a smaller batch size (or depth, or fewer outputs with --output-names)"
+        return "choose a smaller batch size (or depth, or fewer outputs)"
 
     def check(self, pinned: int, device: int) -> None:
         """Refuse slots of ``pinned`` host and ``device`` device bytes each where ``depth`` do not fit."""
