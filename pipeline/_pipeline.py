@@ -39,7 +39,7 @@ from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
 from ._lifecycle import OneRunAtATime
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
-from ._session import ModelSource, OrtSession, SessionConfig, TensorSpec
+from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig, TensorSpec
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
@@ -87,6 +87,9 @@ class PipelineOptions:
     #: NOTE [ static shapes ] in ``_batching``: every run at the slots' shape,
     #: short batches padded; a batch that needs other slots or shapes refused
     static_shapes: bool = False
+    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``_session``): "error"
+    #: (the default), or "warning", "info", "verbose" to see why a model runs as it does
+    ort_log: str = "error"
     #: NOTE [ CUDA graphs ] in ``_rings``: ORT captures each slot's run as a CUDA
     #: graph and replays it (one launch instead of a kernel launch per node);
     #: CUDA only, implies static_shapes, and "auto" issuing stays on the caller's thread
@@ -103,6 +106,8 @@ class PipelineOptions:
                 "cuda_graph needs the caller's thread to issue every stage (stage_threads=False or 'auto'): "
                 "ORT captures a graph in CUDA's global mode, when no other thread may call CUDA"
             )
+        if self.ort_log not in ORT_LOG_LEVELS:
+            raise ValueError(f"ort_log must be one of {list(ORT_LOG_LEVELS)}, got {self.ort_log!r}")
         resolve_copy_threads(self.copy_threads)  # checks it
         self.session()  # checks the ORT options
 
@@ -113,6 +118,7 @@ class PipelineOptions:
             graph_optimization=self.graph_optimization,
             entries=dict(self.session_config),
             cuda_graph=self.cuda_graph,
+            log_severity=ORT_LOG_LEVELS[self.ort_log],
         )
 
     @property

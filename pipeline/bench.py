@@ -44,7 +44,7 @@ import onnxruntime as ort
 from ._hostcopy import CopyThreads, HostCopier
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions, discard
-from ._session import ModelSource, OrtSession, SessionConfig
+from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
 
@@ -366,6 +366,7 @@ def _engine_options(
         stage_threads=stage_threads,
         copy_threads=copy_threads,
         cuda_graph=cuda_graph,
+        ort_log=next(name for name, level in ORT_LOG_LEVELS.items() if level == session.log_severity),
     )
 
 

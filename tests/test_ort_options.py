@@ -110,3 +110,26 @@ def test_options_stay_hashable_and_compare_by_value():
     b = PipelineOptions(session_config={"session.set_denormal_as_zero": "1"}, provider_options={"use_tf32": "0"})
     assert a == b and hash(a) == hash(b) and a != PipelineOptions()
     assert hash(SessionConfig(entries={"k": "v"})) == hash(SessionConfig())
+
+
+def test_ort_log_shows_as_much_of_orts_own_log_as_asked(tmp_path, capfd):
+    """ORT writes its log to standard error from C++: read at the file descriptor."""
+    with pytest.raises(ValueError, match=r"ort_log must be one of \['verbose', 'info', 'warning', 'error', 'fatal'\]"):
+        PipelineOptions(ort_log="loud")
+    with Pipeline(models.mlp(), device="cpu", options=PipelineOptions(ort_log="verbose")) as pipe:
+        assert pipe.session.session.get_session_options().log_severity_level == 0
+    assert "All nodes placed on [CPUExecutionProvider]" in capfd.readouterr().err  # where every node runs
+    from pipeline.cli import main
+
+    np.save(tmp_path / "x.npy", np.zeros((4, 1024), np.float32))
+    argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "quiet.csv")]) == 0
+    assert "onnxruntime:" not in capfd.readouterr().err  # the default: errors only
+    assert main([*argv, "--output", str(tmp_path / "info.csv"), "--ort-log", "info"]) == 0
+    assert "[I:onnxruntime:" in capfd.readouterr().err
+    bench = ["bench", "identity", "--batches", "2", "--warmup", "0", "--depth", "1", "--no-progress"]
+    assert main([*bench, "--modes", "naive", "--ort-log", "info"]) == 0
+    baseline_only = capfd.readouterr().err.count("Initializing session")
+    assert baseline_only >= 1
+    assert main([*bench, "--modes", "naive,pipelined", "--ort-log", "info"]) == 0
+    assert capfd.readouterr().err.count("Initializing session") == baseline_only + 1  # the engine's session too

@@ -243,7 +243,7 @@ def key_value(option: str, example: str) -> Any:
 
 def add_ort_options(parser: Any) -> None:
     """How ORT builds its session: the same options for ``bench`` and ``run``."""
-    from .._session import GRAPH_OPTIMIZATION
+    from .._session import GRAPH_OPTIMIZATION, ORT_LOG_LEVELS
 
     parser.add_argument(
         "--graph-optimization",
@@ -267,6 +267,13 @@ def add_ort_options(parser: Any) -> None:
         metavar="KEY=VALUE",
         help="an option of ORT's CUDA execution provider (use_tf32=0, prefer_nhwc=1, ...); repeatable",
     )
+    parser.add_argument(
+        "--ort-log",
+        choices=list(ORT_LOG_LEVELS),
+        default="error",
+        help="how much of ORT's own log to show (default: error); warning says which nodes were not placed "
+        "on the GPU's provider, verbose where every node runs",
+    )
 
 
 def ort_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -275,6 +282,7 @@ def ort_options(args: argparse.Namespace) -> dict[str, Any]:
         "graph_optimization": args.graph_optimization,
         "session_config": dict(args.session_option),
         "provider_options": dict(args.provider_option),
+        "ort_log": args.ort_log,
     }
 
 

@@ -16,7 +16,7 @@ from .._cpus import usable_cpus
 from .._errors import PipelineError, PipelineInputError
 from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
-from .._session import SessionConfig
+from .._session import ORT_LOG_LEVELS, SessionConfig
 from ..bench import (
     DEFAULT_MODES,
     MODES,
@@ -583,7 +583,10 @@ def _workload(
 
 def _session_config(args: argparse.Namespace) -> SessionConfig:
     return SessionConfig(
-        intra_op_threads=args.threads, graph_optimization=args.graph_optimization, entries=dict(args.session_option)
+        intra_op_threads=args.threads,
+        graph_optimization=args.graph_optimization,
+        entries=dict(args.session_option),
+        log_severity=ORT_LOG_LEVELS[args.ort_log],
     )
 
 
