@@ -94,6 +94,10 @@ def ort_model_arg(model: ModelSource) -> str | bytes:
         return bytes(model)
     if isinstance(model, str | os.PathLike):
         path = Path(model)
+        if path.is_dir():  # an exporter's folder (Optimum's holds model.onnx beside its config)
+            inside = sorted(found.name for found in path.glob("*.onnx"))
+            which = f"it holds {', '.join(inside)}: give the file" if inside else "it holds no .onnx file"
+            raise ModelError(f"model {str(path)!r} is a folder, not an ONNX file; {which}")
         if not path.is_file():
             raise ModelError(f"model file not found: {str(path)!r}")
         return str(path)

@@ -207,6 +207,17 @@ def test_missing_model_file():
         Pipeline("nope.onnx", device="cpu")
 
 
+def test_a_folder_given_as_the_model_names_the_onnx_files_it_holds(tmp_path):
+    with pytest.raises(ModelError, match=r"model '.*' is a folder, not an ONNX file; it holds no \.onnx file"):
+        Pipeline(tmp_path, device="cpu")
+    (tmp_path / "model.onnx").write_bytes(models.mlp().SerializeToString())  # as Optimum exports one
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelError, match=r"is a folder, not an ONNX file; it holds model\.onnx: give the file"):
+        Pipeline(tmp_path, device="cpu")
+    with Pipeline(tmp_path / "model.onnx", device="cpu") as pipe:
+        assert pipe.session.inputs[0].name == "x"
+
+
 def test_garbage_model_bytes():
     with pytest.raises(ModelError, match="could not load"):
         Pipeline(b"not a model", device="cpu")
