@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline import HostDevice, models
@@ -174,3 +176,20 @@ def test_multi_mode_shares_the_workload_between_pipelines():
         run_modes(models.mlp(), one, work, modes=["multi"], multi_devices=[one])
     one.close()
     two.close()
+
+
+def test_bench_refuses_random_batches_larger_than_the_memory_left(capsys):
+    """NOTE [ buffers that do not fit ]: refused before any is drawn (drawn, Linux would grant the
+    memory and its OOM killer end the run with no word - as it did the conv net's, whose frame size
+    the model leaves free)."""
+    from pipeline.cli import main
+
+    for model, extra in [("identity", []), ("convnet", []), ("identity", ["--batches", "2"])]:
+        assert main(["bench", model, "--batch-size", str(10**8), "--modes", "naive", *extra]) == 2
+        err = capsys.readouterr().err
+        count = 2 if extra else 16
+        assert re.search(
+            rf"--batch-size 100,000,000: the {count} random batches bench cycles through need [0-9,.]+ GiB of host "
+            r"memory, and [0-9,.]+ GiB is available; choose a smaller batch size",
+            err,
+        ), err

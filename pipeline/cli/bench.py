@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,8 @@ def synthetic_batches(
     """``count`` random batches that fit the batched inputs of the model ``probe`` is a session of
     (a built-in's own example batches when neither --input nor --constant is given)."""
     if model_arg in models.BUILTIN and not inputs and not probe.constants:
+        row = models.example_batch(model_arg, 1).values()  # its own frame size, where the model leaves it free
+        _check_pool_fits([(value[0].size, value.itemsize) for value in row], batch_size, count)
         return [models.example_batch(model_arg, batch_size, seed=i) for i in range(count)]
     given = {name: (shape, dtype) for name, shape, dtype in inputs}
     batched = probe.batched_inputs
@@ -248,7 +251,23 @@ def synthetic_batches(
         if dtype is not None and np.dtype(dtype) != spec.dtype:
             raise PipelineError(f"--input {spec.name}: the model takes {spec.dtype.name}, not {dtype}")
         shapes[spec.name] = (concrete, spec.dtype)
+    _check_pool_fits([(math.prod(dims[1:]), dtype.itemsize) for dims, dtype in shapes.values()], batch_size, count)
     return [{n: _random(rng, d, t) for n, (d, t) in shapes.items()} for _ in range(count)]
+
+
+def _check_pool_fits(row_elements: list[tuple[int, int]], batch_size: int, count: int) -> None:
+    """Refuse a batch size whose ``count`` random batches cannot fit in the host memory left
+    (NOTE [ buffers that do not fit ]: an allocation Linux grants and cannot back ends in the
+    OOM killer); ``row_elements``: each input's elements a row and their size in bytes."""
+    batch_bytes = batch_size * sum(elements * itemsize for elements, itemsize in row_elements)
+    # the batches, and the float64 numbers one input is drawn as before it takes its dtype
+    needed = count * batch_bytes + 8 * batch_size * max((elements for elements, _ in row_elements), default=0)
+    available = host_memory_available()
+    if available is not None and needed > available:
+        raise PipelineError(
+            f"--batch-size {batch_size:,}: the {count} random batches bench cycles through need {gib(needed)} of "
+            f"host memory, and {gib(available)} is available; choose a smaller batch size"
+        )
 
 
 def data_batches(
