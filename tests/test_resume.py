@@ -613,6 +613,35 @@ def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, su
         np.testing.assert_array_equal(ids, np.arange(ROWS))
 
 
+def test_a_terminal_that_closes_stops_the_job_gracefully_unless_told_to_ignore_it(tmp_path, capsys, busy_job):
+    """SIGHUP (an ssh session dropped) as SIGTERM: the Parquet file closed, readable, resumable; under
+    nohup, which ignores it, the job goes on to its end."""
+    output = tmp_path / "scores.parquet"
+    code, said = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGHUP)
+    assert code == 128 + signal.SIGHUP and "interrupted after" in said, said
+    assert 0 < pq.read_metadata(output).num_rows < ROWS  # the footer written
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    np.testing.assert_array_equal(_written(output)[1], np.arange(ROWS))
+    nohup = tmp_path / "nohup.parquet"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *_argv(busy_job, nohup)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
+    )
+    try:
+        assert process.stdout.readline().startswith("device:")
+        process.send_signal(signal.SIGHUP)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, rest
+    assert pq.read_metadata(nohup).num_rows == ROWS
+
+
 def test_a_second_signal_aborts_the_job_and_leaves_a_readable_output_that_resumes(tmp_path, capsys, busy_job):
     output = tmp_path / "scores.parquet"
     code, said = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGTERM, signal.SIGINT)

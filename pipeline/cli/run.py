@@ -837,13 +837,15 @@ class _Stop(threading.Event):
     signum: int | None = None
 
 
-#: the signals that end a job gracefully: Ctrl-C, and a scheduler's or a container's SIGTERM
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: the signals that end a job gracefully: Ctrl-C, a scheduler's or a container's SIGTERM, and the
+#: SIGHUP of a terminal that closes (an ssh session dropped), which would otherwise end the process
+#: where it stands, a Parquet file without its footer
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @contextlib.contextmanager
 def _signals_stop(source: Any = None) -> Iterator[_Stop]:
-    """The first Ctrl-C or SIGTERM ends the job gracefully (in-flight batches written,
+    """The first Ctrl-C, SIGTERM or SIGHUP ends the job gracefully (in-flight batches written,
     file closed, so that it can be resumed) and tells a ``source`` that can be
     blocked on a pipe to stop reading it (NOTE [ video streams ]); a second one
     aborts (the batches in flight dropped, the file still closed: cmd_run
@@ -859,8 +861,10 @@ def _signals_stop(source: Any = None) -> Iterator[_Stop]:
         if stop_reading is not None:
             stop_reading()
 
+    # one ignored stays ignored: nohup's SIGHUP, the SIGINT of a job a script put in the background
+    handled = [signum for signum in STOP_SIGNALS if signal.getsignal(signum) != signal.SIG_IGN]
     try:
-        previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+        previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     except ValueError:  # not the main thread: no signal handling there
         yield stop
         return
