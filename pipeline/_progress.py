@@ -85,18 +85,24 @@ class Progress:
             text = f"{self.label} [{bar:<24}] {done} {rate} {times}"
         else:
             text = f"{self.label} {done} batches, {rate}, {times}"
-        self.stream.write(f"\r{text:<{self._drawn}}")
+        self._write(f"\r{text:<{self._drawn}}")
         self._drawn = len(text)
-        self.stream.flush()
 
     def _log(self, now: float) -> None:
         done, rate, times = self._figures(now)
         share = f" ({min(self.count / self.total, 1.0):.0%})" if self.total else ""
-        self.stream.write(f"{self.label}: {done} batches{share}, {rate}, {times}\n")
-        self.stream.flush()
+        self._write(f"{self.label}: {done} batches{share}, {rate}, {times}\n")
+
+    def _write(self, text: str) -> None:
+        """Progress is not worth a job: a write that fails (a terminal hung up, SIGHUP's
+        graceful stop under way; a log's disk full) turns it off instead of failing the job."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            self.mode, self.enabled = "off", False
 
     def close(self) -> None:
         if self.mode == "bar" and self.count:
             self._draw(time.perf_counter())
-            self.stream.write("\n")
-            self.stream.flush()
+            self._write("\n")
