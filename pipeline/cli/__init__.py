@@ -49,5 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as exc:  # a file the run writes beside its output (--stats, --trace, --json) on a full disk
-        print(f"ortpipe: error: {exc}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # standard error itself may be what failed (a terminal hung up)
+            print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 1
