@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
+from .._output_lock import output_lock
 from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
 from ..sinks import PARQUET_CODECS, LabelledSink, SinkError, read_labels, writable
@@ -497,7 +498,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.input, args.more_inputs = inputs[0], inputs[1:]
 
     if str(args.output) != STDOUT:
-        return _run(args)
+        with output_lock(args.output, SinkError):  # NOTE [ one writer ]: before the output is looked at
+            return _run(args)
     rows = sys.stdout.buffer
     sys.stdout.flush()
     with contextlib.redirect_stdout(sys.stderr):  # a reader of the rows that goes away: see cli.main
