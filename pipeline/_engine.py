@@ -150,6 +150,7 @@ class BatchTrace:
     events: BatchEvents
     d2h_bytes: int = 0  # set when the run is enqueued
     t_done: float = 0.0  # consumer has the outputs
+    take_s: float = 0.0  # the consumer's take of them (a sink's write, map()'s copy out)
 
 
 @dataclass(eq=False, slots=True)
@@ -1046,6 +1047,7 @@ class EngineRun(Generic[T]):
                 views[name] = view
         else:
             views = self._allocated_views(work, pinned_out)
+        t_take = time.perf_counter() if self._on_batch is not None else 0.0
         try:
             result: T
             if self._handing_outputs is not None:  # a CopiedOutputs' results, without its copies
@@ -1056,6 +1058,7 @@ class EngineRun(Generic[T]):
             self._rings.pinned_out.release(pinned_out)
         if self._on_batch is not None:
             trace.t_done = time.perf_counter()
+            trace.take_s = trace.t_done - t_take
             self._on_batch(trace)
         return result
 

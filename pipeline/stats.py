@@ -33,9 +33,18 @@ import numpy as np
 
 from ._engine import BatchTrace
 
-STAGES = ("source", "stage", "h2d", "compute", "d2h")
+#: a batch's stages in order: the source making it, the staging copy, the device's three,
+#: and the consumer's take of its outputs (a sink's write, map()'s copy out, your take)
+STAGES = ("source", "stage", "h2d", "compute", "d2h", "take")
 #: the BatchTiming field that holds each stage's seconds
-STAGE_FIELDS = {"source": "source_s", "stage": "stage_s", "h2d": "h2d_s", "compute": "compute_s", "d2h": "d2h_s"}
+STAGE_FIELDS = {
+    "source": "source_s",
+    "stage": "stage_s",
+    "h2d": "h2d_s",
+    "compute": "compute_s",
+    "d2h": "d2h_s",
+    "take": "take_s",
+}
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
 #: who issued a run's stages (:attr:`Stats.issuing`)
@@ -66,6 +75,8 @@ class BatchTiming:
     h2d_s: float | None = None
     compute_s: float | None = None
     d2h_s: float | None = None
+    #: the consumer's take of the outputs (a sink's write, map()'s copy out)
+    take_s: float = 0.0
     #: device start times, seconds after the run's first h2d start (for traces)
     h2d_at: float | None = None
     compute_at: float | None = None
@@ -92,6 +103,7 @@ def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
         wait_s=trace.wait_in_s,
         staged=trace.t_staged,
         source_s=trace.source_s,
+        take_s=trace.take_s,
     )
     ev = trace.events
     if ev.h2d_start is None:  # device timing off
@@ -241,6 +253,8 @@ class _Totals:
         if timing.d2h_s is not None:
             sums["d2h"] += timing.d2h_s
             counts["d2h"] += 1
+        sums["take"] += timing.take_s
+        counts["take"] += 1
         self.bytes["h2d"] += timing.h2d_bytes
         self.bytes["d2h"] += timing.d2h_bytes
         self.wait_sum += timing.wait_s

@@ -34,7 +34,7 @@ def _slices(timing: BatchTiming, stats: Stats, zero: float) -> list[tuple[str, f
         out.append(("source", timing.submitted - timing.source_s - zero, timing.source_s))
     if timing.staged is not None:
         out.append(("stage", timing.staged - timing.stage_s - zero, timing.stage_s))
-    out.append(("consumer", timing.done - zero, 0.0))
+    out.append(("consumer", timing.done - timing.take_s - zero, timing.take_s))
     if stats.device_origin is not None:
         for track, at, dur in (
             ("h2d", timing.h2d_at, timing.h2d_s),

@@ -61,7 +61,7 @@ def test_every_mode_runs_the_same_batches_and_reports_stats():
     for row in results:
         assert row.batches == 6 and row.items == 24
         assert row.stats is not None and row.stats.batches == 6
-        assert row.to_dict()["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "host")
+        assert row.to_dict()["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "take", "host")
 
 
 def test_caller_mode_is_the_engine_without_stage_threads():

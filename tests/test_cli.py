@@ -57,7 +57,7 @@ def test_bench_writes_json(tmp_path, capsys):
         assert {"h2d", "compute", "d2h"} <= set(row["stage_ms"])
         assert {"p50", "p99"} <= set(row["latency_ms"])
         assert all(row["stage_percentiles_ms"][stage]["p99"] > 0 for stage in ("h2d", "compute", "d2h"))
-        assert row["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "host")
+        assert row["bottleneck"] in ("source", "stage", "h2d", "compute", "d2h", "take", "host")
     assert data["results"][2]["depth"] == 2
     assert data["device"]["link"]["h2d_gbps"] == 8
 

@@ -38,7 +38,8 @@ def test_throughput_bound_efficiency_bottleneck_on_a_hand_made_run():
     assert stats.bound_items_per_s == pytest.approx(10 / 0.004)  # 2500 items/s
     assert stats.efficiency == pytest.approx((50 / 0.030) / 2500)
     means = stats.stage_mean_s()
-    assert means == pytest.approx({"source": 0.0, "stage": 0.001, "h2d": 0.002, "compute": 0.004, "d2h": 0.003})
+    expected = {"source": 0.0, "stage": 0.001, "h2d": 0.002, "compute": 0.004, "d2h": 0.003, "take": 0.0}
+    assert means == pytest.approx(expected)
     gbps = stats.link_gbps()
     assert gbps["h2d"] == pytest.approx(2e6 / 0.002 / 1e9)  # 1 GB/s
     assert gbps["d2h"] == pytest.approx(1e6 / 0.003 / 1e9)
@@ -92,6 +93,34 @@ def test_a_slow_source_is_the_bottleneck_and_counts_in_the_wall():
     assert stats.bound_items_per_s == pytest.approx(8 / 0.010)
 
 
+def test_a_slow_take_is_the_bottleneck_hand_made_and_measured():
+    """The consumer's take of each result (a sink's write) is a stage: where it is the slowest,
+    the run says so, and its time is what a batch's bound is held to."""
+    timings = [
+        BatchTiming(i, 8, 0, 0, submitted=0.01 * i, done=0.01 * i + 0.012, stage_s=0.0, wait_s=0.0, take_s=0.010)
+        for i in range(4)
+    ]
+    for timing in timings:
+        timing.h2d_s, timing.compute_s, timing.d2h_s = 0.001, 0.002, 0.001
+    stats = Stats(timings)
+    assert stats.bottleneck == "take" and stats.bound_items_per_s == pytest.approx(8 / 0.010)
+    assert stats.to_dict()["stage_ms"]["take"] == pytest.approx(10.0)
+    assert stats.to_dict()["stage_percentiles_ms"]["take"]["p50"] == pytest.approx(10.0)
+
+    import time
+
+    def write_slowly(index, rows, views):  # a sink as slow as a slow disk
+        time.sleep(0.004)
+
+    with Pipeline(models.identity(features=4), device=HostDevice(), depth=2) as pipe:
+        batches = [np.zeros((8, 4), np.float32)] * 20
+        for _ in pipe.map_with(batches, write_slowly):
+            pass
+        measured = pipe.stats
+    assert measured.bottleneck == "take"
+    assert 0.004 <= measured.stage_mean_s()["take"] < 0.1
+
+
 def test_a_stage_that_moved_no_bytes_has_no_link_rate():
     """NOTE [ borrowed inputs ]: a batch bound where it lies took an h2d of no bytes."""
     timing = BatchTiming(0, 4, 0, 400, submitted=0.0, done=0.01, stage_s=0.0, wait_s=0.0)
@@ -121,7 +150,7 @@ def test_to_dict_and_table():
     d = stats.to_dict()
     for key in ("items_per_s", "bound_items_per_s", "efficiency", "bottleneck", "stage_ms", "latency_ms", "link_gbps"):
         assert key in d
-    assert set(d["stage_ms"]) == {"source", "stage", "h2d", "compute", "d2h"}
+    assert set(d["stage_ms"]) == {"source", "stage", "h2d", "compute", "d2h", "take"}
     text = str(stats)
     assert "items/s" in text and "bottleneck compute" in text and "efficiency" in text
 
