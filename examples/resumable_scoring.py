@@ -6,8 +6,10 @@ Task K of N scores the K-th of N contiguous windows of a folder of Parquet
 files into ``OUTDIR/scores/shard=000K/``, a data set of part files of its own.
 Run again after a SIGTERM (a scheduler's pre-emption) or even a kill, it keeps
 the parts already written and goes on after their rows; run again once done, it
-has nothing left to do.  The shards' folders read back as one table in input
-order: ``pq.read_table(OUTDIR / "scores")``.  With no K/N, every shard in turn.
+has nothing left to do; run again while it still runs (a task retried too
+soon), it is refused (``output_lock``).  The shards' folders read back as one
+table in input order: ``pq.read_table(OUTDIR / "scores")``.  With no K/N,
+every shard in turn.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import Pipeline, models
-from pipeline.jobs import JobSummary, resumed, run_job, shard_rows
+from pipeline.jobs import JobSummary, output_lock, resumed, run_job, shard_rows
 from pipeline.sinks import ParquetDatasetSink
 from pipeline.sources import ParquetDatasetSource
 
@@ -42,10 +44,12 @@ def score_shard(
     features: Path, scores: Path, shard: int, shards: int, stop: threading.Event | None = None
 ) -> JobSummary:
     """Shard ``shard`` of ``shards`` of ``features`` into ``scores/shard=000K``, after the rows already there."""
-    with Pipeline(models.mlp(), device="auto", depth=3) as pipe:
+    output = scores / f"shard={shard:04d}"
+    # a task retried while its first try still runs is refused, instead of both writing the same parts
+    with output_lock(output), Pipeline(models.mlp(), device="auto", depth=3) as pipe:
         source = ParquetDatasetSource(features, 4096, pipe.source_inputs)  # every row keeps its file and row
         start, end = shard_rows(len(source), shard, shards)
-        sink = ParquetDatasetSink(scores / f"shard={shard:04d}", resume=True, part_rows=20_000)
+        sink = ParquetDatasetSink(output, resume=True, part_rows=20_000)
         rows = resumed(source, sink, start, end)  # after the rows written before, checked against the last one
         summary = run_job(pipe, rows, sink, stop=stop)  # a data set gets _SUCCESS once its window is done
     print(f"shard {shard}/{shards}: {sink.kept_rows} rows kept, {summary}")

@@ -23,6 +23,7 @@ import numpy as np
 
 from ._batching import row_shape_fits
 from ._multi import MultiPipeline
+from ._output_lock import output_lock as output_lock  # public here: one writer an output (NOTE [ one writer ])
 from ._pipeline import Pipeline
 from ._progress import Progress
 from ._rows import close_iteration, drop_first, peel_first_row, take_first
