@@ -86,6 +86,10 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+#: what a job's bottleneck stage is, where its name alone does not say (the stats' names)
+_BOTTLENECKS_SAID = {"source": "source (reading the input)", "take": "take (writing the output)"}
+
+
 @dataclass
 class JobSummary:
     items: int = 0
@@ -103,7 +107,9 @@ class JobSummary:
     def __str__(self) -> str:
         text = f"{self.items} items in {self.batches} batches, {self.seconds:.2f} s: {self.items_per_s:,.1f} items/s"
         if self.stats.get("batches"):
-            text += f"; efficiency {self.stats['efficiency']:.2f}, bottleneck {self.stats['bottleneck']}"
+            bottleneck = self.stats["bottleneck"]
+            said = _BOTTLENECKS_SAID.get(bottleneck, bottleneck)
+            text += f"; efficiency {self.stats['efficiency']:.2f}, bottleneck {said}"
             if self.stats.get("issuing"):
                 text += f"; issued by {self.stats['issuing']}"
         if self.filled:

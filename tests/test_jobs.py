@@ -235,3 +235,19 @@ def test_an_output_that_cannot_be_closed_or_a_full_standard_output_is_said_in_a_
         stream = _run_limited([*argv, "--output", "-"], stdout=full)
     assert stream.returncode == 1 and "Traceback" not in stream.stderr, stream.stderr
     assert "standard output cannot be written after 0 rows: [Errno 28] No space left on device" in stream.stderr
+
+
+def test_a_job_whose_writing_limits_it_says_so():
+    """The sink's write is the stats' ``take`` stage: the summary names it in a job's words."""
+    import time
+
+    from pipeline.sources import SourceBatch
+
+    def write_slowly(index, outputs, meta):  # a sink as slow as a slow disk
+        time.sleep(0.004)
+
+    batches = (SourceBatch({"x": np.zeros((8, 4), np.float32)}, {"row_id": np.arange(8)}) for _ in range(20))
+    with Pipeline(models.identity(features=4), device="cpu", depth=2) as pipe:
+        summary = run_job(pipe, batches, CallbackSink(write_slowly))
+    assert summary.stats["bottleneck"] == "take"
+    assert "bottleneck take (writing the output)" in str(summary)
