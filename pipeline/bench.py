@@ -355,6 +355,10 @@ def run_modes(
     return results
 
 
+#: ORT's log severities by number: the engine rows' sessions log as the baselines' do
+_LOG_NAMES = {level: name for name, level in ORT_LOG_LEVELS.items()}
+
+
 def _engine_options(
     session: SessionConfig, stage_threads: bool | Literal["auto"], copy_threads: CopyThreads, cuda_graph: bool = False
 ) -> PipelineOptions:
@@ -366,7 +370,7 @@ def _engine_options(
         stage_threads=stage_threads,
         copy_threads=copy_threads,
         cuda_graph=cuda_graph,
-        ort_log=next(name for name, level in ORT_LOG_LEVELS.items() if level == session.log_severity),
+        ort_log=_LOG_NAMES.get(session.log_severity, "error"),
     )
 
 
