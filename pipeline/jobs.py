@@ -116,6 +116,13 @@ class JobSummary:
             text += "; decoded into the pinned slots"
         return text + (" (interrupted)" if self.interrupted else "")
 
+    def stages_line(self) -> str | None:
+        """Where a batch's time went, stage by stage (the stats' means; the stages timed
+        only), or None when no batch was: ``time a batch, ms: source 0.41, ..., take 3.20``."""
+        means = self.stats.get("stage_ms") or {}
+        timed = [f"{stage} {ms:.2f}" for stage, ms in means.items() if ms is not None]
+        return f"time a batch, ms: {', '.join(timed)}" if self.stats.get("batches") and timed else None
+
 
 def source_kind(
     path: str | Path,

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import MultiPipeline, Pipeline, PipelineStageError, Preprocess, models
-from pipeline.jobs import run_job
+from pipeline.jobs import JobSummary, run_job
 from pipeline.sinks import CallbackSink, NpySink, ParquetSink
 from pipeline.sources import ImageFolderSource, SourceError, VideoSource
 
@@ -251,3 +251,9 @@ def test_a_job_whose_writing_limits_it_says_so():
         summary = run_job(pipe, batches, CallbackSink(write_slowly))
     assert summary.stats["bottleneck"] == "take"
     assert "bottleneck take (writing the output)" in str(summary)
+    line = summary.stages_line()  # ortpipe run prints it under the summary
+    assert line.startswith("time a batch, ms: source ") and line.endswith(
+        f"take {summary.stats['stage_ms']['take']:.2f}"
+    )
+    assert float(line.rsplit(" ", 1)[1]) >= 4.0
+    assert JobSummary().stages_line() is None  # no batch, no line

@@ -610,6 +610,9 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
                     print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
     print(summary)
+    stages = summary.stages_line()
+    if stages is not None:
+        print(stages)
     if not summary.batches:
         if kept:
             print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")
