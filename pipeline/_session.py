@@ -203,7 +203,7 @@ GRAPH_OPTIMIZATION: dict[str, Any] = {
 
 
 #: ORT's log severities by name: how much of ORT's own log a session writes to stderr.
-#: "warning" shows where nodes were not placed on the device's provider (each one's
+#: "warning" says when some nodes were not placed on the device's provider (each one's
 #: inputs and outputs then cross to the host and back inside every run), "verbose"
 #: where every node runs ("Node placements")
 ORT_LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}

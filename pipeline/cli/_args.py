@@ -271,7 +271,7 @@ def add_ort_options(parser: Any) -> None:
         "--ort-log",
         choices=list(ORT_LOG_LEVELS),
         default="error",
-        help="how much of ORT's own log to show (default: error); warning says which nodes were not placed "
+        help="how much of ORT's own log to show (default: error); warning says when some nodes were not placed "
         "on the GPU's provider, verbose where every node runs",
     )
 
