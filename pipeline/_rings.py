@@ -187,14 +187,13 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
     full = layout.model_inputs(layout.batch_size)
     model_bytes = {name: nbytes_of(*full[name]) for name, _, _ in layout.preprocess}
     fit = _Fit(device, layout.batch_size, depth)
-    fit.check(pinned=sum(in_bytes.values()), device=sum(in_bytes.values()) + sum(model_bytes.values()))
+    slot_in, slot_model = sum(in_bytes.values()), sum(model_bytes.values())  # a slot's bytes of each kind
+    fit.check(pinned=slot_in, device=slot_in + slot_model)
     with fit.translated("running the model once at that size, to learn its outputs' shapes"):
         output_layout = session.output_layout(layout.model_shapes(layout.batch_size))
     out_bytes = {name: nbytes_of(dtype, shape) for name, (dtype, shape) in output_layout.items()}
-    fit.check(
-        pinned=sum(in_bytes.values()) + sum(out_bytes.values()),
-        device=sum(in_bytes.values()) + sum(model_bytes.values()) + sum(out_bytes.values()),
-    )
+    slot_out = sum(out_bytes.values())
+    fit.check(pinned=slot_in + slot_out, device=slot_in + slot_model + slot_out)
     with fit.translated("allocating them"):
         pinned_in = [PinnedInSlot({n: device.pinned_empty(b) for n, b in in_bytes.items()}) for _ in range(depth)]
         slots = [
