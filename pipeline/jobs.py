@@ -823,7 +823,7 @@ def _output_of(sink: Sink) -> str:
         path = next(iter(paths.values()), None) if isinstance(paths, Mapping) else None
     if path is None:
         return "the output"
-    return "standard output" if str(path) == "-" else f"the output {str(path)!r}"
+    return "standard output" if str(path) == STDOUT else f"the output {str(path)!r}"
 
 
 def _reason(error: OSError) -> str:
