@@ -25,7 +25,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .._rows import close_iteration
 
@@ -34,6 +34,18 @@ T = TypeVar("T")
 
 #: how often a thread whose queue is full looks whether it has been stopped
 _POLL_S = 0.05
+
+
+def put_until_stopped(items: queue.Queue[Any], item: Any, stopped: threading.Event, poll_s: float = _POLL_S) -> bool:
+    """``item`` into the bounded queue ``items`` once there is room, looking every ``poll_s``
+    whether ``stopped`` was set (its reader gone); False where it was, first."""
+    while not stopped.is_set():
+        try:
+            items.put(item, timeout=poll_s)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 @dataclass(frozen=True)
@@ -68,13 +80,7 @@ class _Stream(Generic[T]):
         self._put(_Ended())
 
     def _put(self, item: T | _Ended) -> bool:
-        while not self._stopped.is_set():
-            try:
-                self._items.put(item, timeout=_POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_until_stopped(self._items, item, self._stopped)
 
     def items(self) -> Iterator[T]:
         """The stream's items as they come; its end, or its exception raised here."""

@@ -36,6 +36,7 @@ from .._rows import close_iteration
 from .._session import TensorSpec
 from ._base import Chunk, RowSource, SourceError
 from ._opening import is_live
+from ._prefetch import put_until_stopped
 from .fitting import Fit
 from .videos import STREAM_TIMEOUT_S, VideoSource
 
@@ -175,13 +176,13 @@ class LiveStreamsSource(RowSource):
                 for row in range(len(rows)):
                     row_meta = {name: values[row] for name, values in meta.items()}
                     row_meta["received"] = time.time()  # one clock for every stream: their own timestamps are not
-                    if not _put(arrivals, (k, rows[row], row_meta), done):
+                    if not put_until_stopped(arrivals, (k, rows[row], row_meta), done, _POLL_S):
                         return
         except Exception as exc:  # noqa: BLE001 - handed to the batcher, which raises or skips it
             outcome = exc
         finally:
             close_iteration(chunks)
-        _put(arrivals, (k, _ENDED, outcome), done)
+        put_until_stopped(arrivals, (k, _ENDED, outcome), done, _POLL_S)
 
     def _batched(self, arrivals: queue.Queue[tuple[int, Any, Any]], running: int) -> Iterator[Chunk]:
         """Batches of the frames as they arrive, each handed on when full or ``batch_wait_s``
@@ -230,17 +231,6 @@ def _two_that_differ(shapes: dict[str, Any]) -> tuple[tuple[str, Any], tuple[str
     """The first stream and the first whose frames are of another size."""
     first, *others = shapes.items()
     return first, next(item for item in others if item[1] != first[1])
-
-
-def _put(arrivals: queue.Queue[tuple[int, Any, Any]], item: tuple[int, Any, Any], done: threading.Event) -> bool:
-    """``item`` into ``arrivals`` once there is room; False where the batches are no longer wanted."""
-    while not done.is_set():
-        try:
-            arrivals.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 def _drain(arrivals: queue.Queue[tuple[int, Any, Any]]) -> None:
