@@ -24,7 +24,7 @@ from the caller's thread and auto; last, ORT's profile
 of the conv net by operator (``convnet_ops``), and a job of uint8 frames
 made a row at a time, written straight into the pinned slots against stacked
 and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
-against NVDEC (``video_decoding``; PyAV travels as .whl/extra).
+against NVDEC (``video_decoding``; PyAV travels in benchmarks/device.sh's bundle).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -345,7 +345,7 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     try:
         import av
     except ImportError:
-        return {"skipped": "PyAV is not installed (benchmarks/device.sh carries its wheel as .whl/extra)"}
+        return {"skipped": "PyAV is not installed (benchmarks/device.sh carries it in its bundle)"}
     from pipeline.sources import VideoSource
     from pipeline.sources._opening import hw_device_unusable
 

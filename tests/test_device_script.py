@@ -1,12 +1,13 @@
-"""``benchmarks/device.sh``: the wheel split into parts here comes back whole
-there, whatever order the parts arrive in, and a missing or damaged part
-is named before anything is installed."""
+"""``benchmarks/device.sh``: the wheels bundled and split into parts here
+come back whole there, whatever order the parts arrive in, and a missing or
+damaged part is named before anything is installed."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "device.sh"
 
 pytestmark = pytest.mark.skipif(
-    not all(shutil.which(tool) for tool in ("bash", "split", "sha256sum")), reason="needs bash and coreutils"
+    not all(shutil.which(tool) for tool in ("bash", "split", "sha256sum", "tar", "xz")),
+    reason="needs bash and coreutils",
 )
 
 
-def _script(*args: str, whl: Path, store: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WHL_DIR": str(whl), "STORE": str(store), "PART_SIZE": "100K"}
+def _script(*args: str, whl: Path, store: Path, site: Path | None = None) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "WHL_DIR": str(whl),
+        "STORE": str(store),
+        "SITE": str(site or store / "site"),
+        "PART_SIZE": "100K",
+    }
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -78,14 +86,31 @@ def test_check_with_nothing_stored_says_so(tmp_path):
     assert "no part carried" in result.stdout and "run append first" in result.stderr
 
 
-def test_an_extra_wheel_carried_whole_is_stored_beside_the_parts(tmp_path, wheel):
-    """PyAV's wheel fits in one call: carried as .whl/extra, stored for check to install."""
-    whl, store, there = tmp_path / "whl", tmp_path / "store", tmp_path / "there"
-    assert _script("split", str(wheel), whl=whl, store=store).returncode == 0
-    extra = there / "extra"
-    extra.mkdir(parents=True)
-    (extra / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"a wheel")
-    sent = _script("append", whl=there, store=store)
-    assert sent.returncode == 0, sent.stderr
-    assert "stored extra wheel av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl" in sent.stdout
-    assert (store / "extra" / "av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl").read_bytes() == b"a wheel"
+def test_wheels_bundled_split_and_installed_come_out_as_pip_lays_them(tmp_path):
+    """The wheels unpacked into one tar.xz here, carried in parts, unpacked into the site there."""
+    wheels = []
+    for name, files in (
+        (
+            "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_27_x86_64.whl",
+            {"onnxruntime/capi/lib.so": os.urandom(300_000)},
+        ),
+        ("av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl", {"av/__init__.py": b"x = 1\n", "av.libs/ff.so": b"ff"}),
+    ):
+        wheels.append(tmp_path / name)
+        with zipfile.ZipFile(wheels[-1], "w") as archive:
+            for inner, data in files.items():
+                archive.writestr(inner, data)
+    whl, store, there, site = tmp_path / "whl", tmp_path / "store", tmp_path / "there", tmp_path / "site"
+    bundle = tmp_path / "bundle.tar.xz"
+    assert _script("bundle", str(bundle), *map(str, wheels), whl=whl, store=store).returncode == 0
+    split = _script("split", str(bundle), whl=whl, store=store)
+    assert split.returncode == 0, split.stderr
+    parts = sorted(path.name for path in whl.iterdir())
+    assert len(parts) >= 2, split.stdout  # random bytes do not compress: 300 KB is three parts of 100 KiB
+    for index in parts:
+        assert _script("append", whl=_carry(whl, there, index), store=store).returncode == 0
+    installed = _script("install", whl=there, store=store, site=site)
+    assert installed.returncode == 0, installed.stderr
+    with zipfile.ZipFile(wheels[0]) as archive:
+        assert (site / "onnxruntime/capi/lib.so").read_bytes() == archive.read("onnxruntime/capi/lib.so")
+    assert (site / "av/__init__.py").read_text() == "x = 1\n" and (site / "av.libs/ff.so").read_bytes() == b"ff"
