@@ -288,8 +288,11 @@ class OrtSession:
         self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
         self.outputs = _output_specs(self.session.get_outputs(), outputs)
         self._quiet = config.log_severity >= 3
-        #: every run's options but the graph slots' (probe runs never capture)
+        #: every bound run's options but the graph slots' (-1: never captured as a graph)
         self.run_options = self._new_run_options(-1)
+        #: plain session.run's (probes, the naive baseline): never a graph either, and
+        #: synchronized, since ORT copies the outputs to the host within the run
+        self._plain_run_options = self._new_run_options(-1, synchronize=True)
         #: ORT captures each slot's runs as a graph of its own (NOTE [ CUDA graphs ])
         self.cuda_graph = config.cuda_graph
         self._graph_ids = 0
@@ -343,7 +346,9 @@ class OrtSession:
                 feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
                 feeds.update(self.constants)
                 try:
-                    results = self.session.run(self.output_names, feeds)
+                    # with CUDA graphs, an unannotated run is graph 0: captured at
+                    # its second shape, then replayed at the first, returning nothing
+                    results = self.session.run(self.output_names, feeds, self._plain_run_options)
                 except Exception as exc:
                     shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
                     raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
@@ -399,12 +404,12 @@ class OrtSession:
         threads that read the set see the old one or the new one)."""
         self.dynamic_outputs = self.dynamic_outputs | frozenset(names)
 
-    def _new_run_options(self, graph_id: int) -> ort.RunOptions:
+    def _new_run_options(self, graph_id: int, synchronize: bool = False) -> ort.RunOptions:
         options = ort.RunOptions()
         # ORT's Python run_with_iobinding looks this key up on every call and a
         # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
         options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        if self.device.kind == "cuda":
+        if self.device.kind == "cuda" and not synchronize:
             # NOTE [ no device sync in Run ]: the engine records an event after
             # Run returns and the d2h stream waits on it.
             options.add_run_config_entry("disable_synchronize_execution_providers", "1")
@@ -429,4 +434,5 @@ class OrtSession:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A plain ``session.run`` (numpy in, numpy out): the reference and the naive baseline."""
         names = self.output_names
-        return dict(zip(names, self.session.run(names, {**feeds, **self.constants}), strict=True))
+        results = self.session.run(names, {**feeds, **self.constants}, self._plain_run_options)
+        return dict(zip(names, results, strict=True))

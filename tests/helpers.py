@@ -40,6 +40,37 @@ def gather_model(rows: int = 10):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def checked_gather_model(rows: int = 10):
+    """out[N, 3] = table[idx], failing inside Run on every execution provider when an
+    index is out of range: ORT's CUDA Gather does not check its indices (the CPU's
+    does), so the check is a Reshape to [N, 6] when max(idx) >= rows."""
+    table = numpy_helper.from_array(np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), "table")
+    constants = [
+        numpy_helper.from_array(np.array(value, np.int64), name)
+        for name, value in (("zero", 0), ("last", rows - 1), ("one", [1]), ("three", [3]))
+    ]
+    nodes = [
+        helper.make_node("Clip", ["idx", "zero", "last"], ["safe"]),
+        helper.make_node("Gather", ["table", "safe"], ["rows"], axis=0),
+        helper.make_node("ReduceMax", ["idx"], ["highest"], keepdims=1),
+        helper.make_node("Greater", ["highest", "last"], ["outside"]),
+        helper.make_node("Cast", ["outside"], ["extra"], to=TensorProto.INT64),
+        helper.make_node("Add", ["extra", "one"], ["times"]),
+        helper.make_node("Mul", ["times", "three"], ["columns"]),
+        helper.make_node("Shape", ["idx"], ["n"]),
+        helper.make_node("Concat", ["n", "columns"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["rows", "shape"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "checked_gather",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])],
+        [table, *constants],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def frames_model(height: int, width: int):
     """uint8 ``[N, H, W, 3]`` frames out as they came in (``frames`` -> ``seen``): what reached the model."""
     graph = helper.make_graph(

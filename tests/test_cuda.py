@@ -155,8 +155,11 @@ def test_a_strided_cupy_array_is_refused(cuda):
 
 
 def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
-    """NOTE [ decoding on the GPU ]: ``hwaccel="cuda"`` gives the CPU's frames, within a level or
-    two of a pixel (the decoders are exact; NV12 and YUV 4:2:0 are converted by separate paths)."""
+    """NOTE [ decoding on the GPU ]: ``hwaccel="cuda"`` gives the CPU's frames.  The decoders
+    are exact; the conversions to RGB differ at full size only: swscale turns the CPU's YUV
+    4:2:0 into RGB with a fast converter that repeats each chroma sample, NVDEC's NV12 with
+    its scaler, which interpolates them (first seen on an H200: up to 73 levels apart at sharp
+    colour edges, 3.9 on average).  Resized, both go through the scaler: the same pixels."""
     av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
     from pipeline import TensorSpec
     from pipeline.sources import VideoSource
@@ -169,14 +172,20 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
         pytest.skip(f"FFmpeg cannot decode on this GPU: {unusable}")
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
     clip = encode_video(tmp_path / "clip.mp4", codec, {"g": "12"}, 40, 64)
-    spec = [TensorSpec("frames", np.dtype(np.uint8), ("N", 64, 64, 3))]
-    on_gpu = VideoSource(clip, 8, spec, hwaccel="cuda:0")
-    decoded = {}
-    for name, source in (("cpu", VideoSource(clip, 8, spec)), ("cuda", on_gpu)):
-        decoded[name] = np.stack([row for rows, _ in source.chunks() for row in rows]).astype(np.int16)
-    assert decoded["cuda"].shape == decoded["cpu"].shape == (40, 64, 64, 3)
-    difference = np.abs(decoded["cuda"] - decoded["cpu"])
-    assert difference.max() <= 3 and difference.mean() < 0.5, (difference.max(), difference.mean())
+
+    def decode(size: int, hwaccel: str | None) -> np.ndarray:
+        spec = [TensorSpec("frames", np.dtype(np.uint8), ("N", size, size, 3))]
+        source = VideoSource(clip, 8, spec, size=(size, size), hwaccel=hwaccel)
+        return np.stack([row for rows, _ in source.chunks() for row in rows]).astype(np.int16)
+
+    resized = {where: decode(48, hwaccel) for where, hwaccel in (("cpu", None), ("cuda", "cuda:0"))}
+    assert resized["cuda"].shape == resized["cpu"].shape == (40, 48, 48, 3)
+    difference = np.abs(resized["cuda"] - resized["cpu"])
+    assert difference.max() <= 1, (difference.max(), difference.mean())
+    full = {where: decode(64, hwaccel) for where, hwaccel in (("cpu", None), ("cuda", "cuda:0"))}
+    # at full size each frame is still nearest its own: none dropped, repeated or reordered
+    distance = np.abs(full["cuda"][:, None] - full["cpu"][None, :]).mean(axis=(2, 3, 4))
+    np.testing.assert_array_equal(distance.argmin(axis=1), np.arange(40))
 
 
 def test_hwaccel_cuda_alone_decodes_on_the_gpu_the_model_runs_on(cuda):

@@ -23,7 +23,7 @@ from pipeline import (
 )
 
 from .conftest import wait_no_threads
-from .helpers import failing_source, gather_model, slow_source
+from .helpers import checked_gather_model, failing_source, slow_source
 
 
 def _mlp_rows(rows: int, seed: int = 0) -> np.ndarray:
@@ -123,9 +123,9 @@ def test_bad_batch_touches_no_buffer():
 
 
 def test_failure_inside_ort_names_the_batch_and_keeps_earlier_results(fast_device, stage_threads):
-    model = gather_model(rows=10)
+    model = checked_gather_model(rows=10)
     batches = [np.array([i % 10, (i + 1) % 10], np.int64) for i in range(6)]
-    batches[4] = np.array([3, 42], np.int64)  # out of range: ORT fails in Run
+    batches[4] = np.array([3, 42], np.int64)  # out of range: ORT fails in Run (a Reshape to [2, 6])
     options = PipelineOptions(stage_threads=stage_threads)
     with Pipeline(model, device=fast_device, depth=3, options=options) as pipe:
         got, error = _collect(pipe, batches)

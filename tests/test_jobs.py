@@ -78,7 +78,7 @@ def test_video_frames_decoded_into_the_slots_equal_the_staged_ones(tmp_path, vid
     np.testing.assert_array_equal(got["frame_index"].to_numpy(), want["frame_index"].to_numpy())
     exact = device.kind == "cpu"
     logits = [np.stack(table["logits"].to_numpy(zero_copy_only=False)) for table in (got, want)]
-    np.testing.assert_allclose(*logits, rtol=0 if exact else 1e-4, atol=0 if exact else 1e-5)
+    np.testing.assert_allclose(*logits, rtol=0 if exact else 2e-3, atol=0 if exact else 2e-3)  # CUDA: TF32
 
 
 @pytest.mark.parametrize("decode_threads", [1, 3])

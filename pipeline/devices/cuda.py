@@ -321,7 +321,10 @@ class CudaDevice(Device):
             return CudaEvent(self._cupy, timing)
 
     def ort_providers(self, compute_stream: Stream | None, cuda_graph: bool = False) -> list[Any]:
-        options = {"device_id": str(self.device_id), **self.provider_options}
+        # device 0 is ORT's default: naming it anyway makes ORT 1.26+ look for a
+        # plugin EP device first and log a warning for every session it makes
+        options = {"device_id": str(self.device_id)} if self.device_id else {}
+        options.update(self.provider_options)
         if cuda_graph:  # NOTE [ CUDA graphs ]: one graph per slot, by its gpu_graph_id run option
             options["enable_cuda_graph"] = "1"
         if compute_stream is not None:
