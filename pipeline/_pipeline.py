@@ -71,7 +71,7 @@ class PipelineOptions:
     stage_threads: bool | Literal["auto"] = "auto"
     #: threads that share each large host copy — staging into pinned memory,
     #: and map()'s copy of the outputs (NOTE [ parallel host copies ] in
-    #: ``_hostcopy``); "auto": one per four CPUs, 1 to 4
+    #: ``_hostcopy``); "auto": one per two CPUs, 1 to 8
     copy_threads: CopyThreads = "auto"
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)

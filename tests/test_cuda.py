@@ -158,8 +158,9 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
     """NOTE [ decoding on the GPU ]: ``hwaccel="cuda"`` gives the CPU's frames.  The decoders
     are exact; the conversions to RGB differ at full size only: swscale turns the CPU's YUV
     4:2:0 into RGB with a fast converter that repeats each chroma sample, NVDEC's NV12 with
-    its scaler, which interpolates them (first seen on an H200: up to 73 levels apart at sharp
-    colour edges, 3.9 on average).  Resized, both go through the scaler: the same pixels."""
+    its scaler, which interpolates them (on an H200, 2026-12-04: up to 73 levels apart at sharp
+    colour edges, 3.9 on average).  Resized, both go through the scaler: the same pixels (there,
+    at most 1 apart; a 1080p clip at 224x224 came out identical)."""
     av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
     from pipeline import TensorSpec
     from pipeline.sources import VideoSource
@@ -181,11 +182,8 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
     resized = {where: decode(48, hwaccel) for where, hwaccel in (("cpu", None), ("cuda", "cuda:0"))}
     assert resized["cuda"].shape == resized["cpu"].shape == (40, 48, 48, 3)
     difference = np.abs(resized["cuda"] - resized["cpu"])
+    # every frame its own (each differs from the next): none dropped, repeated or reordered
     assert difference.max() <= 1, (difference.max(), difference.mean())
-    full = {where: decode(64, hwaccel) for where, hwaccel in (("cpu", None), ("cuda", "cuda:0"))}
-    # at full size each frame is still nearest its own: none dropped, repeated or reordered
-    distance = np.abs(full["cuda"][:, None] - full["cpu"][None, :]).mean(axis=(2, 3, 4))
-    np.testing.assert_array_equal(distance.argmin(axis=1), np.arange(40))
 
 
 def test_hwaccel_cuda_alone_decodes_on_the_gpu_the_model_runs_on(cuda):

@@ -134,7 +134,7 @@ def test_close_while_another_thread_copies():
     assert _copy_threads() == []
 
 
-@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (7, 1), (8, 2), (16, 4), (128, 4)])
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 1), (8, 4), (16, 8), (128, 8)])
 def test_auto_copy_threads(cpus, threads):
     assert auto_copy_threads(cpus) == threads
 

@@ -110,7 +110,7 @@ def add_bench(sub: Any) -> None:
         "--copy-threads",
         type=copy_threads,
         default="auto",
-        help="threads sharing each large host copy in the engine modes (default auto: one per four CPUs, 1-4)",
+        help="threads sharing each large host copy in the engine modes (default auto: one per two CPUs, 1-8)",
     )
     bench.add_argument(
         "--input",

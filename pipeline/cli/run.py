@@ -123,7 +123,7 @@ def add_run(sub: Any) -> None:
         "--copy-threads",
         type=copy_threads,
         default="auto",
-        help="threads sharing each large host copy (default auto: one per four CPUs, 1-4)",
+        help="threads sharing each large host copy (default auto: one per two CPUs, 1-8)",
     )
     run.add_argument(
         "--decode-threads",

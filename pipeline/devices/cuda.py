@@ -183,8 +183,9 @@ class CudaStream(Stream):
             return
         # An event recorded now on the producer's stream (1 and 2 are CUDA's
         # legacy and per-thread default streams, valid handles as they are).
+        # (recorded through the runtime: CuPy 14 deprecates ExternalStream)
         marker = self._cupy.cuda.Event(block=False, disable_timing=True)
-        marker.record(self._cupy.cuda.ExternalStream(handle))
+        self._cupy.cuda.runtime.eventRecord(marker.ptr, handle)
         self.raw.wait_event(marker)
 
     def launch(self, fn: Callable[[], None]) -> None:

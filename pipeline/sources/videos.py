@@ -104,8 +104,11 @@ class VideoSource(RowSource):
     (``"cuda:N"``: GPU N) has FFmpeg decode there; each frame is downloaded to
     host memory as it is decoded and converted as any other, so everything
     after decoding is unchanged.  A codec the device cannot decode is an
-    error, not a quiet fall back to the CPU.  Not yet measured here: the
-    project machine has no GPU (``benchmarks/gpu_suite.py`` measures it).
+    error, not a quiet fall back to the CPU.  On an H200 machine (2026-12-04)
+    a 1080p H.264 clip to 224x224 ran at 294 frames/s, against 755 with
+    FFmpeg's threads on its 16 CPU cores: each frame is downloaded and
+    converted on the CPU, one at a time, so decoding there frees the CPU
+    rather than outrunning it.
 
     NOTE [ reconnecting ]: a camera's stream drops - a network blip, the
     camera restarting - and a job that is to run for days should not end
