@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,16 @@ def test_bench_prints_its_table(capsys):
     assert "items/s" in out and "vs naive" in out
     assert out.count("pipelined") == 2
     assert "its time a batch, p50 / p99 ms: h2d " in out and ", compute " in out
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (every write fails with ENOSPC)")
+def test_a_report_lost_to_a_full_disk_is_named(tmp_path, capsys):
+    """write() on a full disk raises ENOSPC with no file name: the message adds it."""
+    argv = ["bench", "identity", "--batches", "2", "--warmup", "1", "--depth", "1", "--modes", "naive,caller"]
+    assert main([*argv, "--no-progress", "--json", "/dev/full"]) == 1
+    assert "No space left on device: '/dev/full'" in capsys.readouterr().err
+    assert main([*argv, "--no-progress", "--trace", "/dev/full"]) == 1
+    assert "No space left on device: '/dev/full'" in capsys.readouterr().err
 
 
 def test_bench_writes_json(tmp_path, capsys):

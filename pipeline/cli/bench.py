@@ -52,6 +52,7 @@ from ._args import (
     positive,
     with_heads,
 )
+from ._reports import write_report, write_timelines
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_BATCH_SIZE = 32
@@ -657,19 +658,10 @@ def _write_outputs(
             "ops": None if ops is None else ops.to_dict(),
             "baseline": None if compared is None else {"path": str(args.baseline), "rows": compared},
         }
-        args.json.write_text(json.dumps(payload, indent=2))
-        print(f"wrote {args.json}")
-    if args.trace is not None:
-        from ..trace import write_chrome_trace
-
-        write_chrome_trace(stats, args.trace, title=f"ortpipe {args.model}")
-        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
-    if args.plot is not None:
-        from ..trace import plot_timeline
-
-        title = f"{args.model}, batch size {args.batch_size[-1]}, depth {max(args.depth)}"
-        plot_timeline(stats, args.plot, title=title)
-        print(f"wrote {args.plot}")
+        text = json.dumps(payload, indent=2)
+        write_report(args.json, lambda path: path.write_text(text))
+    title = f"ortpipe bench {args.model}, batch size {args.batch_size[-1]}, depth {max(args.depth)}"
+    write_timelines(args, stats, title)
 
 
 #: what each optional package reads, and the extra that installs it

@@ -38,6 +38,7 @@ from ._args import (
     size,
     with_heads,
 )
+from ._reports import write_report, write_timelines
 from .bench import add_constant_option
 
 #: --issuing, as PipelineOptions.stage_threads
@@ -681,19 +682,9 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
     if not stats.batches:
         return
     if args.stats is not None:
-        args.stats.write_text(json.dumps(stats.to_dict(), indent=2, default=str))
-        print(f"wrote {args.stats}")
-    title = f"ortpipe run {Path(str(args.model)).name} on {Path(str(args.input)).name}"
-    if args.trace is not None:
-        from ..trace import write_chrome_trace
-
-        write_chrome_trace(stats, args.trace, title=title)
-        print(f"wrote {args.trace} (open in https://ui.perfetto.dev)")
-    if args.plot is not None:
-        from ..trace import plot_timeline
-
-        plot_timeline(stats, args.plot, title=title)
-        print(f"wrote {args.plot}")
+        text = json.dumps(stats.to_dict(), indent=2, default=str)
+        write_report(args.stats, lambda path: path.write_text(text))
+    write_timelines(args, stats, f"ortpipe run {Path(str(args.model)).name} on {Path(str(args.input)).name}")
 
 
 def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: Any = None) -> str:
