@@ -498,7 +498,8 @@ def open_sink(
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
-    at most ``part_rows`` rows (default: about 256 MB each); Parquet compressed
+    at most ``part_rows`` rows (default: about 256 MB each; a Parquet file's
+    journal's parts too: NOTE [ journaled Parquet ] in sinks); Parquet compressed
     with ``compression``; .jsonl as JSON Lines; :data:`STDOUT` as ``stream_format`` (CSV
     or JSON Lines) into ``stream`` (default: standard output's bytes), flushed each batch.
 
@@ -521,7 +522,7 @@ def open_sink(
         return NpySink(path, output_names, known, resume)
     _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if kind == "parquet":
-        return ParquetSink(path, data_dependent=known, resume=resume, compression=compression)
+        return ParquetSink(path, data_dependent=known, resume=resume, compression=compression, part_rows=part_rows)
     if kind == "csv":
         return CsvSink(path, known, resume)
     if kind == "jsonl":

@@ -11,7 +11,9 @@ leaves no file rather than an empty, unreadable one.
 * :class:`NpySink` - one ``.npy`` per output, streamed (the header's row count
   is rewritten on close);
 * :class:`ParquetSink` - one table: the metadata columns (row id, or frame
-  index and timestamp, or path) next to one column per output;
+  index and timestamp, or path) next to one column per output, written as
+  parts in a journal beside the file until it is closed, so a killed run
+  keeps every part it closed;
 * :class:`ParquetDatasetSink` - the same table as a folder of Parquet files
   (a data set, as Spark writes one), each part renamed into place when
   closed, so a killed run loses only the part it was writing, and a
@@ -54,12 +56,10 @@ files, a folder of videos - says where to go on from the last row, or from
 ``kept_columns``: NOTE [ frame positions ]). What
 each format keeps of a run that was killed: a ``.npy`` every whole row
 (found from the file's size: the header says 0 until the file is closed); a
-CSV every whole line; a Parquet file nothing - its footer is written at
-close, so a killed run's rows cannot be read back, and resuming refuses the
-file (a stopped run closes it: Ctrl-C or SIGTERM); a Parquet data set every
-part it had closed. A resumed Parquet file is written anew beside the old
-one, the earlier rows copied first, and replaces it when closed: a run
-killed while resuming leaves the earlier file as it was. Outputs written per
+CSV every whole line; a Parquet data set every part it had closed, and a
+Parquet file the same, since it is written as a data set in a journal
+beside it until it is closed (NOTE [ journaled Parquet ]); a resumed file
+that was closed becomes its journal's part 0. Outputs written per
 batch (a detector's boxes) are resumed in Parquet: each batch writes them
 before its main table row, and a data set closes their parts with the main
 table's, at the same batch, theirs first - so after a kill they are never
@@ -72,11 +72,14 @@ such a run is refused at its first write.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import math
 import os
 import re
+import shutil
 import sys
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -413,7 +416,7 @@ def parquet_codec(name: str) -> str:
 
 class _ParquetFile:
     """A Parquet file written in row groups of about ``row_group_rows``, each column
-    chunk compressed with ``compression``."""
+    chunk compressed with ``compression``: a part of a data set or of a journal."""
 
     def __init__(self, path: Path, row_group_rows: int, compression: str = "snappy") -> None:
         self.path = path
@@ -422,65 +425,16 @@ class _ParquetFile:
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
-        #: the earlier run's schema, when resuming a file that holds rows (NOTE [ resuming ])
-        self._earlier: Any = None
-
-    def resume(self) -> int:
-        """The rows of the closed file an earlier run left (0 when there is none), to be kept."""
-        if not self.path.exists():
-            return 0
-        import pyarrow.parquet as pq
-
-        try:
-            with pq.ParquetFile(self.path) as earlier:
-                rows, schema = int(earlier.metadata.num_rows), earlier.schema_arrow
-        except Exception as exc:
-            raise SinkError(
-                f"cannot resume {str(self.path)!r}: it is not a readable Parquet file ({exc}); a run that was killed "
-                "leaves no footer (as does one whose disk filled), and its rows cannot be read back (Ctrl-C or "
-                "SIGTERM stop a run so that it can be resumed; .npy, .csv, .jsonl and a folder - a Parquet data set - "
-                "keep a killed run's rows): remove it and start over"
-            ) from exc
-        if rows:
-            self._earlier = schema
-        return rows
-
-    def _temporary(self) -> Path:
-        return self.path.with_name(self.path.name + ".resuming")
-
-    def last_row(self) -> dict[str, Any] | None:
-        """The last row of the earlier run's file, column by column (None when it has none)."""
-        return _last_parquet_row(self.path) if self._earlier is not None else None
-
-    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
-        """Those of the columns ``names`` the earlier run's file has, whole (empty when it has none)."""
-        return _parquet_columns([self.path] if self._earlier is not None else [], names)
 
     def write(self, batch: Any) -> None:
         if self._writer is None:
-            self._writer = self._open_writer(batch.schema)
+            import pyarrow.parquet as pq
+
+            self._writer = pq.ParquetWriter(self.path, batch.schema, compression=self.compression)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
             self._flush()
-
-    def _open_writer(self, schema: Any) -> Any:
-        """The writer of the file; when resuming, of a new file beside it, the earlier rows copied in first."""
-        import pyarrow.parquet as pq
-
-        if self._earlier is None:
-            return pq.ParquetWriter(self.path, schema, compression=self.compression)
-        _same_columns(self.path, self._earlier, schema)
-        writer = pq.ParquetWriter(self._temporary(), schema, compression=self.compression)
-        try:
-            with pq.ParquetFile(self.path) as earlier:
-                for group in range(earlier.metadata.num_row_groups):  # a group at a time: bounded memory
-                    writer.write_table(earlier.read_row_group(group))
-        except BaseException:
-            writer.close()
-            self._temporary().unlink(missing_ok=True)
-            raise
-        return writer
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -499,8 +453,6 @@ class _ParquetFile:
         finally:
             self._writer.close()  # writes the footer: the file is readable
             self._writer = None
-            if self._earlier is not None:  # the earlier rows and the new ones, in place of the earlier file
-                os.replace(self._temporary(), self.path)
 
 
 def _same_columns(path: Path, earlier: Any, schema: Any) -> None:
@@ -599,14 +551,22 @@ class _ParquetParts:
     read as one table, in order: a killed run loses only the part it was
     writing (NOTE [ resuming ])."""
 
-    def __init__(self, folder: Path, file: Callable[[Path], _ParquetFile], part_rows: int | None, part_bytes: int):
+    def __init__(
+        self,
+        folder: Path,
+        file: Callable[[Path], _ParquetFile],
+        part_rows: int | None,
+        part_bytes: int,
+        part_seconds: float | None = None,
+    ):
         self.folder = folder
         #: a part's file, written in row groups as the sink says
         self._file = file
-        self.part_rows, self.part_bytes = part_rows, part_bytes
+        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
         self._part: _ParquetFile | None = None
         self._number = 0
         self._rows = self._bytes = 0
+        self._opened_at = 0.0
         #: the earlier run's schema, when resuming a folder that holds parts (NOTE [ resuming ])
         self._earlier: Any = None
 
@@ -662,12 +622,18 @@ class _ParquetParts:
 
     @property
     def full(self) -> bool:
-        """The open part holds ``part_rows`` rows or ``part_bytes`` bytes: time to close it."""
-        return (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes
+        """The open part holds ``part_rows`` rows or ``part_bytes`` bytes, or was opened
+        ``part_seconds`` ago: time to close it."""
+        if self._part is None:
+            return False
+        if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
+            return True
+        return self.part_seconds is not None and time.monotonic() - self._opened_at >= self.part_seconds
 
     def write(self, batch: Any) -> None:
         if self._part is None:
             self._part = self._start(batch.schema)
+            self._opened_at = time.monotonic()
         self._part.write(batch)
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
@@ -697,6 +663,147 @@ class _ParquetParts:
         """An empty ``_SUCCESS`` in the folder, where there is one: every row asked for is in it."""
         if self.folder.is_dir():
             (self.folder / SUCCESS).touch()
+
+
+#: the part closed last in a Parquet file's journal holds at most this many bytes (arrow's) ...
+JOURNAL_PART_BYTES = 64 << 20
+#: ... and rows of at most this many seconds: what a killed run can lose of a file
+JOURNAL_PART_SECONDS = 60.0
+#: a journal's parts merged into one file, before it is moved into place
+_MERGING = ".merged.parquet"
+#: in the main table's journal: every table was merged, and is being moved into place
+_MERGED = "_MERGED"
+
+
+def journal_of(path: Path) -> Path:
+    """The hidden folder a Parquet file is written into as parts until it is closed
+    (NOTE [ journaled Parquet ])."""
+    return path.with_name(f".{path.name}.parts")
+
+
+class _Journal(_ParquetParts):
+    """NOTE [ journaled Parquet ]: a Parquet file's footer, which says where every
+    column chunk lies, is written at close: a killed writer leaves a file that
+    nothing can read.  So a Parquet file is written as a data set in a hidden
+    folder beside it, its journal (``.NAME.parquet.parts``), each part renamed
+    into place when closed - every ``JOURNAL_PART_SECONDS`` or
+    ``JOURNAL_PART_BYTES``, whichever comes first - and merged into the file
+    at close, row groups re-joined to ``row_group_rows``.  A killed run leaves
+    the journal: resuming goes on after its whole parts.  A resumed file that
+    was closed is moved into the journal as part 0 (and is the file again at
+    close, moved back when nothing was added).  A close cut short while it
+    moved the merged tables into place (:data:`_MERGED` marks that every merge
+    was done) is finished by the next resume."""
+
+    def __init__(
+        self,
+        path: Path,
+        file: Callable[[Path], _ParquetFile],
+        part_rows: int | None,
+        part_bytes: int,
+        part_seconds: float | None,
+        fresh: bool,
+    ) -> None:
+        super().__init__(journal_of(path), file, part_rows, part_bytes, part_seconds)
+        self.path = path
+        #: a new run: an earlier run's journal and file are replaced at the first write
+        self._fresh = fresh
+
+    def resume(self) -> int:
+        """The rows of the file or the journal an earlier run left, to be kept."""
+        finish_moving_merged(self.folder)
+        if not self.folder.is_dir() and self.path.exists():
+            import pyarrow.parquet as pq
+
+            try:
+                pq.read_metadata(self.path)
+            except Exception as exc:
+                raise SinkError(
+                    f"cannot resume {str(self.path)!r}: it is not a readable Parquet file ({exc}); ortpipe writes a "
+                    "Parquet file's rows into a journal beside it until it is closed, so this one was not written "
+                    "by this ortpipe, or was damaged: remove it and start over"
+                ) from exc
+            self.folder.mkdir()
+            os.replace(self.path, self.folder / _PART.format(0))
+        return super().resume()
+
+    def restart(self) -> None:
+        """A resumed run that kept no rows of the main table: this table starts anew."""
+        self._fresh = True
+
+    def _start(self, schema: Any) -> _ParquetFile:
+        if self._fresh:  # the earlier run's rows of this table are replaced: gone at the first write, as a file's
+            self._fresh = False
+            remove_journal(self.folder)
+            self.path.unlink(missing_ok=True)
+        return super()._start(schema)
+
+    def merge(self) -> Path | None:
+        """The whole parts merged into one file in the journal (None when it has none)."""
+        parts = whole_parts(self.folder)
+        if not parts:
+            return None
+        merged = self.folder / _MERGING
+        merged.unlink(missing_ok=True)
+        if len(parts) == 1:  # one part is the file already: a link, not a copy
+            try:
+                os.link(parts[0], merged)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(parts[0], merged)
+            return merged
+        _merge_parquet(parts, merged, self._file(merged))
+        return merged
+
+
+def _merge_parquet(parts: Sequence[Path], merged: Path, like: _ParquetFile) -> None:
+    """``parts`` (of one schema) into the file ``merged``, in row groups of about
+    ``like.row_group_rows`` rows compressed as ``like`` (a part's groups are read one at a time)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(parts[0])
+    with pq.ParquetWriter(merged, schema, compression=like.compression) as writer:
+        pending: list[Any] = []
+        rows = 0
+        for part in parts:
+            with pq.ParquetFile(part) as file:
+                for group in range(file.metadata.num_row_groups):
+                    table = file.read_row_group(group)
+                    pending.append(table)
+                    rows += table.num_rows
+                    if rows >= like.row_group_rows:
+                        writer.write_table(pa.concat_tables(pending), row_group_size=rows)
+                        pending, rows = [], 0
+        if pending:
+            writer.write_table(pa.concat_tables(pending), row_group_size=rows)
+
+
+def remove_journal(folder: Path) -> None:
+    """A journal's parts, merged file and marker, then the folder (the marker last)."""
+    if not folder.is_dir():
+        return
+    clear_data_set(folder)
+    (folder / _MERGING).unlink(missing_ok=True)
+    (folder / _MERGED).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something not ortpipe's in it: left where it is
+        folder.rmdir()
+
+
+def finish_moving_merged(folder: Path) -> None:
+    """Where a close was cut short after every table was merged (:data:`_MERGED` in
+    the main journal ``folder``), move what is left into place and remove the journals."""
+    marker = folder / _MERGED
+    if not marker.is_file():
+        return
+    beside = folder.parent
+    moves = json.loads(marker.read_text())
+    for journal, final in moves:
+        if (beside / journal / _MERGING).exists():
+            os.replace(beside / journal / _MERGING, beside / final)
+    for journal, _final in moves:
+        if beside / journal != folder:
+            remove_journal(beside / journal)
+    remove_journal(folder)
 
 
 class _CsvFile:
@@ -905,9 +1012,13 @@ class _TableSink:
             )
         self._batches_before = int(last[self._batch_column]) + 1
         for path, side in zip(self.side_paths.values(), self._sides.values(), strict=True):
-            if not path.exists():
+            if not self._side_written(path):
                 raise SinkError(f"cannot resume {str(self.path)!r}: its per-batch output {str(path)!r} is missing")
             self._resume_side(side)
+
+    def _side_written(self, path: Path) -> bool:
+        """An earlier run wrote the per-batch output's table ``path``."""
+        return path.exists()
 
     def _resume_side(self, side: Any) -> None:
         """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
@@ -932,12 +1043,9 @@ def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
     return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
 
 
-class ParquetSink(_TableSink):
-    """Metadata columns, then one column per output (a list column when a row holds
-    several values), in row groups of about ``row_group_rows``, compressed with
-    ``compression`` (one of :data:`PARQUET_CODECS`; pyarrow's default, snappy)."""
-
-    _suffix = ".parquet"
+class _ParquetTables(_TableSink):
+    """What a Parquet file and a data set share: row groups of about ``row_group_rows``
+    compressed with ``compression``, a list column for an output of several values a row."""
 
     def __init__(
         self,
@@ -950,20 +1058,18 @@ class ParquetSink(_TableSink):
         self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
         super().__init__(path, data_dependent, resume)
 
-    def _open(self, path: Path) -> _ParquetFile:
+    def _file(self, path: Path) -> _ParquetFile:
         return _ParquetFile(path, self.row_group_rows, self.compression)
-
-    def _resume_side(self, side: Any) -> None:
-        side.resume()  # closed just before the main table: every item of its kept batches, rewritten beside it
 
     def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
         return _list_column(name, flat)
 
 
-class ParquetDatasetSink(ParquetSink):
+class ParquetDatasetSink(_ParquetTables):
     """The table of :class:`ParquetSink` as a folder of Parquet files, a data set
     (``part-00000.parquet``, ``part-00001.parquet``, ...), each part closed once it
-    holds ``part_rows`` rows or about ``part_bytes`` bytes and renamed into place
+    holds ``part_rows`` rows or about ``part_bytes`` bytes (or was opened
+    ``part_seconds`` ago) and renamed into place
     only then: a run that is killed leaves every part it closed, whole and
     readable, and a resumed run goes on after them (NOTE [ resuming ]).  A new
     run refuses a folder that holds parts already, unless told to ``overwrite``
@@ -982,12 +1088,16 @@ class ParquetDatasetSink(ParquetSink):
         part_bytes: int = DEFAULT_PART_BYTES,
         compression: str = "snappy",
         overwrite: bool = False,
+        part_seconds: float | None = None,
     ) -> None:
         if part_rows is not None and part_rows < 1:
             raise ValueError(f"part_rows must be >= 1 or None, got {part_rows}")
+        if part_seconds is not None and not part_seconds > 0:
+            raise ValueError(f"part_seconds must be > 0 or None, got {part_seconds}")
         if resume and overwrite:
             raise ValueError("a data set is either resumed or overwritten, not both")
-        self.part_rows, self.part_bytes, self._resuming, self._overwrite = part_rows, part_bytes, resume, overwrite
+        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
+        self._resuming, self._overwrite = resume, overwrite
         super().__init__(path, row_group_rows, data_dependent, resume, compression)
 
     def _checked(self, path: Path) -> Path:
@@ -1015,12 +1125,78 @@ class ParquetDatasetSink(ParquetSink):
         for parts in (self._main, *self._sides.values()):
             parts.mark_complete()
 
-    def _open(self, path: Path) -> _ParquetParts:  # type: ignore[override]
+    def _open(self, path: Path) -> _ParquetParts:
         if self._overwrite:
             clear_data_set(path)
         if not self._resuming:
             refuse_used_folder(path)
-        return _ParquetParts(path, super()._open, self.part_rows, self.part_bytes)
+        return _ParquetParts(path, self._file, self.part_rows, self.part_bytes, self.part_seconds)
+
+
+class ParquetSink(ParquetDatasetSink):
+    """Metadata columns, then one column per output (a list column when a row holds
+    several values), in row groups of about ``row_group_rows``, compressed with
+    ``compression`` (one of :data:`PARQUET_CODECS`; pyarrow's default, snappy), in
+    one file - written as a journal of parts beside it until it is closed, so a
+    killed run keeps every part it closed (NOTE [ journaled Parquet ]: one every
+    ``part_seconds`` or ``part_bytes``, or ``part_rows`` rows where given)."""
+
+    _suffix = ".parquet"
+
+    def __init__(
+        self,
+        path: str | Path,
+        row_group_rows: int = 65536,
+        data_dependent: DataDependent = (),
+        resume: bool = False,
+        compression: str = "snappy",
+        part_rows: int | None = None,
+        part_bytes: int = JOURNAL_PART_BYTES,
+        part_seconds: float | None = JOURNAL_PART_SECONDS,
+    ) -> None:
+        super().__init__(
+            path,
+            row_group_rows,
+            data_dependent,
+            resume,
+            part_rows=part_rows,
+            part_bytes=part_bytes,
+            compression=compression,
+            part_seconds=part_seconds,
+        )
+
+    def _checked(self, path: Path) -> Path:
+        return writable(path)
+
+    def _open(self, path: Path) -> _Journal:  # type: ignore[override]
+        return _Journal(path, self._file, self.part_rows, self.part_bytes, self.part_seconds, not self._resuming)
+
+    def existing_outputs(self) -> list[Path]:
+        """The file, if it holds an earlier run's rows, closed or in its journal (a killed run's)."""
+        return [self.path] if super().existing_outputs() or whole_parts(journal_of(self.path)) else []
+
+    def _side_written(self, path: Path) -> bool:
+        return path.exists() or journal_of(path).is_dir()
+
+    def _restart_side(self, side: Any) -> None:
+        side.restart()
+
+    def mark_complete(self) -> None:
+        """A file has no ``_SUCCESS``: it is there, whole, once closed."""
+
+    def close(self) -> None:
+        super().close()  # every part closed: a failure leaves the journals, to resume from
+        journals = [journal for journal in (*self._sides.values(), self._main) if journal.folder.is_dir()]
+        merged = [(journal, journal.merge()) for journal in journals]
+        moves = [(journal, file) for journal, file in merged if file is not None]
+        if moves:
+            self._main.folder.mkdir(exist_ok=True)
+            marker = [[journal.folder.name, journal.path.name] for journal, _ in moves]
+            (self._main.folder / _MERGED).write_text(json.dumps(marker))
+            for journal, file in moves:
+                os.replace(file, journal.path)
+        for journal in journals:  # the main table's last: its marker says what was moved
+            remove_journal(journal.folder)
 
 
 def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:

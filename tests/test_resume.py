@@ -27,7 +27,16 @@ import pytest
 from pipeline import Pipeline, models
 from pipeline.cli import main
 from pipeline.jobs import first_rows, open_sink, rows_after
-from pipeline.sinks import CsvSink, NpySink, ParquetDatasetSink, ParquetSink, SinkError, read_npy_header_rows
+from pipeline.sinks import (
+    CsvSink,
+    NpySink,
+    ParquetDatasetSink,
+    ParquetSink,
+    SinkError,
+    journal_of,
+    read_npy_header_rows,
+    whole_parts,
+)
 from pipeline.sources import (
     CsvSource,
     ImageFolderSource,
@@ -357,29 +366,108 @@ def test_a_csv_line_a_kill_cut_short_is_cut_off(tmp_path):
     assert (tmp_path / "header.csv").read_bytes() == (tmp_path / "full.csv").read_bytes()
 
 
-def test_a_killed_parquet_file_is_refused_with_why(tmp_path):
+def test_a_damaged_parquet_file_is_refused_with_why(tmp_path):
     batches = list(_batches())
     _write_all(ParquetSink(tmp_path / "out.parquet"), batches)
     data = (tmp_path / "out.parquet").read_bytes()
-    (tmp_path / "out.parquet").write_bytes(data[: len(data) // 2])  # no footer: what a kill leaves
-    with pytest.raises(SinkError, match="not a readable Parquet file .*a run that was killed leaves no footer"):
+    (tmp_path / "out.parquet").write_bytes(data[: len(data) // 2])  # no footer: what a killed writer leaves
+    with pytest.raises(SinkError, match="not a readable Parquet file .*journal beside it until it is closed"):
         ParquetSink(tmp_path / "out.parquet", resume=True)
 
 
-def test_a_run_killed_while_resuming_parquet_leaves_the_earlier_file_as_it_was(tmp_path):
+def test_a_parquet_file_killed_mid_run_keeps_its_journals_whole_parts(tmp_path):
+    """NOTE [ journaled Parquet ]: the rows of every part closed before the kill are kept."""
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
+    killed = ParquetSink(tmp_path / "out.parquet", part_rows=16)
+    for batch in batches[:5]:
+        killed.write(*batch)  # 40 rows: parts of 16 and 16 closed, 8 rows in the open one; never closed
+    assert not (tmp_path / "out.parquet").exists()
+    assert sorted(p.name for p in (tmp_path / ".out.parquet.parts").glob("part-*")) == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+    ]
+    assert ParquetSink(tmp_path / "out.parquet").existing_outputs() == [tmp_path / "out.parquet"]
+    sink = ParquetSink(tmp_path / "out.parquet", part_rows=16, resume=True)
+    assert sink.kept_rows == 32 and sink.last_kept_row()["row_id"] == 31
+    _write_all(sink, _rows_after_batches(batches, 32))
+    assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full.parquet", "out.parquet"]  # no journal left
+    assert pq.ParquetFile(tmp_path / "out.parquet").metadata.num_row_groups == 1  # re-joined to row_group_rows
+
+
+def test_a_run_killed_while_resuming_parquet_keeps_the_earlier_file_and_its_own_parts(tmp_path):
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "out.parquet"), batches[:2])
+    killed = ParquetSink(tmp_path / "out.parquet", part_rows=16, resume=True)
+    assert not (tmp_path / "out.parquet").exists()  # the closed file is the journal's part 0
+    for batch in _rows_after_batches(batches, 16)[:3]:
+        killed.write(*batch)  # a part of 16 rows closed, 8 in the open one: the process died
+    sink = ParquetSink(tmp_path / "out.parquet", resume=True)
+    assert sink.kept_rows == 32
+    _write_all(sink, _rows_after_batches(batches, 32))
+    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
+    assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
+
+
+def test_a_resumed_parquet_file_with_nothing_added_is_the_same_file(tmp_path):
     batches = list(_batches())
     _write_all(ParquetSink(tmp_path / "out.parquet"), batches[:2])
     before = (tmp_path / "out.parquet").read_bytes()
-    killed = ParquetSink(tmp_path / "out.parquet", row_group_rows=4, resume=True)
-    for batch in _rows_after_batches(batches, 16)[:2]:
-        killed.write(*batch)  # never closed: the process died
+    ParquetSink(tmp_path / "out.parquet", resume=True).close()
     assert (tmp_path / "out.parquet").read_bytes() == before
-    assert (tmp_path / "out.parquet.resuming").exists()
-    sink = ParquetSink(tmp_path / "out.parquet", resume=True)  # the next try writes the new file anew
-    assert sink.kept_rows == 16
-    _write_all(sink, _rows_after_batches(batches, 16))
-    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
-    assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet"]
+
+
+def test_a_new_run_replaces_a_killed_runs_journal_at_its_first_write(tmp_path):
+    batches = list(_batches())
+    killed = ParquetSink(tmp_path / "out.parquet", part_rows=8)
+    for batch in batches[:3]:
+        killed.write(*batch)
+    sink = ParquetSink(tmp_path / "out.parquet")  # a rerun without --resume: the CLI asks for --overwrite first
+    assert whole_parts(tmp_path / ".out.parquet.parts")  # not yet: nothing written
+    _write_all(sink, batches[:1])
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == 8
+    assert not (tmp_path / ".out.parquet.parts").exists()
+
+
+@pytest.mark.parametrize("cut_at", ["moving the main table", "removing its journal"])
+def test_a_close_cut_short_after_the_merges_is_finished_by_the_resume(tmp_path, monkeypatch, cut_at):
+    """The kill came after the side table was moved into place and its journal removed:
+    before the main table was moved, or before its journal (which holds the marker) was removed."""
+    import pipeline.sinks as sinks
+
+    batches = _detections()
+    (tmp_path / "whole").mkdir()
+    _write_all(ParquetSink(tmp_path / "whole" / "dets.parquet", data_dependent=["boxes"], part_rows=16), batches)
+    killed = ParquetSink(tmp_path / "dets.parquet", data_dependent=["boxes"], part_rows=16)
+    for batch in batches[:6]:
+        killed.write(*batch)  # stopped there: closed, and the close cut short
+    replace, remove = os.replace, sinks.remove_journal
+
+    def replace_until_the_main_table(source, target):
+        if cut_at == "moving the main table" and Path(target).name == "dets.parquet":
+            raise KeyboardInterrupt  # stands for the kill: nothing after it runs
+        replace(source, target)
+
+    def remove_until_the_main_journal(folder):
+        if cut_at == "removing its journal" and folder.name == ".dets.parquet.parts":
+            raise KeyboardInterrupt
+        remove(folder)
+
+    monkeypatch.setattr(sinks.os, "replace", replace_until_the_main_table)
+    monkeypatch.setattr(sinks, "remove_journal", remove_until_the_main_journal)
+    with pytest.raises(KeyboardInterrupt):
+        killed.close()
+    monkeypatch.undo()
+    assert (tmp_path / "dets.boxes.parquet").exists()
+    assert (tmp_path / "dets.parquet").exists() == (cut_at == "removing its journal")
+    sink = ParquetSink(tmp_path / "dets.parquet", data_dependent=["boxes"], resume=True)
+    assert sink.kept_rows == 48
+    _write_all(sink, _rows_after_batches(batches, 48))
+    got, want = _detection_tables(tmp_path / "dets.parquet"), _detection_tables(tmp_path / "whole" / "dets.parquet")
+    assert all(mine.equals(theirs) for mine, theirs in zip(got, want, strict=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dets.boxes.parquet", "dets.parquet", "whole"]
 
 
 def test_a_data_set_killed_mid_part_keeps_its_whole_parts(tmp_path):
@@ -457,18 +545,16 @@ def _detection_tables(path: Path) -> tuple[pa.Table, pa.Table]:
 @pytest.mark.parametrize("sink_type", [ParquetSink, ParquetDatasetSink])
 def test_a_detectors_tables_resumed_equal_the_whole_run(tmp_path, sink_type):
     name = "dets.parquet" if sink_type is ParquetSink else "dets"
-    options = {} if sink_type is ParquetSink else {"part_rows": 16}
+    options = {"part_rows": 16}
     batches = _detections()
     (tmp_path / "whole").mkdir()
     _write_all(sink_type(tmp_path / "whole" / name, data_dependent=["boxes"], **options), batches)
     stopped = sink_type(tmp_path / name, data_dependent=["boxes"], **options)
     for batch in batches[:5]:
         stopped.write(*batch)
-    if sink_type is ParquetSink:
-        stopped.close()  # stopped: a Parquet file is closed
-    # else killed: the data set keeps the parts it closed (16 rows each: batches 0-3), not the open one
+    # killed: the file's journal and the data set keep the parts they closed (16 rows each: batches 0-3)
     sink = sink_type(tmp_path / name, data_dependent=["boxes"], resume=True, **options)
-    assert sink.kept_rows == (40 if sink_type is ParquetSink else 32)
+    assert sink.kept_rows == 32
     _write_all(sink, _rows_after_batches(batches, sink.kept_rows))
     for got, want in zip(_detection_tables(tmp_path / name), _detection_tables(tmp_path / "whole" / name), strict=True):
         assert got.equals(want)  # the rows, the boxes, and the batch numbers they join on
@@ -529,7 +615,7 @@ def busy_job(tmp_path_factory):
 
 def _argv(job, output: Path, *more: str) -> list[str]:
     data, model, _ = job
-    parts = [] if output.suffix else ["--part-rows", "4096"]  # a data set: several parts in a run
+    parts = [] if output.suffix in (".npy", ".csv") else ["--part-rows", "4096"]  # Parquet: several parts in a run
     return ["run", str(model), "--input", str(data), "--output", str(output), "--batch-size", "8", "--threads", "1",
             "--device", "cpu", "--no-progress", *parts, *more]  # fmt: skip
 
@@ -549,11 +635,9 @@ def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int,
         assert started.startswith("device:"), started
         deadline = time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline:
-            # .npy and CSV grow batch by batch; a Parquet file holds only its magic until its first row group
-            if output.suffix == ".parquet":
-                time.sleep(0.3)
-                break
-            if (output / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024):
+            # .npy and CSV grow batch by batch; Parquet keeps its closed parts (a file's in its journal)
+            parts = journal_of(output) if output.suffix == ".parquet" else output
+            if (parts / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024):
                 break
             time.sleep(0.005)
         for signum in signums:
@@ -592,9 +676,10 @@ TERMINATED = 128 + signal.SIGTERM  # ortpipe's own exit status after a graceful 
         (".npy", signal.SIGKILL, KILLED),
         (".csv", signal.SIGKILL, KILLED),
         (".parquet", signal.SIGTERM, TERMINATED),
+        (".parquet", signal.SIGKILL, KILLED),
         ("", signal.SIGKILL, KILLED),
     ],
-    ids=["npy-killed", "csv-killed", "parquet-terminated", "data-set-killed"],
+    ids=["npy-killed", "csv-killed", "parquet-terminated", "parquet-killed", "data-set-killed"],
 )
 def test_ortpipe_run_resumes_a_job_killed_mid_run(tmp_path, capsys, busy_job, suffix, signum, status):
     output = tmp_path / f"scores{suffix}"
@@ -674,12 +759,14 @@ def test_a_detection_job_killed_mid_run_resumes_to_the_whole_runs_tables(tmp_pat
         assert got.equals(want), name  # every frame, every hit, and the batch numbers they join on
 
 
-def test_ortpipe_run_refuses_to_resume_a_killed_parquet_file(tmp_path, capsys, busy_job):
+def test_ortpipe_run_refuses_to_run_over_a_killed_parquet_files_journal(tmp_path, capsys, busy_job):
     output = tmp_path / "scores.parquet"
     code, _ = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGKILL)
     assert code == -signal.SIGKILL
-    assert main(_argv(busy_job, output, "--resume")) == 1
-    assert "a run that was killed leaves no footer" in capsys.readouterr().err
+    assert main(_argv(busy_job, output)) == 1
+    assert "holds an earlier run's rows: --resume goes on after them" in capsys.readouterr().err
+    assert main(_argv(busy_job, output, "--overwrite")) == 0
+    assert pq.read_metadata(output).num_rows == ROWS and not journal_of(output).exists()
 
 
 def test_ortpipe_run_resume_with_limit_and_when_nothing_is_left(tmp_path, capsys):

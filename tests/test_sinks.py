@@ -264,8 +264,9 @@ def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path,
     assert pq.read_metadata(tmp_path / "o.parquet").row_group(0).column(0).compression == "ZSTD"
     assert main([*argv, str(tmp_path / "o.npy"), "--compression", "zstd"]) == 1
     assert "--compression is for a Parquet output; " in capsys.readouterr().err
-    assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 1
-    assert "--part-rows is for an output folder (a Parquet data set)" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "o2.csv"), "--part-rows", "5"]) == 1
+    assert "--part-rows is for a Parquet output (its parts)" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 0  # a file's journal's parts
 
 
 @pytest.mark.parametrize(

@@ -319,7 +319,9 @@ def add_run(sub: Any) -> None:
         type=positive(int),
         default=None,
         metavar="N",
-        help="an output folder: rows a part file holds at most (default: parts of about 256 MB)",
+        help="a Parquet output: rows a part file holds at most - an output folder's, or the journal's a .parquet "
+        "file is written in until it is closed, which is what a killed run keeps (default: parts of about 256 MB "
+        "in a folder; in a file's journal, of about 64 MB or 60 s)",
     )
     run.add_argument(
         "--compression",
@@ -482,8 +484,8 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
     kind, output = sink_kind(args.output), str(args.output)
     if args.output_format is not None and not kind.endswith(" stream"):
         raise SinkError(f"--output-format is for --output - (standard output); {output!r} is written as {kind}")
-    if args.part_rows is not None and kind != "parquet data set":
-        raise SinkError(f"--part-rows is for an output folder (a Parquet data set); {output!r} is written as {kind}")
+    if args.part_rows is not None and not kind.startswith("parquet"):
+        raise SinkError(f"--part-rows is for a Parquet output (its parts); {output!r} is written as {kind}")
     if args.compression is not None and not kind.startswith("parquet"):
         raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
 
