@@ -7,6 +7,8 @@ values with float16's mantissa, as such a model's outputs are).
 
 * a data set (``ParquetDatasetSink``: part files closed and renamed as they
   fill) against one Parquet file, rows/s;
+* one Parquet file whose journal holds one part (moved into place at close)
+  against one of several parts (merged at close: NOTE [ journaled Parquet ]);
 * snappy (pyarrow's default), zstd and none: rows/s and the file's size;
 * one Parquet file, CSV and JSON Lines of the same rows: rows/s and size.
 """
@@ -57,6 +59,22 @@ def test_writing_a_data_set_against_one_file(benchmark, tmp_path, sink):
     rows_per_s = ROWS / benchmark.stats.stats.min
     benchmark.extra_info["rows_per_s"] = rows_per_s
     print(f"\n{sink}: {rows_per_s:,.0f} rows/s written")
+
+
+@pytest.mark.parametrize("parts", [1, 6])
+def test_a_parquet_files_journal_merged_at_close(benchmark, tmp_path, parts):
+    """The price of a file a kill cannot lose: its parts merged (read and written again) at close."""
+    batches = _batches(_scores("softmax"))
+    rounds = iter(range(100))
+    part_rows = None if parts == 1 else -(-ROWS // parts // BATCH) * BATCH
+
+    def write():
+        _write(ParquetSink(tmp_path / f"out-{next(rounds)}.parquet", part_rows=part_rows), batches)
+
+    benchmark.pedantic(write, rounds=5, iterations=1)
+    rows_per_s = ROWS / benchmark.stats.stats.min
+    benchmark.extra_info["rows_per_s"] = rows_per_s
+    print(f"\njournal of {parts} part(s): {rows_per_s:,.0f} rows/s written and closed")
 
 
 @pytest.mark.parametrize("codec", ["snappy", "zstd", "none"])

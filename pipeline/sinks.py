@@ -79,6 +79,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -687,8 +688,13 @@ class _Journal(_ParquetParts):
     nothing can read.  So a Parquet file is written as a data set in a hidden
     folder beside it, its journal (``.NAME.parquet.parts``), each part renamed
     into place when closed - every ``JOURNAL_PART_SECONDS`` or
-    ``JOURNAL_PART_BYTES``, whichever comes first - and merged into the file
-    at close, row groups re-joined to ``row_group_rows``.  A killed run leaves
+    ``JOURNAL_PART_BYTES``, whichever comes first - and merged into the file,
+    row groups re-joined to ``row_group_rows``: by a thread beside the job from
+    the second part on (:class:`_Merger`), the rest at close; a journal of one
+    part is moved into place, no copy.  The price, measured (2 vCPUs, 400,000
+    rows of 16 float32 a row, snappy): one part 2.0-2.3M rows/s written and
+    closed, six parts 1.1-1.2M rows/s (0.78-0.80M when all of the merge waited
+    for the close).  A killed run leaves
     the journal: resuming goes on after its whole parts.  A resumed file that
     was closed is moved into the journal as part 0 (and is the file again at
     close, moved back when nothing was added).  A close cut short while it
@@ -708,6 +714,9 @@ class _Journal(_ParquetParts):
         self.path = path
         #: a new run: an earlier run's journal and file are replaced at the first write
         self._fresh = fresh
+        #: merges the whole parts as they close, once there are two (one is moved, not merged)
+        self._merger: _Merger | None = None
+        self._merging = 0
 
     def resume(self) -> int:
         """The rows of the file or the journal an earlier run left, to be kept."""
@@ -738,44 +747,142 @@ class _Journal(_ParquetParts):
             self.path.unlink(missing_ok=True)
         return super()._start(schema)
 
+    def finish(self) -> None:
+        super().finish()
+        self._merge_ahead()
+
+    def keep_parts(self, parts: int) -> None:
+        super().keep_parts(parts)
+        self._merge_ahead()
+
+    def _merge_ahead(self) -> None:
+        """Hand the parts closed since the last call to the merger (started at the second)."""
+        if self._number < 2:
+            return
+        if self._merger is None:
+            merged = self.folder / _MERGING
+            merged.unlink(missing_ok=True)
+            self._merger = _Merger(merged, self._file(merged))
+        for number in range(self._merging, self._number):
+            self._merger.add(self.folder / _PART.format(number))
+        self._merging = self._number
+
     def merge(self) -> Path | None:
-        """The whole parts merged into one file in the journal (None when it has none)."""
+        """The whole parts as one file in the journal (None when it has none): the
+        merger's, or the one part linked (a part is the file already: no copy)."""
         parts = whole_parts(self.folder)
+        if self._merger is not None:
+            merger, self._merger = self._merger, None
+            return merger.finish()
         if not parts:
             return None
         merged = self.folder / _MERGING
         merged.unlink(missing_ok=True)
-        if len(parts) == 1:  # one part is the file already: a link, not a copy
+        if len(parts) == 1:
             try:
                 os.link(parts[0], merged)
             except OSError:  # a file system without hard links
                 shutil.copyfile(parts[0], merged)
             return merged
-        _merge_parquet(parts, merged, self._file(merged))
-        return merged
+        self._merging = 0  # parts left from a killed run that this one never added to: merged now
+        self._number = len(parts)
+        self._merge_ahead()
+        return self.merge()
+
+    def abandon(self) -> None:
+        """Stop the merger, if any (a close that failed: the journal stays)."""
+        if self._merger is not None:
+            merger, self._merger = self._merger, None
+            merger.abandon()
 
 
-def _merge_parquet(parts: Sequence[Path], merged: Path, like: _ParquetFile) -> None:
-    """``parts`` (of one schema) into the file ``merged``, in row groups of about
-    ``like.row_group_rows`` rows compressed as ``like`` (a part's groups are read one at a time)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+class _Merger:
+    """A journal's whole parts appended, as they close, to one Parquet file, in row
+    groups of about ``like.row_group_rows`` rows compressed as ``like``: the merge a
+    close would make runs beside the job instead (a part's groups are read one at
+    a time; pyarrow encodes without the GIL).  A thread appends the parts added
+    and ends when there are none left (a sink never closed - a test's stand-in
+    for a kill - leaves none behind); the next part added starts another.  The
+    file is only the journal's copy until :meth:`finish` closes it: a kill
+    leaves the parts."""
 
-    schema = pq.read_schema(parts[0])
-    with pq.ParquetWriter(merged, schema, compression=like.compression) as writer:
-        pending: list[Any] = []
-        rows = 0
-        for part in parts:
-            with pq.ParquetFile(part) as file:
-                for group in range(file.metadata.num_row_groups):
-                    table = file.read_row_group(group)
-                    pending.append(table)
-                    rows += table.num_rows
-                    if rows >= like.row_group_rows:
-                        writer.write_table(pa.concat_tables(pending), row_group_size=rows)
-                        pending, rows = [], 0
-        if pending:
-            writer.write_table(pa.concat_tables(pending), row_group_size=rows)
+    def __init__(self, merged: Path, like: _ParquetFile) -> None:
+        self.merged, self._like = merged, like
+        self._lock = threading.Lock()
+        self._parts: list[Path] = []
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._writer: Any = None
+        self._pending: list[Any] = []
+        self._pending_rows = 0
+
+    def add(self, part: Path) -> None:
+        with self._lock:
+            self._parts.append(part)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="ortpipe-parquet-merge", daemon=True)
+                self._thread.start()
+
+    def finish(self) -> Path:
+        """The merged file, closed, once every part added is in it (or the merge's failure)."""
+        self._wait()
+        try:
+            if self._failure is not None:
+                raise self._failure
+            if self._pending:
+                self._write_pending()
+        finally:
+            self._close_writer()
+        return self.merged
+
+    def abandon(self) -> None:
+        """Stop merging: the file, never closed, is left to be removed with the journal."""
+        with self._lock:
+            self._parts.clear()
+        self._wait()
+        self._close_writer()
+
+    def _wait(self) -> None:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._parts or self._failure is not None:
+                    self._thread = None
+                    return
+                part = self._parts.pop(0)
+            try:
+                self._append(part)
+            except BaseException as exc:  # noqa: BLE001 - raised by finish(), in the sink's close
+                self._failure = exc
+
+    def _append(self, part: Path) -> None:
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(part) as file:
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.merged, file.schema_arrow, compression=self._like.compression)
+            for group in range(file.metadata.num_row_groups):
+                table = file.read_row_group(group)
+                self._pending.append(table)
+                self._pending_rows += table.num_rows
+                if self._pending_rows >= self._like.row_group_rows:
+                    self._write_pending()
+
+    def _write_pending(self) -> None:
+        import pyarrow as pa
+
+        pending, rows, self._pending, self._pending_rows = self._pending, self._pending_rows, [], 0
+        self._writer.write_table(pa.concat_tables(pending), row_group_size=rows)
+
+    def _close_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
 
 def remove_journal(folder: Path) -> None:
@@ -1185,9 +1292,20 @@ class ParquetSink(ParquetDatasetSink):
         """A file has no ``_SUCCESS``: it is there, whole, once closed."""
 
     def close(self) -> None:
-        super().close()  # every part closed: a failure leaves the journals, to resume from
-        journals = [journal for journal in (*self._sides.values(), self._main) if journal.folder.is_dir()]
-        merged = [(journal, journal.merge()) for journal in journals]
+        journals = [*self._sides.values(), self._main]
+        try:
+            super().close()  # every part closed: a failure leaves the journals, to resume from
+        except BaseException:
+            for journal in journals:
+                journal.abandon()
+            raise
+        journals = [journal for journal in journals if journal.folder.is_dir()]
+        try:
+            merged = [(journal, journal.merge()) for journal in journals]
+        except BaseException:
+            for journal in journals:
+                journal.abandon()
+            raise
         moves = [(journal, file) for journal, file in merged if file is not None]
         if moves:
             self._main.folder.mkdir(exist_ok=True)

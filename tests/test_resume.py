@@ -431,6 +431,31 @@ def test_a_new_run_replaces_a_killed_runs_journal_at_its_first_write(tmp_path):
     assert not (tmp_path / ".out.parquet.parts").exists()
 
 
+def test_a_merge_that_fails_leaves_the_journal_to_resume_from(tmp_path, monkeypatch):
+    """NOTE [ journaled Parquet ]: the parts are merged beside the job; a failure there (a full
+    disk) is raised by close, and every part is still in the journal."""
+    import pipeline.sinks as sinks
+
+    batches = list(_batches())
+    _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
+
+    def disk_full(self, part):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sinks._Merger, "_append", disk_full)
+    failing = ParquetSink(tmp_path / "out.parquet", part_rows=16)
+    for batch in batches:
+        failing.write(*batch)
+    with pytest.raises(OSError, match="No space left on device"):
+        failing.close()
+    monkeypatch.undo()
+    assert not (tmp_path / "out.parquet").exists() and len(whole_parts(journal_of(tmp_path / "out.parquet"))) == 4
+    sink = ParquetSink(tmp_path / "out.parquet", resume=True)
+    assert sink.kept_rows == 50  # every row: the last part was closed before the merge failed
+    sink.close()
+    assert pq.read_table(tmp_path / "out.parquet").equals(pq.read_table(tmp_path / "full.parquet"))
+
+
 @pytest.mark.parametrize("cut_at", ["moving the main table", "removing its journal"])
 def test_a_close_cut_short_after_the_merges_is_finished_by_the_resume(tmp_path, monkeypatch, cut_at):
     """The kill came after the side table was moved into place and its journal removed:
