@@ -28,6 +28,7 @@ from ._pipeline import Pipeline
 from ._progress import Progress
 from ._rows import close_iteration, drop_first, peel_first_row, take_first
 from .sinks import (
+    JOURNAL_PART_SECONDS,
     CsvSink,
     CsvStreamSink,
     JsonLinesSink,
@@ -495,11 +496,14 @@ def open_sink(
     overwrite: bool = False,
     stream: BinaryIO | None = None,
     stream_format: str = "csv",
+    part_seconds: float | None = None,
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
     at most ``part_rows`` rows (default: about 256 MB each; a Parquet file's
-    journal's parts too: NOTE [ journaled Parquet ] in sinks); Parquet compressed
+    journal's parts too: NOTE [ journaled Parquet ] in sinks), each closed
+    ``part_seconds`` after it was opened where given (a file's journal's: 60 s
+    by default); Parquet compressed
     with ``compression``; .jsonl as JSON Lines; :data:`STDOUT` as ``stream_format`` (CSV
     or JSON Lines) into ``stream`` (default: standard output's bytes), flushed each batch.
 
@@ -522,7 +526,15 @@ def open_sink(
         return NpySink(path, output_names, known, resume)
     _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if kind == "parquet":
-        return ParquetSink(path, data_dependent=known, resume=resume, compression=compression, part_rows=part_rows)
+        seconds = JOURNAL_PART_SECONDS if part_seconds is None else part_seconds
+        return ParquetSink(
+            path,
+            data_dependent=known,
+            resume=resume,
+            compression=compression,
+            part_rows=part_rows,
+            part_seconds=seconds,
+        )
     if kind == "csv":
         return CsvSink(path, known, resume)
     if kind == "jsonl":
@@ -531,7 +543,13 @@ def open_sink(
         check_output(path, resume)
         return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
     return ParquetDatasetSink(
-        path, data_dependent=known, resume=resume, part_rows=part_rows, compression=compression, overwrite=overwrite
+        path,
+        data_dependent=known,
+        resume=resume,
+        part_rows=part_rows,
+        compression=compression,
+        overwrite=overwrite,
+        part_seconds=part_seconds,
     )
 
 

@@ -7,6 +7,7 @@ here the sinks get hand-made batches, to pin down names, columns and errors.
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pyarrow.csv as pcsv
@@ -23,6 +24,7 @@ from pipeline.sinks import (
     ParquetSink,
     SinkError,
     file_part,
+    whole_parts,
 )
 
 
@@ -267,6 +269,23 @@ def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path,
     assert main([*argv, str(tmp_path / "o2.csv"), "--part-rows", "5"]) == 1
     assert "--part-rows is for a Parquet output (its parts)" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 0  # a file's journal's parts
+    assert main([*argv, str(tmp_path / "o2.jsonl"), "--part-seconds", "5"]) == 1
+    assert "--part-seconds is for a Parquet output (its parts)" in capsys.readouterr().err
+
+
+def test_parts_closed_by_time_keep_a_slow_jobs_rows(tmp_path):
+    """--part-seconds: a part closes once it is that old, full or not (a camera's few rows a
+    second would otherwise sit in one open part for hours)."""
+    batches = [(i, 4, {"y": np.full((4, 2), i, np.float32)}, {"row_id": np.arange(4 * i, 4 * i + 4)}) for i in range(3)]
+    sink = ParquetDatasetSink(tmp_path / "set", part_seconds=0.05)
+    for batch in batches:
+        sink.write(*batch)
+        time.sleep(0.06)  # the part is old enough at the next batch's end: batches 0-1, then 2
+    assert [p.name for p in whole_parts(tmp_path / "set")] == ["part-00000.parquet"]
+    sink.close()
+    assert len(whole_parts(tmp_path / "set")) == 2 and pq.read_table(tmp_path / "set").num_rows == 12
+    with pytest.raises(ValueError, match="part_seconds must be > 0"):
+        ParquetDatasetSink(tmp_path / "other", part_seconds=0)
 
 
 @pytest.mark.parametrize(

@@ -324,6 +324,14 @@ def add_run(sub: Any) -> None:
         "in a folder; in a file's journal, of about 64 MB or 60 s)",
     )
     run.add_argument(
+        "--part-seconds",
+        type=positive(float),
+        default=None,
+        metavar="S",
+        help="a Parquet output: close a part once it was opened S seconds ago, full or not - what a killed run "
+        "can lose at most (default: a folder's parts by size alone; a file's journal's every 60 s)",
+    )
+    run.add_argument(
         "--compression",
         choices=PARQUET_CODECS,
         default=None,
@@ -484,8 +492,9 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
     kind, output = sink_kind(args.output), str(args.output)
     if args.output_format is not None and not kind.endswith(" stream"):
         raise SinkError(f"--output-format is for --output - (standard output); {output!r} is written as {kind}")
-    if args.part_rows is not None and not kind.startswith("parquet"):
-        raise SinkError(f"--part-rows is for a Parquet output (its parts); {output!r} is written as {kind}")
+    for option, given in (("--part-rows", args.part_rows), ("--part-seconds", args.part_seconds)):
+        if given is not None and not kind.startswith("parquet"):
+            raise SinkError(f"{option} is for a Parquet output (its parts); {output!r} is written as {kind}")
     if args.compression is not None and not kind.startswith("parquet"):
         raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
 
@@ -562,7 +571,11 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             batch_wait_s=args.batch_wait,
         )
         data_dependent = _data_dependent(args, pipe.output_names)
-        parquet = {"part_rows": args.part_rows, "compression": args.compression or "snappy"}
+        parquet = {
+            "part_rows": args.part_rows,
+            "part_seconds": args.part_seconds,
+            "compression": args.compression or "snappy",
+        }
         sink = open_sink(
             args.output,
             pipe,
