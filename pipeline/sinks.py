@@ -1279,8 +1279,9 @@ class ParquetSink(ParquetDatasetSink):
         return _Journal(path, self._file, self.part_rows, self.part_bytes, self.part_seconds, not self._resuming)
 
     def existing_outputs(self) -> list[Path]:
-        """The file, if it holds an earlier run's rows, closed or in its journal (a killed run's)."""
-        return [self.path] if super().existing_outputs() or whole_parts(journal_of(self.path)) else []
+        """The file, if it holds an earlier run's rows, or its journal, if a killed run left one."""
+        journal = journal_of(self.path)
+        return super().existing_outputs() + ([journal] if whole_parts(journal) else [])
 
     def _side_written(self, path: Path) -> bool:
         return path.exists() or journal_of(path).is_dir()

@@ -387,7 +387,7 @@ def test_a_parquet_file_killed_mid_run_keeps_its_journals_whole_parts(tmp_path):
         "part-00000.parquet",
         "part-00001.parquet",
     ]
-    assert ParquetSink(tmp_path / "out.parquet").existing_outputs() == [tmp_path / "out.parquet"]
+    assert ParquetSink(tmp_path / "out.parquet").existing_outputs() == [tmp_path / ".out.parquet.parts"]
     sink = ParquetSink(tmp_path / "out.parquet", part_rows=16, resume=True)
     assert sink.kept_rows == 32 and sink.last_kept_row()["row_id"] == 31
     _write_all(sink, _rows_after_batches(batches, 32))
@@ -789,7 +789,7 @@ def test_ortpipe_run_refuses_to_run_over_a_killed_parquet_files_journal(tmp_path
     code, _ = _stopped_mid_run(_argv(busy_job, output), output, signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert main(_argv(busy_job, output)) == 1
-    assert "holds an earlier run's rows: --resume goes on after them" in capsys.readouterr().err
+    assert f"'{journal_of(output)}' holds an earlier run's rows: --resume goes on after them" in capsys.readouterr().err
     assert main(_argv(busy_job, output, "--overwrite")) == 0
     assert pq.read_metadata(output).num_rows == ROWS and not journal_of(output).exists()
 
