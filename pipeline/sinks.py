@@ -770,10 +770,10 @@ class _Journal(_ParquetParts):
     def merge(self) -> Path | None:
         """The whole parts as one file in the journal (None when it has none): the
         merger's, or the one part linked (a part is the file already: no copy)."""
-        parts = whole_parts(self.folder)
         if self._merger is not None:
             merger, self._merger = self._merger, None
             return merger.finish()
+        parts = whole_parts(self.folder)
         if not parts:
             return None
         merged = self.folder / _MERGING
