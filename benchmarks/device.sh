@@ -11,6 +11,8 @@
 #   there:  bash benchmarks/device.sh append    # one call per part but the last: carry=[".whl/NN"]
 #   there:  bash benchmarks/device.sh check     # carry=[".whl/<last>"]: store it, assemble, verify, unpack
 #                                               # to /tmp/site, run the CUDA tests and gpu_suite.py into $OUT
+#                                               # (GPU_BUDGET_S, GPU_SECONDS, TESTS_TIMEOUT_S; ALL_TESTS_TIMEOUT_S=N
+#                                               # runs the whole suite after them, for at most N seconds)
 #
 # Each part is kept under its own number in $STORE (default /tmp/ort-wheel) while
 # the machine stays warm, so a part sent twice, or out of order, does no harm;
@@ -148,6 +150,11 @@ case "${1:-}" in
       -k "cuda or hwaccel" tests > "$out/cuda_tests.log" 2>&1 || echo "CUDA tests: exit $?"
     tail -n 40 "$out/cuda_tests.log"
     python3 benchmarks/gpu_suite.py "$out" --no-tests --seconds "${GPU_SECONDS:-1}" --budget-s "${GPU_BUDGET_S:-200}" 2>&1 | tee "$out/suite.log"
+    if [ "${ALL_TESTS_TIMEOUT_S:-0}" -gt 0 ]; then  # the whole suite too, on that machine's numpy, onnx, pyarrow
+      timeout "$ALL_TESTS_TIMEOUT_S" python3 -m pytest -q -rs -p no:cacheprovider "${per_test[@]}" tests \
+        > "$out/all_tests.log" 2>&1 || echo "all tests: exit $?"
+      tail -n 5 "$out/all_tests.log"
+    fi
     ;;
   *)
     echo "usage: $0 prepare | bundle OUT WHEEL... | split FILE | append | assemble | install | check" >&2
