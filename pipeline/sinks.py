@@ -506,6 +506,27 @@ DEFAULT_PART_BYTES = 256 << 20
 SUCCESS = "_SUCCESS"
 
 
+def durable(path: Path) -> None:
+    """``path`` (a file, or a folder's entries) written through to the disk: a part's
+    name says it is whole only once its bytes would survive the machine going down
+    (a pre-empted VM, a power cut), not only the process.  A folder a file system
+    cannot sync is left as it is."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError:
+        if path.is_dir():
+            return
+        raise
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(descriptor)
+
+
 def whole_parts(folder: Path) -> list[Path]:
     """The whole part files of a data set folder ortpipe writes, in order."""
     if not folder.is_dir():
@@ -653,7 +674,9 @@ class _ParquetParts:
             return
         part, self._part = self._part, None
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
+        durable(part.path)  # on the disk before its name says it is whole
         os.replace(part.path, self.folder / _PART.format(self._number))
+        durable(self.folder)
         self._number += 1
         self._rows = self._bytes = 0
 
@@ -1310,10 +1333,14 @@ class ParquetSink(ParquetDatasetSink):
         moves = [(journal, file) for journal, file in merged if file is not None]
         if moves:
             self._main.folder.mkdir(exist_ok=True)
+            for _, file in moves:
+                durable(file)
             marker = [[journal.folder.name, journal.path.name] for journal, _ in moves]
             (self._main.folder / _MERGED).write_text(json.dumps(marker))
+            durable(self._main.folder / _MERGED)
             for journal, file in moves:
                 os.replace(file, journal.path)
+            durable(self.path.parent)
         for journal in journals:  # the main table's last: its marker says what was moved
             remove_journal(journal.folder)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.csv as pcsv
@@ -508,3 +509,39 @@ def test_ortpipe_run_writes_json_lines_to_a_file_or_standard_output(tmp_path, ca
     )
     assert main([*argv, str(tmp_path / "o.csv"), "--output-format", "jsonl"]) == 1
     assert "--output-format is for --output - (standard output)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names a descriptor's file by /proc/self/fd")
+def test_parts_and_merged_files_reach_the_disk_before_their_names_say_they_are_whole(tmp_path, monkeypatch):
+    """A part is synced before it is renamed into place, the merged file and the marker before
+    the move (NOTE [ journaled Parquet ]): after a machine goes down, a whole part's name never
+    points at bytes that were still only in memory."""
+    import os
+
+    import pipeline.sinks as sinks
+
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recorded_fsync(descriptor):
+        events.append(("sync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    def recorded_replace(source, target):
+        events.append(("rename", str(source)))
+        replace(source, target)
+
+    monkeypatch.setattr(sinks.os, "fsync", recorded_fsync)
+    monkeypatch.setattr(sinks.os, "replace", recorded_replace)
+    sink = ParquetSink(tmp_path / "out.parquet", part_rows=4)
+    for index in range(3):
+        sink.write(index, 4, {"y": np.full((4, 2), index, np.float32)}, {"row_id": np.arange(4 * index, 4 * index + 4)})
+    sink.close()
+    monkeypatch.undo()
+    renamed = [path for kind, path in events if kind == "rename"]
+    assert len(renamed) == 4  # three parts into place, the merged file into the output
+    for path in renamed:
+        assert ("sync", path) in events[: events.index(("rename", path))], path
+    marker = str(tmp_path / ".out.parquet.parts" / "_MERGED")
+    assert events.index(("sync", marker)) < events.index(("rename", renamed[-1]))
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == 12
