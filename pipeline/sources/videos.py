@@ -3,11 +3,12 @@ videos below a folder as one source (:class:`VideoFolderSource`)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,10 @@ class VideoSource(RowSource):
     of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
     One swscale context converts every frame of an iteration: ``frame.reformat``
     would make a new one, and start its threads, for each frame (0.8 against
-    0.35 ms a 480p frame to 224x224 on the project machine).
+    0.35 ms a 480p frame to 224x224 on the project machine).  Frames are
+    converted beside the decoder by ``convert_threads`` threads (None: one per
+    four CPUs, 1 to 4; 0: by the decoding thread), each with a swscale context
+    of its own (NOTE [ converting beside the decoder ]).
 
     NOTE [ video streams ]: ``path`` may be a URL FFmpeg reads (a camera's
     ``rtsp://``, ``http(s)://``, ``srt://``, ``udp://``): frames are taken as
@@ -182,6 +186,9 @@ class VideoSource(RowSource):
         self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
         self._placements: dict[tuple[int, int], Placement] = {}
         self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
+        #: threads converting frames beside the decoder; None: :func:`auto_convert_threads`
+        #: (NOTE [ converting beside the decoder ])
+        self.convert_threads: int | None = None
         try:
             container = self._opened(hw=self.is_pipe)  # a header needs no decoder; a pipe's is decoded after
             if self.is_pipe:  # what FFmpeg read of its header is gone from the pipe: keep it
@@ -387,32 +394,38 @@ class VideoSource(RowSource):
             return None  # decoding from the start says what is wrong
 
     def _decoded_chunks(self, target: int | None) -> Iterator[Chunk]:
-        import av
-        from av.video.reformatter import VideoReformatter
+        threads = auto_convert_threads() if self.convert_threads is None else self.convert_threads
+        # a frame a chunk (a live stream's) is taken as soon as it is converted: nothing to overlap
+        converter = _Converter(self._converted, threads if self.batch_size > 1 else 0)
+        try:
+            yield from self._converted_chunks(target, converter)
+        finally:
+            converter.close()
 
-        reformatter = VideoReformatter()  # its swscale context is kept from frame to frame
-        frames: list[np.ndarray] = []
+    def _converted_chunks(self, target: int | None, converter: _Converter) -> Iterator[Chunk]:
+        import av
+
+        frames: list[Any] = []  # each frame's conversion, under way
         indices: list[int] = []
         times: list[float] = []
-        placed: list[Placement] = []
         decoded = 0
         try:
             for index, frame in self._decoded_frames(target):
                 decoded = index + 1
                 if index < self.skip or index % self.every:
                     continue
-                frames.append(self._converted(reformatter, frame, placed))
+                frames.append(converter.convert(frame))
                 indices.append(index)
                 times.append(float(frame.time) if frame.time is not None else float("nan"))
                 if len(frames) == self.batch_size:
-                    yield self._chunk(frames, indices, times, placed)
-                    frames, indices, times, placed = [], [], [], []
+                    yield self._chunk(*converter.results(frames), indices, times)
+                    frames, indices, times = [], [], []
         except av.error.FFmpegError as exc:
             when = f"after {decoded} frames" if decoded or target is None else f"before frame {self.skip}"  # seeked
             why = f"{exc}{self._piped_hint(decoded)}"
             failure = VideoDecodingFailed(f"{str(self.path)!r}: decoding failed {when}: {why}")
             if frames:  # the frames decoded before it are delivered first: a stream cut off loses none
-                yield self._chunk(frames, indices, times, placed)
+                yield self._chunk(*converter.results(frames), indices, times)
             raise failure from exc
         if decoded < self.skip:  # counted in rows: the frames a stride takes
             error = str(fewer_rows(self.path, self.skip // self.every)(-(-decoded // self.every)))
@@ -420,7 +433,7 @@ class VideoSource(RowSource):
                 error += f" (it gave {decoded} frames where its header counts {self.frames_hint}: is it cut short?)"
             raise VideoEndedEarly(error)
         if frames:
-            yield self._chunk(frames, indices, times, placed)
+            yield self._chunk(*converter.results(frames), indices, times)
 
     def _decoded_frames(self, target: int | None) -> Iterator[tuple[int, Any]]:
         """``(index, frame)`` of the frames decoded (:meth:`_numbered`); a stream's across
@@ -475,16 +488,15 @@ class VideoSource(RowSource):
             if self._stop_reading.wait(min(_RECONNECT_MAX_WAIT_S, _RECONNECT_FIRST_WAIT_S * 2 ** (misses - 1))):
                 return
 
-    def _converted(self, reformatter: Any, frame: Any, placed: list[Placement]) -> np.ndarray:
-        """``frame`` as the model's picture (``pix_fmt``, ``size`` as ``fit`` says), its
-        placement added to ``placed`` where it is cropped or padded."""
+    def _converted(self, reformatter: Any, frame: Any) -> tuple[np.ndarray, Placement | None]:
+        """``frame`` as the model's picture (``pix_fmt``, ``size`` as ``fit`` says), and its
+        placement where it is cropped or padded."""
         width, height = self.size or (frame.width, frame.height)
         placement = self._placement(frame.width, frame.height) if self.fit.moves else None
         if placement is not None:
-            placed.append(placement)
             width, height = placement.resized
         image: np.ndarray = reformatter.reformat(frame, width=width, height=height, format=self.pix_fmt).to_ndarray()
-        return image if placement is None else placement.place(image)
+        return (image, None) if placement is None else (placement.place(image), placement)
 
     def _placement(self, width: int, height: int) -> Placement:
         """Where a ``width`` x ``height`` frame goes (NOTE [ fitting ]); worked out once a frame size."""
@@ -520,7 +532,7 @@ class VideoSource(RowSource):
             yield index, frame
 
     def _chunk(
-        self, frames: list[np.ndarray], indices: list[int], times: list[float], placed: list[Placement]
+        self, frames: list[np.ndarray], placed: list[Placement], indices: list[int], times: list[float]
     ) -> Chunk:
         meta = {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
         if self.fit.moves:
@@ -529,6 +541,65 @@ class VideoSource(RowSource):
             starts = np.asarray([start for start, _ in self.reconnections], np.int64)
             meta["connection"] = np.searchsorted(starts, meta["frame_index"], side="right").astype(np.int64)
         return frames, meta
+
+
+def auto_convert_threads(cpus: int | None = None) -> int:
+    """Threads converting a video's frames beside its decoder (NOTE [ converting beside the
+    decoder ]) on a machine with ``cpus`` usable CPUs (default: this process's): none on one
+    CPU, else one per four CPUs, 1 to 4."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return 0 if cpus < 2 else max(1, min(4, cpus // 4))
+
+
+class _Converter:
+    """NOTE [ converting beside the decoder ]: each frame decoded is converted to the
+    model's picture - swscale's colour conversion and resize, 0.75-1.65 ms a 1080p
+    frame to 224x224 on the project machine, as long as FFmpeg's decoding of it -
+    and the decoding thread did both in turn.  With ``threads`` > 0, each frame is
+    handed to a pool of that many threads (PyAV releases the GIL in swscale; each
+    thread keeps a swscale context of its own) as it is decoded, while the decoder
+    goes on; a chunk takes its frames' pictures in order.  With 0, the caller's
+    thread converts each frame as it comes, one swscale context for the iteration.
+    Measured on the project machine (2 vCPUs, one conversion thread against none,
+    ``benchmarks/test_video.py``, alternated with the commit before): a video read
+    1,297-1,309 against 1,223-1,225 frames/s, a job through the conv net 662-695
+    against 603-613 staged and 712-741 against 634-639 into the slots.  A folder
+    decoding several videos at once has its parallelism already (a thread each
+    made 3 at once 1,220-1,225 against 1,332-1,338 frames/s), so its videos
+    convert in their own thread, as does a chunk of one frame (a live stream's:
+    nothing to overlap)."""
+
+    def __init__(self, convert: Callable[[Any, Any], tuple[np.ndarray, Placement | None]], threads: int) -> None:
+        from av.video.reformatter import VideoReformatter
+
+        self._convert, self._new_reformatter = convert, VideoReformatter
+        self._reformatter = VideoReformatter()  # its swscale context is kept from frame to frame
+        self._local = threading.local()
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ortpipe-convert") if threads else None
+        )
+
+    def convert(self, frame: Any) -> Any:
+        """The frame's conversion: its result, or (threads) its future."""
+        if self._pool is None:
+            return self._convert(self._reformatter, frame)
+        return self._pool.submit(self._on_a_thread, frame)
+
+    def _on_a_thread(self, frame: Any) -> tuple[np.ndarray, Placement | None]:
+        reformatter = getattr(self._local, "reformatter", None)
+        if reformatter is None:
+            reformatter = self._local.reformatter = self._new_reformatter()
+        return self._convert(reformatter, frame)
+
+    def results(self, converting: list[Any]) -> tuple[list[np.ndarray], list[Placement]]:
+        """The pictures of ``converting``'s frames, in order, and their placements."""
+        done = [item.result() if self._pool is not None else item for item in converting]
+        return [image for image, _ in done], [placement for _, placement in done if placement is not None]
+
+    def close(self) -> None:
+        """No thread left: those converting frames no chunk will take are cancelled or waited for."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _frame_count(container: Any, stream: Any) -> tuple[int, bool]:
@@ -652,6 +723,8 @@ class VideoFolderSource(RowSource):
                 video = VideoSource(
                     file, batch_size, inputs, input_name, *frames, every=every, fps=fps, fit=fit, hwaccel=hwaccel
                 )
+                if self.videos_at_once > 1:  # videos decoded at once keep the CPUs busy (NOTE [ converting ...
+                    video.convert_threads = 0  # ... beside the decoder ]): threads of their own would crowd them
                 self.videos.append(video)
                 self.opened.append(number)
             except SourceError as exc:
