@@ -84,6 +84,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert frames["ratio"] > 0
     video = report["video_decoding"]  # NOTE [ decoding on the GPU ]: on the CPU, and with NVDEC where there is one
     assert video["cpu"]["frames_per_s"] > 0 and video["frames"] == 20
+    assert video["cpu"]["frames_per_s_converting_in_the_decoding_thread"] > 0 and video["convert_threads_auto"] >= 1
     assert "frames_per_s" in video["cuda"] or "unavailable" in video["cuda"]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
