@@ -717,7 +717,8 @@ class _Journal(_ParquetParts):
     part is moved into place, no copy.  The price, measured (2 vCPUs, 400,000
     rows of 16 float32 a row, snappy): one part 2.0-2.3M rows/s written and
     closed, six parts 1.1-1.2M rows/s (0.78-0.80M when all of the merge waited
-    for the close).  A killed run leaves
+    for the close); the merged copy grows beside the parts, so the file needs up
+    to twice its size on the disk until it is closed.  A killed run leaves
     the journal: resuming goes on after its whole parts.  A resumed file that
     was closed is moved into the journal as part 0 (and is the file again at
     close, moved back when nothing was added).  A close cut short while it
