@@ -723,8 +723,10 @@ class VideoFolderSource(RowSource):
                 video = VideoSource(
                     file, batch_size, inputs, input_name, *frames, every=every, fps=fps, fit=fit, hwaccel=hwaccel
                 )
-                if self.videos_at_once > 1:  # videos decoded at once keep the CPUs busy (NOTE [ converting ...
-                    video.convert_threads = 0  # ... beside the decoder ]): threads of their own would crowd them
+                if self.videos_at_once > 1:
+                    # videos decoded at once keep the CPUs busy: conversion threads of their own
+                    # would crowd them (NOTE [ converting beside the decoder ])
+                    video.convert_threads = 0
                 self.videos.append(video)
                 self.opened.append(number)
             except SourceError as exc:
