@@ -14,7 +14,8 @@ staging copy ran at 12.0 / 12.5 / 21.7 / 35.6 GB/s with 1 / 2 / 4 / 8
 threads, and the engine, in one interleaved run, at 59-61k / 73-81k / 78-85k
 rows/s with 4 / 8 / 12 on 64 MiB copy-bound batches (25.5-25.6k / 31.5-32.5k
 / 36.0-36.1k frames/s on the conv net's 224x224 frames): so one per two
-CPUs, up to 8.  Copies under ``MIN_SPLIT_BYTES`` stay on the
+CPUs, up to 8.  A ``MultiPipeline`` of N pipelines gives each the threads of
+its share of the CPUs (1/N).  Copies under ``MIN_SPLIT_BYTES`` stay on the
 calling thread: a hand-off to another thread costs tens of microseconds.
 
 A :class:`HostCopier` belongs to one engine run: its worker threads start on

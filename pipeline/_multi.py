@@ -37,6 +37,7 @@ it is raised with its index in the whole run and the device it happened on.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -47,9 +48,11 @@ import numpy as np
 
 from ._batching import split_rows
 from ._closing import close_all
+from ._cpus import usable_cpus
 from ._engine import THREAD_PREFIX, CopiedOutputs
 from ._errors import PipelineClosedError, PipelineError, renumbered
 from ._feed import interrupt_source
+from ._hostcopy import auto_copy_threads
 from ._lifecycle import OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from ._preprocess import Preprocess
@@ -66,6 +69,15 @@ Take = Callable[[int, int, dict[str, np.ndarray]], Any]
 def tickets_per_device(depth: int) -> int:
     """Batches a device may hold that the consumer has not yet been given (NOTE [ several devices ])."""
     return 2 * depth + 2
+
+
+def _shared_copy_threads(options: PipelineOptions, pipelines: int) -> PipelineOptions:
+    """Each pipeline's options: ``copy_threads="auto"`` counts the CPUs a pipeline has, its
+    share of them, so that N pipelines copying at once have no more threads than one would
+    on the whole machine (NOTE [ parallel host copies ])."""
+    if options.copy_threads != "auto" or pipelines < 2:
+        return options
+    return dataclasses.replace(options, copy_threads=auto_copy_threads(usable_cpus() // pipelines))
 
 
 class MultiPipeline(OneRunAtATime):
@@ -99,6 +111,7 @@ class MultiPipeline(OneRunAtATime):
                 "cuda_graph runs one pipeline at a time in a process: ORT captures a graph in CUDA's global mode, "
                 "when no other thread may call CUDA (and several pipelines have a thread each)"
             )
+        each = _shared_copy_threads(self.options, len(specs))
         try:
             for spec in specs:
                 self.pipelines.append(
@@ -110,7 +123,7 @@ class MultiPipeline(OneRunAtATime):
                         preprocess=preprocess,
                         constants=constants,
                         outputs=outputs,
-                        options=self.options,
+                        options=each,
                     )
                 )
         except BaseException:

@@ -341,3 +341,17 @@ def test_warm_up_warms_every_device():
     with MultiPipeline(models.get("mlp"), "cpu,cpu", depth=2) as pipe:
         assert pipe.warm_up(batch, runs_per_slot=2) > 0
         assert [each.stats.batches for each in pipe.pipelines] == [4, 4]
+
+
+def test_several_pipelines_share_the_cpus_for_their_host_copies(monkeypatch):
+    """copy_threads="auto" counts a pipeline's share of the CPUs: four pipelines on 16 CPUs
+    copy with 2 threads each (NOTE [ parallel host copies ]: one alone would take 8)."""
+    import pipeline._multi as multi
+    from pipeline._hostcopy import auto_copy_threads
+
+    monkeypatch.setattr(multi, "usable_cpus", lambda: 16)
+    with MultiPipeline(models.mlp(), "cpu,cpu,cpu,cpu") as pipe:
+        assert [one.copy_threads for one in pipe.pipelines] == [auto_copy_threads(4)] * 4 == [2] * 4
+    with MultiPipeline(models.mlp(), "cpu,cpu", options=PipelineOptions(copy_threads=3)) as pipe:
+        assert [one.copy_threads for one in pipe.pipelines] == [3, 3]  # a number given is each one's
+    assert auto_copy_threads(16) == 8
