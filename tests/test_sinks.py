@@ -272,6 +272,9 @@ def test_ortpipe_run_compression_and_part_rows_are_for_parquet_outputs(tmp_path,
     assert main([*argv, str(tmp_path / "o2.parquet"), "--part-rows", "5"]) == 0  # a file's journal's parts
     assert main([*argv, str(tmp_path / "o2.jsonl"), "--part-seconds", "5"]) == 1
     assert "--part-seconds is for a Parquet output (its parts)" in capsys.readouterr().err
+    np.save(tmp_path / "in.npy", np.zeros((64, 64), np.float32))
+    assert main([*argv, str(tmp_path / "set"), "--batch-size", "8", "--part-seconds", "1e-9"]) == 0
+    assert len(whole_parts(tmp_path / "set")) == 8  # every batch found its part old enough: a part each
 
 
 def test_parts_closed_by_time_keep_a_slow_jobs_rows(tmp_path):
