@@ -453,6 +453,32 @@ def fastest_line(results: Sequence[ModeResult]) -> str | None:
     return line
 
 
+#: what each stage, as the fastest engine row's bottleneck, says to try next
+BOTTLENECK_ADVICE = {
+    "source": "making the batches: produce them faster, or ahead of the run",
+    "stage": "the host's copy into page-locked memory: more --copy-threads, or batches written "
+    "straight into the slots (map_filled, run_job's decoders) or already in GPU memory",
+    "h2d": "the link to the device: fewer bytes a batch (uint8 frames normalized on the device, float16)",
+    "compute": "the model itself, every copy hidden behind it: a larger batch, float16 or another EP goes further",
+    "d2h": "the link back: fewer bytes a batch (--top-k, --output-names)",
+    "take": "what is done with each result (written, copied out): map_with, or a faster sink",
+    "host": "each batch's work on the host (Python, ORT's issuing): larger batches, or CUDA graphs (--modes graph)",
+}
+
+
+def bottleneck_line(results: Sequence[ModeResult]) -> str | None:
+    """The fastest engine row's bottleneck, and what to try about it."""
+    engine = [r for r in results if r.mode in (*ENGINE_MODES, "graph") and isinstance(r.stats, Stats)]
+    timed = [r for r in engine if r.stats is not None and r.stats.batches]
+    if not timed:
+        return None
+    best = max(timed, key=lambda r: r.items_per_s)
+    assert isinstance(best.stats, Stats)
+    stage = best.stats.bottleneck
+    advice = BOTTLENECK_ADVICE.get(stage or "")
+    return None if advice is None else f"  its bottleneck, {stage}: {advice}"
+
+
 def scaling_line(results: Sequence[ModeResult]) -> str | None:
     """The best multi row against the best single-pipeline engine row at its batch size: how it scales."""
     multi = [r for r in results if r.mode == "multi"]

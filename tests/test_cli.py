@@ -535,3 +535,14 @@ def test_bench_runs_every_mode_on_the_graph_with_top_k_and_says_so(tmp_path, cap
     assert saved["top_k"] == {"output": "scores", "k": 3, "softmax": True}
     assert main([*argv, "--top-k", "logits=3"]) == 2
     assert "top k of 'logits': not an output of the model" in capsys.readouterr().err
+
+
+def test_bench_says_what_bounds_its_fastest_row_and_what_to_try(capsys):
+    """A copy-bound run on a slow emulated link: the link, and fewer bytes; a compute-bound one:
+    the model, its copies hidden."""
+    argv = ["bench", "--device", "cpu", "--batches", "4", "--warmup", "1", "--depth", "2", "--no-progress"]
+    assert main([*argv, "identity", "--link-gbps", "0.5", "--batch-size", "1024", "--modes", "naive,caller"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"its bottleneck, (h2d|d2h): the link (to the device|back): fewer bytes a batch", out), out
+    assert main([*argv, "busy", "--modes", "caller"]) == 0
+    assert "its bottleneck, compute: the model itself, every copy hidden behind it" in capsys.readouterr().out

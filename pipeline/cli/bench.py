@@ -24,6 +24,7 @@ from ..bench import (
     TRACED_MODES,
     ModeResult,
     Workload,
+    bottleneck_line,
     compare_with,
     deepest_engine_run,
     fastest_line,
@@ -503,7 +504,7 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     results, traced = _run_workloads(args, device, workloads, progress.tick, multi)
     progress.close()
     print(format_table(results))
-    for line in (fastest_line(results), spread_line(results), scaling_line(results)):
+    for line in (fastest_line(results), spread_line(results), bottleneck_line(results), scaling_line(results)):
         if line is not None:
             print(line)
     compared = None
