@@ -58,6 +58,7 @@ from pipeline._hostcopy import auto_copy_threads  # noqa: E402
 from pipeline.bench import (  # noqa: E402
     MODES,
     Workload,
+    bottleneck_line,
     deepest_engine_run,
     format_table,
     measure_copy_gbps,
@@ -255,7 +256,10 @@ def _model_step(
             copy_threads=copy_threads,
             multi_devices=[device] * entry.get("instances", 0),
         )
+        advice = bottleneck_line(results)
         print(f"\n{entry['name']} on {device.name}\n{format_table(results)}", flush=True)
+        if advice is not None:
+            print(advice, flush=True)
         report["models"].append(
             {"name": entry["name"], "copy_threads": copy_threads, "results": [r.to_dict() for r in results]}
         )
