@@ -281,10 +281,10 @@ def test_parts_closed_by_time_keep_a_slow_jobs_rows(tmp_path):
     """--part-seconds: a part closes once it is that old, full or not (a camera's few rows a
     second would otherwise sit in one open part for hours)."""
     batches = [(i, 4, {"y": np.full((4, 2), i, np.float32)}, {"row_id": np.arange(4 * i, 4 * i + 4)}) for i in range(3)]
-    sink = ParquetDatasetSink(tmp_path / "set", part_seconds=0.05)
+    sink = ParquetDatasetSink(tmp_path / "set", part_seconds=0.5)  # room for a slow first write
     for batch in batches:
         sink.write(*batch)
-        time.sleep(0.06)  # the part is old enough at the next batch's end: batches 0-1, then 2
+        time.sleep(0.6)  # the part is old enough at the next batch's end: batches 0-1, then 2
     assert [p.name for p in whole_parts(tmp_path / "set")] == ["part-00000.parquet"]
     sink.close()
     assert len(whole_parts(tmp_path / "set")) == 2 and pq.read_table(tmp_path / "set").num_rows == 12

@@ -5,6 +5,7 @@ conversion, deliver what was decoded before a failure, and leave no thread."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -58,6 +59,9 @@ def test_a_reader_that_stops_early_leaves_no_converting_thread(clip):
     assert len(rows) == 4 and meta["frame_index"].tolist() == [0, 1, 2, 3]
     assert _convert_threads()
     chunks.close()
+    deadline = time.monotonic() + 5
+    while _convert_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert _convert_threads() == []
 
 
