@@ -278,6 +278,7 @@ def test_info(capsys):
         assert "video decoding on a GPU (--hwaccel cuda): " in out
     if sys.platform.startswith("linux"):  # what a pipeline's buffers are checked against
         assert re.search(r"\nhost memory: [0-9,.]+ [GM]iB available\n", out)
+    assert re.search(r"host threads, auto on \d+ usable CPU\(s\): host copies \d+, video frames converted \d+", out)
 
 
 def test_a_reader_that_goes_away_ends_any_command_quietly():

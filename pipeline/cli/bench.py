@@ -665,6 +665,20 @@ def _write_outputs(
     write_timelines(args, stats, title)
 
 
+def _auto_threads_line() -> str:
+    """The threads "auto" gives each kind of host work on this machine (what to tune from)."""
+    from ..sources._base import _decode_threads
+    from ..sources.videos import _videos_at_once, auto_convert_threads
+
+    counts = {
+        "host copies": auto_copy_threads(),
+        "video frames converted": auto_convert_threads(),
+        "videos decoded at once": _videos_at_once(None),
+        "image decoding": _decode_threads(None),
+    }
+    return f"host threads, auto on {usable_cpus()} usable CPU(s): " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
 #: what each optional package reads, and the extra that installs it
 _IO_PACKAGES = (
     ("av", "video", "videos and streams"),
@@ -725,6 +739,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     available = host_memory_available()
     if available is not None:  # what a pipeline's buffers are checked against (NOTE [ buffers that do not fit ])
         print(f"host memory: {gib(available)} available")
+    print(_auto_threads_line())
     reason = cuda_unavailable_reason(0)
     if reason is not None:
         print(f"cuda: not available ({reason})")
