@@ -468,8 +468,8 @@ BOTTLENECK_ADVICE = {
 
 def bottleneck_line(results: Sequence[ModeResult]) -> str | None:
     """The fastest engine row's bottleneck, and what to try about it."""
-    engine = [r for r in results if r.mode in (*ENGINE_MODES, "graph") and isinstance(r.stats, Stats)]
-    timed = [r for r in engine if r.stats is not None and r.stats.batches]
+    engine_modes = (*ENGINE_MODES, "graph")
+    timed = [r for r in results if r.mode in engine_modes and isinstance(r.stats, Stats) and r.stats.batches]
     if not timed:
         return None
     best = max(timed, key=lambda r: r.items_per_s)

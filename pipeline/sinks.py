@@ -511,17 +511,17 @@ def durable(path: Path) -> None:
     name says it is whole only once its bytes would survive the machine going down
     (a pre-empted VM, a power cut), not only the process.  A folder a file system
     cannot sync is left as it is."""
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    folder = path.is_dir()
     try:
-        descriptor = os.open(path, flags)
+        descriptor = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
     except OSError:
-        if path.is_dir():
+        if folder:
             return
         raise
     try:
         os.fsync(descriptor)
     except OSError:
-        if not path.is_dir():
+        if not folder:
             raise
     finally:
         os.close(descriptor)
@@ -794,24 +794,24 @@ class _Journal(_ParquetParts):
     def merge(self) -> Path | None:
         """The whole parts as one file in the journal (None when it has none): the
         merger's, or the one part linked (a part is the file already: no copy)."""
-        if self._merger is not None:
-            merger, self._merger = self._merger, None
-            return merger.finish()
-        parts = whole_parts(self.folder)
-        if not parts:
-            return None
+        if self._merger is None:
+            parts = whole_parts(self.folder)
+            if len(parts) < 2:
+                return self._linked(parts[0]) if parts else None
+            self._merge_ahead()  # the parts a resumed run kept and added none to: merged now
+        assert self._merger is not None
+        merger, self._merger = self._merger, None
+        return merger.finish()
+
+    def _linked(self, part: Path) -> Path:
+        """The one part as the journal's merged file: a link (a part is the file already)."""
         merged = self.folder / _MERGING
         merged.unlink(missing_ok=True)
-        if len(parts) == 1:
-            try:
-                os.link(parts[0], merged)
-            except OSError:  # a file system without hard links
-                shutil.copyfile(parts[0], merged)
-            return merged
-        self._merging = 0  # parts left from a killed run that this one never added to: merged now
-        self._number = len(parts)
-        self._merge_ahead()
-        return self.merge()
+        try:
+            os.link(part, merged)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(part, merged)
+        return merged
 
     def abandon(self) -> None:
         """Stop the merger, if any (a close that failed: the journal stays)."""
@@ -1320,12 +1320,7 @@ class ParquetSink(ParquetDatasetSink):
         journals = [*self._sides.values(), self._main]
         try:
             super().close()  # every part closed: a failure leaves the journals, to resume from
-        except BaseException:
-            for journal in journals:
-                journal.abandon()
-            raise
-        journals = [journal for journal in journals if journal.folder.is_dir()]
-        try:
+            journals = [journal for journal in journals if journal.folder.is_dir()]
             merged = [(journal, journal.merge()) for journal in journals]
         except BaseException:
             for journal in journals:
