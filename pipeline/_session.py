@@ -26,13 +26,24 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
 from ._errors import ModelError, PipelineInputError
 from .devices import Device, DeviceBuffer, Stream
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+
+def onnxruntime() -> Any:
+    """The ``onnxruntime`` module, imported by the first call that needs it (a
+    session, its options): ``import pipeline`` and ``ortpipe --help`` do without it."""
+    import onnxruntime as module
+
+    return module
+
 
 ORT_TO_NUMPY: dict[str, np.dtype] = {
     "tensor(float)": np.dtype(np.float32),
@@ -188,18 +199,27 @@ def _spec(arg: Any, kind: str, advice: tuple[str, str] = ("", "")) -> TensorSpec
     return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
-#: ORT's graph optimization levels by the names ortpipe takes ("layout" where this ORT has it)
-GRAPH_OPTIMIZATION: dict[str, Any] = {
-    name: getattr(ort.GraphOptimizationLevel, member)
-    for name, member in (
-        ("disabled", "ORT_DISABLE_ALL"),
-        ("basic", "ORT_ENABLE_BASIC"),
-        ("extended", "ORT_ENABLE_EXTENDED"),
-        ("layout", "ORT_ENABLE_LAYOUT"),
-        ("all", "ORT_ENABLE_ALL"),
-    )
-    if hasattr(ort.GraphOptimizationLevel, member)
+#: ORT's graph optimization levels by the names ortpipe takes, and the member of
+#: ``GraphOptimizationLevel`` each stands for ("layout": ORT 1.22 and later)
+GRAPH_OPTIMIZATION: dict[str, str] = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
 }
+
+
+def _optimization_level(name: str) -> Any:
+    """ORT's ``GraphOptimizationLevel`` for one of :data:`GRAPH_OPTIMIZATION`'s names."""
+    levels = onnxruntime().GraphOptimizationLevel
+    level = getattr(levels, GRAPH_OPTIMIZATION[name], None)
+    if level is None:
+        raise ValueError(
+            f"graph_optimization {name!r} needs a newer onnxruntime than {onnxruntime().__version__}: "
+            f"use one of {[n for n, member in GRAPH_OPTIMIZATION.items() if hasattr(levels, member)]}"
+        )
+    return level
 
 
 #: ORT's log severities by name: how much of ORT's own log a session writes to stderr.
@@ -244,12 +264,12 @@ class SessionConfig:
 
     def session_options(self) -> ort.SessionOptions:
         """The ``SessionOptions`` this config describes."""
-        options = ort.SessionOptions()
+        options = onnxruntime().SessionOptions()
         options.log_severity_level = self.log_severity
         if self.intra_op_threads is not None:
             options.intra_op_num_threads = self.intra_op_threads
         if self.graph_optimization is not None:
-            options.graph_optimization_level = GRAPH_OPTIMIZATION[self.graph_optimization]
+            options.graph_optimization_level = _optimization_level(self.graph_optimization)
         ours = {} if self.spin else {"session.intra_op.allow_spinning": "0"}
         for key, value in {**ours, **self.entries}.items():  # each key once: ORT warns when one is set again
             options.add_session_config_entry(key, value)
@@ -279,6 +299,7 @@ class OrtSession:
         options = config.session_options()
         providers = device.ort_providers(compute_stream, cuda_graph=config.cuda_graph)
         try:
+            ort = onnxruntime()
             self.session = ort.InferenceSession(ort_model_arg(model), sess_options=options, providers=providers)
         except ModelError:
             raise
@@ -405,7 +426,7 @@ class OrtSession:
         self.dynamic_outputs = self.dynamic_outputs | frozenset(names)
 
     def _new_run_options(self, graph_id: int, synchronize: bool = False) -> ort.RunOptions:
-        options = ort.RunOptions()
+        options = onnxruntime().RunOptions()
         # ORT's Python run_with_iobinding looks this key up on every call and a
         # missing key costs a C++ exception (~50 us here). -1 = "no graph capture".
         options.add_run_config_entry("gpu_graph_id", str(graph_id))

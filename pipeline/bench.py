@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import onnxruntime as ort
 
 from ._hostcopy import CopyThreads, HostCopier
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions, discard
-from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig
+from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig, onnxruntime
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
 
@@ -223,6 +222,7 @@ def bench_iobinding(
     device_type, device_id = device.ort_device
     binding = session.new_binding()
     clock = _StepClock()
+    from_numpy = onnxruntime().OrtValue.ortvalue_from_numpy
 
     def step(batch: Batch) -> None:
         clock.start(batch)
@@ -230,7 +230,7 @@ def bench_iobinding(
         binding.clear_binding_outputs()
         for name, array in itertools.chain(batch.items(), work.constants.items()):
             device.charge_transfer(array.nbytes, "h2d")
-            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, device_type, device_id))
+            binding.bind_ortvalue_input(name, from_numpy(array, device_type, device_id))
         for name in session.output_names:
             binding.bind_output(name, device_type, device_id)
         clock.mark("h2d")

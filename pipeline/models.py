@@ -25,18 +25,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+if TYPE_CHECKING:
+    import onnx
 
 IR_VERSION = 10
 OPSET = 17
+#: ``onnx.TensorProto.FLOAT``, as a default value that imports nothing
+FLOAT = 1
+
+
+def _onnx() -> tuple[Any, Any, Any]:
+    """onnx's helper, numpy_helper and TensorProto, imported when a model is
+    built, not with ``import pipeline`` (onnx takes most of a second to import)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    return helper, numpy_helper, TensorProto
+
 
 Dim = int | str
 
 
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    import onnx
+
+    helper, _, _ = _onnx()
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     model.producer_name = "ortpipe"
     onnx.checker.check_model(model)
@@ -44,11 +60,13 @@ def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
 
 
 def _weights(rng: np.random.Generator, name: str, shape: tuple[int, ...], fan_in: int) -> onnx.TensorProto:
+    _, numpy_helper, _ = _onnx()
     values = rng.standard_normal(shape).astype(np.float32) * np.float32(1.0 / np.sqrt(fan_in))
     return numpy_helper.from_array(values, name)
 
 
-def identity(batch: Dim = "N", features: int = 1024, dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+def identity(batch: Dim = "N", features: int = 1024, dtype: int = FLOAT) -> onnx.ModelProto:
+    helper, _, _ = _onnx()
     x = helper.make_tensor_value_info("x", dtype, [batch, features])
     y = helper.make_tensor_value_info("y", dtype, [batch, features])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
@@ -56,6 +74,7 @@ def identity(batch: Dim = "N", features: int = 1024, dtype: int = TensorProto.FL
 
 
 def mlp(batch: Dim = "N", features: int = 64, hidden: int = 128, classes: int = 16, seed: int = 0) -> onnx.ModelProto:
+    helper, numpy_helper, TensorProto = _onnx()
     rng = np.random.default_rng(seed)
     inits = [
         _weights(rng, "w1", (features, hidden), features),
@@ -74,6 +93,7 @@ def mlp(batch: Dim = "N", features: int = 64, hidden: int = 128, classes: int = 
 
 
 def convnet(batch: Dim = "N", height: Dim = "H", width: Dim = "W", classes: int = 10, seed: int = 0) -> onnx.ModelProto:
+    helper, numpy_helper, TensorProto = _onnx()
     rng = np.random.default_rng(seed)
     inits = [
         _weights(rng, "c1_w", (8, 3, 3, 3), 27),
@@ -99,6 +119,7 @@ def convnet(batch: Dim = "N", height: Dim = "H", width: Dim = "W", classes: int 
 
 def multi_io(batch: Dim = "N") -> onnx.ModelProto:
     """Inputs a:f32[N,4] b:i64[N,3] c:u8[N,2,5] d:f16[N,4]; four outputs, one per dtype."""
+    helper, numpy_helper, TensorProto = _onnx()
     inputs = [
         helper.make_tensor_value_info("a", TensorProto.FLOAT, [batch, 4]),
         helper.make_tensor_value_info("b", TensorProto.INT64, [batch, 3]),
@@ -128,6 +149,7 @@ def multi_io(batch: Dim = "N") -> onnx.ModelProto:
 
 
 def busy(batch: Dim = "N", features: int = 256, layers: int = 8, seed: int = 0) -> onnx.ModelProto:
+    helper, _, TensorProto = _onnx()
     rng = np.random.default_rng(seed)
     inits, nodes, previous = [], [], "x"
     for index in range(layers):
@@ -144,6 +166,7 @@ def busy(batch: Dim = "N", features: int = 256, layers: int = 8, seed: int = 0) 
 def detect(batch: Dim = "N", features: int = 64, threshold: float = 1.5) -> onnx.ModelProto:
     """Every score of ``x`` over ``threshold``: like a detector's output after NMS,
     one row per hit carrying its batch row, so K depends on the data."""
+    helper, numpy_helper, TensorProto = _onnx()
     inits = [numpy_helper.from_array(np.array(threshold, np.float32), "threshold")]
     nodes = [
         helper.make_node("Greater", ["x", "threshold"], ["over"]),

@@ -1,0 +1,46 @@
+"""Start-up: ``import pipeline`` and ``ortpipe --help`` import no heavy package
+until a call needs it (onnx alone takes most of a second to import)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("onnx", "onnxruntime", "pyarrow", "av", "cupy", "cupyx", "PIL", "matplotlib")
+
+_SCRIPT = """
+import json, sys
+{statement}
+print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))))
+"""
+
+
+def _heavy_modules_after(statement: str) -> list[str]:
+    script = _SCRIPT.format(statement=statement, heavy=HEAVY)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import pipeline",
+        "import pipeline.cli",
+        "from pipeline.cli import main\ntry:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass",
+    ],
+    ids=["import pipeline", "import pipeline.cli", "ortpipe run --help"],
+)
+def test_starting_up_imports_no_heavy_package(statement):
+    assert _heavy_modules_after(statement) == []
+
+
+def test_a_session_imports_onnxruntime_but_not_onnx_for_a_file(tmp_path):
+    from pipeline import models
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(models.identity(features=4).SerializeToString())
+    statement = f"from pipeline import Pipeline\nPipeline({str(path)!r}, device='cpu').close()"
+    assert _heavy_modules_after(statement) == ["onnxruntime"]
