@@ -199,7 +199,7 @@ _GRAPH_RUN_FAILED = (
     "output shapes depend on the data cannot run as a graph; run it with cuda_graph off)"
 )
 _END = object()
-_CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
+CLOSED_MID_RUN = "the pipeline was closed while this map() was running"
 
 Take = Callable[[int, int, dict[str, np.ndarray]], T]
 #: NOTE [ filled slots ]: ``fill(index, slot)`` writes batch ``index`` into the
@@ -348,6 +348,10 @@ class EngineRun(Generic[T]):
         self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
         #: set when the run ended at a batch its slots could not hold
         self.outgrown: Outgrown | None = None
+        #: :meth:`stop_taking` was called: the producer takes no batch from the source
+        self._stop_taking = False
+        #: the index of the first batch not taken, once the run stopped taking batches
+        self.stopped_at: int | None = None
         if config.stage_threads is True:
             self._start_stage_threads(self._iterator, first_index)
 
@@ -399,6 +403,12 @@ class EngineRun(Generic[T]):
                 return False
         return True
 
+    def stop_taking(self) -> None:
+        """End the run at a batch boundary: the batches taken so far are delivered,
+        no more are taken from the source, and :attr:`stopped_at` says where to go
+        on from (NOTE [ auto issuing ]: the stage threads handing back)."""
+        self._stop_taking = True
+
     # -- producer -----------------------------------------------------------
     def _produce(self, iterator: Iterator[object], index: int) -> None:
         while True:
@@ -412,6 +422,9 @@ class EngineRun(Generic[T]):
         its ``_Work``, or ``_END``, a ``_Failure``, or None once stopped."""
         if self._stop.is_set():
             return None
+        if self._stop_taking:
+            self.stopped_at = index
+            return _END
         if self._fill is not None:
             return self._produce_filled(index)
         t_ask = time.perf_counter()
@@ -867,7 +880,7 @@ class EngineRun(Generic[T]):
                     return
                 assert isinstance(item, _Work)
                 yield self._deliver(item)
-            raise PipelineClosedError(_CLOSED_MID_RUN)
+            raise PipelineClosedError(CLOSED_MID_RUN)
         finally:
             self.close()
 
@@ -1032,7 +1045,7 @@ class EngineRun(Generic[T]):
         while not trace.events.d2h_done.synchronize(self._config.poll_s):
             # our own polled wait: the consumer is the thread the user can interrupt
             if self._closed:
-                raise PipelineClosedError(_CLOSED_MID_RUN)
+                raise PipelineClosedError(CLOSED_MID_RUN)
         self._d2h_wait_s = time.perf_counter() - t_wait
         if work.error is not None:
             raise PipelineStageError("compute", trace.index, work.error) from work.error

@@ -105,6 +105,17 @@ class HandOverAdvisor:
         self.gain_s = overlap_gain_s(*medians)
         if self.gain_s > self.threshold_s:
             return True
+        self._rest()
+        return False
+
+    def handed_back(self) -> None:
+        """The stage threads measured slower than the caller's thread had been: the
+        caller's thread issues again, and rests before it measures again (twice as
+        long each time, so a run that keeps misjudging settles on the caller's thread)."""
+        for times in self._times.values():
+            times.clear()
+        self._rest()
+
+    def _rest(self) -> None:
         self.measuring = False
         self._rest_left, self._next_rest = self._next_rest, min(2 * self._next_rest, MAX_REST)
-        return False

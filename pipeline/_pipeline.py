@@ -16,6 +16,7 @@ closes the streams if a pipeline is dropped unclosed.
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -33,9 +34,11 @@ from ._batching import (
     layout_of_model,
     split_rows,
 )
-from ._engine import BatchTrace, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
-from ._errors import ModelError, PipelineError, PipelineInputError, PipelineStageError
+from ._direct import DirectRun, not_per_row
+from ._engine import BatchTrace, CopiedOutputs, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
+from ._errors import ModelError, PipelineError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
+from ._issuing import SKIP, HandOverAdvisor
 from ._lifecycle import OneRunAtATime
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
@@ -94,11 +97,16 @@ class PipelineOptions:
     #: graph and replays it (one launch instead of a kernel launch per node);
     #: CUDA only, implies static_shapes, and "auto" issuing stays on the caller's thread
     cuda_graph: bool = False
+    #: NOTE [ direct path ] in ``_direct``: on the CPU backend, with the caller's
+    #: thread issuing, each batch goes straight to ``session.run``, no slots or
+    #: copies.  False: through the engine as on a GPU (its slots, events and
+    #: copies, to study or test them)
+    direct: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
             raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
-        for name in ("static_shapes", "cuda_graph"):
+        for name in ("static_shapes", "cuda_graph", "direct"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.cuda_graph and self.stage_threads is True:
@@ -294,10 +302,37 @@ class Pipeline(OneRunAtATime):
         feeds = self.checker.feeds(None, inputs)
         size = self.rows_per_batch(batch_size)
         total = next(iter(feeds.values())).shape[0]
+        if self._runs_whole(size):
+            return self._run_direct(feeds, size)
         gathered = _Gather(total)
-        for _ in self._iterate(split_rows(feeds, size), gathered.taking, batch_size=size):
+        # results that are the batch's own are kept (a GPU's are copied out of a reused slot)
+        make_take = gathered.keeping() if self.device.cheap_pinned else gathered.taking
+        for _ in self._iterate(split_rows(feeds, size), make_take, batch_size=size):
             pass
         return gathered.arrays
+
+    def _runs_whole(self, batch_size: int) -> bool:
+        """NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
+        direct path, on the caller's thread, no batch padded."""
+        padded = self.session.fixed_batch() is not None or self.options.static
+        return self.options.issuing is not True and self._goes_direct() and not padded
+
+    def _run_direct(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+        stats = self._new_stats()
+        with self._lock:
+            self._check_open()
+            if self._active is not None:
+                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            self._stats = stats
+            run: DirectRun[Any] = self._direct_run(None, iter(()), 0, copy_outputs, stats, None)
+            self._active = run
+        try:
+            return run.run_whole(feeds, batch_size)
+        finally:
+            run.close()
+            with self._lock:
+                if self._active is run:
+                    self._active = None
 
     def rows_per_batch(self, batch_size: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
@@ -333,17 +368,61 @@ class Pipeline(OneRunAtATime):
         )
         stats = self._new_stats()  # one for the whole map(), whichever slots its batches go through
         source: Iterator[object] = itertools.chain([first], iterator)
-        first_index = 0
+        issuing = self.options.issuing
+        direct = issuing is not True and self._goes_direct()
+        advisor = HandOverAdvisor() if direct and issuing == "auto" else None
+        index, caller_s = 0, None
         while True:
-            run = self._start_run(layout, source, first_index, make_take, stats, user_source=iterator)
-            yield from self._results_of(run)
+            if direct:
+                straight = self._start_direct(layout, source, index, make_take, stats, advisor, iterator)
+                yield from self._results_of(straight)
+                if straight.handed_over_at is None:
+                    return
+                index, caller_s, direct = straight.handed_over_at, straight.seconds_per_batch, False
+                stats.handed_over(index)
+                continue
+            threads = True if advisor is not None else issuing
+            run = self._start_run(layout, source, index, make_take, stats, user_source=iterator, issuing=threads)
+            yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
             grown = run.outgrown
-            if grown is None:
+            if grown is not None:
+                # NOTE [ free dims ]: the slots could not hold this batch; every one
+                # before it is delivered, so carry on from it with bigger slots.
+                layout, index = grown.layout, grown.index
+                source = itertools.chain([grown.feeds], iterator)
+                continue
+            if run.stopped_at is None:
                 return
-            # NOTE [ free dims ]: the slots could not hold this batch; every one
-            # before it is delivered, so carry on from it with bigger slots.
-            layout, first_index = grown.layout, grown.index
-            source = itertools.chain([grown.feeds], iterator)
+            assert advisor is not None  # only a watched run stops taking batches
+            index, direct = run.stopped_at, True
+            stats.handed_back(index)
+            advisor.handed_back()
+
+    def _goes_direct(self) -> bool:
+        """NOTE [ direct path ]: every stream op of this device is done when it returns
+        (the CPU backend), and nothing needs the engine's slots or traces."""
+        inline = all(stream.copies_inline for stream in self.streams.all())
+        return self.options.direct and inline and not self._transforms and self.options.on_batch is None
+
+    def _watched(
+        self, run: EngineRun[Any], caller_s: float | None, advisor: HandOverAdvisor
+    ) -> Generator[Any, None, None]:
+        """NOTE [ auto issuing ]: the stage threads' results, timed batch to batch
+        over one window after they start; where they came slower than the caller's
+        thread did, the run stops taking batches and the caller's thread goes on."""
+        results, times = self._results_of(run), []
+        t_last = time.perf_counter()
+        for result in results:
+            yield result
+            if caller_s is None:
+                continue
+            t_now = time.perf_counter()
+            times.append(t_now - t_last)
+            t_last = t_now
+            if len(times) == SKIP + advisor.window:
+                if statistics.median(times[SKIP:]) > caller_s:
+                    run.stop_taking()
+                caller_s = None  # judged once
 
     def _filled(self, layout: Layout, fill: Fill, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
         run = self._start_run(layout, iter(()), 0, make_take, self._new_stats(), fill)
@@ -354,7 +433,7 @@ class Pipeline(OneRunAtATime):
         stats.issuing = _ISSUING[self.options.issuing]
         return stats
 
-    def _results_of(self, run: EngineRun[Any]) -> Generator[Any, None, None]:
+    def _results_of(self, run: EngineRun[Any] | DirectRun[Any]) -> Generator[Any, None, None]:
         try:
             yield from run.results()
         finally:
@@ -372,6 +451,7 @@ class Pipeline(OneRunAtATime):
         stats: Stats,
         fill: Fill | None = None,
         user_source: object = None,
+        issuing: bool | Literal["auto"] | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
             self._check_open()  # closed from another thread while the slots were being re-sized?
@@ -387,7 +467,11 @@ class Pipeline(OneRunAtATime):
                 checker=self.checker,
                 source=source,
                 config=RunConfig(
-                    self.depth, self.options.timing, self.options.poll_s, self.options.issuing, self.copy_threads
+                    self.depth,
+                    self.options.timing,
+                    self.options.poll_s,
+                    self.options.issuing if issuing is None else issuing,
+                    self.copy_threads,
                 ),
                 make_take=make_take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
@@ -398,6 +482,47 @@ class Pipeline(OneRunAtATime):
             )
             self._active = run
         return run
+
+    def _start_direct(
+        self,
+        layout: Layout,
+        source: Iterator[object],
+        first_index: int,
+        make_take: MakeTake[Any],
+        stats: Stats,
+        advisor: HandOverAdvisor | None,
+        user_source: object,
+    ) -> DirectRun[Any]:
+        with self._lock:
+            self._check_open()
+            if self._active is not None:
+                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            self._stats = stats
+            run = self._active = self._direct_run(layout, source, first_index, make_take, stats, advisor, user_source)
+        return run
+
+    def _direct_run(
+        self,
+        layout: Layout | None,
+        source: Iterator[object],
+        first_index: int,
+        make_take: MakeTake[Any],
+        stats: Stats,
+        advisor: HandOverAdvisor | None,
+        user_source: object = None,
+    ) -> DirectRun[Any]:
+        return DirectRun(
+            session=self.session,
+            checker=self.checker,
+            layout=layout,
+            source=source,
+            make_take=make_take,
+            copy_threads=self.copy_threads,
+            stats=stats,
+            first_index=first_index,
+            advisor=advisor,
+            user_source=user_source,
+        )
 
     def _rings_for(self, layout: Layout) -> Rings:
         if self._rings is None or not self._rings.layout.holds(layout):
@@ -468,41 +593,56 @@ def _both(
 
 
 class _Gather:
-    """``take`` for ``run()``: writes each batch straight into the final arrays."""
+    """``take`` for ``run()``: writes each batch straight into the final arrays
+    (:meth:`taking`), or keeps outputs that outlive their batch and joins them
+    at the end, as a loop over ``session.run`` would (:meth:`keeping`)."""
 
     def __init__(self, total: int) -> None:
         self.total = total
-        self.arrays: dict[str, np.ndarray] = {}
+        self._arrays: dict[str, np.ndarray] = {}
+        self._kept: dict[str, list[np.ndarray]] = {}
         self._row = 0
         self._copier: HostCopier | None = None
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole outputs, one row per input row."""
+        if self._kept:
+            self._arrays = {name: np.concatenate(parts) for name, parts in self._kept.items()}
+            self._kept = {}
+        return self._arrays
 
     def taking(self, copier: HostCopier) -> Take[None]:
         """``take`` for a run whose host copies ``copier`` makes."""
         self._copier = copier
         return self.take
 
+    def keeping(self) -> CopiedOutputs[None]:
+        """A ``make_take`` whose outputs are each the batch's own (NOTE [ direct path ],
+        NOTE [ outputs handed over ]): kept as they are, joined once at the end."""
+        return CopiedOutputs(self.keep)
+
+    def keep(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> None:
+        kept = self._kept
+        if not kept:
+            kept.update((name, []) for name in outputs)
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != rows:
+                raise not_per_row(name, index, [rows, "..."], value)
+            kept[name].append(value)
+
     def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-        if not self.arrays:
+        if not self._arrays:
             for name, view in views.items():
                 if view.ndim == 0 or view.shape[0] != rows:
-                    raise _not_per_row(name, index, [rows, "..."], view)
-                self.arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
+                    raise not_per_row(name, index, [rows, "..."], view)
+                self._arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
         for name, view in views.items():
-            target = self.arrays[name][self._row : self._row + rows]
+            target = self._arrays[name][self._row : self._row + rows]
             if view.shape != target.shape:
-                raise _not_per_row(name, index, list(target.shape), view)
+                raise not_per_row(name, index, list(target.shape), view)
             if self._copier is None:
                 target[...] = view
             else:
                 self._copier.copy(target, view)
         self._row += rows
-
-
-def _not_per_row(name: str, index: int, expected: list[object], view: np.ndarray) -> PipelineInputError:
-    return PipelineInputError(
-        f"output {name!r} has no batch dim to concatenate along: run() joins outputs of one row per input "
-        "row, and this one's shape is not that (it may depend on the data); use map() for this model",
-        batch_index=index,
-        expected=str(expected).replace("'", ""),
-        got=list(view.shape),
-    )

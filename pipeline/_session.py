@@ -441,6 +441,11 @@ class OrtSession:
             options.log_severity_level = 4
         return options
 
+    @property
+    def plain_run_options(self) -> ort.RunOptions:
+        """The run options of a plain ``session.run``: never a CUDA graph, synchronized."""
+        return self._plain_run_options
+
     def slot_run_options(self) -> ort.RunOptions | None:
         """The run options of a new slot: with CUDA graphs a graph id of its
         own, never given before (NOTE [ CUDA graphs ]); else None, the shared ones."""

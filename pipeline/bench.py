@@ -6,12 +6,14 @@
   one batch at a time;
 * ``pipelined`` - ortpipe's engine, at each requested depth;
 * ``caller`` - the same engine with no stage threads: the calling thread
-  issues every stage (``PipelineOptions(stage_threads=False)``), at each
-  requested depth;
-* ``auto`` - the engine as ``Pipeline`` runs by default
-  (``stage_threads="auto"``): the calling thread until stage threads would
-  pay, then they (not in :data:`DEFAULT_MODES`: it is one of the two above,
-  chosen by measuring; its row's stats say which);
+  issues every stage (``PipelineOptions(stage_threads=False, direct=False)``),
+  at each requested depth;
+* ``auto`` - ``Pipeline`` as it runs by default (``stage_threads="auto"``):
+  the calling thread until stage threads would pay, then they, and back
+  where they measured slower; on the CPU backend the calling thread takes
+  the direct path (NOTE [ direct path ]: ``session.run`` on each batch where
+  it lies, no slots), not the engine (not in :data:`DEFAULT_MODES`; its
+  row's stats say who issued);
 * ``graph`` - the engine from the calling thread with CUDA graphs
   (``PipelineOptions(cuda_graph=True)``: one captured graph a slot,
   replayed), at each requested depth; CUDA only: beside ``caller`` it says
@@ -371,6 +373,7 @@ def _engine_options(
         copy_threads=copy_threads,
         cuda_graph=cuda_graph,
         ort_log=_LOG_NAMES.get(session.log_severity, "error"),
+        direct=stage_threads == "auto",  # caller: the engine itself, not the direct path (NOTE [ direct path ])
     )
 
 

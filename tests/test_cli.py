@@ -174,7 +174,7 @@ def test_bench_output_names_limit_what_every_mode_copies_back(tmp_path, capsys):
     assert main([*argv, "--output-names", "half", "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
     data = json.loads(path.read_text())
     assert data["outputs"] == ["half"]
-    engine = [row for row in data["results"] if row["depth"] is not None]
+    engine = [row for row in data["results"] if row["depth"] is not None]  # the engine's copies, not the direct path's
     assert engine and all(row["link_gbps"]["d2h"] is not None for row in engine)
     assert main([*argv, "--output-names", "nope", "--device", "cpu", "--no-progress"]) == 2
     assert "['nope'] are not outputs of the model" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def test_several_pipelines_on_one_device_share_its_arrays():
 def test_the_padding_rows_of_a_device_batch_are_zeroed(host_device):
     """What a batch-coupled model would see in the rows past a short batch: zeros, not the last batch's."""
     model = models.convnet(batch=4, height=16, width=16)
-    with Pipeline(model, device=host_device, depth=1) as pipe:
+    with Pipeline(model, device=host_device, depth=1, options=PipelineOptions(direct=False)) as pipe:
         list(pipe.map([host_device.to_device(np.full((4, 3, 16, 16), 9, np.float32))]))
         list(pipe.map([host_device.to_device(np.ones((1, 3, 16, 16), np.float32))]))
         (slot,) = pipe._rings._all_device_slots

@@ -25,6 +25,9 @@ from pipeline import (
 from .conftest import wait_no_threads
 from .helpers import checked_gather_model, failing_source, slow_source
 
+#: the engine itself on the CPU backend (its slots), not the direct path
+ENGINE = PipelineOptions(direct=False)
+
 
 def _mlp_rows(rows: int, seed: int = 0) -> np.ndarray:
     return models.example_batch("mlp", rows, seed)["x"]
@@ -112,7 +115,7 @@ def test_a_batch_larger_than_a_fixed_batch_dim():
 
 def test_bad_batch_touches_no_buffer():
     """The bad batch is refused before staging: its rows never reach a pinned slot."""
-    with Pipeline(models.identity(features=4), device="cpu", depth=1) as pipe:
+    with Pipeline(models.identity(features=4), device="cpu", depth=1, options=ENGINE) as pipe:
         good = np.full((2, 4), 1.0, np.float32)
         list(pipe.map([good]))
         staged_before = pipe._rings.pinned_in[0].arrays["x"].copy()
@@ -293,7 +296,7 @@ def test_a_host_dlpack_array_is_taken():
 
 
 def test_a_batch_too_large_for_the_memory_left_is_refused_with_the_figures_before_any_work():
-    with Pipeline(models.identity(features=1024), device="cpu", batch_size=10**8) as pipe:
+    with Pipeline(models.identity(features=1024), device="cpu", batch_size=10**8, options=ENGINE) as pipe:
         with pytest.raises(DeviceError) as error:
             list(pipe.map([np.zeros((10, 1024), np.float32)]))
     assert str(error.value).startswith("batch size 100,000,000 at depth 3 is too large for host: its 3 slots' ")
@@ -313,7 +316,7 @@ class _Untold(HostDevice):
 
 def test_an_allocation_that_fails_all_the_same_is_told_with_the_figures():
     rows = 2**36  # 256 TiB of inputs: more than any address space, refused whatever the kernel's overcommit
-    with Pipeline(models.identity(features=1024), device=_Untold(), batch_size=rows) as pipe:
+    with Pipeline(models.identity(features=1024), device=_Untold(), batch_size=rows, options=ENGINE) as pipe:
         with pytest.raises(DeviceError) as error:
             list(pipe.map([np.zeros((10, 1024), np.float32)]))
     message = str(error.value)
@@ -328,7 +331,7 @@ def test_ortpipe_run_refuses_a_batch_too_large_in_a_line(tmp_path, capsys):
 
     np.save(tmp_path / "x.npy", np.zeros((10, 1024), np.float32))
     argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]
-    assert main([*argv, "--batch-size", str(10**12), "--no-progress"]) == 1
+    assert main([*argv, "--batch-size", str(10**12), "--issuing", "threads", "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "is too large for host: its 3 slots' buffers need" in err and "Traceback" not in err
     assert not (tmp_path / "y.npy").exists()

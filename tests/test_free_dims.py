@@ -28,7 +28,8 @@ def _ids(shapes: list[tuple[int, int]], seed: int = 0) -> list[np.ndarray]:
 def test_every_sequence_length_equals_session_run(device, stage_threads):
     model = token_model()
     batches = _ids(SHAPES)
-    with Pipeline(model, device=device, depth=3, options=PipelineOptions(stage_threads=stage_threads)) as pipe:
+    options = PipelineOptions(stage_threads=stage_threads, direct=False)  # the engine's slots
+    with Pipeline(model, device=device, depth=3, options=options) as pipe:
         outs = list(pipe.map(batches))
         assert pipe.stats.batches == len(batches)  # one map(), whatever slots it went through
         assert pipe._rings.layout.batch_size == 12 and pipe._rings.layout.row_shapes[0][2] == (40,)

@@ -161,7 +161,7 @@ def test_pipeline_with_copy_threads_stages_and_copies_out_large_batches(kind, st
     batches.append(_random((BIG_ROWS // 2, features), seed=9))  # a short last batch
     device = make_device(kind)
     device.cheap_pinned = False
-    options = PipelineOptions(copy_threads=3, stage_threads=stage_threads)
+    options = PipelineOptions(copy_threads=3, stage_threads=stage_threads, direct=False)
     try:
         with Pipeline(models.identity(features=features), device=device, depth=2, options=options) as pipe:
             workers_seen = 0
@@ -187,7 +187,7 @@ def test_map_on_the_host_hands_over_the_slots_arrays_and_they_stay_the_results(k
     batches = [_random((64, 256), seed=i) for i in range(12)] + [_random((10, 256), seed=99)]
     device = make_device(kind)
     try:
-        options = PipelineOptions(stage_threads=stage_threads)
+        options = PipelineOptions(stage_threads=stage_threads, direct=False)  # the engine's slots
         with Pipeline(models.identity(features=256), device=device, depth=2, options=options) as pipe:
             results = [out["y"] for out in pipe.map(batches)]
             slot_arrays = [array for slot in pipe._rings.pinned_out.items for array in slot.arrays.values()]

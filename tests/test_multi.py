@@ -250,7 +250,7 @@ def test_a_device_that_cannot_start_closes_the_others():
 
 
 def test_stats_cover_the_run_and_each_device():
-    with MultiPipeline(models.get("mlp"), "cpu,cpu", depth=2) as pipe:
+    with MultiPipeline(models.get("mlp"), "cpu,cpu", depth=2, options=PipelineOptions(direct=False)) as pipe:
         assert pipe.stats.batches == 0
         list(pipe.map(_mlp_batches(30)))
         stats = pipe.stats.to_dict()

@@ -54,7 +54,7 @@ def test_the_callers_thread_runs_one_batch_ahead_where_streams_overlap_it(depth)
 
     batches = [_rows(i, 4) for i in range(12)]
     link = HostDevice(link_gbps=100.0)
-    options = PipelineOptions(stage_threads=False)
+    options = PipelineOptions(stage_threads=False, direct=False)  # the engine (NOTE [ direct path ] takes one)
     for device, ahead in ((link, depth + 2 if depth > 1 else depth + 1), ("cpu", depth + 1)):
         taken.clear()
         with Pipeline(models.mlp(), device=device, depth=depth, options=options) as pipe:
@@ -238,7 +238,7 @@ def test_the_cpu_backend_copies_a_batch_at_most_once_and_stages_only_what_it_mus
     even that: the run binds the batch where it lies (no byte crosses)."""
     x = _rows(0, 20)["x"]
     for stage_threads, copied in ((False, 0), (True, 8 * 64 * 4)):
-        options = PipelineOptions(stage_threads=stage_threads)
+        options = PipelineOptions(stage_threads=stage_threads, direct=False)
         with Pipeline(models.mlp(batch=8), device=HostDevice(), depth=2, options=options) as pipe:
             out = pipe.run(x, batch_size=8)  # 8, 8, then 4 rows padded to 8
             timings = pipe.stats.timings
@@ -252,7 +252,8 @@ def test_the_cpu_backend_copies_a_batch_at_most_once_and_stages_only_what_it_mus
 
 def test_memory_says_what_the_buffers_hold():
     """mlp: 64 float32 in, 16 out a row; 8 rows, depth 3: every kind of buffer, one per slot."""
-    with Pipeline(models.mlp(), device="cpu", depth=3, batch_size=8) as pipe:
+    engine = PipelineOptions(direct=False)  # the direct path has no buffers (NOTE [ direct path ])
+    with Pipeline(models.mlp(), device="cpu", depth=3, batch_size=8, options=engine) as pipe:
         assert pipe.memory() is None  # not sized before the first batch
         pipe.run(_rows(0, 20)["x"])
         assert pipe.memory() == {"pinned_in": 3 * 8 * 64 * 4, "pinned_out": 3 * 8 * 16 * 4, "device": 3 * 8 * 80 * 4}

@@ -73,7 +73,8 @@ def test_a_batch_of_other_free_dims_is_refused():
 
 
 def test_static_slots_are_kept_only_for_static_runs():
-    with Pipeline(models.mlp(), device="cpu", batch_size=8, options=STATIC) as pipe:
+    engine = PipelineOptions(static_shapes=True, direct=False)  # the engine's slots
+    with Pipeline(models.mlp(), device="cpu", batch_size=8, options=engine) as pipe:
         list(pipe.map([_mlp(8, 0)]))
         rings = pipe._rings
         list(pipe.map([_mlp(2, 1)]))
