@@ -15,7 +15,13 @@ reads, PyAV decoding), which every side that is slow for a real reason does.
 So ``auto`` starts in the caller's thread and watches the three sides: once
 the overlap that threads would give (sum of the sides less the largest, from
 each side's median over a window of batches) exceeds :data:`HAND_OVER_GAIN_S`,
-it hands the rest of the run to the stage threads, for good.  A tiny model
+it hands the rest of the run to the stage threads.  On the CPU backend's
+direct path (NOTE [ direct path ]) the threads are then timed batch to batch
+over one window: where they came slower than the caller's thread did (a
+source that holds the GIL gains nothing from a thread of its own, and pays
+the hand-offs), the run goes back to the caller's thread
+(:func:`threads_slower`), which rests before it measures again, twice as
+long each time.  A tiny model
 fed from memory never pays for hand-offs it cannot use; a slow source or a
 slow consumer beside a real model gets the overlap.  Medians, so one batch
 that a busy machine preempted does not decide it.  Waiting on the device (a
@@ -52,6 +58,13 @@ def overlap_gain_s(produce_s: float, execute_s: float, consume_s: float) -> floa
     """Host time a batch that stage threads would save: all sides but the largest."""
     sides = (produce_s, execute_s, consume_s)
     return sum(sides) - max(sides)
+
+
+def threads_slower(batch_seconds: list[float], caller_s: float, skip: int = SKIP) -> bool:
+    """Whether the stage threads' batches, timed one to the next after they took over
+    (the first ``skip`` left out: the threads starting), came slower by their median
+    than the caller's thread's did (``caller_s``): then they hand back."""
+    return statistics.median(batch_seconds[skip:]) > caller_s
 
 
 class HandOverAdvisor:

@@ -16,7 +16,6 @@ closes the streams if a pipeline is dropped unclosed.
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -38,7 +37,7 @@ from ._direct import DirectRun, not_per_row
 from ._engine import BatchTrace, CopiedOutputs, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import ModelError, PipelineError, PipelineStageError
 from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
-from ._issuing import SKIP, HandOverAdvisor
+from ._issuing import SKIP, HandOverAdvisor, threads_slower
 from ._lifecycle import OneRunAtATime
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
@@ -420,7 +419,7 @@ class Pipeline(OneRunAtATime):
             times.append(t_now - t_last)
             t_last = t_now
             if len(times) == SKIP + advisor.window:
-                if statistics.median(times[SKIP:]) > caller_s:
+                if threads_slower(times, caller_s):
                     run.stop_taking()
                 caller_s = None  # judged once
 
