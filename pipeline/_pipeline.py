@@ -16,6 +16,7 @@ closes the streams if a pipeline is dropped unclosed.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
 from ._batching import (
     InputChecker,
     Layout,
@@ -46,8 +48,6 @@ from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]
-#: rows a batch cut from whole arrays gets when nothing says otherwise (``run()``, ``ortpipe run``)
-DEFAULT_BATCH_SIZE = 64
 #: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)
 _ISSUING = {True: STAGE_THREADS, False: CALLER_THREAD, "auto": CALLER_THREAD}
 
@@ -299,8 +299,8 @@ class Pipeline(OneRunAtATime):
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
         self._check_open()
         feeds = self.checker.feeds(None, inputs)
-        size = self.rows_per_batch(batch_size)
         total = next(iter(feeds.values())).shape[0]
+        size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
         if self._runs_whole(size):
             return self._run_direct(feeds, size)
         gathered = _Gather(total)
@@ -333,10 +333,28 @@ class Pipeline(OneRunAtATime):
                 if self._active is run:
                     self._active = None
 
-    def rows_per_batch(self, batch_size: int | None = None) -> int:
+    def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
-        pipeline's, else the model's fixed batch dim, else :data:`DEFAULT_BATCH_SIZE`."""
-        return batch_size or self.batch_size or self.session.fixed_batch() or DEFAULT_BATCH_SIZE
+        pipeline's, else the model's fixed batch dim, else picked for the bytes a
+        row costs (``row_nbytes``, else the model's, where it fixes every dim beyond
+        the batch dim: NOTE [ picked batch size ]), else :data:`DEFAULT_BATCH_SIZE`."""
+        fixed = batch_size or self.batch_size or self.session.fixed_batch()
+        if fixed:
+            return fixed
+        if row_nbytes is None:
+            row_nbytes = self.row_nbytes()
+        return picked_batch_size(row_nbytes, self.device.batch_bytes) if row_nbytes else DEFAULT_BATCH_SIZE
+
+    def row_nbytes(self) -> int | None:
+        """Bytes of one row of every input the source sends, where the model fixes
+        each dim beyond the batch dim; else None (known once a batch comes)."""
+        total = 0
+        for spec in self.source_inputs:
+            row = fixed_row_shape(spec)
+            if row is None:
+                return None
+            total += math.prod(row) * spec.dtype.itemsize
+        return total
 
     def memory(self) -> dict[str, int] | None:
         """Bytes the pipeline's buffers hold now — ``pinned_in``, ``pinned_out``

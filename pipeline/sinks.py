@@ -415,6 +415,41 @@ def parquet_codec(name: str) -> str:
     return name
 
 
+def parquet_writer(path: Path, schema: Any, compression: str) -> Any:
+    """A ``ParquetWriter`` for ortpipe's outputs, each column encoded as suits it.
+
+    NOTE [ Parquet encodings ]: pyarrow's default dictionary-encodes every
+    column, which suits labels and paths but not what a model writes: a float
+    output's values rarely repeat (the dictionary fills, then falls back to
+    plain, after the work of both), and an id column counts up (a dictionary of
+    every id).  Integer columns (ids, frame indices) are delta-encoded (a
+    million row ids: 8 KB against 6 MB, and written 5x faster), floats plain,
+    the rest (strings, booleans, lists of ints) dictionary-encoded as before.
+    Measured, 1,000,000 rows of a row id and one float32 output in 16 row
+    groups: 27 ms against 94 (docs/results.md)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    delta, dictionary = {}, []
+    for field in schema:
+        if pa.types.is_integer(field.type):
+            delta[field.name] = "DELTA_BINARY_PACKED"
+        elif not _floats(field.type):
+            dictionary.append(field.name)
+    return pq.ParquetWriter(
+        path, schema, compression=compression, use_dictionary=dictionary, column_encoding=delta or None
+    )
+
+
+def _floats(arrow_type: Any) -> bool:
+    """Floats, or fixed-size lists of them (a vector output's rows)."""
+    import pyarrow as pa
+
+    while pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    return bool(pa.types.is_floating(arrow_type))
+
+
 class _ParquetFile:
     """A Parquet file written in row groups of about ``row_group_rows``, each column
     chunk compressed with ``compression``: a part of a data set or of a journal."""
@@ -429,9 +464,7 @@ class _ParquetFile:
 
     def write(self, batch: Any) -> None:
         if self._writer is None:
-            import pyarrow.parquet as pq
-
-            self._writer = pq.ParquetWriter(self.path, batch.schema, compression=self.compression)
+            self._writer = parquet_writer(self.path, batch.schema, self.compression)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
@@ -889,7 +922,7 @@ class _Merger:
 
         with pq.ParquetFile(part) as file:
             if self._writer is None:
-                self._writer = pq.ParquetWriter(self.merged, file.schema_arrow, compression=self._like.compression)
+                self._writer = parquet_writer(self.merged, file.schema_arrow, self._like.compression)
             for group in range(file.metadata.num_row_groups):
                 table = file.read_row_group(group)
                 self._pending.append(table)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
+from .._batch_size import DEFAULT_BATCH_SIZE
 from .._output_lock import output_lock
-from .._pipeline import DEFAULT_BATCH_SIZE
 from .._progress import Progress
 from ..sinks import PARQUET_CODECS, LabelledSink, SinkError, read_labels, writable
 from ._args import (
@@ -84,7 +84,8 @@ def add_run(sub: Any) -> None:
         "--batch-size",
         type=positive(int),
         default=None,
-        help=f"rows per batch (default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE})",
+        help="rows per batch (default: the model's fixed batch dim, else picked for about 2 MiB of inputs a "
+        f"batch, 16 MiB on a GPU, where the model fixes a row's dims; else {DEFAULT_BATCH_SIZE})",
     )
     run.add_argument("--depth", type=positive(int), default=3, help="batches in flight in each buffer ring (default 3)")
     run.add_argument(
@@ -541,7 +542,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
     summary = JobSummary()
     with _open_pipeline(args, model, preprocess, constants) as pipe:
-        batch_size = pipe.rows_per_batch()  # --batch-size, else the model's fixed batch dim, else the default
+        batch_size = pipe.rows_per_batch()  # --batch-size, the model's fixed batch dim, or picked for a row's bytes
         source = open_source(
             args.input,
             pipe,
@@ -608,6 +609,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         what = _what_is_read(args, source, kind)
         read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
         print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
+        _say_batch_size(args, pipe, batch_size)
         with _signals_stop(source) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
@@ -641,6 +643,14 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGINT)
     return 0
+
+
+def _say_batch_size(args: argparse.Namespace, pipe: Any, batch_size: int) -> None:
+    """The batch size the run picked, where it picked one (NOTE [ picked batch size ])."""
+    first = pipe.pipelines[0] if hasattr(pipe, "pipelines") else pipe
+    row = first.row_nbytes()
+    if args.batch_size is None and first.session.fixed_batch() is None and row:
+        print(f"batch size: {batch_size:,} rows, picked for {row:,} bytes a row (--batch-size to choose)")
 
 
 def _what_was_kept(args: argparse.Namespace, sink: Any, input_kind: str, source: Any, rows: int) -> str:

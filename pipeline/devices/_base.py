@@ -184,6 +184,9 @@ class Device(abc.ABC):
     #: output arrays are handed to the caller and replaced, not copied (NOTE [ outputs
     #: handed over ] in the engine); cudaHostAlloc costs milliseconds, so not on CUDA
     cheap_pinned: bool = False
+    #: bytes of inputs a batch is picked to hold where no batch size is given (NOTE [
+    #: picked batch size ] in ``_batch_size``): enough that per-batch costs vanish
+    batch_bytes: int = 2 << 20
 
     @property
     @abc.abstractmethod

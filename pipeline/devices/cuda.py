@@ -209,6 +209,8 @@ class CudaDevice(Device):
     """An NVIDIA GPU through CuPy, with ORT's CUDA execution provider."""
 
     kind = "cuda"
+    #: NOTE [ picked batch size ]: a batch's copy hides the host's per-batch work behind the link
+    batch_bytes = 16 << 20
 
     def __init__(self, device_id: int = 0, provider_options: Mapping[str, object] | None = None) -> None:
         checked = checked_provider_options(provider_options or {})  # a bad option says so, GPU or not
