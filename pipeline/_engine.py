@@ -97,6 +97,7 @@ from ._hostcopy import HostCopier
 from ._issuing import HandOverAdvisor
 from ._rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from ._session import OrtSession, Shape, nbytes_of
+from ._windows import HostWindows
 from .devices import Device, DeviceArray, DeviceBuffer, Event, NormalizeOp, Stream, typed_view
 
 T = TypeVar("T")
@@ -298,6 +299,7 @@ class EngineRun(Generic[T]):
         first_index: int = 0,
         fill: Fill | None = None,
         user_source: object = None,
+        windows: HostWindows | None = None,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -307,6 +309,8 @@ class EngineRun(Generic[T]):
         self._checker = checker
         self._iterator = iter(source)
         self._fill = fill  # NOTE [ filled slots ]: batches written into the slots, not taken from source
+        #: NOTE [ registered windows ]: the source's batches lie in registered memory while it is live
+        self._windows = windows
         #: the caller's own iterator, told when this run stops reading it (NOTE [ interrupted feed ])
         self._user_source = user_source
         self._config = config
@@ -466,12 +470,20 @@ class EngineRun(Generic[T]):
                 on_device = {name: v for name, v in feeds.items() if type(v) is DeviceArray}
                 feeds = {name: v for name, v in feeds.items() if name not in on_device}
                 break
+        registered = self._windows is not None and self._windows.live and on_device is None
         if not feeds or (
-            self._h2d_inline and shapes is None and bound == rows and all(map(_as_laid_out, feeds.values()))
+            (self._h2d_inline or registered)
+            and shapes is None
+            and bound == rows
+            and all(map(_as_laid_out, feeds.values()))
         ):
-            # NOTE [ inline h2d ]: the copy reads the batch itself (or no input is on the host)
+            # NOTE [ inline h2d ], NOTE [ registered windows ]: the copy reads the batch
+            # itself (or no input is on the host)
             times = (t_submit, source_s, t_wait, 0.0, 0.0)
-            return self._send(index, feeds, None, rows, bound, shapes, times, on_device)
+            work = self._send(index, feeds, None, rows, bound, shapes, times, on_device)
+            if registered and work is not None:
+                self._windows.copied(work.trace.events.h2d_done)  # type: ignore[union-attr]
+            return work
         pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
         if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
             return None

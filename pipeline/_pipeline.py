@@ -44,6 +44,7 @@ from ._lifecycle import OneRunAtATime
 from ._preprocess import Preprocess
 from ._rings import Rings, allocate_rings
 from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig, TensorSpec
+from ._windows import HostRegistering, HostWindows
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
@@ -101,6 +102,10 @@ class PipelineOptions:
     #: copies.  False: through the engine as on a GPU (its slots, events and
     #: copies, to study or test them)
     direct: bool = True
+    #: NOTE [ registered windows ] in ``_windows``: ``run()`` page-locks large inputs
+    #: where they lie instead of staging each batch (where the device gains from it:
+    #: CUDA, the host device with a link model); None: always staged
+    registering: HostRegistering | None = field(default_factory=HostRegistering)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
@@ -306,9 +311,27 @@ class Pipeline(OneRunAtATime):
         gathered = _Gather(total)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot)
         make_take = gathered.keeping() if self.device.cheap_pinned else gathered.taking
-        for _ in self._iterate(split_rows(feeds, size), make_take, batch_size=size):
-            pass
+        windows = self._windows_for(feeds, size)
+        batches = split_rows(feeds, size) if windows is None else iter(windows)
+        try:
+            for _ in self._iterate(batches, make_take, batch_size=size, windows=windows):
+                pass
+        finally:
+            if windows is not None:
+                windows.close()  # the run has ended: its copies are done
+                self._stats.host_inputs = windows.describe()
         return gathered.arrays
+
+    def _windows_for(self, feeds: dict[str, np.ndarray], batch_size: int) -> HostWindows | None:
+        """NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
+        the device gains from it and they are large, C-ordered host arrays."""
+        how = self.options.registering
+        arrays = list(feeds.values())
+        if how is None or not self.device.registers_host or sum(array.nbytes for array in arrays) < how.min_bytes:
+            return None
+        if not all(type(array) is np.ndarray and array.flags.c_contiguous and array.dtype.isnative for array in arrays):
+            return None  # strided or byte-swapped: staging converts them
+        return HostWindows(self.device, feeds, batch_size, how, self.options.poll_s)
 
     def _runs_whole(self, batch_size: int) -> bool:
         """NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
@@ -366,7 +389,11 @@ class Pipeline(OneRunAtATime):
 
     # -- internals ----------------------------------------------------------
     def _iterate(
-        self, iterator: Iterator[Batch], make_take: MakeTake[Any], batch_size: int | None = None
+        self,
+        iterator: Iterator[Batch],
+        make_take: MakeTake[Any],
+        batch_size: int | None = None,
+        windows: HostWindows | None = None,
     ) -> Generator[Any, None, None]:
         try:
             first = next(iterator)
@@ -399,7 +426,9 @@ class Pipeline(OneRunAtATime):
                 stats.handed_over(index)
                 continue
             threads = True if advisor is not None else issuing
-            run = self._start_run(layout, source, index, make_take, stats, user_source=iterator, issuing=threads)
+            run = self._start_run(
+                layout, source, index, make_take, stats, user_source=iterator, issuing=threads, windows=windows
+            )
             yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
             grown = run.outgrown
             if grown is not None:
@@ -469,6 +498,7 @@ class Pipeline(OneRunAtATime):
         fill: Fill | None = None,
         user_source: object = None,
         issuing: bool | Literal["auto"] | None = None,
+        windows: HostWindows | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
             self._check_open()  # closed from another thread while the slots were being re-sized?
@@ -496,6 +526,7 @@ class Pipeline(OneRunAtATime):
                 first_index=first_index,
                 fill=fill,
                 user_source=user_source,
+                windows=windows,
             )
             self._active = run
         return run

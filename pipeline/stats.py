@@ -288,6 +288,9 @@ class Stats:
         #: who issued the stages: "stage threads", "caller thread", or with
         #: ``stage_threads="auto"`` "caller thread, stage threads from batch N"
         self.issuing: str | None = None
+        #: how ``run()``'s host inputs reached the copies: registered in place, or
+        #: staged and why (NOTE [ registered windows ]); None where not asked
+        self.host_inputs: str | None = None
         for timing in timings:
             self.add(timing)
 
@@ -420,6 +423,7 @@ class Stats:
             "wait_ms": totals.wait_sum / totals.batches * 1e3 if totals.batches else None,
             "outside_stages_ms": None if (outside := totals.outside_stages_s()) is None else outside * 1e3,
             "issuing": self.issuing,
+            "host_inputs": self.host_inputs,
         }
 
     def __str__(self) -> str:
@@ -441,6 +445,8 @@ class Stats:
                 lines.append(f"{stage} ms: " + ", ".join(f"{k} {v:.3f}" for k, v in spread.items()))
         if d["issuing"] is not None:
             lines.append(f"issued by: {d['issuing']}")
+        if d["host_inputs"] is not None:
+            lines.append(f"host inputs: {d['host_inputs']}")
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream
+from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream
 from ._normalize import NormalizeOp
 from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel, typed_view
 
@@ -25,6 +25,8 @@ __all__ = [
     "HostStream",
     "LinkModel",
     "NormalizeOp",
+    "Registration",
+    "RegistrationRefused",
     "Stream",
     "cuda_unavailable_reason",
     "device_specs",

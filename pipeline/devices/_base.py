@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._errors import DeviceError
 from ._memory import gib, host_memory_available
 
 if TYPE_CHECKING:
@@ -98,6 +99,26 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray({list(self.shape)}, {self.dtype.name}, on {getattr(self.home, 'name', self.home)})"
+
+
+class RegistrationRefused(DeviceError):
+    """The device cannot page-lock this host memory where it lies (NOTE [ registered
+    windows ]); the message says why, and the caller stages the batches instead."""
+
+
+class Registration(abc.ABC):
+    """A window of the caller's host memory page-locked where it lies, so that copies
+    read it straight, with no staging copy (NOTE [ registered windows ] in ``_windows``).
+
+    Release it only once the last copy that reads it has completed (its event):
+    the device may move or reuse the pages afterwards."""
+
+    #: the registered memory (a view of the caller's array)
+    array: np.ndarray
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Unregister the memory; idempotent."""
 
 
 class Event(abc.ABC):
@@ -215,6 +236,15 @@ class Device(abc.ABC):
     def out_of_memory(self, error: BaseException) -> bool:
         """Whether ``error`` is this device's failure to allocate memory."""
         return isinstance(error, MemoryError)
+
+    #: whether copies gain from host memory registered in place (:meth:`register_host`):
+    #: a device whose copies run while the host goes on reads it without a staging copy
+    registers_host: bool = False
+
+    def register_host(self, array: np.ndarray) -> Registration:
+        """Page-lock ``array`` (C-contiguous) where it lies, read-only where it is
+        (a read-only memory map); RegistrationRefused says why it cannot be."""
+        raise RegistrationRefused(f"{self.name} reads host memory where it lies: nothing to register")
 
     def device_array(self, value: object) -> DeviceArray | None:
         """``value`` as an array in this device's memory (NOTE [ device arrays ]),

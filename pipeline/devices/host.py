@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import DeviceError
-from ._base import Device, DeviceArray, DeviceBuffer, Event, Stream
+from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream
 from ._normalize import NormalizeOp, normalize_numpy
 
 _POLL_S = 0.05
@@ -199,6 +199,29 @@ class HostEvent(Event):
         return self._time
 
 
+class HostRegistration(Registration):
+    """NOTE [ registered windows ] on the host device: nothing is locked, but the
+    device keeps the window's address range until it is released, and a copy
+    that reads it checks, when it runs, that it still is (chaos mode delays it):
+    a window released while a copy may still read it fails the run."""
+
+    def __init__(self, device: HostDevice, array: np.ndarray) -> None:
+        self.array = array
+        self.start = array.ctypes.data
+        self.end = self.start + array.nbytes
+        self._device = device
+        self.released = False
+
+    def holds(self, array: np.ndarray) -> bool:
+        start = array.ctypes.data
+        return self.start <= start and start + array.nbytes <= self.end
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._device._unregistered(self)
+
+
 class HostStream(Stream):
     """Runs operations in order: inline, or on a worker thread of its own."""
 
@@ -263,7 +286,18 @@ class HostStream(Stream):
 
     # -- the Stream interface ----------------------------------------------
     def copy_h2d(self, dst: DeviceBuffer, src: np.ndarray, nbytes: int) -> None:
-        self._enqueue(self._device._copy, _as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
+        window = self._device._window_of(src)
+        if window is None:
+            self._enqueue(self._device._copy, _as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
+            return
+        self._device.registered_reads += 1
+
+        def copy() -> None:  # NOTE [ registered windows ]: its window must still be registered now
+            if window.released:
+                raise DeviceError("an h2d copy read host memory whose registration was released before it ran")
+            self._device._copy(_as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
+
+        self._enqueue(copy)
 
     def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
         self._enqueue(self._device._copy, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
@@ -294,6 +328,7 @@ class HostStream(Stream):
             self._check_open()
             if event._completed < generation:  # inline: nothing to do for an event already reached
                 self._block_on(event, generation)
+            self._inherit(event)
             return
         self._enqueue(lambda: self._block_on(event, generation))
 
@@ -301,6 +336,13 @@ class HostStream(Stream):
         while not event._wait_for(generation, _POLL_S):
             if self._closed:
                 raise DeviceError(f"stream {self.name!r} closed while waiting on an event")
+        self._inherit(event)
+
+    def _inherit(self, event: HostEvent) -> None:
+        """A stream that waited on work that failed fails too, as a CUDA context's
+        sticky error does: the failure reaches whoever waits on this stream's events."""
+        if event._fault is not None and self._fault is None:
+            self._fault = event._fault
 
     def synchronize(self, timeout: float | None = None) -> bool:
         with self._lock:
@@ -342,7 +384,10 @@ class HostDevice(Device):
         h2d_gbps: float | None = None,
         d2h_gbps: float | None = None,
         chaos: bool | ChaosOptions = False,
+        locked_limit_bytes: int | None = None,
     ) -> None:
+        """``locked_limit_bytes``: host memory that may be registered at once
+        (NOTE [ registered windows ]), as a locked-memory limit caps it; None: no limit."""
         h2d = h2d_gbps if h2d_gbps is not None else link_gbps
         d2h = d2h_gbps if d2h_gbps is not None else link_gbps
         if (h2d is None) != (d2h is None):
@@ -357,6 +402,15 @@ class HostDevice(Device):
         self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
         self._streams: list[HostStream] = []
         self._signal = _Signal()
+        # NOTE [ registered windows ]: modelled where copies run apart from the host (a
+        # link, chaos); the CPU backend reads the caller's memory where it lies anyway
+        self.registers_host = self.threaded
+        self.locked_limit_bytes = locked_limit_bytes
+        self._registered: list[HostRegistration] = []
+        self._registry_lock = threading.Lock()
+        #: h2d copies that read registered memory, and registrations made (counted for tests)
+        self.registered_reads = 0
+        self.registrations = 0
 
     @property
     def name(self) -> str:
@@ -382,6 +436,35 @@ class HostDevice(Device):
             remaining = self.link.seconds(nbytes, direction) - (time.perf_counter() - start)
             if remaining > 0:
                 time.sleep(remaining)
+
+    def register_host(self, array: np.ndarray) -> HostRegistration:
+        if not self.registers_host:
+            return super().register_host(array)  # type: ignore[return-value] # raises
+        if not array.flags.c_contiguous:
+            raise RegistrationRefused("the array is not C-contiguous")
+        with self._registry_lock:
+            locked = sum(window.array.nbytes for window in self._registered)
+            limit = self.locked_limit_bytes
+            if limit is not None and locked + array.nbytes > limit:
+                raise RegistrationRefused(
+                    f"the locked-memory limit ({limit:,} bytes) is reached: {locked:,} registered, "
+                    f"{array.nbytes:,} more asked"
+                )
+            window = HostRegistration(self, array)
+            self._registered.append(window)
+            self.registrations += 1
+        return window
+
+    def _unregistered(self, window: HostRegistration) -> None:
+        with self._registry_lock:
+            self._registered.remove(window)
+
+    def _window_of(self, array: np.ndarray) -> HostRegistration | None:
+        """The live registration ``array`` lies in, if any."""
+        if not self._registered:
+            return None
+        with self._registry_lock:
+            return next((window for window in self._registered if window.holds(array)), None)
 
     def link_seconds(self, nbytes: int, direction: str) -> float:
         """What a transfer of ``nbytes`` costs on the emulated link (0 with none)."""
