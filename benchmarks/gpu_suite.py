@@ -21,7 +21,10 @@ back against its best 5 taken in the graph (``with_top_k``); the one-row identit
 frames as two pipelines on one GPU (``multi``: two sessions on two compute
 streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
 from the caller's thread and auto; last, ORT's profile
-of the conv net by operator (``convnet_ops``), and a job of uint8 frames
+of the conv net by operator (``convnet_ops``); the host's share (``host_share``:
+``run()`` on a copy-bound model with its input registered in place against
+staged, as a share of the pinned h2d GB/s, the conv net from host arrays
+against device arrays, one-row batches against a ``session.run`` loop); and a job of uint8 frames
 made a row at a time, written straight into the pinned slots against stacked
 and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
 against NVDEC, each converting in the decoding thread and beside it (``video_decoding``;
@@ -53,8 +56,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import HostDevice, Pipeline, Preprocess, cuda_unavailable_reason, models, resolve_device  # noqa: E402
+from pipeline import (  # noqa: E402
+    HostDevice,
+    OrtSession,
+    Pipeline,
+    PipelineOptions,
+    Preprocess,
+    cuda_unavailable_reason,
+    models,
+    resolve_device,
+)
 from pipeline._hostcopy import auto_copy_threads  # noqa: E402
+from pipeline._windows import HostRegistering  # noqa: E402
 from pipeline.bench import (  # noqa: E402
     MODES,
     Workload,
@@ -226,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     steps += [(entry["name"], _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)]
     steps.append(("convnet ops", lambda: report.update(convnet_ops=_convnet_ops(device, gpu and not args.quick))))
     big = gpu and not args.quick
+    steps.append(("host share", lambda: report.update(host_share=_host_share(device, big, report.get("copy_gbps")))))
     steps.append(("frames into slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
     steps.append(("video decoding", lambda: report.update(video_decoding=_video_decoding(args.out, big))))
     if not args.no_tests:  # last: a hung test must not cost the figures
@@ -324,6 +338,70 @@ def _frames_into_slots(device: Any, big: bool, rounds: int = 3) -> dict[str, Any
     ratio = best["filled"]["items_per_s"] / best["staged"]["items_per_s"]
     print(f"\nframes into slots on {device.name}: filled / staged {ratio:.2f}x", flush=True)
     return {"frames": frames, "size": size, "batches": batches, "ratio": ratio, **best}
+
+
+def _alternated_best(ways: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """The best seconds of each way over ``rounds`` rounds, run in turn (after one to warm up)."""
+    best = {name: float("inf") for name in ways}
+    for round_ in range(rounds + 1):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            way()
+            if round_:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def _host_share(device: Any, big: bool, copy_gbps: dict[str, float] | None, rounds: int = 3) -> dict[str, Any]:
+    """Issue 24's GPU rows: ``pipe.run`` on a copy-bound model with its input registered
+    in place (NOTE [ registered windows ]) against staged, as a share of the pinned h2d
+    GB/s; the conv net from host arrays against device arrays; one-row batches against
+    a ``session.run`` loop.  Best of ``rounds``, alternated."""
+    out: dict[str, Any] = {}
+    features, rows = (65536, 2048) if big else (1024, 2048)  # 512 MiB / 8 MiB, 256 rows a batch
+    x = np.random.default_rng(0).random((rows, features), np.float32)
+    identity = models.identity(features=features)
+    staged_options, registering = PipelineOptions(registering=None), PipelineOptions(registering=HostRegistering(1))
+    with (
+        Pipeline(identity, device, depth=3, options=registering) as registered,
+        Pipeline(identity, device, depth=3, options=staged_options) as staged,
+    ):
+        best = _alternated_best(
+            {"registered": lambda: registered.run(x, batch_size=256), "staged": lambda: staged.run(x, batch_size=256)},
+            rounds,
+        )
+        out["copy_bound_host_inputs"] = registered.stats.host_inputs
+    for way, seconds in best.items():
+        gbps = x.nbytes / seconds / 1e9
+        out[f"copy_bound_{way}_gbps"] = gbps
+        if copy_gbps:
+            out[f"copy_bound_{way}_of_pinned_h2d"] = gbps / copy_gbps["h2d"]
+    frames, size = (64, 224) if big else (8, 32)
+    pool = [{"frames": np.random.default_rng(i).random((frames, 3, size, size), np.float32)} for i in range(4)]
+    on_device = [_to_device(device, batch) for batch in pool]
+    whole = np.concatenate([batch["frames"] for batch in pool])
+    with Pipeline(models.convnet(height=size, width=size), device, depth=3) as pipe:
+        best = _alternated_best(
+            {
+                "host": lambda: pipe.run(whole, batch_size=frames),
+                "device": lambda: [None for _ in pipe.map_with(on_device * 1, lambda *_: None)],
+            },
+            rounds,
+        )
+    out["convnet_host_over_device"] = best["device"] / best["host"]
+    tiny, batches = models.identity(features=4), [np.ones((1, 4), np.float32)] * 2000
+    session = OrtSession(tiny, device)
+    with Pipeline(tiny, device, depth=3) as pipe:
+        best = _alternated_best(
+            {
+                "pipeline": lambda: [None for _ in pipe.map_with(batches, lambda *_: None)],
+                "session_run": lambda: [session.run({"x": batch}) for batch in batches],
+            },
+            rounds,
+        )
+    out["one_row_over_session_run"] = best["session_run"] / best["pipeline"]
+    print(f"\nhost share on {device.name}: {json.dumps(out, indent=1)}", flush=True)
+    return out
 
 
 def _clip(path: Path, frames: int, width: int, height: int) -> Path:

@@ -57,3 +57,41 @@ def test_copy_bound_engine_ms_per_batch(benchmark, threads):
         f"staging {stage_ms:.2f} ms",
         end="",
     )
+
+
+def test_numpy_copies_leave_the_gil(benchmark):
+    """Why copy threads scale (NOTE [ parallel host copies ]): ``np.copyto`` of a
+    large block releases the GIL.  A pure-Python loop counts on a thread of its
+    own while the main thread copies 64 MiB twenty times; its count against the
+    same loop alone for as long says how much of the GIL the copies left it
+    (near 1: all of it; near 0: held)."""
+    import threading
+
+    src = np.ones(64 << 20, np.uint8)
+    dst = np.empty_like(src)
+
+    def count(stop: threading.Event, out: list[int]) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+        out.append(n)
+
+    def copying() -> tuple[int, float]:
+        stop, beside = threading.Event(), []
+        thread = threading.Thread(target=count, args=(stop, beside))
+        thread.start()
+        start = time.perf_counter()
+        for _ in range(20):
+            np.copyto(dst, src)
+        seconds = time.perf_counter() - start
+        stop.set()
+        thread.join()
+        return beside[0], seconds
+
+    beside, seconds = benchmark.pedantic(copying, rounds=1, iterations=1)
+    alone: list[int] = []
+    stop = threading.Event()
+    threading.Timer(seconds, stop.set).start()
+    count(stop, alone)
+    benchmark.extra_info.update(python_loop_share_while_copying=beside / alone[0], copy_s=seconds)
+    print(f"\na Python loop beside the copies counted {beside / alone[0]:.2f} of what it counts alone")

@@ -44,6 +44,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
         "convnet batch sweep, 4 frames",
     ]
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
+    share = report["host_share"]  # issue 24's GPU rows, here on the emulated link
+    assert share["copy_bound_host_inputs"].startswith("registered in place")
+    assert share["copy_bound_registered_of_pinned_h2d"] > 0 and share["convnet_host_over_device"] > 0
     ops = report["convnet_ops"]["ops"]
     assert report["convnet_ops"]["runs"] == 10 and "Conv" in {op["op"] for op in ops}
     times = [op["ms_per_run"] for op in ops]
