@@ -332,7 +332,7 @@ class Layout:
         raise SlotsOutgrown(self._grown(rows, shapes))
 
     def _refuse_shape(self, index: int | None, shapes: RowShapes) -> None:
-        """NOTE [ static shapes ]: a batch whose dims beyond the batch dim are not the slots'."""
+        """See NOTE [ static shapes ]: a batch whose dims beyond the batch dim are not the slots'."""
         for (name, _, row), got in zip(self.row_shapes, shapes, strict=True):
             if got != row:
                 raise PipelineInputError(

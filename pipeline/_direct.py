@@ -190,7 +190,7 @@ class DirectRun(Generic[T]):
         return False
 
     def _note_dynamic(self, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
-        """NOTE [ data-dependent outputs ]: outputs whose shape is not the one the probe
+        """See NOTE [ data-dependent outputs ]: outputs whose shape is not the one the probe
         run gave for these input shapes are remembered by the session, as the engine does."""
         shapes = tuple((name, value.shape) for name, value in feeds.items())
         if shapes != self._planned_for:

@@ -555,7 +555,7 @@ class EngineRun(Generic[T]):
         nbytes: dict[str, int],
         on_device: dict[str, DeviceArray],
     ) -> int:
-        """NOTE [ device arrays ]: the host inputs copied h2d, the device ones
+        """See NOTE [ device arrays ]: the host inputs copied h2d, the device ones
         device to device once their producers' streams are waited for, padding
         rows zeroed; the bytes that crossed the host link."""
         for stream in {array.stream for array in on_device.values()}:
@@ -573,7 +573,7 @@ class EngineRun(Generic[T]):
         return crossed
 
     def _produce_filled(self, index: int) -> object | None:
-        """NOTE [ filled slots ]: the user's ``fill`` writes batch ``index``
+        """See NOTE [ filled slots ]: the user's ``fill`` writes batch ``index``
         straight into its pinned-in slot, once that slot's last h2d is done (the
         host guard of NOTE [ buffer reuse ]); then it is sent as if staged."""
         assert self._fill is not None
@@ -818,7 +818,8 @@ class EngineRun(Generic[T]):
         slot.bound_key = key
 
     def _run_bound(self, slot: DeviceSlot, work: _Work) -> None:
-        # Runs in the compute stream's order. NOTE [ bind in stream order ]: the
+        # Runs in the compute stream's order.
+        # NOTE [ bind in stream order ]: the
         # binding is (re)pointed here, not by the enqueuing thread, because on a
         # host stream with a worker an earlier run of this slot may still be
         # queued and must see the shapes it was enqueued with.
@@ -850,7 +851,7 @@ class EngineRun(Generic[T]):
         return {name: values[name] for name in self._session.dynamic_outputs}
 
     def _rerun_allocating(self, slot: DeviceSlot, work: _Work, error: Exception) -> dict[str, Any]:
-        """NOTE [ data-dependent outputs ]: after a failed run, the same run with
+        """See NOTE [ data-dependent outputs ]: after a failed run, the same run with
         every output allocated by ORT.  If it succeeds and some outputs came out
         in shapes other than planned, those are data-dependent; otherwise the
         first failure stands."""
@@ -909,7 +910,9 @@ class EngineRun(Generic[T]):
                     raise PipelineError("the pipeline's threads ended without a result (internal error)") from None
 
     def _issued_inline(self) -> Iterator[object]:
-        """NOTE [ inline issue ]: with no stage threads the caller's thread stages,
+        """The caller's thread issues every stage itself.
+
+        NOTE [ inline issue ]: with no stage threads the caller's thread stages,
         runs and drains each batch itself, up to ``depth`` batches ahead of the
         one it delivers, and stages one batch more before it waits for that one,
         so the next h2d overlaps the wait (at depth 1 too, as with threads).  On
@@ -995,7 +998,7 @@ class EngineRun(Generic[T]):
             advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
 
     def _hand_over(self, issued: list[_Work], pending: collections.deque[object]) -> Iterator[object]:
-        """NOTE [ auto issuing ]: the stage threads take over from the caller's
+        """See NOTE [ auto issuing ]: the stage threads take over from the caller's
         thread.  The batches it issued but did not drain (one run ahead, if
         any, whose run the execute thread does not repeat, then the staged
         one) go first into the execute thread's queue and the producer

@@ -11,15 +11,17 @@ A camera callback, a network reader or a decoder thread hands batches over
 with ``put`` (which blocks while ``maxsize`` batches wait: back-pressure, not
 an unbounded queue) and ends the stream with ``close``, or ``fail(error)``,
 which the pipeline raises as a failure of the source at that batch, after
-every batch put before it.  NOTE [ interrupted feed ]: when the pipeline
+every batch put before it.
+
+NOTE [ interrupted feed ]: when the pipeline
 stops taking batches (the loop broke out, ``close()``, a failure elsewhere)
 it calls :meth:`Feed.interrupt`: a stage thread waiting for a batch wakes
 up at once instead of holding ``close()`` up, and a producer blocked in
 ``put`` gets :class:`FeedClosed`.  A feed serves one ``map()``.
 
 A batch put is the pipeline's until its result comes back: it waits in the
-queue, and on the CPU backend its run may read it where it lies (NOTE [
-borrowed inputs ]).  A producer that refills one buffer puts a copy.
+queue, and on the CPU backend its run may read it where it lies
+(NOTE [ borrowed inputs ]).  A producer that refills one buffer puts a copy.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _POLL_S = 0.1
 
 
 def interrupt_source(source: object) -> None:
-    """NOTE [ interrupted feed ]: tell a source that no more batches will be taken, if it listens."""
+    """See NOTE [ interrupted feed ]: tell a source that no more batches will be taken, if it listens."""
     interrupt = getattr(source, "interrupt", None)
     if callable(interrupt):
         interrupt()
@@ -101,7 +103,7 @@ class Feed:
             raise StopIteration
 
     def interrupt(self) -> None:
-        """NOTE [ interrupted feed ]: the pipeline takes no more batches."""
+        """See NOTE [ interrupted feed ]: the pipeline takes no more batches."""
         with self._changed:
             self._interrupted = True
             self._changed.notify_all()

@@ -323,7 +323,7 @@ class Pipeline(OneRunAtATime):
         return gathered.arrays
 
     def _windows_for(self, feeds: dict[str, np.ndarray], batch_size: int) -> HostWindows | None:
-        """NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
+        """See NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
         the device gains from it and they are large, C-ordered host arrays."""
         how = self.options.registering
         arrays = list(feeds.values())
@@ -334,7 +334,7 @@ class Pipeline(OneRunAtATime):
         return HostWindows(self.device, feeds, batch_size, how, self.options.poll_s)
 
     def _runs_whole(self, batch_size: int) -> bool:
-        """NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
+        """See NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
         direct path, on the caller's thread, no batch padded."""
         padded = self.session.fixed_batch() is not None or self.options.static
         return self.options.issuing is not True and self._goes_direct() and not padded
@@ -432,7 +432,7 @@ class Pipeline(OneRunAtATime):
             yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
             grown = run.outgrown
             if grown is not None:
-                # NOTE [ free dims ]: the slots could not hold this batch; every one
+                # See NOTE [ free dims ]: the slots could not hold this batch; every one
                 # before it is delivered, so carry on from it with bigger slots.
                 layout, index = grown.layout, grown.index
                 source = itertools.chain([grown.feeds], iterator)
@@ -445,7 +445,7 @@ class Pipeline(OneRunAtATime):
             advisor.handed_back()
 
     def _goes_direct(self) -> bool:
-        """NOTE [ direct path ]: every stream op of this device is done when it returns
+        """See NOTE [ direct path ]: every stream op of this device is done when it returns
         (the CPU backend), and nothing needs the engine's slots or traces."""
         inline = all(stream.copies_inline for stream in self.streams.all())
         return self.options.direct and inline and not self._transforms and self.options.on_batch is None
@@ -453,7 +453,7 @@ class Pipeline(OneRunAtATime):
     def _watched(
         self, run: EngineRun[Any], caller_s: float | None, advisor: HandOverAdvisor
     ) -> Generator[Any, None, None]:
-        """NOTE [ auto issuing ]: the stage threads' results, timed batch to batch
+        """See NOTE [ auto issuing ]: the stage threads' results, timed batch to batch
         over one window after they start; where they came slower than the caller's
         thread did, the run stops taking batches and the caller's thread goes on."""
         results, times = self._results_of(run), []

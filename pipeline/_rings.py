@@ -26,8 +26,8 @@ instead of one per kernel.  A graph replays the addresses and shapes it was
 captured with, and every slot has buffers of its own, so every slot gets a
 graph of its own: its run options carry a ``gpu_graph_id`` that no other
 slot, and no slot of earlier rings, was given (the old graphs point at freed
-buffers).  The binding of a slot never changes under static shapes (NOTE [
-static shapes ]), so each slot's graph is captured on its first runs and
+buffers).  The binding of a slot never changes under static shapes
+(NOTE [ static shapes ]), so each slot's graph is captured on its first runs and
 replayed after.  ORT keeps graphs per calling thread and captures in CUDA's
 global mode, where no other thread may call CUDA meanwhile: so the caller's
 thread issues every stage (``stage_threads`` False, or "auto", which then
@@ -217,8 +217,8 @@ _ORT_OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|out of memory", re.I
 
 class _Fit:
     """Whether a pipeline's buffers fit its device, checked before they are made, and an
-    allocation that fails all the same told in the same words (NOTE [ buffers that do
-    not fit ] in devices/_memory.py).  Sizes are of one slot; there are ``depth``."""
+    allocation that fails all the same told in the same words
+    (NOTE [ buffers that do not fit ] in devices/_memory.py).  Sizes are of one slot; there are ``depth``."""
 
     def __init__(self, device: Device, batch_size: int, depth: int) -> None:
         self.device, self.batch_size, self.depth = device, batch_size, depth

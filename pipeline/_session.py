@@ -10,8 +10,8 @@ Output shapes are found by running (one probe run per input shape, cached),
 never guessed from dim names: real models name output dims unrelated to the
 input's.  Some outputs' shapes depend on the data itself (a detector's boxes
 after NMS, NonZero): those are bound for ORT to allocate on every run, and
-``dynamic_outputs`` names the ones found so far (NOTE [ data-dependent
-outputs ] in the engine).
+``dynamic_outputs`` names the ones found so far
+(NOTE [ data-dependent outputs ] in the engine).
 
 Inputs that are not batched (an NMS threshold, a scalar scale) are
 ``constants``: one value fed to every run, probe runs included; the batches

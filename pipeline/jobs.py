@@ -508,8 +508,8 @@ def open_sink(
     or JSON Lines) into ``stream`` (default: standard output's bytes), flushed each batch.
 
     The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
-    on the data by the first write are written per batch (NOTE [ per-batch
-    outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
+    on the data by the first write are written per batch
+    (NOTE [ per-batch outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
     file and write after them (``sink.kept_rows``; run the source
     :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
     kind = sink_kind(path, stream_format)

@@ -17,7 +17,9 @@ They let every command and test run with no model file:
   ``best`` ``[N]``.
 
 Each builder takes ``batch`` = an int (a fixed batch dim) or a name (a
-dynamic one).  NOTE [ IR version ]: onnx 1.23 writes IR 14 by default, which
+dynamic one).
+
+NOTE [ IR version ]: onnx 1.23 writes IR 14 by default, which
 onnxruntime 1.31 rejects; every model here is written as IR 10, opset 17.
 """
 

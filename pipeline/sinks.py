@@ -739,7 +739,9 @@ def journal_of(path: Path) -> Path:
 
 
 class _Journal(_ParquetParts):
-    """NOTE [ journaled Parquet ]: a Parquet file's footer, which says where every
+    """A Parquet file written as a journal of parts, merged at the end.
+
+    NOTE [ journaled Parquet ]: a Parquet file's footer, which says where every
     column chunk lies, is written at close: a killed writer leaves a file that
     nothing can read.  So a Parquet file is written as a data set in a hidden
     folder beside it, its journal (``.NAME.parquet.parts``), each part renamed

@@ -102,8 +102,9 @@ class DeviceArray:
 
 
 class RegistrationRefused(DeviceError):
-    """The device cannot page-lock this host memory where it lies (NOTE [ registered
-    windows ]); the message says why, and the caller stages the batches instead."""
+    """The device cannot page-lock this host memory where it lies
+    (NOTE [ registered windows ]); the message says why, and the caller stages
+    the batches instead."""
 
 
 class Registration(abc.ABC):
@@ -202,11 +203,12 @@ class Device(abc.ABC):
     #: ORT memory location for bindings: ("cpu", 0) or ("cuda", N)
     ort_device: tuple[str, int]
     #: whether page-locked host memory costs no more to allocate than any: then a batch's
-    #: output arrays are handed to the caller and replaced, not copied (NOTE [ outputs
-    #: handed over ] in the engine); cudaHostAlloc costs milliseconds, so not on CUDA
+    #: output arrays are handed to the caller and replaced, not copied
+    #: (NOTE [ outputs handed over ] in the engine); cudaHostAlloc costs
+    #: milliseconds, so not on CUDA
     cheap_pinned: bool = False
-    #: bytes of inputs a batch is picked to hold where no batch size is given (NOTE [
-    #: picked batch size ] in ``_batch_size``): enough that per-batch costs vanish
+    #: bytes of inputs a batch is picked to hold where no batch size is given
+    #: (NOTE [ picked batch size ] in ``_batch_size``): enough that per-batch costs vanish
     batch_bytes: int = 2 << 20
 
     @property
@@ -224,9 +226,9 @@ class Device(abc.ABC):
 
     def memory_shortfall(self, pinned_bytes: int, device_bytes: int) -> str | None:
         """Why ``pinned_bytes`` of page-locked host memory and ``device_bytes`` of device
-        memory cannot be had now, as what they "need" against what there is (NOTE [ buffers
-        that do not fit ]); None where they can, or nothing says how much there is.  Here
-        both are host memory."""
+        memory cannot be had now, as what they "need" against what there is
+        (NOTE [ buffers that do not fit ]); None where they can, or nothing says
+        how much there is.  Here both are host memory."""
         available = host_memory_available()
         needed = pinned_bytes + device_bytes
         if available is None or needed <= available:
@@ -271,9 +273,9 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
         """The memory of an output ORT allocated on this device (an ``OrtValue``
-        whose shape depended on the data), for a d2h copy out of it.  NOTE [
-        buffer ownership ]: ORT frees it with the value, so the caller keeps
-        ``value`` referenced until the copy's event has completed."""
+        whose shape depended on the data), for a d2h copy out of it.  ORT frees it
+        with the value, so the caller keeps ``value`` referenced until the copy's
+        event has completed (See NOTE [ buffer ownership ])."""
 
     def verify_session(self, session: Any, compute_stream: Stream | None) -> None:  # noqa: B027
         """Raise if ORT did not take this device's provider as asked."""

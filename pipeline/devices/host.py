@@ -200,7 +200,7 @@ class HostEvent(Event):
 
 
 class HostRegistration(Registration):
-    """NOTE [ registered windows ] on the host device: nothing is locked, but the
+    """See NOTE [ registered windows ], on the host device: nothing is locked, but the
     device keeps the window's address range until it is released, and a copy
     that reads it checks, when it runs, that it still is (chaos mode delays it):
     a window released while a copy may still read it fails the run."""
@@ -402,7 +402,7 @@ class HostDevice(Device):
         self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
         self._streams: list[HostStream] = []
         self._signal = _Signal()
-        # NOTE [ registered windows ]: modelled where copies run apart from the host (a
+        # See NOTE [ registered windows ]: modelled where copies run apart from the host (a
         # link, chaos); the CPU backend reads the caller's memory where it lies anyway
         self.registers_host = self.threaded
         self.locked_limit_bytes = locked_limit_bytes

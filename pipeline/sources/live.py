@@ -49,8 +49,8 @@ _ENDED = object()
 
 
 class LiveStreamsSource(RowSource):
-    """Frames of several live streams at once, batched as they arrive (NOTE [ several
-    streams ]): uint8 ``[N, H, W, 3]`` rows, each with its stream's ``path``,
+    """Frames of several live streams at once, batched as they arrive
+    (NOTE [ several streams ]): uint8 ``[N, H, W, 3]`` rows, each with its stream's ``path``,
     ``frame_index`` and ``timestamp``, and ``received``, when it was decoded.  Every stream is opened here (its header
     read), with the options :class:`VideoSource` takes; their frames must come
     out one size (give ``size``, or a model with fixed H and W)."""

@@ -513,8 +513,8 @@ class PathTable:
 
 
 class ImageBytesTable:
-    """Parquet files whose ``column`` holds the images themselves (NOTE [ images in
-    a table ]): their encoded bytes (binary), or a struct whose ``bytes`` field holds
+    """Parquet files whose ``column`` holds the images themselves
+    (NOTE [ images in a table ]): their encoded bytes (binary), or a struct whose ``bytes`` field holds
     them, as Hugging Face datasets write an ``Image`` feature (``{bytes, path}``),
     one file or the files of a data set (``files``, in order) read as one table.
     Each row's id as :class:`PathTable` gives it (``ids``, ``id_name``; in a data

@@ -544,15 +544,17 @@ class VideoSource(RowSource):
 
 
 def auto_convert_threads(cpus: int | None = None) -> int:
-    """Threads converting a video's frames beside its decoder (NOTE [ converting beside the
-    decoder ]) on a machine with ``cpus`` usable CPUs (default: this process's): none on one
-    CPU, else one per four CPUs, 1 to 4."""
+    """Threads converting a video's frames beside its decoder
+    (NOTE [ converting beside the decoder ]) on a machine with ``cpus`` usable
+    CPUs (default: this process's): none on one CPU, else one per four CPUs, 1 to 4."""
     cpus = usable_cpus() if cpus is None else cpus
     return 0 if cpus < 2 else max(1, min(4, cpus // 4))
 
 
 class _Converter:
-    """NOTE [ converting beside the decoder ]: each frame decoded is converted to the
+    """Decoded frames converted to RGB beside the decoder, in order.
+
+    NOTE [ converting beside the decoder ]: each frame decoded is converted to the
     model's picture - swscale's colour conversion and resize, 0.75-1.65 ms a 1080p
     frame to 224x224 on the project machine, as long as FFmpeg's decoding of it -
     and the decoding thread did both in turn.  With ``threads`` > 0, each frame is
@@ -635,8 +637,8 @@ class VideoFolderSource(RowSource):
     [ frame positions ]): a window (:meth:`between`, :meth:`after`) skips
     whole videos unopened, their frames counted from their headers (or, where
     a header counts none, as Matroska's, from their packets, read but not
-    decoded), and seeks into the video it starts in (NOTE [ seeking a video
-    ]); a video that gives fewer frames than its header counts leaves places
+    decoded), and seeks into the video it starts in
+    (NOTE [ seeking a video ]); a video that gives fewer frames than its header counts leaves places
     no row has (``cut_short`` lists it), and a resumed run goes on after its
     output's last row (:meth:`position_after`), so a folder that changed is
     refused, not misread.
@@ -654,8 +656,8 @@ class VideoFolderSource(RowSource):
     counts frames alike.
 
     ``videos_at_once`` videos are decoded at once, each by a thread of its own,
-    and their frames given in order as one at a time gives them (NOTE [ videos
-    decoded at once ]; None: one more than the CPUs, at most 4; 1: no thread).
+    and their frames given in order as one at a time gives them
+    (NOTE [ videos decoded at once ]; None: one more than the CPUs, at most 4; 1: no thread).
     """
 
     #: a row's path and frame index say which frame it is: a resumed run checks them
@@ -779,8 +781,8 @@ class VideoFolderSource(RowSource):
         return later
 
     def between(self, start: int, stop: int | None) -> VideoFolderSource:
-        """Frames ``start`` to ``stop - 1`` of this folder by their positions (NOTE [ frame
-        positions ]), not by the rows given: where a video gives fewer frames than its header
+        """Frames ``start`` to ``stop - 1`` of this folder by their positions
+        (NOTE [ frame positions ]), not by the rows given: where a video gives fewer frames than its header
         counts, windows that meet still hold every frame once (``jobs.window``)."""
         later = self.after(start)
         if stop is not None:
