@@ -17,6 +17,8 @@ from ._errors import (
     PipelineError,
     PipelineInputError,
     PipelineStageError,
+    SinkError,
+    SourceError,
 )
 from ._feed import Feed, FeedClosed
 from ._multi import MultiPipeline
@@ -33,7 +35,7 @@ from .devices import (
     device_specs,
     resolve_device,
 )
-from .stats import MultiStats
+from .stats import MultiStats, Stats
 
 __version__ = "0.1.0"
 
@@ -61,6 +63,9 @@ __all__ = [
     "PipelineStageError",
     "Preprocess",
     "SessionConfig",
+    "SinkError",
+    "SourceError",
+    "Stats",
     "TensorSpec",
     "cuda_unavailable_reason",
     "device_specs",

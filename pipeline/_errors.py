@@ -89,3 +89,11 @@ def renumbered(error: BaseException, batch_index: int | None, device: str) -> Ba
             error.reason, batch_index=batch_index, input_name=error.input_name, expected=error.expected, got=error.got
         )
     return error
+
+
+class SourceError(PipelineError):
+    """A source file is missing, unreadable, or does not fit the model."""
+
+
+class SinkError(PipelineError):
+    """An output path cannot be written."""

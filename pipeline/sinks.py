@@ -88,13 +88,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ._closing import close_all
-from ._errors import PipelineError
+from ._errors import SinkError
 from ._jsonl import json_lines
-
-
-class SinkError(PipelineError):
-    """An output path cannot be written."""
-
 
 _PER_BATCH_RESUME = (
     "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), which {kind} "

@@ -13,12 +13,8 @@ from typing import Any
 import numpy as np
 
 from .._cpus import usable_cpus
-from .._errors import PipelineError
+from .._errors import SourceError
 from .._session import TensorSpec
-
-
-class SourceError(PipelineError):
-    """A source file is missing, unreadable, or does not fit the model."""
 
 
 @dataclass
