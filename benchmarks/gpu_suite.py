@@ -3,7 +3,7 @@
     python benchmarks/gpu_suite.py OUTDIR [--quick]
 
 Writes into OUTDIR: ``tests.log`` (the CUDA tests and the whole suite's
-result), ``results.json`` (every model x mode x depth, the README's JSON
+result), ``results.json`` (every model x mode x depth, docs/measuring.md's JSON
 schema), ``trace.json`` (Chrome trace of the balanced model at the deepest
 depth) and ``timeline.png``.  Models: copy-bound (identity over wide rows),
 compute-bound (a deep MatMul chain), balanced (the conv net on frames) and

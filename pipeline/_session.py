@@ -238,7 +238,7 @@ class SessionConfig:
     #: let ORT's intra-op threads spin-wait for work (ORT's default).  Turned off
     #: once, for fear they would take the cores the other stages need; measured
     #: on the CPU backend (2026-12-04), spinning made the conv net's runs faster
-    #: in every mode, beside a source as busy as the model too (README, Results)
+    #: in every mode, beside a source as busy as the model too (docs/results.md)
     spin: bool = True
     #: ORT's graph optimization level by name (GRAPH_OPTIMIZATION); None: ORT's default, "all"
     graph_optimization: str | None = None

@@ -122,7 +122,7 @@ class ModeResult:
         return self.batches / self.seconds if self.seconds > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        """One entry of the JSON ``results`` list (schema in the README)."""
+        """One entry of the JSON ``results`` list (schema in docs/measuring.md)."""
         row: dict[str, Any] = {"mode": self.mode, "depth": self.depth, "batch_size": self.batch_size}
         if self.stats is not None:
             row.update(self.stats.to_dict())

@@ -69,7 +69,7 @@ def test_bad_output_choices_say_what_the_model_has(outputs, error, words):
 
 
 def test_ort_still_runs_the_branches_of_outputs_not_chosen():
-    """What the README says: choosing outputs saves their copies, not their compute."""
+    """What docs/python-api.md says: choosing outputs saves their copies, not their compute."""
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Reshape", ["x", "shape"], ["z"])],
         "two_branches",

@@ -1,4 +1,5 @@
-"""The README's commands are the ones ortpipe takes: each `ortpipe` line of its bash blocks parses."""
+"""The documentation's commands are the ones ortpipe takes: each `ortpipe` line of the
+bash blocks of the README and of every page in docs/ parses."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pipeline.cli import build_parser
 
 from .helpers import ROOT
 
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
 
 def _readme_commands() -> list[str]:
-    """Every ``ortpipe ...`` command of the README's bash blocks (a line continued with a
+    """Every ``ortpipe ...`` command of the pages' bash blocks (a line continued with a
     backslash joined; one after a pipe too), with the shell's variables given a value."""
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join(page.read_text() for page in PAGES)
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -36,3 +39,15 @@ def test_each_readme_command_parses(command):
         build_parser().parse_args(shlex.split(command)[1:])
     except SystemExit as exc:  # argparse's refusal: the README is out of date
         pytest.fail(f"README command refused ({exc}): {command}")
+
+
+def test_every_page_is_linked_from_the_readme_and_every_relative_link_exists():
+    readme = (ROOT / "README.md").read_text()
+    for page in PAGES[1:]:
+        assert f"](docs/{page.name})" in readme, f"README does not link {page.name}"
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#]+?)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.name}: {target}")
+    assert not broken, f"links to files that do not exist: {broken}"

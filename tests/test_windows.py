@@ -157,7 +157,7 @@ def test_a_window_past_the_input_is_refused(tmp_path, capsys):
 
 
 def test_shards_writing_hive_folders_make_one_data_set_in_input_order(tmp_path, capsys, inputs):
-    """The README's recipe: ``--shard K/N --output scores/shard=000K``, read back as one table."""
+    """docs/ortpipe-run.md's recipe: ``--shard K/N --output scores/shard=000K``, read back as one table."""
     from pipeline import TensorSpec
     from pipeline.sources import ParquetDatasetSource
 
