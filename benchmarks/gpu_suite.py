@@ -66,8 +66,8 @@ from pipeline import (  # noqa: E402
     models,
     resolve_device,
 )
-from pipeline._hostcopy import auto_copy_threads  # noqa: E402
-from pipeline._windows import HostRegistering  # noqa: E402
+from pipeline._engine.hostcopy import auto_copy_threads  # noqa: E402
+from pipeline._engine.windows import HostRegistering  # noqa: E402
 from pipeline.bench import (  # noqa: E402
     MODES,
     Workload,

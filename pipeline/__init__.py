@@ -7,8 +7,7 @@ device is imported only when asked for.
 from __future__ import annotations
 
 from . import models
-from ._batching import Layout
-from ._engine import BatchTrace
+from ._engine import BatchTrace, Layout, OrtSession, Preprocess, SessionConfig, TensorSpec
 from ._errors import (
     DeviceError,
     DeviceUnavailableError,
@@ -23,8 +22,6 @@ from ._errors import (
 from ._feed import Feed, FeedClosed
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions
-from ._preprocess import Preprocess
-from ._session import OrtSession, SessionConfig, TensorSpec
 from .devices import (
     ChaosOptions,
     Device,

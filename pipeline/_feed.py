@@ -35,13 +35,6 @@ from ._errors import PipelineError
 _POLL_S = 0.1
 
 
-def interrupt_source(source: object) -> None:
-    """See NOTE [ interrupted feed ]: tell a source that no more batches will be taken, if it listens."""
-    interrupt = getattr(source, "interrupt", None)
-    if callable(interrupt):
-        interrupt()
-
-
 class FeedClosed(PipelineError):
     """``put`` on a feed that was closed, failed, or interrupted by its pipeline."""
 

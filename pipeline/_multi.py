@@ -46,17 +46,22 @@ from typing import Any
 
 import numpy as np
 
-from ._batching import split_rows
 from ._closing import close_all
 from ._cpus import usable_cpus
-from ._engine import THREAD_PREFIX, CopiedOutputs
+from ._engine import (
+    THREAD_PREFIX,
+    CopiedOutputs,
+    ModelSource,
+    OrtSession,
+    Preprocess,
+    TensorSpec,
+    auto_copy_threads,
+    interrupt_source,
+    split_rows,
+)
 from ._errors import PipelineClosedError, PipelineError, renumbered
-from ._feed import interrupt_source
-from ._hostcopy import auto_copy_threads
 from ._lifecycle import OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
-from ._preprocess import Preprocess
-from ._session import ModelSource, OrtSession, TensorSpec
 from .devices import Device, device_specs
 from .stats import Delivered, MultiStats, Stats
 

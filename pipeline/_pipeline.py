@@ -25,26 +25,46 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
-from ._batching import (
+from ._engine import (
+    DEFAULT_BATCH_SIZE,
+    ORT_LOG_LEVELS,
+    SKIP,
+    BatchTrace,
+    CopiedOutputs,
+    CopyThreads,
+    DirectRun,
+    EngineRun,
+    Fill,
+    HandOverAdvisor,
+    HostCopier,
+    HostRegistering,
+    HostWindows,
     InputChecker,
     Layout,
+    MakeTake,
+    ModelSource,
+    OrtSession,
+    Preprocess,
+    Rings,
+    RunConfig,
+    SessionConfig,
+    Streams,
+    Take,
+    TensorSpec,
+    allocate_rings,
     check_batch_size,
+    copy_outputs,
     fixed_row_shape,
     layout_for,
     layout_of_model,
+    not_per_row,
+    picked_batch_size,
+    resolve_copy_threads,
     split_rows,
+    threads_slower,
 )
-from ._direct import DirectRun, not_per_row
-from ._engine import BatchTrace, CopiedOutputs, EngineRun, Fill, MakeTake, RunConfig, Streams, Take, copy_outputs
 from ._errors import ModelError, PipelineError, PipelineStageError
-from ._hostcopy import CopyThreads, HostCopier, resolve_copy_threads
-from ._issuing import SKIP, HandOverAdvisor, threads_slower
 from ._lifecycle import OneRunAtATime
-from ._preprocess import Preprocess
-from ._rings import Rings, allocate_rings
-from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig, TensorSpec
-from ._windows import HostRegistering, HostWindows
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 

@@ -42,10 +42,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._hostcopy import CopyThreads, HostCopier
+from ._engine import ORT_LOG_LEVELS, CopyThreads, HostCopier, ModelSource, OrtSession, SessionConfig, onnxruntime
 from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions, discard
-from ._session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig, onnxruntime
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
 

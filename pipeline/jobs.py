@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from ._batching import row_shape_fits
+from ._engine import row_shape_fits
 from ._multi import MultiPipeline
 from ._output_lock import output_lock as output_lock  # public here: one writer an output (NOTE [ one writer ])
 from ._pipeline import Pipeline

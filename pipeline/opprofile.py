@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._session import ModelSource, OrtSession, SessionConfig
+from ._engine import ModelSource, OrtSession, SessionConfig
 from .devices import Device
 
 _KERNEL_SUFFIX = "_kernel_time"

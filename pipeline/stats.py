@@ -26,68 +26,17 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._engine import BatchTrace
+from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace
 
-#: a batch's stages in order: the source making it, the staging copy, the device's three,
-#: and the consumer's take of its outputs (a sink's write, map()'s copy out, your take)
-STAGES = ("source", "stage", "h2d", "compute", "d2h", "take")
-#: the BatchTiming field that holds each stage's seconds
-STAGE_FIELDS = {
-    "source": "source_s",
-    "stage": "stage_s",
-    "h2d": "h2d_s",
-    "compute": "compute_s",
-    "d2h": "d2h_s",
-    "take": "take_s",
-}
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
 #: who issued a run's stages (:attr:`Stats.issuing`)
 CALLER_THREAD = "caller thread"
 STAGE_THREADS = "stage threads"
-
-
-@dataclass(slots=True)
-class BatchTiming:
-    """One batch's timings, in seconds. Device durations are None when timing is off.
-
-    A record to read, not to change (not frozen only because a frozen
-    dataclass costs three times as much to make, once per batch).
-    """
-
-    index: int
-    rows: int
-    h2d_bytes: int
-    d2h_bytes: int
-    submitted: float
-    done: float
-    stage_s: float
-    wait_s: float
-    #: perf_counter when the host staging copy ended (the h2d is enqueued right after)
-    staged: float | None = None
-    #: time inside the source iterator producing this batch (reading, decoding)
-    source_s: float = 0.0
-    h2d_s: float | None = None
-    compute_s: float | None = None
-    d2h_s: float | None = None
-    #: the consumer's take of the outputs (a sink's write, map()'s copy out)
-    take_s: float = 0.0
-    #: device start times, seconds after the run's first h2d start (for traces)
-    h2d_at: float | None = None
-    compute_at: float | None = None
-    d2h_at: float | None = None
-
-    @property
-    def latency_s(self) -> float:
-        return self.done - self.submitted
-
-    def stage_seconds(self, stage: str) -> float | None:
-        return getattr(self, STAGE_FIELDS[stage])
 
 
 def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline import Pipeline, PipelineClosedError, PipelineInputError, PipelineOptions, PipelineStageError, models
-from pipeline._issuing import threads_slower
+from pipeline._engine.issuing import threads_slower
 
 from .conftest import assert_outputs_equal, reference, wait_no_threads
 from .helpers import failing_source, token_model

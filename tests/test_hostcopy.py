@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline import Pipeline, PipelineOptions, models
-from pipeline._hostcopy import MIN_SPLIT_BYTES, HostCopier, auto_copy_threads, resolve_copy_threads
+from pipeline._engine.hostcopy import MIN_SPLIT_BYTES, HostCopier, auto_copy_threads, resolve_copy_threads
 
 from .conftest import make_device, wait_no_threads
 

@@ -23,7 +23,7 @@ from pipeline import (
     PipelineStageError,
     models,
 )
-from pipeline._issuing import HAND_OVER_GAIN_S, SKIP, WINDOW, HandOverAdvisor, overlap_gain_s
+from pipeline._engine.issuing import HAND_OVER_GAIN_S, SKIP, WINDOW, HandOverAdvisor, overlap_gain_s
 
 from .conftest import ortpipe_threads, wait_no_threads
 

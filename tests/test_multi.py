@@ -347,7 +347,7 @@ def test_several_pipelines_share_the_cpus_for_their_host_copies(monkeypatch):
     """copy_threads="auto" counts a pipeline's share of the CPUs: four pipelines on 16 CPUs
     copy with 2 threads each (NOTE [ parallel host copies ]: one alone would take 8)."""
     import pipeline._multi as multi
-    from pipeline._hostcopy import auto_copy_threads
+    from pipeline._engine.hostcopy import auto_copy_threads
 
     monkeypatch.setattr(multi, "usable_cpus", lambda: 16)
     with MultiPipeline(models.mlp(), "cpu,cpu,cpu,cpu") as pipe:

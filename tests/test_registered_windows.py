@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline import ChaosOptions, DeviceError, HostDevice, Pipeline, PipelineOptions, models
-from pipeline._windows import HostRegistering, HostWindows
+from pipeline._engine.windows import HostRegistering, HostWindows
 from pipeline.devices import RegistrationRefused
 
 from .conftest import make_device, wait_no_threads

@@ -14,10 +14,9 @@ import numpy as np
 
 from .. import models
 from .._cpus import usable_cpus
+from .._engine import ORT_LOG_LEVELS, SessionConfig, auto_copy_threads, resolve_copy_threads
 from .._errors import PipelineError, PipelineInputError
-from .._hostcopy import auto_copy_threads, resolve_copy_threads
 from .._progress import Progress
-from .._session import ORT_LOG_LEVELS, SessionConfig
 from ..bench import (
     DEFAULT_MODES,
     MODES,
@@ -211,7 +210,7 @@ def add_constant_option(parser: Any) -> None:
 
 def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:
     """--constant values as arrays that fit the model's inputs (read from the graph: no session)."""
-    from .._session import declared_inputs
+    from .._engine import declared_inputs
 
     return constant_arrays(declared_inputs(_model_of(model_arg)), given) if given else {}
 
@@ -282,7 +281,7 @@ def data_batches(
     """Up to ``count`` batches of ``batch_size`` rows cut from the user's arrays
     (``--data``, read by ``_load_data``), checked against the batched inputs of
     the model ``probe`` is a session of; and a line saying what was read."""
-    from .._batching import InputChecker
+    from .._engine import InputChecker
 
     rows = {name: len(array) for name, array in arrays.items()}
     if len(set(rows.values())) > 1:
@@ -350,7 +349,7 @@ def _probe(
     model_arg: str, config: SessionConfig | None = None, edit: Callable[[Any], Any] | None = None
 ) -> tuple[Any, Any]:
     """The model (built-in or a file path; ``edit``-ed: --top-k) and a host session on it, to read its inputs."""
-    from .._session import OrtSession
+    from .._engine import OrtSession
 
     model = _model_of(model_arg)
     if edit is not None:

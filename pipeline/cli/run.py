@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._batch_size import DEFAULT_BATCH_SIZE
+from .._engine import DEFAULT_BATCH_SIZE
 from .._output_lock import output_lock
 from .._progress import Progress
 from ..sinks import PARQUET_CODECS, LabelledSink, SinkError, read_labels, writable
@@ -409,7 +409,7 @@ def _report_options(reports: Any) -> None:
 
 def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
     """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
-    from .._preprocess import Preprocess
+    from .._engine import Preprocess
 
     if args.preprocess is not None:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
@@ -428,7 +428,7 @@ def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[A
 
 def _declared_inputs(model: Any) -> Callable[[], Sequence[Any]]:
     """The model file's declared inputs, read (without a session) the first time they are asked for, once."""
-    from .._session import declared_inputs
+    from .._engine import declared_inputs
 
     return functools.cache(lambda: declared_inputs(model))
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from .._cpus import usable_cpus
+from .._engine import TensorSpec
 from .._errors import SourceError
-from .._session import TensorSpec
 
 
 @dataclass

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .._session import TensorSpec
+from .._engine import TensorSpec
 from ._base import SourceError, _existing
 from .files import IMAGE_SUFFIXES, files_below, hidden
 from .fitting import Fit

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._session import TensorSpec
+from .._engine import TensorSpec
 from ._base import (
     Chunk,
     RowSource,

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
-from .._session import TensorSpec
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
 from .files import PARQUET_SUFFIXES, parquet_files
 

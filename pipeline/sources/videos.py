@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from .._cpus import usable_cpus
+from .._engine import TensorSpec
 from .._frame_positions import FolderVideo, FramePositions
 from .._rows import close_iteration, recut, take_first
 from .._seeking import frame_pts
-from .._session import TensorSpec
 from ._base import (
     Chunk,
     RowSource,

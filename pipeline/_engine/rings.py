@@ -48,11 +48,11 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._batching import Layout
-from ._errors import DeviceError
-from ._session import OrtSession, Shape, nbytes_of
-from .devices import Device, DeviceBuffer, Event, typed_view
-from .devices._memory import gib
+from .._errors import DeviceError
+from ..devices import Device, DeviceBuffer, Event, typed_view
+from ..devices._memory import gib
+from .layout import Layout
+from .session import OrtSession, Shape, nbytes_of
 
 T = TypeVar("T")
 

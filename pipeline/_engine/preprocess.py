@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._errors import PipelineInputError
-from ._session import Shape, TensorSpec
-from .devices._normalize import normalize_numpy
+from .._errors import PipelineInputError
+from ..devices._normalize import normalize_numpy
+from .session import Shape, TensorSpec
 
 LAYOUTS = ("nchw", "nhwc")
 

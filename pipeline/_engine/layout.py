@@ -36,10 +36,10 @@ from functools import cached_property
 
 import numpy as np
 
-from ._errors import ModelError, PipelineInputError
-from ._preprocess import Preprocess
-from ._session import Shape, TensorSpec, nbytes_of
-from .devices import DeviceArray
+from .._errors import ModelError, PipelineInputError
+from ..devices import DeviceArray
+from .preprocess import Preprocess
+from .session import Shape, TensorSpec, nbytes_of
 
 
 def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:

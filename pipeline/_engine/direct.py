@@ -32,21 +32,28 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from ._batching import InputChecker, Layout, SlotsOutgrown
-from ._engine import CLOSED_MID_RUN, CopiedOutputs, MakeTake
-from ._errors import PipelineClosedError, PipelineInputError, PipelineStageError
-from ._feed import interrupt_source
-from ._hostcopy import HostCopier
-from ._issuing import HandOverAdvisor
-from ._session import OrtSession
-from .devices import DeviceArray, typed_view
-from .stats import BatchTiming, Stats
+from .._errors import PipelineClosedError, PipelineInputError, PipelineStageError
+from ..devices import DeviceArray, typed_view
+from .hostcopy import HostCopier
+from .issuing import HandOverAdvisor
+from .layout import InputChecker, Layout, SlotsOutgrown
+from .records import CLOSED_MID_RUN, BatchTiming, CopiedOutputs, MakeTake, interrupt_source
+from .session import OrtSession
 
 T = TypeVar("T")
+
+
+class TimingSink(Protocol):
+    """Where a direct run's batch timings go (``Stats``): several at once, and the
+    perf_counter time its device clock starts at (a trace's time 0)."""
+
+    device_origin: float | None
+
+    def add_many(self, timings: list[BatchTiming]) -> None: ...
 
 
 #: batches whose timings are handed to the stats at once
@@ -65,7 +72,7 @@ class DirectRun(Generic[T]):
         source: Iterator[object],
         make_take: MakeTake[T],
         copy_threads: int,
-        stats: Stats,
+        stats: TimingSink,
         first_index: int = 0,
         advisor: HandOverAdvisor | None = None,
         user_source: object = None,

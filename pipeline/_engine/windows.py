@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .devices import Device, Event, Registration, RegistrationRefused
+from ..devices import Device, Event, Registration, RegistrationRefused
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import ModelError, PipelineInputError
-from .devices import Device, DeviceBuffer, Stream
+from .._errors import ModelError, PipelineInputError
+from ..devices import Device, DeviceBuffer, Stream
 
 if TYPE_CHECKING:
     import onnxruntime as ort

@@ -1,0 +1,116 @@
+"""The engine: what runs a batch, from the checks to the delivered outputs.
+
+One layer above ``devices`` (which alone knows CUDA from the CPU), below the
+front ends (``Pipeline``, ``MultiPipeline``, the jobs, the CLI), which use only
+the names this package exports.  Its modules, one idea each:
+
+* ``session`` - the ORT session built for a device, IOBindings, output shapes by probe runs;
+* ``layout`` - a batch checked against the model, and the slot layout it implies;
+* ``batch_size`` - batch sizes picked for the bytes a row costs;
+* ``preprocess`` - the device-side conversion of uint8 pictures into the model's floats;
+* ``rings`` - the four buffer rings and the slots in them;
+* ``hostcopy`` - large host copies split across threads;
+* ``windows`` - whole inputs registered in place instead of staged;
+* ``issuing`` - when the stage threads pay, and when they do not;
+* ``run`` - the stage loops, the caller's thread issuing, one error path;
+* ``direct`` - the CPU backend's direct path through ``session.run``.
+"""
+
+from __future__ import annotations
+
+from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
+from .direct import DirectRun, not_per_row
+from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
+from .issuing import SKIP, HandOverAdvisor, threads_slower
+from .layout import (
+    InputChecker,
+    Layout,
+    check_batch_size,
+    fixed_row_shape,
+    layout_for,
+    layout_of_model,
+    row_shape_fits,
+    split_rows,
+)
+from .preprocess import Preprocess
+from .records import (
+    CLOSED_MID_RUN,
+    STAGE_FIELDS,
+    STAGES,
+    THREAD_PREFIX,
+    BatchTiming,
+    BatchTrace,
+    CopiedOutputs,
+    Fill,
+    MakeTake,
+    RunConfig,
+    Streams,
+    Take,
+    copy_outputs,
+    interrupt_source,
+)
+from .rings import Rings, allocate_rings
+from .run import EngineRun
+from .session import (
+    GRAPH_OPTIMIZATION,
+    ORT_LOG_LEVELS,
+    ModelSource,
+    OrtSession,
+    SessionConfig,
+    TensorSpec,
+    declared_inputs,
+    onnxruntime,
+    ort_model_arg,
+)
+from .windows import HostRegistering, HostWindows
+
+__all__ = [
+    "BatchTiming",
+    "BatchTrace",
+    "CLOSED_MID_RUN",
+    "CopiedOutputs",
+    "CopyThreads",
+    "DEFAULT_BATCH_SIZE",
+    "DirectRun",
+    "EngineRun",
+    "Fill",
+    "GRAPH_OPTIMIZATION",
+    "HandOverAdvisor",
+    "HostCopier",
+    "HostRegistering",
+    "HostWindows",
+    "InputChecker",
+    "Layout",
+    "MakeTake",
+    "ModelSource",
+    "ORT_LOG_LEVELS",
+    "OrtSession",
+    "Preprocess",
+    "Rings",
+    "RunConfig",
+    "SKIP",
+    "STAGES",
+    "STAGE_FIELDS",
+    "SessionConfig",
+    "Streams",
+    "THREAD_PREFIX",
+    "Take",
+    "TensorSpec",
+    "allocate_rings",
+    "auto_copy_threads",
+    "check_batch_size",
+    "copy_outputs",
+    "declared_inputs",
+    "fixed_row_shape",
+    "interrupt_source",
+    "layout_for",
+    "layout_of_model",
+    "not_per_row",
+    "onnxruntime",
+    "ort_model_arg",
+    "picked_batch_size",
+    "resolve_copy_threads",
+    "row_shape_fits",
+    "split_rows",
+    "threads_slower",
+]

@@ -1,0 +1,160 @@
+"""The caller's thread issuing every stage itself, and handing over to the
+stage threads (NOTE [ auto issuing ] in ``issuing``)."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+
+from .records import T, _Work
+from .state import RunState
+
+
+class InlineIssuing(RunState[T]):
+    """The caller's thread issuing every stage itself, and handing over to the"""
+
+    def _issued_inline(self) -> Iterator[object]:
+        """The caller's thread issues every stage itself.
+
+        NOTE [ inline issue ]: with no stage threads the caller's thread stages,
+        runs and drains each batch itself, up to ``depth`` batches ahead of the
+        one it delivers, and stages one batch more before it waits for that one,
+        so the next h2d overlaps the wait (at depth 1 too, as with threads).  On
+        a GPU every step only enqueues, so the streams still overlap; on the
+        host device nothing overlaps, but no batch pays for a hand-off between
+        threads.  The staged batch holds a pinned-in and a device slot, never a
+        pinned-out one; at most ``depth - 1`` batches hold a pinned-out slot
+        when the next is drained, so no acquire here waits on the consumer.
+
+        Running ahead: where the streams work while the caller waits (CUDA, a
+        host device with a link model), the staged batch's run is enqueued
+        before the wait too, and one more batch is staged.  Its d2h waits for a
+        pinned-out slot, so it is enqueued after the wait, when the oldest
+        batch's slot is free: there is a run's time of slack before the d2h
+        stream gets to it.  Without this, at depth 2 with balanced stages
+        the next h2d and run were enqueued only once the oldest d2h was done,
+        just when they should start, and every batch paid the caller's wake-up
+        and host work on the streams' critical path (measured on the emulated
+        link: 0.86 of the bound against 0.90 with stage threads).  At most one
+        batch is run and not drained, and it is drained before any other batch
+        is run, so a slot's next run is always enqueued after the d2h that
+        guards its outputs.  On inline streams (the CPU backend) nothing
+        overlaps the wait: running ahead would only keep results longer.  Nor
+        at depth 1: there the single device slot's run already waits for the
+        oldest batch's d2h, so the run ahead's d2h would be late instead of its
+        run (measured: 2-6 % fewer items/s, twice the latency, copy-bound), and
+        staging the batch after it waits on the host for the single pinned-in
+        slot's h2d."""
+        self._device.activate()
+        iterator = self._iterator
+        advisor = self._advisor
+        run_ahead = self._config.depth > 1 and not self._streams.compute.copies_inline
+        pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
+        staged: object | None = None  # produced (h2d enqueued), not yet run
+        ran: _Work | None = None  # run enqueued, not yet drained (running ahead)
+        index, ended = self._first_index, False
+        while not self._closed:
+            measuring = advisor is not None and advisor.measuring
+            produce = self._produce_measured if measuring else self._produce_one
+            execute = self._execute_measured if measuring else self._execute_one
+            while not ended and len(pending) < self._config.depth:
+                if ran is not None:
+                    item, ran = execute(ran), None  # its run is enqueued: only the d2h is left
+                else:
+                    item = staged if staged is not None else produce(iterator, index)
+                    staged = None
+                    if isinstance(item, _Work):
+                        item = execute(item)
+                        index += 1
+                if item is None:  # closed meanwhile
+                    return
+                ended = not isinstance(item, _Work)
+                pending.append(item)
+            if not pending:
+                return
+            if not ended and staged is None:
+                staged = produce(iterator, index)
+                if staged is None:
+                    return
+            if run_ahead and ran is None and isinstance(staged, _Work):
+                item = self._run_measured(staged) if measuring else self._run_one(staged)
+                staged = None
+                index += 1
+                if isinstance(item, _Work):
+                    ran = item
+                    staged = produce(iterator, index)
+                    if staged is None:
+                        return
+                else:  # its failure, delivered after the batches before it
+                    pending.append(item)
+                    ended = True
+            if not measuring:
+                if advisor is not None:
+                    advisor.rested()
+                yield pending.popleft()
+                continue
+            assert advisor is not None
+            if isinstance(staged, _Work) and advisor.hand_over():
+                yield from self._hand_over([ran, staged] if ran is not None else [staged], pending)
+                return
+            t_yield = time.perf_counter()
+            yield pending.popleft()
+            advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
+
+    def _hand_over(self, issued: list[_Work], pending: collections.deque[object]) -> Iterator[object]:
+        """See NOTE [ auto issuing ]: the stage threads take over from the caller's
+        thread.  The batches it issued but did not drain (one run ahead, if
+        any, whose run the execute thread does not repeat, then the staged
+        one) go first into the execute thread's queue and the producer
+        resumes the source at the batch after them, so order holds; the
+        batches already drained are delivered from ``pending``, then the rest
+        comes from the threads.  The rings bound the threads as always: the
+        execute thread waits for the pinned-out slots that ``pending`` holds
+        until the consumer releases them."""
+        self._borrow = False  # the producer thread takes batches ahead of their runs
+        for work in issued:
+            self._copy_borrowed(work)
+            self._work_q.put(work)
+        last = issued[-1].trace.index
+        if not self._start_stage_threads(self._iterator, last + 1):
+            return  # closed meanwhile: results() says so
+        if self._on_hand_over is not None:
+            self._on_hand_over(last)
+        yield from pending
+        yield from self._from_threads()
+
+    def _copy_borrowed(self, work: _Work) -> None:
+        """A batch that was to be bound where it lies copied into its slot after all
+        (NOTE [ borrowed inputs ]): its run comes after the source is asked again."""
+        if work.borrowed is None:
+            return
+        link = self._streams.h2d  # inline: the copy is done when it returns
+        for name, array in work.borrowed.items():
+            link.copy_h2d(work.slot.inputs[name], array, array.nbytes)
+        work.trace.h2d_bytes = sum(array.nbytes for array in work.borrowed.values())
+        work.borrowed = None
+
+    def _produce_measured(self, iterator: Iterator[object], index: int) -> object | None:
+        start = time.perf_counter()
+        item = self._produce_one(iterator, index)
+        spent = time.perf_counter() - start
+        if isinstance(item, _Work):
+            spent -= item.trace.wait_in_s  # waiting for a free buffer is no side of host work
+        assert self._advisor is not None
+        self._advisor.add("produce", spent)
+        return item
+
+    def _execute_measured(self, work: _Work) -> object | None:
+        start = time.perf_counter()
+        item = self._execute_one(work)
+        assert self._advisor is not None
+        # a batch run ahead paid for its run when it was enqueued: one batch, one figure
+        self._advisor.add("execute", time.perf_counter() - start + work.run_issue_s)
+        return item
+
+    def _run_measured(self, work: _Work) -> object | None:
+        start = time.perf_counter()
+        item = self._run_one(work)
+        work.run_issue_s = time.perf_counter() - start
+        return item
