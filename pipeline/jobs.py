@@ -21,6 +21,17 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
+from ._capabilities import (
+    ChecksOnTheWay,
+    Completable,
+    HasOutputs,
+    HasWindows,
+    Locates,
+    SkipsRows,
+    kept_rows,
+    last_kept_row,
+    where,
+)
 from ._engine import row_shape_fits
 from ._multi import MultiPipeline
 from ._output_lock import output_lock as output_lock  # public here: one writer an output (NOTE [ one writer ])
@@ -71,7 +82,6 @@ from .sources import (
     holds_files,
     is_pipe,
     is_stream_url,
-    last_kept_row,
     sliced_chunk,
     writers_name,
 )
@@ -477,7 +487,7 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
 def refuse_replacing(sink: Sink) -> None:
     """A SinkError where ``sink`` would replace what an earlier run wrote (a long job's
     rows are not thrown away by a rerun that forgot ``--resume``)."""
-    _refuse_replacing(getattr(sink, "existing_outputs", list)())
+    _refuse_replacing(sink.existing_outputs() if isinstance(sink, HasOutputs) else [])
 
 
 def _refuse_replacing(existing: list[Path]) -> None:
@@ -574,10 +584,9 @@ def rows_after(source: Iterable[SourceBatch], skip: int) -> Iterable[SourceBatch
         raise ValueError(f"rows to skip must be >= 0, got {skip}")
     if skip == 0:
         return source
-    after = getattr(source, "after", None)
-    if after is not None:
-        return after(skip)  # type: ignore[no-any-return]
-    too_few = fewer_rows(getattr(source, "path", type(source).__name__), skip)
+    if isinstance(source, SkipsRows):
+        return source.after(skip)
+    too_few = fewer_rows(where(source), skip)
     if isinstance(source, RowSource):
         return _RowsOf(source, lambda chunks: drop_first(chunks, skip, chunk_rows, sliced_chunk, too_few))
     return drop_first(iter(source), skip, _batch_rows, _sliced_batch, too_few)
@@ -590,9 +599,8 @@ def window(source: Iterable[SourceBatch], start: int, stop: int | None = None) -
     A resumed run's window starts after the rows its output holds: :func:`resumed`."""
     if stop is not None and stop <= start:
         return ()
-    between = getattr(source, "between", None)
-    if between is not None:
-        return between(start, stop)  # type: ignore[no-any-return]
+    if isinstance(source, HasWindows):
+        return source.between(start, stop)
     later = rows_after(source, start)
     return later if stop is None else first_rows(later, stop - start)
 
@@ -620,9 +628,9 @@ def resumed(
     not be its positions (an image folder that skips unreadable files, a folder
     of videos whose headers may count frames a video lacks) says where to go on
     instead, from what the sink kept: ``position_after(sink, start)``."""
-    kept = getattr(sink, "kept_rows", 0)
-    locate = getattr(source, "position_after", None)  # a source whose rows need not be its positions says where
-    position = locate(sink, start) if kept and locate is not None else None
+    kept = kept_rows(sink)
+    # a source whose rows need not be its positions says where
+    position = source.position_after(sink, start) if kept and isinstance(source, Locates) else None
     if position is not None:
         return window(source, max(start, position), stop)
     expected = last_kept_row(sink)
@@ -636,18 +644,16 @@ def resumed(
     if isinstance(source, RowSource) or (stop is not None and stop <= first):  # read on its own: a seek, a file
         meta = _first_meta(window(source, first - 1, first))
         if meta is None:  # the input ends before the output's last row
-            where = getattr(source, "path", type(source).__name__)
             raise SourceError(
-                f"cannot resume: {str(where)!r} has no row {first - 1}, the output's last: the input is shorter than "
-                "the one the output was made from"
+                f"cannot resume: {where(source)!r} has no row {first - 1}, the output's last: the input is shorter "
+                "than the one the output was made from"
             )
         check(meta)
         return window(source, first, stop)
-    checked_after = getattr(source, "checked_after", None)
-    if checked_after is not None:  # a table: the row is read on the way (a CSV is parsed once)
-        later = checked_after(first, check)
+    if isinstance(source, ChecksOnTheWay):  # a table: the row is read on the way (a CSV is parsed once)
+        later = source.checked_after(first, check)
     else:  # a plain iteration, read once: the row is taken off the rows from it on
-        too_few = fewer_rows(getattr(source, "path", type(source).__name__), first)
+        too_few = fewer_rows(where(source), first)
         later = peel_first_row(
             iter(rows_after(source, first - 1)),
             _batch_rows,
@@ -690,9 +696,8 @@ def _check_meta(meta: dict[str, np.ndarray], expected: Mapping[str, Any], row: i
     }
     if differ:
         said = "; ".join(f"{name} {got!r} where the output has {want!r}" for name, (want, got) in differ.items())
-        where = getattr(source, "path", type(source).__name__)
         raise SourceError(
-            f"cannot resume: row {row} of {str(where)!r} is not the last row the output holds ({said}): the input "
+            f"cannot resume: row {row} of {where(source)!r} is not the last row the output holds ({said}): the input "
             "is not the one the output was made from, or not in the same order"
         )
 
@@ -727,7 +732,7 @@ class _RowsOf(RowSource):
 
     def __init__(self, source: RowSource, select: Callable[[Iterator[Chunk]], Iterator[Chunk]]) -> None:
         self.spec, self.batch_size, self.row_shape = source.spec, source.batch_size, source.row_shape
-        self.path = getattr(source, "path", type(source).__name__)
+        self.path = where(source)
         self._source, self._select = source, select
 
     def chunks(self) -> Iterator[Chunk]:
@@ -816,9 +821,8 @@ def run_job(
         finally:
             if progress is not None:
                 progress.close()
-    mark_complete = getattr(sink, "mark_complete", None)
-    if mark_complete is not None and not summary.interrupted:  # here only when nothing failed
-        mark_complete()
+    if isinstance(sink, Completable) and not summary.interrupted:  # here only when nothing failed
+        sink.mark_complete()
     return summary
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline._jsonl import json_lines
+from pipeline.sinks._json_text import json_lines
 
 pa = pytest.importorskip("pyarrow")
 

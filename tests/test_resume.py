@@ -434,7 +434,7 @@ def test_a_new_run_replaces_a_killed_runs_journal_at_its_first_write(tmp_path):
 def test_a_merge_that_fails_leaves_the_journal_to_resume_from(tmp_path, monkeypatch):
     """NOTE [ journaled Parquet ]: the parts are merged beside the job; a failure there (a full
     disk) is raised by close, and every part is still in the journal."""
-    import pipeline.sinks as sinks
+    from pipeline.sinks import journal
 
     batches = list(_batches())
     _write_all(ParquetSink(tmp_path / "full.parquet"), batches)
@@ -442,7 +442,7 @@ def test_a_merge_that_fails_leaves_the_journal_to_resume_from(tmp_path, monkeypa
     def disk_full(self, part):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(sinks._Merger, "_append", disk_full)
+    monkeypatch.setattr(journal._Merger, "_append", disk_full)
     failing = ParquetSink(tmp_path / "out.parquet", part_rows=16)
     for batch in batches:
         failing.write(*batch)
@@ -460,7 +460,7 @@ def test_a_merge_that_fails_leaves_the_journal_to_resume_from(tmp_path, monkeypa
 def test_a_close_cut_short_after_the_merges_is_finished_by_the_resume(tmp_path, monkeypatch, cut_at):
     """The kill came after the side table was moved into place and its journal removed:
     before the main table was moved, or before its journal (which holds the marker) was removed."""
-    import pipeline.sinks as sinks
+    from pipeline.sinks import journal, parquet
 
     batches = _detections()
     (tmp_path / "whole").mkdir()
@@ -468,7 +468,7 @@ def test_a_close_cut_short_after_the_merges_is_finished_by_the_resume(tmp_path, 
     killed = ParquetSink(tmp_path / "dets.parquet", data_dependent=["boxes"], part_rows=16)
     for batch in batches[:6]:
         killed.write(*batch)  # stopped there: closed, and the close cut short
-    replace, remove = os.replace, sinks.remove_journal
+    replace, remove = os.replace, journal.remove_journal
 
     def replace_until_the_main_table(source, target):
         if cut_at == "moving the main table" and Path(target).name == "dets.parquet":
@@ -480,8 +480,9 @@ def test_a_close_cut_short_after_the_merges_is_finished_by_the_resume(tmp_path, 
             raise KeyboardInterrupt
         remove(folder)
 
-    monkeypatch.setattr(sinks.os, "replace", replace_until_the_main_table)
-    monkeypatch.setattr(sinks, "remove_journal", remove_until_the_main_journal)
+    monkeypatch.setattr(os, "replace", replace_until_the_main_table)
+    monkeypatch.setattr(parquet, "remove_journal", remove_until_the_main_journal)
+    monkeypatch.setattr(journal, "remove_journal", remove_until_the_main_journal)
     with pytest.raises(KeyboardInterrupt):
         killed.close()
     monkeypatch.undo()

@@ -521,8 +521,6 @@ def test_parts_and_merged_files_reach_the_disk_before_their_names_say_they_are_w
     points at bytes that were still only in memory."""
     import os
 
-    import pipeline.sinks as sinks
-
     events: list[tuple[str, str]] = []
     fsync, replace = os.fsync, os.replace
 
@@ -534,8 +532,8 @@ def test_parts_and_merged_files_reach_the_disk_before_their_names_say_they_are_w
         events.append(("rename", str(source)))
         replace(source, target)
 
-    monkeypatch.setattr(sinks.os, "fsync", recorded_fsync)
-    monkeypatch.setattr(sinks.os, "replace", recorded_replace)
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
     sink = ParquetSink(tmp_path / "out.parquet", part_rows=4)
     for index in range(3):
         sink.write(index, 4, {"y": np.full((4, 2), index, np.float32)}, {"row_id": np.arange(4 * index, 4 * index + 4)})

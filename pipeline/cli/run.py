@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
+from .._capabilities import WritesPerBatch, cut_short, kept_rows, skipped
 from .._engine import DEFAULT_BATCH_SIZE
 from .._output_lock import output_lock
 from .._progress import Progress
@@ -637,7 +638,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         )
         if labelled is not None:
             sink = LabelledSink(sink, *labelled)
-        kept = getattr(sink, "kept_rows", 0)
+        kept = kept_rows(sink)
         try:
             if not args.resume and not args.overwrite:
                 refuse_replacing(sink)
@@ -666,8 +667,8 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                 # rows written before them are in the closed output, as after a first one.
                 summary.interrupted = True
             finally:  # also when the job failed: what was left out is part of what happened
-                _report_skipped(getattr(source, "skipped", []), args.output, args.image_column or args.video_column)
-                _report_cut_short(getattr(source, "cut_short", []), getattr(source, "skipped", []))
+                _report_skipped(skipped(source), args.output, args.image_column or args.video_column)
+                _report_cut_short(cut_short(source), skipped(source))
                 streams = "the streams" if args.more_inputs else repr(str(args.input))
                 _report_reconnections(streams, getattr(source, "reconnections", []))
                 _report_streams(source)
@@ -768,11 +769,11 @@ def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: A
     kind = sink_kind(args.output)
     if input_kind == "video" and is_live(args.input):
         return "a stream is read from its first frame, so it cannot be resumed (NOTE [ video streams ])"
-    if kind in ("npy", "csv") and getattr(sink, "per_batch_paths", {}):
+    if kind in ("npy", "csv") and isinstance(sink, WritesPerBatch) and sink.per_batch_paths:
         return f"it cannot be resumed (outputs written per batch are kept in step with the rows in Parquet, not {kind})"
     if kind == "npy" and args.skip_unreadable and input_kind == "images":
         return "it cannot be resumed (which image comes next needs a table's path column, not .npy)"
-    if kind == "npy" and getattr(source, "cut_short", None):
+    if kind == "npy" and cut_short(source):
         return (
             "it cannot be resumed (a video gave fewer frames than its header counts, and which frame comes next "
             "needs a table's path and frame_index columns, not .npy)"
@@ -831,7 +832,7 @@ def _rows_to_run(source: Any, sink: Any, bounds: tuple[int, int | None]) -> tupl
     if stop is not None:
         exact = exact or not total or total >= stop  # the window's end is the total
         total = min(total, stop) if total else stop
-    return resumed(source, sink, start, stop), max(0, total - start - getattr(sink, "kept_rows", 0)), exact
+    return resumed(source, sink, start, stop), max(0, total - start - kept_rows(sink)), exact
 
 
 def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
@@ -843,7 +844,7 @@ def _data_dependent(args: argparse.Namespace, written: list[str]) -> list[str]:
 
 def _report_per_batch(sink: Any) -> None:
     """Where the outputs written per batch went (NOTE [ per-batch outputs ]): not in the file named."""
-    for name, paths in getattr(sink, "per_batch_paths", {}).items():
+    for name, paths in (sink.per_batch_paths if isinstance(sink, WritesPerBatch) else {}).items():
         how = "values and offsets" if len(paths) > 1 else "join on the batch column"
         print(f"output {name!r}, a count of its own each batch: {', '.join(repr(str(p)) for p in paths)} ({how})")
 

@@ -52,6 +52,7 @@ with both shapes named.
 
 from __future__ import annotations
 
+from .._capabilities import last_kept_row
 from ._base import (
     AUTO_DECODE_THREADS,
     Chunk,
@@ -61,7 +62,6 @@ from ._base import (
     SourceError,
     chunk_rows,
     fewer_rows,
-    last_kept_row,
     sliced_chunk,
 )
 from ._opening import STDIN, is_live, is_pipe, is_stream_url

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from .._capabilities import where
 from .._cpus import usable_cpus
 from .._engine import TensorSpec
 from .._errors import SourceError
@@ -111,7 +111,7 @@ class SlotFiller:
         self.batch_size = source.batch_size
         #: ``map_filled``'s row_shapes: the dims of a row where the model leaves them free
         self.row_shapes = row_shapes
-        self._where = str(getattr(source, "path", type(source).__name__))
+        self._where = where(source)
 
     def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch written into ``slot[input_name]``'s first rows: (rows, metadata), or None at the end."""
@@ -136,13 +136,6 @@ class SlotFiller:
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()
-
-
-def last_kept_row(sink: Any) -> Mapping[str, Any] | None:
-    """The last row a resumed sink kept, column by column (None where it keeps none, or
-    no columns): what ``jobs.resumed`` and the sources that say where to go on read."""
-    read = getattr(sink, "last_kept_row", None)
-    return read() if getattr(sink, "kept_rows", 0) and read is not None else None
 
 
 #: an image source's decode threads with decode_threads=None: one per CPU, at most this many

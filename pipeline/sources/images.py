@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._capabilities import last_kept_row
 from .._engine import TensorSpec
 from ._base import (
     Chunk,
@@ -22,7 +23,6 @@ from ._base import (
     _existing,
     _one_input,
     fewer_rows,
-    last_kept_row,
 )
 from .files import IMAGE_SUFFIXES, image_files, parquet_files
 from .fitting import Fit, Placement, check_fit, fit_columns

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._capabilities import KeepsColumns, last_kept_row
 from .._cpus import usable_cpus
 from .._engine import TensorSpec
 from .._frame_positions import FolderVideo, FramePositions
@@ -29,7 +30,6 @@ from ._base import (
     _one_input,
     chunk_rows,
     fewer_rows,
-    last_kept_row,
     sliced_chunk,
 )
 from ._opening import (
@@ -951,8 +951,7 @@ def _videos_at_once(value: int | None) -> int:
 
 def _kept_frames(sink: Any, where: str, key_name: str) -> tuple[np.ndarray, np.ndarray]:
     """The ``key_name`` (which video) and frame_index columns of the rows a resumed sink kept."""
-    kept_columns = getattr(sink, "kept_columns", None)
-    columns = kept_columns((key_name, "frame_index")) if kept_columns is not None else None
+    columns = sink.kept_columns((key_name, "frame_index")) if isinstance(sink, KeepsColumns) else None
     if not columns or key_name not in columns or "frame_index" not in columns:
         raise ValueError(
             f"cannot resume from {where!r}: the output holds fewer rows than the frames before its last one, and its "

@@ -1,0 +1,140 @@
+"""What a source or a sink may be able to do, beyond the iteration and ``write``
+every one has: the capabilities the job layer (``jobs``, ``ortpipe run``) asks
+about, declared as protocols and checked with ``isinstance``.
+
+A source or sink has a capability by having its members; nothing inherits
+these.  Checks are by ``isinstance`` against a ``runtime_checkable`` protocol,
+which looks the members up on the class (Python 3.12 and later do not call
+``__getattr__`` for it), so a wrapper that hands calls on to another sink
+declares what it hands on (``sinks.LabelledSink``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+# -- sinks ----------------------------------------------------------------------
+
+
+@runtime_checkable
+class KeepsRows(Protocol):
+    """A sink opened with ``resume=True`` that kept an earlier run's rows (NOTE [ resuming ])."""
+
+    kept_rows: int
+
+
+@runtime_checkable
+class KeepsLastRow(Protocol):
+    """A resumed sink that can read back the last row it kept (a table: ids, file and row, path)."""
+
+    def last_kept_row(self) -> Mapping[str, Any] | None:
+        """The last row kept, column by column; None where it keeps no columns."""
+        ...
+
+
+@runtime_checkable
+class KeepsColumns(Protocol):
+    """A resumed sink that can read back columns of the rows it kept."""
+
+    def kept_columns(self, names: Sequence[str]) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class Completable(Protocol):
+    """A sink that marks its output whole once the job wrote every row (a data set's ``_SUCCESS``)."""
+
+    def mark_complete(self) -> None: ...
+
+
+@runtime_checkable
+class HasOutputs(Protocol):
+    """A sink that says which files an earlier run left where it writes (refused unless resumed or replaced)."""
+
+    def existing_outputs(self) -> list[Path]: ...
+
+
+@runtime_checkable
+class WritesPerBatch(Protocol):
+    """A sink that writes some outputs per batch, beside the main output (NOTE [ per-batch outputs ])."""
+
+    per_batch_paths: Mapping[str, Any]
+
+
+# -- sources --------------------------------------------------------------------
+
+
+@runtime_checkable
+class Named(Protocol):
+    """A source read from a path (a message names it)."""
+
+    path: Any
+
+
+@runtime_checkable
+class SkipsRows(Protocol):
+    """A source that leaves its first rows unread where its format allows (``after(rows)``)."""
+
+    def after(self, rows: int) -> Iterable[Any]: ...
+
+
+@runtime_checkable
+class HasWindows(Protocol):
+    """A source that takes a window of its rows itself (an image folder: by files)."""
+
+    def between(self, start: int, stop: int | None) -> Iterable[Any]: ...
+
+
+@runtime_checkable
+class ChecksOnTheWay(Protocol):
+    """A table that reads the row before a resumed run's first on its way to it (a CSV is parsed once)."""
+
+    def checked_after(self, rows: int, check: Callable[[dict[str, Any]], None]) -> Iterable[Any]: ...
+
+
+@runtime_checkable
+class Locates(Protocol):
+    """A source whose rows need not be its places: it says where a resumed run goes on (NOTE [ frame positions ])."""
+
+    def position_after(self, sink: Any, start: int) -> int | None: ...
+
+
+@runtime_checkable
+class ReportsSkipped(Protocol):
+    """A source that leaves out what it cannot read (``--skip-unreadable``) and says which."""
+
+    skipped: list[Any]
+
+
+@runtime_checkable
+class ReportsCutShort(Protocol):
+    """A source whose videos may give fewer frames than their headers count, and says which."""
+
+    cut_short: list[Any]
+
+
+def where(source: object) -> str:
+    """How a message names ``source``: its path, else its kind."""
+    return str(source.path) if isinstance(source, Named) else type(source).__name__
+
+
+def kept_rows(sink: object) -> int:
+    """The rows a resumed sink kept (0 where it keeps none, or cannot)."""
+    return sink.kept_rows if isinstance(sink, KeepsRows) else 0
+
+
+def last_kept_row(sink: object) -> Mapping[str, Any] | None:
+    """The last row a resumed sink kept, column by column (None where it keeps none, or
+    no columns): what ``jobs.resumed`` and the sources that say where to go on read."""
+    return sink.last_kept_row() if isinstance(sink, KeepsLastRow) and kept_rows(sink) else None
+
+
+def skipped(source: object) -> list[Any]:
+    """What a source left out as unreadable so far ([] where it leaves nothing out)."""
+    return source.skipped if isinstance(source, ReportsSkipped) else []
+
+
+def cut_short(source: object) -> list[Any]:
+    """The videos of a source that gave fewer frames than their headers count."""
+    return source.cut_short if isinstance(source, ReportsCutShort) else []

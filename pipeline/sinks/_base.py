@@ -1,0 +1,359 @@
+"""What every sink shares: the kinds of outputs (NOTE [ per-batch outputs ]), checks of
+what a batch writes, output paths, and the table sinks' common base.
+
+NOTE [ per-batch outputs ]: most outputs hold one row per input row and are
+written next to that row's metadata.  A detector's boxes after NMS or a
+NonZero hold a count of their own each batch (NOTE [ data-dependent outputs ]
+in the engine), so they cannot share a row with anything: such an output is
+written per batch, its items one after another, tied to their batch by index
+- in a table of its own beside the main one (``<stem>.<output>.parquet``, a
+``batch`` column then the items), the main table getting a ``batch`` column
+to join on; in ``.npy``, the items concatenated and ``<stem>.offsets.npy``
+saying where each batch's begin (CSR offsets).  Which outputs are written so
+is decided at the first write, and kept (:class:`OutputKinds`): those named
+``data_dependent`` (``jobs.open_sink`` adds what the pipeline has found by
+then), scalars, and any whose first dim is not the batch's rows.  An output
+whose count happened to equal the rows in the first batch is refused later
+with a message that says to name it."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .._closing import close_all
+from .._errors import SinkError
+
+_PER_BATCH_RESUME = (
+    "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), which {kind} "
+    "does not keep in step with the rows; write Parquet (a file or a folder) to resume such a run, or start over"
+)
+
+#: names of the outputs known to be data-dependent, or a function that tells them when asked
+DataDependent = Collection[str] | Callable[[], Collection[str]]
+
+
+class OutputKinds:
+    """Which outputs hold one row per input row and which a count of their own
+    each batch (a detector's boxes after NMS, NonZero): NOTE [ per-batch outputs ].
+
+    An output's kind is decided the first time it is written and kept: per
+    batch when it is named in ``data_dependent`` (names, or a function asked
+    then: ``lambda: pipe.data_dependent_outputs``), when it is a scalar, or when
+    its first dim is not the batch's rows; one row per input row otherwise.
+    """
+
+    def __init__(self, data_dependent: DataDependent = ()) -> None:
+        self._data_dependent = data_dependent
+        self._per_batch: dict[str, bool] = {}
+
+    def _known(self) -> Collection[str]:
+        known = self._data_dependent
+        return known() if callable(known) else known
+
+    def split(
+        self, rows: int, outputs: Mapping[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``outputs`` as (one row per input row, per batch)."""
+        per_row: dict[str, np.ndarray] = {}
+        per_batch: dict[str, np.ndarray] = {}
+        for name, values in outputs.items():
+            kind = self._per_batch.get(name)
+            if kind is None:
+                kind = self._per_batch[name] = values.ndim == 0 or values.shape[0] != rows or name in self._known()
+            (per_batch if kind else per_row)[name] = values
+        return per_row, per_batch
+
+
+def check_rows(
+    name: str, index: int, rows: int, values: np.ndarray, row_shape: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """The shape of one row of output ``name``, after checking that batch ``index``
+    has ``rows`` of them and, once ``row_shape`` is known, that rows keep it."""
+    if values.ndim == 0 or values.shape[0] != rows or (row_shape is not None and values.shape[1:] != row_shape):
+        expected = f"[{rows}, ...]" if row_shape is None else str([rows, *row_shape])
+        raise SinkError(
+            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected {expected}: it held one "
+            "row per input row in the first batch, so this sink writes it so; if its shape depends on the data, "
+            "name it in the sink's data_dependent (ortpipe run --data-dependent NAME) to write it per batch"
+        )
+    return values.shape[1:]
+
+
+def check_items(name: str, index: int, values: np.ndarray, item_shape: tuple[int, ...] | None) -> np.ndarray:
+    """A per-batch output of batch ``index`` as ``[count, ...]`` (a scalar is one item),
+    after checking that its items keep the shape of the first batch's."""
+    items = values.reshape(1) if values.ndim == 0 else values
+    if item_shape is not None and items.shape[1:] != item_shape:
+        raise SinkError(
+            f"output {name!r} of batch {index} has shape {list(values.shape)}, expected [count, "
+            f"{', '.join(map(str, item_shape))}]: a per-batch output may change its count, not the shape of its items"
+        )
+    return items
+
+
+def _flat(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``[rows, values a row]`` copy of ``values``, and whether a row is one scalar.
+
+    A copy: pyarrow wraps numpy memory without copying, and ``values`` is a
+    view of a pinned slot that the engine reuses after the write."""
+    flat = np.array(values, copy=True).reshape(len(values), math.prod(values.shape[1:]))
+    return flat, flat.shape[1] == 1 and values.ndim <= 1
+
+
+#: how an output of several values a row becomes columns: ``several(name, flat)``
+Several = Callable[[str, np.ndarray], dict[str, Any]]
+
+
+def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarray, bool]], several: Several) -> Any:
+    """A pyarrow record batch of ``columns`` (numpy or pyarrow arrays), then the
+    outputs: one value a row as a column, several as the columns ``several(name, flat)``
+    makes; an output whose name a column has is prefixed ``output_``."""
+    import pyarrow as pa
+
+    arrays: dict[str, Any] = {name: pa.array(values) for name, values in columns.items()}
+    for name, flat, scalar in list(outputs):
+        name = f"output_{name}" if name in arrays else name
+        if scalar:
+            arrays[name] = pa.array(flat[:, 0])
+        else:
+            arrays.update(several(name, flat))
+    return pa.record_batch(arrays)
+
+
+def file_part(name: str) -> str:
+    """An output name as part of a file name (``/`` and other odd characters as ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def _beside(
+    base: Path, suffix: str, names: Iterable[str], check: Callable[[Path], Path] | None = None
+) -> dict[str, Path]:
+    """``<stem>.<name><suffix>`` beside ``base`` for each name, each checked writable
+    (``check``: :func:`writable`); two names that become one file name are refused."""
+    stem = base.name[: -len(suffix)] if suffix and base.name.endswith(suffix) else base.name
+    paths = {name: base.with_name(f"{stem}.{file_part(name)}{suffix}") for name in names}
+    if len(set(paths.values())) != len(paths):
+        raise SinkError(f"outputs {sorted(paths)} do not make distinct file names beside {str(base)!r}")
+    return {name: (check or writable)(path) for name, path in paths.items()}
+
+
+def writable(path: str | Path) -> Path:
+    """The path, after checking that its folder exists and can be written (a file
+    that was not there is not left behind)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SinkError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
+    if path.is_dir():
+        raise SinkError(f"cannot write {str(path)!r}: it is a folder")
+    existed = path.exists()
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise SinkError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    if not existed:  # only a probe: a run that fails before its first write leaves no empty file
+        path.unlink()
+    return path
+
+
+def writable_folder(path: str | Path) -> Path:
+    """The path of a folder to write files into (made at the first file), after
+    checking that its parent exists and that it is not a file."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise SinkError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
+    if path.exists() and not path.is_dir():
+        raise SinkError(f"cannot write a data set into {str(path)!r}: it is a file, not a folder")
+    if not os.access(path if path.exists() else parent, os.W_OK | os.X_OK):
+        raise SinkError(f"cannot write {str(path)!r}: permission denied")
+    return path
+
+
+def _after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 16) -> int:
+    """The offset just after the last newline before ``end`` (default: the file's
+    end; 0 when there is none), read backwards a block at a time."""
+    end = file.seek(0, 2) if end is None else end
+    while end > 0:
+        start = max(0, end - block)
+        file.seek(start)
+        newline = file.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+class _TableSink:
+    """One table of the metadata columns and the per-row outputs, and one table
+    beside it for each per-batch output (NOTE [ per-batch outputs ]):
+    ``<stem>.<output><suffix>``, a ``batch`` column then the output's items.
+    The main table gets the ``batch`` column too when there are such outputs
+    (``ortpipe_batch`` when the metadata has a ``batch`` already)."""
+
+    _suffix = ""
+
+    def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
+        self.path = self._checked(Path(path))
+        #: the table of each per-batch output, once the first batch has told which they are
+        self.side_paths: dict[str, Path] = {}
+        self._kinds = OutputKinds(data_dependent)
+        self._main = self._open(self.path)
+        #: rows an earlier run left in the table, kept (NOTE [ resuming ])
+        self.kept_rows = self._main.resume() if resume else 0
+        self._resume = resume
+        self._sides: dict[str, Any] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._batch_column = "batch"
+        #: the batches of the run being resumed: this run's are numbered after them
+        self._batches_before = 0
+
+    def existing_outputs(self) -> list[Path]:
+        """This sink's table if it holds something already (an earlier run's), which writing would replace."""
+        return [self.path] if self.path.is_file() and self.path.stat().st_size else []
+
+    def last_kept_row(self) -> dict[str, Any] | None:
+        """The last of the rows kept from an earlier run, column by column (a CSV's as
+        text), for ``jobs.resumed`` to hold the input's row against; None when none was kept."""
+        return self._main.last_row() if self.kept_rows else None
+
+    def kept_columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Those of the columns ``names`` the rows kept from an earlier run have, whole (a
+        CSV's as text): what a resumed folder of videos holds the input against when it
+        cannot count (NOTE [ frame positions ])."""
+        return self._main.columns(names) if self.kept_rows else {}
+
+    def _checked(self, path: Path) -> Path:
+        """``path`` after checking that it can be written."""
+        return writable(path)
+
+    def _open(self, path: Path) -> Any:
+        raise NotImplementedError
+
+    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        per_row, per_batch = self._kinds.split(rows, outputs)
+        if not self._sides and per_batch:
+            self._open_sides(list(per_batch), meta)
+        index += self._batches_before
+        columns: dict[str, Any] = dict(meta)
+        if per_batch:
+            columns[self._batch_column] = np.full(rows, index, np.int64)
+        main = _record_batch(columns, self._per_row(index, rows, per_row), self._several)
+        sides = {name: self._items(index, name, values) for name, values in per_batch.items()}
+        for name, side in sides.items():  # the sides first: the main table is never ahead of them
+            self._sides[name].write(side)
+        self._main.write(main)
+
+    def _per_row(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, bool]]:
+        checked = []
+        for name, values in outputs.items():
+            self._shapes[name] = check_rows(name, index, rows, values, self._shapes.get(name))
+            checked.append((name, *_flat(values)))
+        return checked
+
+    def _items(self, index: int, name: str, values: np.ndarray) -> Any:
+        """Batch ``index``'s items of a per-batch output as a record batch of its table."""
+        items = check_items(name, index, values, self._shapes.get(name))
+        self._shapes[name] = items.shape[1:]
+        batch = {self._batch_column: np.full(len(items), index, np.int64)}
+        return _record_batch(batch, [(name, *_flat(items))], self._several)
+
+    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
+        if "batch" in meta:
+            self._batch_column = "ortpipe_batch"
+        self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names, self._checked)
+        self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
+        if self.kept_rows:
+            self._resume_sides()
+        elif self._resume:  # nothing kept of the main table: nothing of its sides either
+            for side in self._sides.values():
+                self._restart_side(side)
+
+    def _resume_sides(self) -> None:
+        """The per-batch outputs of the run being resumed, kept as far as its main
+        table goes (NOTE [ resuming ]); this run's batches numbered after its."""
+        last = self.last_kept_row() or {}
+        if self._batch_column not in last:
+            raise SinkError(
+                f"cannot resume {str(self.path)!r}: the earlier run wrote no outputs per batch, this one writes "
+                f"{sorted(self._sides)}"
+            )
+        self._batches_before = int(last[self._batch_column]) + 1
+        for path, side in zip(self.side_paths.values(), self._sides.values(), strict=True):
+            if not self._side_written(path):
+                raise SinkError(f"cannot resume {str(self.path)!r}: its per-batch output {str(path)!r} is missing")
+            self._resume_side(side)
+
+    def _side_written(self, path: Path) -> bool:
+        """An earlier run wrote the per-batch output's table ``path``."""
+        return path.exists()
+
+    def _resume_side(self, side: Any) -> None:
+        """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
+        raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path), kind=f"a {self._suffix} table"))
+
+    def _restart_side(self, side: Any) -> None:
+        """A resumed run that kept no rows: a per-batch output's table starts anew (a file is written over)."""
+
+    @property
+    def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
+        """Each output written per batch: (its table,)."""
+        return {name: (path,) for name, path in self.side_paths.items()}
+
+    def close(self) -> None:
+        close_all([*self._sides.values(), self._main])  # the sides first, as each batch is written
+
+
+def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one fixed-size list column."""
+    import pyarrow as pa
+
+    return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
+
+
+def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
+    """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
+    import pyarrow as pa
+
+    return {f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])}
+
+
+class _ToStream(_TableSink):
+    """A table written to an open binary ``stream`` (default: standard output's bytes) as it
+    comes, each batch flushed (``ortpipe run --output -``), for a program that reads the
+    rows from a pipe.  There is no file: nothing to resume or to refuse replacing, and no
+    outputs written per batch (they need a table of their own beside the main one: write
+    them to a file, or leave them out with ``--output-names``)."""
+
+    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
+        self._stream = stream if stream is not None else sys.stdout.buffer
+        super().__init__("-", data_dependent)
+
+    def _checked(self, path: Path) -> Path:
+        return path  # no file to check
+
+    def existing_outputs(self) -> list[Path]:
+        return []
+
+    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
+        raise _no_beside(names)
+
+
+def _no_beside(names: list[str]) -> SinkError:
+    """Why a stream cannot take outputs written per batch (NOTE [ per-batch outputs ])."""
+    return SinkError(
+        f"output(s) {names} have a count of their own each batch (data-dependent), which a table beside the "
+        "main one holds; a stream has no beside: write to a file, or leave them out with --output-names"
+    )
