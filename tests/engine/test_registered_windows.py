@@ -1,0 +1,114 @@
+"""NOTE [ registered windows ]: run() registers its inputs in place, a window at a
+time, copies straight from them (no staging copy), and releases a window only
+once the last copy that reads it has completed; where the device refuses, it
+stages as before and says why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import ChaosOptions, DeviceError, HostDevice, Pipeline, PipelineOptions, models
+from pipeline._engine.windows import HostRegistering, HostWindows
+from pipeline.devices import RegistrationRefused
+
+from ..conftest import make_device, wait_no_threads
+
+FEATURES = 4
+ROW_BYTES = FEATURES * 4
+
+
+def _registering(batches_a_window: int, rows: int) -> PipelineOptions:
+    how = HostRegistering(min_bytes=1, window_bytes=batches_a_window * rows * ROW_BYTES)
+    return PipelineOptions(registering=how)
+
+
+def _inputs(rows: int) -> np.ndarray:
+    return np.random.default_rng(3).standard_normal((rows, FEATURES)).astype(np.float32)
+
+
+def test_chaos_over_2000_batches_copies_from_registered_windows_and_releases_them_after():
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=1e-4, seed=11))
+    x = _inputs(2 * 2000)
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(7, 2)) as pipe:
+            out = pipe.run(x, batch_size=2)["y"]
+            stats = pipe.stats
+        np.testing.assert_array_equal(out, x)
+        assert device.registered_reads == 2000  # every batch's h2d read the caller's memory
+        assert device.registrations == -(-2000 // 7) and device._registered == []  # every window released
+        assert all(t.stage_s == 0.0 for t in stats.timings)  # no staging copy
+        assert stats.host_inputs is not None and stats.host_inputs.startswith("registered in place, 286 window(s)")
+    finally:
+        device.close()
+    assert wait_no_threads() == []
+
+
+class _Forgetful(HostWindows):
+    """A mutant that forgets each copy's event: its windows are released at once."""
+
+    def copied(self, event):
+        pass
+
+
+def test_a_window_released_while_its_copy_may_run_fails_the_run(monkeypatch):
+    """The host model catches the mistake the rule forbids (chaos delays the copies)."""
+    import pipeline._pipeline as front
+
+    monkeypatch.setattr(front, "HostWindows", _Forgetful)
+    device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(1, 2)) as pipe:
+            with pytest.raises(DeviceError, match="registration was released before it ran"):
+                pipe.run(_inputs(2 * 200), batch_size=2)
+    finally:
+        device.close()
+
+
+def test_a_refused_registration_stages_the_batches_and_says_why():
+    device = HostDevice(link_gbps=50.0, locked_limit_bytes=100)
+    x = _inputs(64)
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=2, options=_registering(2, 8)) as pipe:
+            out = pipe.run(x, batch_size=8)["y"]
+            stats = pipe.stats
+        np.testing.assert_array_equal(out, x)
+        assert device.registered_reads == 0 and device._registered == []
+        assert all(t.stage_s > 0 for t in stats.timings)
+        assert stats.host_inputs == (
+            "staged into pinned memory: the locked-memory limit (100 bytes) is reached: 0 registered, 256 more asked"
+        )
+        assert "host inputs: staged into pinned memory" in str(stats)
+    finally:
+        device.close()
+
+
+def test_small_inputs_and_the_cpu_backend_are_not_registered():
+    x = _inputs(64)
+    device = HostDevice(link_gbps=50.0)
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device) as pipe:  # 1 KB: below min_bytes
+            pipe.run(x, batch_size=8)
+            assert pipe.stats.host_inputs is None and device.registrations == 0
+    finally:
+        device.close()
+    with pytest.raises(RegistrationRefused, match="reads host memory where it lies"):
+        HostDevice().register_host(x)  # the CPU backend: ORT reads the caller's arrays as they are
+    with pytest.raises(ValueError, match="window_bytes must be an int >= 1"):
+        HostRegistering(window_bytes=0)
+
+
+@pytest.mark.cuda
+def test_cuda_registers_the_callers_array_and_a_read_only_map(tmp_path):
+    device = make_device("cuda")
+    x = _inputs(4096)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")  # read-only: registered read-only
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, options=_registering(4, 256)) as pipe:
+            for inputs in (x, mapped):
+                out = pipe.run(inputs, batch_size=256)["y"]
+                np.testing.assert_array_equal(out, x)
+                assert pipe.stats.host_inputs is not None and "window(s)" in pipe.stats.host_inputs
+    finally:
+        device.close()
