@@ -16,7 +16,6 @@ from .. import models
 from .._cpus import usable_cpus
 from .._engine import ORT_LOG_LEVELS, SessionConfig, auto_copy_threads, resolve_copy_threads
 from .._errors import PipelineError, PipelineInputError
-from .._progress import Progress
 from ..bench import (
     DEFAULT_MODES,
     MODES,
@@ -37,6 +36,7 @@ from ..bench import (
 )
 from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
 from ..devices._memory import gib, host_memory_available
+from ..jobs import Progress
 from ._args import (
     add_ort_options,
     add_output_names_option,

@@ -17,8 +17,7 @@ from typing import Any, BinaryIO, Literal
 from .. import models
 from .._capabilities import WritesPerBatch, cut_short, kept_rows, skipped
 from .._engine import DEFAULT_BATCH_SIZE
-from .._output_lock import output_lock
-from .._progress import Progress
+from ..jobs import Progress, output_lock
 from ..sinks import PARQUET_CODECS, LabelledSink, SinkError, read_labels, writable
 from ._args import (
     add_ort_options,
@@ -569,96 +568,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
-    from ..jobs import JobSummary, check_output, open_sink, open_source, refuse_replacing, run_job, source_kind
+    from ..jobs import JobSummary, run_job, source_kind
 
     kind = source_kind(args.input, args.image_column, args.video_column, args.video_format)
-    model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
-    if args.resume and args.overwrite:
-        raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
-    check_output(args.output, args.resume, args.overwrite)  # fail before any work
-    for report in (args.stats, args.trace, args.plot):
-        if report is not None:
-            writable(report)
-    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
-    _options_fit_the_output(args)
-    labels = _labels(args)
-    _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
-    model = with_heads(args, model)
-    labelled = None if labels is None else (_labelled_output(labels, args.labels, model), labels)
-    declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
-    preprocess = _auto_preprocess(args, declared, kind)
-    constants = constant_arrays(declared(), args.constant) if args.constant else {}
+    _check_before_any_work(args, kind)
+    model, labelled, preprocess, constants = _model_of(args, kind)
     summary = JobSummary()
     with _open_pipeline(args, model, preprocess, constants) as pipe:
         batch_size = pipe.rows_per_batch()  # --batch-size, the model's fixed batch dim, or picked for a row's bytes
-        source = open_source(
-            args.input,
-            pipe,
-            batch_size,
-            input_name=args.input_name,
-            columns=dict(args.input_column),
-            id_column=args.id_column,
-            size=_frame_size(args, pipe),
-            pix_fmt=args.pix_fmt,
-            decode_threads=args.decode_threads,
-            videos_at_once=args.videos_at_once,
-            skip_unreadable=args.skip_unreadable,
-            every=args.every,
-            fps=args.fps,
-            jpeg_draft=args.jpeg_draft,
-            fit=args.fit,
-            exif_orientation=args.exif_orientation,
-            image_column=args.image_column,
-            video_column=args.video_column,
-            video_format=args.video_format,
-            video_options=dict(args.video_option),
-            archive_shard=args.shard,
-            reconnect=args.reconnect,
-            stream_timeout_s=args.stream_timeout,
-            hwaccel=_decoding_device(args.hwaccel, pipe),
-            streams=args.more_inputs,
-            batch_wait_s=args.batch_wait,
-        )
-        data_dependent = _data_dependent(args, pipe.output_names)
-        parquet = {
-            "part_rows": args.part_rows,
-            "part_seconds": args.part_seconds,
-            "compression": args.compression or "snappy",
-        }
-        sink = open_sink(
-            args.output,
-            pipe,
-            data_dependent,
-            args.resume,
-            overwrite=args.overwrite,
-            stream=rows,
-            stream_format=args.output_format or "csv",
-            **parquet,
-        )
-        if labelled is not None:
-            sink = LabelledSink(sink, *labelled)
+        source = _open_source(args, pipe, batch_size)
+        sink = _open_sink(args, pipe, rows, labelled)
         kept = kept_rows(sink)
         try:
-            if not args.resume and not args.overwrite:
-                refuse_replacing(sink)
             bounds = _bounds(args, source)
             batches, total, exact = _rows_to_run(source, sink, bounds)
         except BaseException:
             sink.close()
             raise
-        if kept:
-            print(f"resuming: {str(args.output)!r} holds {kept} rows of an earlier run; they are kept, not run again")
-        progress = Progress(
-            "run",
-            total=(total + batch_size - 1) // batch_size if total else None,
-            enabled=False if args.no_progress else None,
-            approximate=not exact,
-        )
-        what = _what_is_read(args, source, kind)
-        read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
-        print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
-        _say_batch_size(args, pipe, batch_size)
+        progress = _started(args, pipe, source, kind, kept, total, exact, batch_size)
         with _signals_stop(source) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
@@ -667,15 +594,146 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                 # rows written before them are in the closed output, as after a first one.
                 summary.interrupted = True
             finally:  # also when the job failed: what was left out is part of what happened
-                _report_skipped(skipped(source), args.output, args.image_column or args.video_column)
-                _report_cut_short(cut_short(source), skipped(source))
-                streams = "the streams" if args.more_inputs else repr(str(args.input))
-                _report_reconnections(streams, getattr(source, "reconnections", []))
-                _report_streams(source)
+                _report_what_was_left_out(args, source)
                 try:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
                     print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
+    _report_the_end(args, summary, sink, source, kept, bounds)
+    if summary.interrupted:
+        kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
+        print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
+        return 128 + (stop.signum or signal.SIGINT)
+    return 0
+
+
+def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
+    """Refusals that need no model and no input read: the output, the reports, the options."""
+    from ..jobs import check_output
+
+    if args.resume and args.overwrite:
+        raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
+    check_output(args.output, args.resume, args.overwrite)
+    for report in (args.stats, args.trace, args.plot):
+        if report is not None:
+            writable(report)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
+    _options_fit_the_output(args)
+    _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
+
+
+def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The model with its heads (top k), the labels of its classes, the preprocessing and the constants."""
+    model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
+    labels = _labels(args)
+    model = with_heads(args, model)
+    labelled = None if labels is None else (_labelled_output(labels, args.labels, model), labels)
+    declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
+    preprocess = _auto_preprocess(args, declared, kind)
+    constants = constant_arrays(declared(), args.constant) if args.constant else {}
+    return model, labelled, preprocess, constants
+
+
+def _open_source(args: argparse.Namespace, pipe: Any, batch_size: int) -> Any:
+    from ..jobs import open_source
+
+    return open_source(
+        args.input,
+        pipe,
+        batch_size,
+        input_name=args.input_name,
+        columns=dict(args.input_column),
+        id_column=args.id_column,
+        size=_frame_size(args, pipe),
+        pix_fmt=args.pix_fmt,
+        decode_threads=args.decode_threads,
+        videos_at_once=args.videos_at_once,
+        skip_unreadable=args.skip_unreadable,
+        every=args.every,
+        fps=args.fps,
+        jpeg_draft=args.jpeg_draft,
+        fit=args.fit,
+        exif_orientation=args.exif_orientation,
+        image_column=args.image_column,
+        video_column=args.video_column,
+        video_format=args.video_format,
+        video_options=dict(args.video_option),
+        archive_shard=args.shard,
+        reconnect=args.reconnect,
+        stream_timeout_s=args.stream_timeout,
+        hwaccel=_decoding_device(args.hwaccel, pipe),
+        streams=args.more_inputs,
+        batch_wait_s=args.batch_wait,
+    )
+
+
+def _open_sink(args: argparse.Namespace, pipe: Any, rows: BinaryIO | None, labelled: Any) -> Any:
+    """The output's sink (labelled where --labels names classes), refused where it would replace one."""
+    from ..jobs import open_sink, refuse_replacing
+
+    sink = open_sink(
+        args.output,
+        pipe,
+        _data_dependent(args, pipe.output_names),
+        args.resume,
+        overwrite=args.overwrite,
+        stream=rows,
+        stream_format=args.output_format or "csv",
+        part_rows=args.part_rows,
+        part_seconds=args.part_seconds,
+        compression=args.compression or "snappy",
+    )
+    if labelled is not None:
+        sink = LabelledSink(sink, *labelled)
+    if not args.resume and not args.overwrite:
+        try:
+            refuse_replacing(sink)
+        except BaseException:
+            sink.close()
+            raise
+    return sink
+
+
+def _started(
+    args: argparse.Namespace,
+    pipe: Any,
+    source: Any,
+    kind: str,
+    kept: int,
+    total: int,
+    exact: bool,
+    batch_size: int,
+) -> Progress:
+    """The run's first lines, and its progress."""
+    if kept:
+        print(f"resuming: {str(args.output)!r} holds {kept} rows of an earlier run; they are kept, not run again")
+    progress = Progress(
+        "run",
+        total=(total + batch_size - 1) // batch_size if total else None,
+        enabled=False if args.no_progress else None,
+        approximate=not exact,
+    )
+    what = _what_is_read(args, source, kind)
+    read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
+    print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
+    _say_batch_size(args, pipe, batch_size)
+    return progress
+
+
+def _report_what_was_left_out(args: argparse.Namespace, source: Any) -> None:
+    """Files skipped, videos cut short, streams reconnected: said also when the job failed."""
+    _report_skipped(skipped(source), args.output, args.image_column or args.video_column)
+    _report_cut_short(cut_short(source), skipped(source))
+    streams = "the streams" if args.more_inputs else repr(str(args.input))
+    _report_reconnections(streams, getattr(source, "reconnections", []))
+    _report_streams(source)
+
+
+def _report_the_end(
+    args: argparse.Namespace, summary: Any, sink: Any, source: Any, kept: int, bounds: tuple[int, int | None]
+) -> None:
+    """The summary, and what there was nothing to do for."""
     print(summary)
     stages = summary.stages_line()
     if stages is not None:
@@ -687,11 +745,6 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             nothing = _nothing_in(args, bounds, source)
             print(f"no rows to run: {nothing}, so {_shown(args.output)} was not written", file=sys.stderr)
     _report_per_batch(sink)
-    if summary.interrupted:
-        kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
-        print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
-        return 128 + (stop.signum or signal.SIGINT)
-    return 0
 
 
 def _say_batch_size(args: argparse.Namespace, pipe: Any, batch_size: int) -> None:

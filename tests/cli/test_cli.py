@@ -376,7 +376,7 @@ def test_bench_argument_errors_exit_2():
 def test_progress_bar_draws_when_enabled():
     import io
 
-    from pipeline._progress import Progress
+    from pipeline.jobs.progress import Progress
 
     stream = io.StringIO()
     progress = Progress("bench", total=4, enabled=True, stream=stream, fps=1e9)
@@ -395,8 +395,8 @@ def test_progress_bar_draws_when_enabled():
 def test_progress_says_the_time_left_and_writes_lines_to_a_log(monkeypatch):
     import io
 
-    from pipeline import _progress
-    from pipeline._progress import Progress, clock
+    from pipeline.jobs import progress as _progress
+    from pipeline.jobs.progress import Progress, clock
 
     assert (clock(0), clock(59.9), clock(3600 * 26 + 61)) == ("0:00:00", "0:00:59", "26:01:01")
     now = [1000.0]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pipeline import PipelineError
-from pipeline._output_lock import lock_path, output_lock
 from pipeline.cli import main
+from pipeline.jobs.output_lock import lock_path, output_lock
 
 from ..helpers import ROOT
 
@@ -19,7 +19,7 @@ pytest.importorskip("fcntl", reason="flock is Unix's")
 
 #: a process of its own that holds the lock on writing argv[1] until its standard input closes
 _HOLDER = """import sys
-from pipeline._output_lock import output_lock
+from pipeline.jobs.output_lock import output_lock
 with output_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()

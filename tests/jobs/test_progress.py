@@ -7,7 +7,7 @@ import contextlib
 import io
 import os
 
-from pipeline._progress import Progress
+from pipeline.jobs.progress import Progress
 
 
 def test_a_stream_that_cannot_be_written_turns_progress_off_not_the_job():

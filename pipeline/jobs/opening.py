@@ -1,0 +1,486 @@
+"""Opening a job's source and sink from paths: which kind of input or output a path
+is, the checks made before any work, and the options that apply to each kind."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from .._capabilities import (
+    HasOutputs,
+)
+from .._multi import MultiPipeline
+from .._pipeline import Pipeline
+from ..sinks import (
+    JOURNAL_PART_SECONDS,
+    CsvSink,
+    CsvStreamSink,
+    JsonLinesSink,
+    JsonLinesStreamSink,
+    NpySink,
+    ParquetDatasetSink,
+    ParquetSink,
+    SinkError,
+    refuse_used_folder,
+    writable,
+    writable_folder,
+)
+from ..sources import (
+    ARCHIVE_SUFFIXES,
+    BATCH_WAIT_S,
+    IMAGE_SUFFIXES,
+    PARQUET_SUFFIXES,
+    STREAM_TIMEOUT_S,
+    VIDEO_SUFFIXES,
+    CsvSource,
+    Fit,
+    ImageArchiveSource,
+    ImageFolderSource,
+    ImageTableSource,
+    LiveStreamsSource,
+    NpySource,
+    ParquetDatasetSource,
+    ParquetSource,
+    SourceBatch,
+    SourceError,
+    VideoFolderSource,
+    VideoSource,
+    VideoTableSource,
+    hidden,
+    holds_files,
+    is_pipe,
+    is_stream_url,
+    writers_name,
+)
+from .summary import Sink
+
+
+def source_kind(
+    path: str | Path,
+    image_column: str | None = None,
+    video_column: str | None = None,
+    video_format: str | None = None,
+) -> str:
+    """ "npy", "parquet", "csv", "video", "images" or "videos" from a path, or a SourceError.
+
+    A folder is "images" when it holds images, else "videos" when it holds
+    videos, else "parquet" when Parquet files lie below it (a data set,
+    :class:`ParquetDatasetSource`).  A URL (``rtsp://``, ``http://``) is a
+    "video" stream (NOTE [ video streams ] in sources).  A ``.parquet`` or
+    ``.csv`` file with an ``image_column`` is "images": the images it lists
+    (:class:`ImageTableSource`), as is a folder of Parquet files whose column
+    holds them (NOTE [ images in a table ]); with a ``video_column``, "videos"
+    (:class:`VideoTableSource`).  A file in a ``video_format`` FFmpeg is told
+    (raw frames, an elementary stream) is a "video" whatever its name, unless
+    the name says it is something else."""
+    kind = _path_kind(path, video_format)
+    if image_column is None and video_column is None:
+        return kind
+    if image_column is not None and video_column is not None:
+        raise SourceError("a table lists images or videos: give a column of image paths or one of video paths")
+    what = "image" if image_column is not None else "video"
+    held = what == "image" and kind == "parquet" and Path(path).is_dir()  # a data set holding its images
+    if kind not in ("parquet", "csv") or (Path(path).is_dir() and not held):
+        raise SourceError(
+            f"a column of {what} paths is read from a table, a .parquet or .csv file; {str(path)!r} is "
+            f"{'a folder' if Path(path).is_dir() else 'a ' + kind + ' source'}"
+        )
+    return what + "s"
+
+
+def _path_kind(path: str | Path, video_format: str | None = None) -> str:
+    if is_stream_url(path):
+        table = Path(str(path).split("?", 1)[0]).suffix.lower()
+        if table in (".npy", ".csv", *PARQUET_SUFFIXES):
+            raise SourceError(
+                f"{str(path)!r}: a URL is read as a video stream; tables and arrays are read from local files "
+                "(download it, or mount the bucket as a folder)"
+            )
+        return "video"
+    path = Path(path)
+    if path.is_dir():
+        return _folder_kind(path)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return "npy"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix == ".csv":
+        return "csv"
+    if suffix in VIDEO_SUFFIXES:
+        return "video"
+    if suffix in ARCHIVE_SUFFIXES:  # NOTE [ image archives ]
+        return "images"
+    if video_format is not None and path.exists() and not path.is_dir():  # raw frames, a named pipe: any name
+        return "video"
+    if not path.exists():
+        raise SourceError(f"input not found: {str(path)!r}")
+    raise SourceError(
+        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}), "
+        "a .tar of images or a folder of images"
+    )
+
+
+def _folder_kind(folder: Path) -> str:
+    """What a folder holds at any depth: images before videos, both before tar archives of
+    images (NOTE [ image archives ]), all before Parquet files (a folder of photos may
+    hold a table of earlier results; img2dataset writes one beside each shard)."""
+    if holds_files(folder, IMAGE_SUFFIXES, hidden):
+        return "images"
+    if holds_files(folder, VIDEO_SUFFIXES, hidden):
+        return "videos"
+    if holds_files(folder, ARCHIVE_SUFFIXES, hidden):
+        return "images"
+    if holds_files(folder, PARQUET_SUFFIXES, writers_name):
+        return "parquet"
+    raise SourceError(
+        f"{str(folder)!r} holds no images ({', '.join(IMAGE_SUFFIXES)}), videos ({', '.join(VIDEO_SUFFIXES)}), "
+        f"tar archives of images nor Parquet files ({', '.join(PARQUET_SUFFIXES)}), at any depth"
+    )
+
+
+#: the optional package each kind of file needs, and the extra that installs it
+_NEEDS = {
+    "parquet": ("pyarrow", "parquet"),
+    "csv": ("pyarrow", "parquet"),
+    "jsonl": ("pyarrow", "parquet"),
+    "video": ("av", "video"),
+    "videos": ("av", "video"),
+    "streams": ("av", "video"),
+    "images": ("PIL", "images"),
+}
+
+
+def _require(kind: str, what: str, error: type[Exception]) -> None:
+    """``error`` naming the package and the extra to install, instead of an ImportError mid-job."""
+    needed = _NEEDS.get(kind)
+    if needed is None:
+        return
+    module, extra = needed
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise error(f"{what} needs the {module} package: pip install 'ortpipe[{extra}]' ({exc})") from exc
+
+
+def open_source(
+    path: str | Path,
+    pipe: Pipeline | MultiPipeline,
+    batch_size: int,
+    *,
+    input_name: str | None = None,
+    columns: dict[str, Sequence[str]] | None = None,
+    id_column: str | None = None,
+    size: tuple[int, int] | None = None,
+    pix_fmt: str = "rgb24",
+    decode_threads: int | None = None,
+    skip_unreadable: bool = False,
+    every: int = 1,
+    fps: float | None = None,
+    jpeg_draft: bool = False,
+    image_column: str | None = None,
+    video_column: str | None = None,
+    fit: str | Fit | None = None,
+    exif_orientation: bool = False,
+    videos_at_once: int | None = None,
+    video_format: str | None = None,
+    video_options: Mapping[str, object] | None = None,
+    archive_shard: tuple[int, int] | None = None,
+    reconnect: int = 0,
+    stream_timeout_s: float | None = None,
+    hwaccel: str | None = None,
+    streams: Sequence[str | Path] = (),
+    batch_wait_s: float | None = None,
+) -> Iterable[SourceBatch]:
+    """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
+    folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
+    table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
+    fraction of their size with ``jpeg_draft`` and turned upright with ``exif_orientation``;
+    frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
+    table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
+    video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
+    (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
+    when it drops (NOTE [ reconnecting ]), given up on after ``stream_timeout_s`` without
+    data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device (NOTE
+    [ decoding on the GPU ]).  ``streams``: more live streams read with ``path`` at once,
+    their frames batched as they come, a batch handed on ``batch_wait_s`` after its
+    first frame at the latest (NOTE [ several streams ]).  ``archive_shard=(K, N)``: a
+    folder of tar archives of images is read as the K-th of N groups of its files (NOTE
+    [ image archives ]: the source's ``shard`` says so); any other input is sharded by
+    its rows (:func:`shard_rows`), by whoever runs it, and ignores it."""
+    kind = "streams" if streams else source_kind(path, image_column, video_column, video_format)
+    listed = image_column or video_column
+    if listed is not None:
+        _require("parquet", f"reading {str(path)!r}", SourceError)
+        if columns:
+            raise SourceError(
+                f"input columns ({sorted(columns)}) map a table's numbers to model inputs; with a column of paths "
+                f"({listed!r}) the input is the files it lists"
+            )
+    _require(kind, f"reading {str(path)!r}", SourceError)
+    if stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
+        raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
+    for given, kinds, what in (
+        (every != 1 or fps is not None, ("video", "videos", "streams"), "taking every N-th frame is for videos"),
+        (
+            skip_unreadable,
+            ("images", "videos", "streams"),
+            "skipping unreadable files is for a folder of images or videos, or several streams",
+        ),
+        (jpeg_draft, ("images",), "decoding JPEGs in draft is for images"),
+        (videos_at_once is not None, ("videos",), "decoding videos at once is for a folder or table of videos"),
+        (exif_orientation, ("images",), "turning pictures as their EXIF says is for images"),
+        (
+            video_format is not None or bool(video_options),
+            ("video", "streams"),
+            "FFmpeg's format and options for opening are for a video or streams",
+        ),
+        (bool(reconnect), ("video", "streams"), "reconnecting is for a stream's URL"),
+        (hwaccel is not None, ("video", "videos", "streams"), "decoding on a GPU is for videos"),
+        (batch_wait_s is not None, ("streams",), "a batch's wait for frames is for several streams read at once"),
+        (
+            Fit.parse(fit).moves,
+            ("video", "videos", "images", "streams"),
+            "cropping or padding to a size is for video frames and images",
+        ),
+    ):
+        if given and kind not in kinds:  # an option of another kind of input: refused, not ignored
+            raise SourceError(f"{what}; {str(path)!r} is a {kind} source")
+    specs = pipe.source_inputs
+    if kind == "npy":
+        return NpySource(path, batch_size, specs, input_name)
+    if kind == "parquet":
+        table = ParquetDatasetSource if Path(path).is_dir() else ParquetSource
+        return table(path, batch_size, specs, columns, id_column)
+    if kind == "csv":
+        return CsvSource(path, batch_size, specs, columns, id_column)
+    frames = (size, pix_fmt, decode_threads)  # how every video's frames are decoded and made
+    timeout_s = STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s
+    if kind == "streams":
+        return LiveStreamsSource(
+            [path, *streams],
+            batch_size,
+            specs,
+            input_name,
+            *frames,
+            every,
+            fps,
+            fit,
+            video_format,
+            video_options,
+            reconnect,
+            timeout_s,
+            hwaccel,
+            skip_unreadable,
+            BATCH_WAIT_S if batch_wait_s is None else batch_wait_s,
+        )
+    if kind == "video":
+        return VideoSource(
+            path,
+            batch_size,
+            specs,
+            input_name,
+            *frames,
+            every=every,
+            fps=fps,
+            fit=fit,
+            format=video_format,
+            options=video_options,
+            reconnect=reconnect,
+            timeout_s=timeout_s,
+            hwaccel=hwaccel,
+        )
+    if kind == "videos" and video_column is not None:
+        return VideoTableSource(
+            path,
+            video_column,
+            batch_size,
+            specs,
+            input_name,
+            *frames,
+            skip_unreadable,
+            every=every,
+            fps=fps,
+            id_column=id_column,
+            fit=fit,
+            videos_at_once=videos_at_once,
+            hwaccel=hwaccel,
+        )
+    if kind == "videos":
+        return VideoFolderSource(
+            path,
+            batch_size,
+            specs,
+            input_name,
+            *frames,
+            skip_unreadable,
+            every=every,
+            fps=fps,
+            fit=fit,
+            videos_at_once=videos_at_once,
+            hwaccel=hwaccel,
+        )
+    if image_column is not None:
+        return ImageTableSource(
+            path,
+            image_column,
+            batch_size,
+            specs,
+            input_name,
+            size,
+            decode_threads,
+            skip_unreadable,
+            jpeg_draft,
+            id_column,
+            fit,
+            exif_orientation,
+        )
+    decoding = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
+    if _holds_archives(Path(path)):
+        by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
+        return ImageArchiveSource(path, batch_size, specs, input_name, *decoding, shard=by_file)
+    return ImageFolderSource(path, batch_size, specs, input_name, *decoding)
+
+
+def _holds_archives(path: Path) -> bool:
+    """An "images" path that is a tar archive, or a folder of them (and no loose images)."""
+    if path.is_dir():
+        return not holds_files(path, IMAGE_SUFFIXES, hidden) and holds_files(path, ARCHIVE_SUFFIXES, hidden)
+    return path.suffix.lower() in ARCHIVE_SUFFIXES
+
+
+#: the output path that is standard output (``ortpipe run --output -``)
+STDOUT = "-"
+
+#: what standard output is written as (``--output-format``)
+STREAM_FORMATS = ("csv", "jsonl")
+
+
+def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
+    """ "npy", "parquet", "csv", "jsonl", "parquet data set" (a folder: a path with no
+    suffix, or a folder named .parquet as Spark names them), or for :data:`STDOUT`
+    ``stream_format`` and " stream" ("csv stream", "jsonl stream") from an output
+    path, or a SinkError."""
+    if str(path) == STDOUT:
+        if stream_format not in STREAM_FORMATS:
+            raise SinkError(f"standard output is written as {' or '.join(STREAM_FORMATS)}, not {stream_format!r}")
+        return f"{stream_format} stream"
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not suffix or (suffix in PARQUET_SUFFIXES and path.is_dir()):
+        return "parquet data set"
+    if suffix == ".npy":
+        return "npy"
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    raise SinkError(
+        f"cannot write {str(path)!r}: the output must end in .npy, .parquet, .csv or .jsonl, or be a folder (a path "
+        "with no suffix: a Parquet data set), or be - (standard output)"
+    )
+
+
+def check_output(path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+    """A SinkError now, before any work (a large model takes seconds to load),
+    where :func:`open_sink` would refuse ``path``: it cannot be written, or it
+    holds an earlier run's rows that a new run would replace or mix with (a
+    file, a data set folder; ``overwrite``: they are to be replaced).  Files
+    an output writes beside ``path`` (a multi-output .npy's) are known once the
+    model's outputs are: :func:`refuse_replacing` checks the sink too."""
+    kind = sink_kind(path)
+    if kind.endswith(" stream"):
+        if resume:
+            raise SinkError("--resume goes on after the rows of an output file; standard output keeps none")
+        return
+    if kind != "parquet data set":
+        file = writable(path)
+        if not resume and not overwrite and file.is_file() and file.stat().st_size:
+            _refuse_replacing([file])
+        return
+    folder = writable_folder(path)
+    if not resume and not overwrite:
+        refuse_used_folder(folder)
+
+
+def refuse_replacing(sink: Sink) -> None:
+    """A SinkError where ``sink`` would replace what an earlier run wrote (a long job's
+    rows are not thrown away by a rerun that forgot ``--resume``)."""
+    _refuse_replacing(sink.existing_outputs() if isinstance(sink, HasOutputs) else [])
+
+
+def _refuse_replacing(existing: list[Path]) -> None:
+    if existing:
+        names = ", ".join(repr(str(path)) for path in existing)
+        raise SinkError(f"{names} holds an earlier run's rows: --resume goes on after them, --overwrite replaces them")
+
+
+def open_sink(
+    path: str | Path,
+    pipe: Pipeline | MultiPipeline,
+    data_dependent: Collection[str] = (),
+    resume: bool = False,
+    part_rows: int | None = None,
+    compression: str = "snappy",
+    overwrite: bool = False,
+    stream: BinaryIO | None = None,
+    stream_format: str = "csv",
+    part_seconds: float | None = None,
+) -> Sink:
+    """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
+    or .csv, and a folder (no suffix) as a Parquet data set of part files of
+    at most ``part_rows`` rows (default: about 256 MB each; a Parquet file's
+    journal's parts too: NOTE [ journaled Parquet ] in sinks), each closed
+    ``part_seconds`` after it was opened where given (a file's journal's: 60 s
+    by default); Parquet compressed
+    with ``compression``; .jsonl as JSON Lines; :data:`STDOUT` as ``stream_format`` (CSV
+    or JSON Lines) into ``stream`` (default: standard output's bytes), flushed each batch.
+
+    The outputs named in ``data_dependent`` and those ``pipe`` finds to depend
+    on the data by the first write are written per batch
+    (NOTE [ per-batch outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
+    file and write after them (``sink.kept_rows``; run the source
+    :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
+    kind = sink_kind(path, stream_format)
+    output_names = pipe.output_names
+    unknown = sorted(set(data_dependent) - set(output_names))
+    if unknown:
+        raise SinkError(f"data-dependent output(s) {unknown} are not among the outputs written, {output_names}")
+    named = frozenset(data_dependent)
+
+    def known() -> frozenset[str]:
+        return named | pipe.data_dependent_outputs
+
+    if kind == "npy":
+        return NpySink(path, output_names, known, resume)
+    _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
+    if kind == "parquet":
+        seconds = JOURNAL_PART_SECONDS if part_seconds is None else part_seconds
+        return ParquetSink(
+            path,
+            data_dependent=known,
+            resume=resume,
+            compression=compression,
+            part_rows=part_rows,
+            part_seconds=seconds,
+        )
+    if kind == "csv":
+        return CsvSink(path, known, resume)
+    if kind == "jsonl":
+        return JsonLinesSink(path, known, resume)
+    if kind.endswith(" stream"):
+        check_output(path, resume)
+        return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
+    return ParquetDatasetSink(
+        path,
+        data_dependent=known,
+        resume=resume,
+        part_rows=part_rows,
+        compression=compression,
+        overwrite=overwrite,
+        part_seconds=part_seconds,
+    )

@@ -1,0 +1,182 @@
+"""Running a job: every batch of a source through a pipeline into a sink, which is always closed."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+
+import numpy as np
+
+from .._capabilities import (
+    Completable,
+)
+from .._engine import row_shape_fits
+from .._multi import MultiPipeline
+from .._pipeline import Pipeline
+from .._rows import close_iteration
+from ..sinks import (
+    SinkError,
+)
+from ..sources import (
+    RowSource,
+    SlotFiller,
+    SourceBatch,
+)
+from .opening import STDOUT
+from .progress import Progress
+from .summary import JobSummary, Sink
+
+
+def run_job(
+    pipe: Pipeline | MultiPipeline,
+    source: Iterable[SourceBatch],
+    sink: Sink,
+    progress: Progress | None = None,
+    summary: JobSummary | None = None,
+    stop: threading.Event | None = None,
+    fill_slots: bool = True,
+) -> JobSummary:
+    """Every batch of ``source`` through ``pipe`` into ``sink``; the sink is always closed.
+
+    Setting ``stop`` ends the job gracefully: no new batch is read, the ones in
+    flight are delivered and written, and the summary says ``interrupted``.
+    Pass your own ``summary`` to read how far a job got when it raised.  A
+    source that makes its batches a row at a time (a video, an image folder)
+    decodes straight into the pipeline's pinned slots where it can
+    (``summary.filled``; NOTE [ sources that fill slots ]); ``fill_slots=False``
+    has it make arrays of its own that the engine stages, as any source.
+    A job that wrote every row of its source marks the sink complete
+    (``mark_complete()``, where it has one: a data set's ``_SUCCESS``).
+    """
+    metas: collections.deque[dict[str, np.ndarray]] = collections.deque()  # results come back in this order
+    summary = summary if summary is not None else JobSummary()
+
+    def stopped() -> bool:
+        if stop is not None and stop.is_set():
+            summary.interrupted = True
+        return summary.interrupted
+
+    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        try:
+            sink.write(index, rows, views, metas.popleft())
+        except BrokenPipeError:
+            raise  # what reads the output went away: the CLI ends quietly (exit 141)
+        except OSError as exc:  # a full disk, a quota, a file too large: said, not a traceback
+            raise SinkError(
+                f"batch {index}: {_output_of(sink)} cannot be written after {summary.items:,} rows: {_reason(exc)}"
+            ) from exc
+        summary.items += rows
+        summary.batches += 1
+        if progress is not None:
+            progress.tick(rows)
+
+    filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) else None
+    feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
+    summary.filled = filler is not None
+    start = time.perf_counter()
+    failed = True  # until the loop ends without an exception
+    try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
+        if filler is not None and isinstance(pipe, Pipeline):
+            fill = _fill_from(filler, metas, stopped)
+            results = pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
+        else:
+            results = pipe.map_with(feed, take)
+        for _ in results:
+            pass
+        stopped()  # a stop the source ended at (a pipe told to stop reading) is a stop too
+        failed = False
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        raise
+    finally:
+        summary.seconds = time.perf_counter() - start
+        with contextlib.suppress(ValueError):  # ValueError: still running in a thread that did not stop
+            (filler or feed).close()  # the engine's threads are joined: end the source's iteration here
+        summary.stats = pipe.stats.to_dict()
+        try:
+            _close(sink, failed)
+        finally:
+            if progress is not None:
+                progress.close()
+    if isinstance(sink, Completable) and not summary.interrupted:  # here only when nothing failed
+        sink.mark_complete()
+    return summary
+
+
+def _close(sink: Sink, failed: bool) -> None:
+    """Close ``sink``; where it cannot be (its last bytes find the disk full), say so - unless
+    the job failed already, whose error is the one to tell (closing then is tidying up)."""
+    try:
+        sink.close()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        if not failed:
+            raise SinkError(f"{_output_of(sink)} cannot be closed: {_reason(exc)}") from exc
+
+
+def _output_of(sink: Sink) -> str:
+    """How a message names the output ``sink`` writes."""
+    path = getattr(sink, "path", None)
+    if path is None:
+        paths = getattr(sink, "paths", None)
+        path = next(iter(paths.values()), None) if isinstance(paths, Mapping) else None
+    if path is None:
+        return "the output"
+    return "standard output" if str(path) == STDOUT else f"the output {str(path)!r}"
+
+
+def _reason(error: OSError) -> str:
+    """An OSError as the system says it ("[Errno 28] No space left on device"), not as a
+    library wraps it ("Error writing bytes to file. Detail: [errno 28] ...")."""
+    return f"[Errno {error.errno}] {os.strerror(error.errno)}" if error.errno else str(error)
+
+
+def _batches(
+    source: Iterable[SourceBatch], metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
+) -> Generator[dict[str, np.ndarray], None, None]:
+    """The source's batches' inputs, their metadata kept in ``metas``, until ``stopped()``."""
+    items = iter(source)
+    try:
+        for item in items:
+            if stopped():
+                return
+            metas.append(item.meta)
+            yield item.inputs
+    finally:
+        close_iteration(items)  # a source's own threads (image decoding) end with the job
+
+
+def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> SlotFiller | None:
+    """The source's slot filler, where it has one and the slots can be sized: from
+    the model, or from the rows the source says it makes (NOTE [ sources that fill slots ])."""
+    if not isinstance(source, RowSource) or [spec.name for spec in pipe.source_inputs] != [source.spec.name]:
+        return None  # a row source feeds one input: with others, the batches tell what is missing
+    if pipe.fills_slots:
+        return source.filler()
+    spec, row = pipe.source_inputs[0], source.row_shape
+    if row is not None and row_shape_fits(spec, row):
+        return source.filler(row_shapes={spec.name: row})
+    return None  # rows the model cannot take are staged: the batch's check says what is wrong
+
+
+def _fill_from(
+    filler: SlotFiller, metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
+) -> Callable[[int, dict[str, np.ndarray]], int | None]:
+    """``map_filled``'s fill: the filler's next batch into the slot, its metadata kept in ``metas``."""
+
+    def fill(index: int, slot: dict[str, np.ndarray]) -> int | None:
+        if stopped():
+            return None
+        written = filler.fill(slot)
+        if written is None:
+            return None
+        rows, meta = written
+        metas.append(meta)
+        return rows
+
+    return fill
