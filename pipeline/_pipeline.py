@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -362,10 +363,7 @@ class Pipeline(OneRunAtATime):
     def _run_direct(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
         stats = self._new_stats()
         with self._lock:
-            self._check_open()
-            if self._active is not None:
-                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
-            self._stats = stats
+            self._starting(stats)
             run: DirectRun[Any] = self._direct_run(None, iter(()), 0, copy_outputs, stats, None)
             self._active = run
         try:
@@ -434,20 +432,31 @@ class Pipeline(OneRunAtATime):
         source: Iterator[object] = itertools.chain([first], iterator)
         issuing = self.options.issuing
         direct = issuing is not True and self._goes_direct()
-        advisor = HandOverAdvisor() if direct and issuing == "auto" else None
-        index, caller_s = 0, None
+        # one advisor for the whole map(): its rest grows each time the threads hand back
+        advisor = HandOverAdvisor() if issuing == "auto" else None
+        index, caller_s, handed = 0, None, False
         while True:
             if direct:
                 straight = self._start_direct(layout, source, index, make_take, stats, advisor, iterator)
                 yield from self._results_of(straight)
                 if straight.handed_over_at is None:
                     return
-                index, caller_s, direct = straight.handed_over_at, straight.seconds_per_batch, False
+                index, caller_s, direct, handed = straight.handed_over_at, straight.seconds_per_batch, False, True
                 stats.handed_over(index)
                 continue
-            threads = True if advisor is not None else issuing
+            # after the direct path's hand-over: the stage threads; else as asked ("auto": the
+            # engine's caller thread until it hands over itself)
+            threads = True if handed else issuing
             run = self._start_run(
-                layout, source, index, make_take, stats, user_source=iterator, issuing=threads, windows=windows
+                layout,
+                source,
+                index,
+                make_take,
+                stats,
+                user_source=iterator,
+                issuing=threads,
+                windows=windows,
+                advisor=advisor,
             )
             yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
             grown = run.outgrown
@@ -460,7 +469,7 @@ class Pipeline(OneRunAtATime):
             if run.stopped_at is None:
                 return
             assert advisor is not None  # only a watched run stops taking batches
-            index, direct = run.stopped_at, True
+            index, direct, caller_s, handed = run.stopped_at, self._goes_direct(), None, False
             stats.handed_back(index)
             advisor.handed_back()
 
@@ -473,22 +482,34 @@ class Pipeline(OneRunAtATime):
     def _watched(
         self, run: EngineRun[Any], caller_s: float | None, advisor: HandOverAdvisor
     ) -> Generator[Any, None, None]:
-        """See NOTE [ auto issuing ]: the stage threads' results, timed batch to batch
-        over one window after they start; where they came slower than the caller's
-        thread did, the run stops taking batches and the caller's thread goes on."""
-        results, times = self._results_of(run), []
+        """See NOTE [ auto issuing ]: the run's results timed batch to batch - the
+        caller's thread's (``caller_s``: already measured by the direct path), then
+        the stage threads' over one window after they start; where they came slower
+        than the caller's thread did, the run stops taking batches and the caller's
+        thread goes on."""
+        results, judged = self._results_of(run), False
+        before: list[float] = []  # the caller's thread's last window
+        times: list[float] = []  # the stage threads'
         t_last = time.perf_counter()
         for result in results:
             yield result
-            if caller_s is None:
-                continue
             t_now = time.perf_counter()
-            times.append(t_now - t_last)
-            t_last = t_now
+            seconds, t_last = t_now - t_last, t_now
+            if judged:
+                continue
+            if not run.threads_issue:  # the engine's caller thread, not handed over yet
+                before = [*before[-advisor.window + 1 :], seconds]
+                continue
+            if caller_s is None:
+                if len(before) < advisor.window:
+                    judged = True  # nothing to compare with
+                    continue
+                caller_s = statistics.median(before)
+            times.append(seconds)
             if len(times) == SKIP + advisor.window:
                 if threads_slower(times, caller_s):
                     run.stop_taking()
-                caller_s = None  # judged once
+                judged = True
 
     def _filled(self, layout: Layout, fill: Fill, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
         run = self._start_run(layout, iter(()), 0, make_take, self._new_stats(), fill)
@@ -519,12 +540,10 @@ class Pipeline(OneRunAtATime):
         user_source: object = None,
         issuing: bool | Literal["auto"] | None = None,
         windows: HostWindows | None = None,
+        advisor: HandOverAdvisor | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
-            self._check_open()  # closed from another thread while the slots were being re-sized?
-            if self._active is not None:
-                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
-            self._stats = stats
+            self._starting(stats)
             rings = self._rings_for(layout)
             run = EngineRun(
                 device=self.device,
@@ -547,9 +566,18 @@ class Pipeline(OneRunAtATime):
                 fill=fill,
                 user_source=user_source,
                 windows=windows,
+                advisor=advisor,
             )
             self._active = run
         return run
+
+    def _starting(self, stats: Stats) -> None:
+        """Under the lock: refuse a closed pipeline (closed from another thread while the slots
+        were being re-sized?) or a second run, and make ``stats`` the run's."""
+        self._check_open()
+        if self._active is not None:
+            raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+        self._stats = stats
 
     def _start_direct(
         self,
@@ -562,10 +590,7 @@ class Pipeline(OneRunAtATime):
         user_source: object,
     ) -> DirectRun[Any]:
         with self._lock:
-            self._check_open()
-            if self._active is not None:
-                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
-            self._stats = stats
+            self._starting(stats)
             run = self._active = self._direct_run(layout, source, first_index, make_take, stats, advisor, user_source)
         return run
 

@@ -15,13 +15,14 @@ reads, PyAV decoding), which every side that is slow for a real reason does.
 So ``auto`` starts in the caller's thread and watches the three sides: once
 the overlap that threads would give (sum of the sides less the largest, from
 each side's median over a window of batches) exceeds :data:`HAND_OVER_GAIN_S`,
-it hands the rest of the run to the stage threads.  On the CPU backend's
-direct path (NOTE [ direct path ]) the threads are then timed batch to batch
-over one window: where they came slower than the caller's thread did (a
-source that holds the GIL gains nothing from a thread of its own, and pays
-the hand-offs), the run goes back to the caller's thread
-(:func:`threads_slower`), which rests before it measures again, twice as
-long each time.  A tiny model
+it hands the rest of the run to the stage threads.  The front end times the
+results batch to batch, before the hand-over (or as the direct path measured
+them, NOTE [ direct path ]) and over one window after it: where the
+threads came slower than the caller's thread did (a source that holds the
+GIL gains nothing from a thread of its own, and pays the hand-offs), the run
+stops taking batches, delivers those in flight and the caller's thread goes
+on (:func:`threads_slower`), resting before it measures again, twice as long
+each time.  A tiny model
 fed from memory never pays for hand-offs it cannot use; a slow source or a
 slow consumer beside a real model gets the overlap.  Medians, so one batch
 that a busy machine preempted does not decide it.  Waiting on the device (a

@@ -87,6 +87,7 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         fill: Fill | None = None,
         user_source: object = None,
         windows: HostWindows | None = None,
+        advisor: HandOverAdvisor | None = None,
     ) -> None:
         self._device = device
         self._streams = streams
@@ -117,7 +118,8 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         )
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
-        self._advisor = HandOverAdvisor() if config.stage_threads == "auto" else None
+        #: NOTE [ auto issuing ]: the front end's, shared by the runs of one map() (None: a new one)
+        self._advisor = (advisor or HandOverAdvisor()) if config.stage_threads == "auto" else None
         self._d2h_wait_s = 0.0  # the consumer's last wait for a d2h (no side of host work)
         self._stop = threading.Event()
         self._lifecycle = threading.Lock()  # orders starting threads against close()
@@ -173,6 +175,11 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
                 self._put(self._result_q, _Failure(PipelineStageError(stage, None, exc)))
 
         return run
+
+    @property
+    def threads_issue(self) -> bool:
+        """Whether the stage threads issue this run's batches now (from the start, or since a hand-over)."""
+        return bool(self._threads)
 
     def stop_taking(self) -> None:
         """End the run at a batch boundary: the batches taken so far are delivered,

@@ -10,8 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from .._errors import PipelineError
+from ._run_options import add_run
 from .bench import add_bench, cmd_bench, cmd_info
-from .run import add_run, cmd_run
+from .run import cmd_run
 
 __all__ = ["build_parser", "main"]
 

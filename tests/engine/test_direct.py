@@ -13,7 +13,7 @@ import pytest
 from pipeline import Pipeline, PipelineClosedError, PipelineInputError, PipelineOptions, PipelineStageError, models
 from pipeline._engine.issuing import threads_slower
 
-from ..conftest import assert_outputs_equal, reference, wait_no_threads
+from ..conftest import assert_outputs_equal, make_device, reference, wait_no_threads
 from ..helpers import failing_source, token_model
 
 CALLER = PipelineOptions(stage_threads=False)
@@ -122,11 +122,13 @@ def test_threads_slower_judges_by_the_median_after_the_start():
     assert not threads_slower([5.0, 5.0, 2.0, 2.0, 2.0], caller_s=2.0, skip=2)  # as fast: they stay
 
 
-def test_auto_hands_over_to_threads_and_back_where_they_came_slower():
+@pytest.mark.parametrize("kind", ["host", "host-link"], ids=["direct path", "engine"])
+def test_auto_hands_over_to_threads_and_back_where_they_came_slower(kind):
     """A slow source beside a slow consumer: the stage threads would overlap them,
     so "auto" hands over; the consumer then slows down by far while the threads
-    issue, so they measure slower and the caller's thread takes the rest back.
-    Every batch comes once, in order."""
+    issue, so they measure slower and the caller's thread takes the rest back -
+    on the direct path and from the engine's own caller thread alike.  Every
+    batch comes once, in order."""
     model = models.mlp()
     count = 60
     batches = [_rows(2, i) for i in range(count)]
@@ -137,13 +139,17 @@ def test_auto_hands_over_to_threads_and_back_where_they_came_slower():
             yield item
 
     got = []
-    with Pipeline(model, device="cpu", depth=2) as pipe:  # stage_threads="auto" by default
-        for out in pipe.map(slow(batches)):
-            got.append(out)
-            issuing = pipe.stats.issuing or ""
-            threads_now = "stage threads from" in issuing and "caller thread from" not in issuing
-            time.sleep(0.006 if threads_now else 0.0005)  # the consumer side
-        issuing = pipe.stats.issuing
+    device = make_device(kind)
+    try:
+        with Pipeline(model, device=device, depth=2) as pipe:  # stage_threads="auto" by default
+            for out in pipe.map(slow(batches)):
+                got.append(out)
+                issuing = pipe.stats.issuing or ""
+                threads_now = issuing.rfind("stage threads from") > issuing.rfind("caller thread from")
+                time.sleep(0.006 if threads_now else 0.0005)  # the consumer side
+            issuing = pipe.stats.issuing
+    finally:
+        device.close()
     assert issuing is not None and "stage threads from batch" in issuing and "caller thread from batch" in issuing
     assert len(got) == count
     for batch, out in zip(batches, got, strict=True):
