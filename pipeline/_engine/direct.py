@@ -271,7 +271,8 @@ class DirectRun(Generic[T]):
         if self._closed:
             return
         self._closed = True
-        interrupt_source(self._user_source)  # a caller's thread waiting in a Feed wakes up
+        if self.handed_over_at is None:  # else the stage threads go on reading the source
+            interrupt_source(self._user_source)  # a caller's thread waiting in a Feed wakes up
         self._record()
         self._copier.close()
 

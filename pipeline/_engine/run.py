@@ -226,7 +226,9 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
                 return
             self._closed = True
             self._stop.set()
-        if self.outgrown is None:  # a re-sized run goes on reading the source (NOTE [ free dims ])
+        # a re-sized run (NOTE [ free dims ]) and one that stopped taking batches (the caller's
+        # thread goes on: NOTE [ auto issuing ]) leave the source to the next run
+        if self.outgrown is None and self.stopped_at is None:
             interrupt_source(self._user_source)  # a producer waiting in a Feed wakes up
         for thread in self._threads:
             thread.join(timeout=_JOIN_S)

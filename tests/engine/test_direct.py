@@ -10,7 +10,15 @@ import time
 import numpy as np
 import pytest
 
-from pipeline import Pipeline, PipelineClosedError, PipelineInputError, PipelineOptions, PipelineStageError, models
+from pipeline import (
+    Feed,
+    Pipeline,
+    PipelineClosedError,
+    PipelineInputError,
+    PipelineOptions,
+    PipelineStageError,
+    models,
+)
 from pipeline._engine.issuing import threads_slower
 
 from ..conftest import assert_outputs_equal, make_device, reference, wait_no_threads
@@ -155,3 +163,28 @@ def test_auto_hands_over_to_threads_and_back_where_they_came_slower(kind):
     for batch, out in zip(batches, got, strict=True):
         assert_outputs_equal(out, reference(model, {"x": batch}))
     assert wait_no_threads() == []
+
+
+def test_a_feed_is_read_on_across_the_hand_overs():
+    """The source outlives each run of a map() that hands over or back: a Feed fed from
+    another thread is not closed when the caller's thread hands over to the stage threads."""
+    count = 40
+    feed = Feed(maxsize=4)
+
+    def produce():
+        for i in range(count):
+            time.sleep(0.001)
+            feed.put(_rows(2, i))
+        feed.close()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    got = []
+    with Pipeline(models.mlp(), device="cpu", depth=2) as pipe:
+        for out in pipe.map(feed):
+            got.append(out)
+            time.sleep(0.0005)
+        issuing = pipe.stats.issuing
+    producer.join(timeout=10)
+    assert len(got) == count and not producer.is_alive()
+    assert issuing is not None and "stage threads from batch" in issuing  # it did hand over
