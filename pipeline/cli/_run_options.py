@@ -170,7 +170,7 @@ def _performance_options(running: Any) -> None:
         type=positive(int),
         default=None,
         help="rows per batch (default: the model's fixed batch dim, else picked for about 2 MiB of inputs a "
-        f"batch, 16 MiB on a GPU, where the model fixes a row's dims; else {DEFAULT_BATCH_SIZE})",
+        f"batch, 32 MiB on a GPU, where the model fixes a row's dims; else {DEFAULT_BATCH_SIZE})",
     )
     running.add_argument(
         "--depth", type=positive(int), default=3, help="batches in flight in each buffer ring (default 3)"

@@ -239,7 +239,7 @@ class CudaDevice(Device):
     #: NOTE [ registered windows ]: copies from registered memory skip the staging copy
     registers_host = True
     #: NOTE [ picked batch size ]: a batch's copy hides the host's per-batch work behind the link
-    batch_bytes = 16 << 20
+    batch_bytes = 32 << 20
 
     def __init__(self, device_id: int = 0, provider_options: Mapping[str, object] | None = None) -> None:
         checked = checked_provider_options(provider_options or {})  # a bad option says so, GPU or not
