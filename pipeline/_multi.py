@@ -198,9 +198,9 @@ class MultiPipeline(OneRunAtATime):
         device's thread copied them out of its pinned slots)."""
         return self._iterate(iter(batches), take)
 
-    def rows_per_batch(self, batch_size: int | None = None) -> int:
+    def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """:meth:`Pipeline.rows_per_batch` (every device's pipeline has the same batch size and model)."""
-        return self.pipelines[0].rows_per_batch(batch_size)
+        return self.pipelines[0].rows_per_batch(batch_size, row_nbytes)
 
     def warm_up(self, batch: Batch, runs_per_slot: int = 3) -> float:
         """:meth:`Pipeline.warm_up` on every device in turn (shared batches
@@ -211,8 +211,9 @@ class MultiPipeline(OneRunAtATime):
         """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
         self._check_open()
         feeds = self.pipelines[0].checker.feeds(None, inputs)
-        size = self.rows_per_batch(batch_size)
-        gathered = _Gather(next(iter(feeds.values())).shape[0])
+        total = next(iter(feeds.values())).shape[0]
+        size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
+        gathered = _Gather(total)
         for _ in self._iterate(split_rows(feeds, size), gathered.take):
             pass
         return gathered.arrays
