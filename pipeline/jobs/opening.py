@@ -3,6 +3,7 @@ is, the checks made before any work, and the options that apply to each kind."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import BinaryIO
 from .._capabilities import (
     HasOutputs,
 )
+from .._engine import TensorSpec
 from .._multi import MultiPipeline
 from .._pipeline import Pipeline
 from ..sinks import (
@@ -37,6 +39,7 @@ from ..sources import (
     CsvSource,
     Fit,
     ImageArchiveSource,
+    ImageDecoding,
     ImageFolderSource,
     ImageTableSource,
     LiveStreamsSource,
@@ -45,6 +48,7 @@ from ..sources import (
     ParquetSource,
     SourceBatch,
     SourceError,
+    VideoDecoding,
     VideoFolderSource,
     VideoSource,
     VideoTableSource,
@@ -256,92 +260,59 @@ def open_source(
         return table(path, batch_size, specs, columns, id_column)
     if kind == "csv":
         return CsvSource(path, batch_size, specs, columns, id_column)
-    frames = (size, pix_fmt, decode_threads)  # how every video's frames are decoded and made
-    timeout_s = STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s
-    if kind == "streams":
-        return LiveStreamsSource(
-            [path, *streams],
-            batch_size,
-            specs,
-            input_name,
-            *frames,
+    if kind in ("streams", "video", "videos"):
+        video = VideoDecoding(
+            size,
+            pix_fmt,
+            decode_threads,
+            skip_unreadable,
             every,
             fps,
             fit,
-            video_format,
-            video_options,
-            reconnect,
-            timeout_s,
+            videos_at_once,
             hwaccel,
-            skip_unreadable,
-            BATCH_WAIT_S if batch_wait_s is None else batch_wait_s,
+            video_format,
+            dict(video_options or {}),
+            reconnect,
+            STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s,
+        )
+        wait_s = BATCH_WAIT_S if batch_wait_s is None else batch_wait_s
+        return _video_source(kind, path, streams, batch_size, specs, input_name, video, video_column, id_column, wait_s)
+    image = ImageDecoding(size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
+    if image_column is not None:
+        return ImageTableSource(path, image_column, batch_size, specs, input_name, id_column=id_column, decoding=image)
+    if _holds_archives(Path(path)):
+        by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
+        return ImageArchiveSource(path, batch_size, specs, input_name, shard=by_file, decoding=image)
+    return ImageFolderSource(path, batch_size, specs, input_name, decoding=image)
+
+
+def _video_source(
+    kind: str,
+    path: str | Path,
+    streams: Sequence[str | Path],
+    batch_size: int,
+    specs: Sequence[TensorSpec],
+    input_name: str | None,
+    video: VideoDecoding,
+    video_column: str | None,
+    id_column: str | None,
+    batch_wait_s: float,
+) -> Iterable[SourceBatch]:
+    """A video's, a stream's, several streams', a folder's or a table's videos' source, each
+    taking what it uses of ``video``; one skipping unreadable videos or streams asks for
+    several (open_source refuses the options a kind has no use for before this)."""
+    if kind == "streams":
+        return LiveStreamsSource(
+            [path, *streams], batch_size, specs, input_name, batch_wait_s=batch_wait_s, decoding=video
         )
     if kind == "video":
         return VideoSource(
-            path,
-            batch_size,
-            specs,
-            input_name,
-            *frames,
-            every=every,
-            fps=fps,
-            fit=fit,
-            format=video_format,
-            options=video_options,
-            reconnect=reconnect,
-            timeout_s=timeout_s,
-            hwaccel=hwaccel,
+            path, batch_size, specs, input_name, decoding=dataclasses.replace(video, skip_unreadable=False)
         )
-    if kind == "videos" and video_column is not None:
-        return VideoTableSource(
-            path,
-            video_column,
-            batch_size,
-            specs,
-            input_name,
-            *frames,
-            skip_unreadable,
-            every=every,
-            fps=fps,
-            id_column=id_column,
-            fit=fit,
-            videos_at_once=videos_at_once,
-            hwaccel=hwaccel,
-        )
-    if kind == "videos":
-        return VideoFolderSource(
-            path,
-            batch_size,
-            specs,
-            input_name,
-            *frames,
-            skip_unreadable,
-            every=every,
-            fps=fps,
-            fit=fit,
-            videos_at_once=videos_at_once,
-            hwaccel=hwaccel,
-        )
-    if image_column is not None:
-        return ImageTableSource(
-            path,
-            image_column,
-            batch_size,
-            specs,
-            input_name,
-            size,
-            decode_threads,
-            skip_unreadable,
-            jpeg_draft,
-            id_column,
-            fit,
-            exif_orientation,
-        )
-    decoding = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
-    if _holds_archives(Path(path)):
-        by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
-        return ImageArchiveSource(path, batch_size, specs, input_name, *decoding, shard=by_file)
-    return ImageFolderSource(path, batch_size, specs, input_name, *decoding)
+    if video_column is not None:
+        return VideoTableSource(path, video_column, batch_size, specs, input_name, id_column=id_column, decoding=video)
+    return VideoFolderSource(path, batch_size, specs, input_name, decoding=video)
 
 
 def _holds_archives(path: Path) -> bool:

@@ -64,8 +64,9 @@ from ._base import (
     fewer_rows,
     sliced_chunk,
 )
-from ._opening import STDIN, is_live, is_pipe, is_stream_url
+from ._opening import STDIN, STREAM_TIMEOUT_S, is_live, is_pipe, is_stream_url
 from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files, shard_of
+from .decoding import ImageDecoding, VideoDecoding
 from .files import (
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -85,7 +86,6 @@ from .images import ImageFolderSource, ImageTableSource
 from .live import BATCH_WAIT_S, LiveStreamsSource
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 from .videos import (
-    STREAM_TIMEOUT_S,
     VideoDecodingFailed,
     VideoEndedEarly,
     VideoFolderSource,
@@ -103,6 +103,8 @@ __all__ = [
     "PARQUET_SUFFIXES",
     "STDIN",
     "STREAM_TIMEOUT_S",
+    "VideoDecoding",
+    "ImageDecoding",
     "VIDEO_SUFFIXES",
     "Chunk",
     "CsvSource",

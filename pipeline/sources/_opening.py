@@ -21,6 +21,9 @@ from ._base import SourceError
 #: FFmpeg's URL of this process's standard input (``ortpipe run --input -``)
 STDIN = "pipe:0"
 
+#: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
+STREAM_TIMEOUT_S = 10.0
+
 
 def is_stream_url(path: str | Path) -> bool:
     """A URL FFmpeg reads (``rtsp://``, ``http://``, ``srt://``, ...), or a pipe

@@ -40,6 +40,7 @@ import numpy as np
 
 from .._engine import TensorSpec
 from ._base import SourceError, _existing
+from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
 from .files import IMAGE_SUFFIXES, files_below, hidden
 from .fitting import Fit
 from .images import _ImageFiles
@@ -221,7 +222,18 @@ class ImageArchiveSource(_ImageFiles):
         fit: str | Fit | None = None,
         exif_orientation: bool = False,
         shard: tuple[int, int] | None = None,
+        *,
+        decoding: ImageDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                decode_threads,
+                skip_unreadable,
+                jpeg_draft,
+                fit,
+                exif_orientation,
+            ) = chosen(decoding, IMAGE_CHOICES, "ImageArchiveSource")
         self.path = _existing(path, "image archive")
         archives = archive_files(self.path) if self.path.is_dir() else [self.path]
         if not archives:
@@ -233,8 +245,8 @@ class ImageArchiveSource(_ImageFiles):
         self._index = ArchiveIndex(archives if shard is None else shard_of(archives, shard), skip_unreadable)
         if not len(self._index) and (shard is None or self._index.archives):  # an empty shard is no error
             raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in the archives of {str(self.path)!r}")
-        decoding = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
-        self._setup(len(self._index), batch_size, inputs, input_name, *decoding)
+        choices = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
+        self._setup(len(self._index), batch_size, inputs, input_name, *choices)
         self.skipped.extend(self._index.unreadable)
 
     @property

@@ -24,6 +24,7 @@ from ._base import (
     _one_input,
     fewer_rows,
 )
+from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
 from .files import IMAGE_SUFFIXES, image_files, parquet_files
 from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import ImageBytesTable, PathTable
@@ -305,7 +306,18 @@ class ImageFolderSource(_ImageFiles):
         jpeg_draft: bool = False,
         fit: str | Fit | None = None,
         exif_orientation: bool = False,
+        *,
+        decoding: ImageDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                decode_threads,
+                skip_unreadable,
+                jpeg_draft,
+                fit,
+                exif_orientation,
+            ) = chosen(decoding, IMAGE_CHOICES, "ImageFolderSource")
         self.path = _existing(path, "image folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
@@ -373,7 +385,18 @@ class ImageTableSource(_ImageFiles):
         id_column: str | None = None,
         fit: str | Fit | None = None,
         exif_orientation: bool = False,
+        *,
+        decoding: ImageDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                decode_threads,
+                skip_unreadable,
+                jpeg_draft,
+                fit,
+                exif_orientation,
+            ) = chosen(decoding, IMAGE_CHOICES, "ImageTableSource")
         self.path = _existing(path, "input table file")
         self.column = column
         self._bytes: ImageBytesTable | None = None

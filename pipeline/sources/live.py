@@ -37,6 +37,7 @@ from .._rows import close_iteration
 from ._base import Chunk, RowSource, SourceError
 from ._opening import is_live
 from ._prefetch import put_until_stopped
+from .decoding import STREAMS_CHOICES, VideoDecoding, chosen
 from .fitting import Fit
 from .videos import STREAM_TIMEOUT_S, VideoSource
 
@@ -77,7 +78,24 @@ class LiveStreamsSource(RowSource):
         hwaccel: str | None = None,
         skip_unreadable: bool = False,
         batch_wait_s: float = BATCH_WAIT_S,
+        *,
+        decoding: VideoDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                pix_fmt,
+                decode_threads,
+                every,
+                fps,
+                fit,
+                format,
+                options,
+                reconnect,
+                timeout_s,
+                hwaccel,
+                skip_unreadable,
+            ) = chosen(decoding, STREAMS_CHOICES, "LiveStreamsSource")
         if len(paths) < 2:
             raise SourceError(f"several streams are two or more (one is a VideoSource), got {list(paths)}")
         named = [str(path) for path in paths]
@@ -92,7 +110,7 @@ class LiveStreamsSource(RowSource):
             )
         if not batch_wait_s >= 0:
             raise SourceError(f"batch_wait_s is a wait in seconds >= 0, got {batch_wait_s!r}")
-        decoding = (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel)
+        choices = (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel)
         self.skip_unreadable = skip_unreadable
         #: (stream, why) of each stream that could not be opened, or failed, left out by ``skip_unreadable``
         self.skipped: list[tuple[str, str]] = []
@@ -100,7 +118,7 @@ class LiveStreamsSource(RowSource):
         self.streams: list[VideoSource] = []
         for path in paths:
             try:
-                self.streams.append(VideoSource(path, 1, inputs, input_name, *decoding))
+                self.streams.append(VideoSource(path, 1, inputs, input_name, *choices))
             except SourceError as exc:
                 if not skip_unreadable:
                     raise

@@ -33,6 +33,7 @@ from ._base import (
     sliced_chunk,
 )
 from ._opening import (
+    STREAM_TIMEOUT_S,
     PipeReader,
     checked_hwaccel,
     demuxer,
@@ -44,13 +45,10 @@ from ._opening import (
     pipe_descriptor,
 )
 from ._prefetch import in_order
+from .decoding import VIDEO_CHOICES, VIDEOS_CHOICES, VideoDecoding, chosen
 from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit, Placement, check_fit, fit_columns
 from .tables import PathTable
-
-#: NOTE [ video streams ]: how long FFmpeg waits for a stream to open, and for its next data
-STREAM_TIMEOUT_S = 10.0
-
 
 #: NOTE [ reconnecting ]: the wait before a stream's first try to open it again, doubled for
 #: each try after, up to the second
@@ -145,7 +143,23 @@ class VideoSource(RowSource):
         options: Mapping[str, object] | None = None,
         reconnect: int = 0,
         hwaccel: str | None = None,
+        *,
+        decoding: VideoDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                pix_fmt,
+                decode_threads,
+                timeout_s,
+                every,
+                fps,
+                fit,
+                format,
+                options,
+                reconnect,
+                hwaccel,
+            ) = chosen(decoding, VIDEO_CHOICES, "VideoSource")
         import av
 
         if not (isinstance(every, int) and every >= 1):
@@ -678,15 +692,29 @@ class VideoFolderSource(RowSource):
         fit: str | Fit | None = None,
         videos_at_once: int | None = None,
         hwaccel: str | None = None,
+        *,
+        decoding: VideoDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                pix_fmt,
+                decode_threads,
+                skip_unreadable,
+                every,
+                fps,
+                fit,
+                videos_at_once,
+                hwaccel,
+            ) = chosen(decoding, VIDEOS_CHOICES, "VideoFolderSource")
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
-        self._open_videos(files, batch_size, inputs, input_name, *decoding)
+        choices = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
+        self._open_videos(files, batch_size, inputs, input_name, *choices)
 
     def _open_videos(
         self,
@@ -898,7 +926,21 @@ class VideoTableSource(VideoFolderSource):
         fit: str | Fit | None = None,
         videos_at_once: int | None = None,
         hwaccel: str | None = None,
+        *,
+        decoding: VideoDecoding | None = None,
     ):
+        if decoding is not None:  # one value for every choice: it counts
+            (
+                size,
+                pix_fmt,
+                decode_threads,
+                skip_unreadable,
+                every,
+                fps,
+                fit,
+                videos_at_once,
+                hwaccel,
+            ) = chosen(decoding, VIDEOS_CHOICES, "VideoTableSource")
         self.path = _existing(path, "input table file")
         self.column = column
         self._table = PathTable(self.path, column, id_column, "video")
@@ -911,8 +953,8 @@ class VideoTableSource(VideoFolderSource):
             )
         self.key_name = self._table.id_name
         files = [self._table.file(row) for row in range(len(self._table))]
-        decoding = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
-        self._open_videos(files, batch_size, inputs, input_name, *decoding)
+        choices = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
+        self._open_videos(files, batch_size, inputs, input_name, *choices)
 
     def _key(self, number: int) -> str:
         return str(self._table.ids[self.opened[number]])
