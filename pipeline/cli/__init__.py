@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from .._errors import PipelineError
 from ._run_options import add_run
-from .bench import add_bench, cmd_bench, cmd_info
+from .bench import add_bench, cmd_bench
+from .info import cmd_info
 from .run import cmd_run
 
 __all__ = ["build_parser", "main"]

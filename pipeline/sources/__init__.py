@@ -61,10 +61,11 @@ from ._base import (
     SourceBatch,
     SourceError,
     chunk_rows,
+    decode_threads_of,
     fewer_rows,
     sliced_chunk,
 )
-from ._opening import STDIN, STREAM_TIMEOUT_S, is_live, is_pipe, is_stream_url
+from ._opening import STDIN, STREAM_TIMEOUT_S, hw_api, hw_device_unusable, is_live, is_pipe, is_stream_url
 from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files, shard_of
 from .decoding import ImageDecoding, VideoDecoding
 from .files import (
@@ -91,9 +92,16 @@ from .videos import (
     VideoFolderSource,
     VideoSource,
     VideoTableSource,
+    auto_convert_threads,
+    videos_at_once_of,
 )
 
 __all__ = [
+    "auto_convert_threads",
+    "decode_threads_of",
+    "hw_api",
+    "hw_device_unusable",
+    "videos_at_once_of",
     "ARCHIVE_SUFFIXES",
     "BATCH_WAIT_S",
     "AUTO_DECODE_THREADS",

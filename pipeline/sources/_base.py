@@ -142,7 +142,7 @@ class SlotFiller:
 AUTO_DECODE_THREADS = 8
 
 
-def _decode_threads(value: int | None) -> int:
+def decode_threads_of(value: int | None) -> int:
     """``decode_threads`` checked (images and videos take it), None as images take it."""
     if value is None:
         return max(1, min(AUTO_DECODE_THREADS, usable_cpus()))

@@ -19,9 +19,9 @@ from ._base import (
     Chunk,
     RowSource,
     SourceError,
-    _decode_threads,
     _existing,
     _one_input,
+    decode_threads_of,
     fewer_rows,
 )
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
@@ -114,7 +114,7 @@ class _ImageFiles(RowSource):
         self.spec = _one_input(inputs, input_name, f"an {self.kind} source")
         self.batch_size, self.size = batch_size, size
         self.row_shape = None if size is None else (size[1], size[0], 3)
-        self.decode_threads = _decode_threads(decode_threads)
+        self.decode_threads = decode_threads_of(decode_threads)
         self.skip_unreadable = skip_unreadable
         #: (path, why) of the files left out by ``skip_unreadable``, in order
         self.skipped: list[tuple[str, str]] = []

@@ -18,20 +18,19 @@ import numpy as np
 from .._capabilities import KeepsColumns, last_kept_row
 from .._cpus import usable_cpus
 from .._engine import TensorSpec
-from .._frame_positions import FolderVideo, FramePositions
 from .._rows import close_iteration, recut, take_first
-from .._seeking import frame_pts
 from ._base import (
     Chunk,
     RowSource,
     SourceError,
-    _decode_threads,
     _existing,
     _one_input,
     chunk_rows,
+    decode_threads_of,
     fewer_rows,
     sliced_chunk,
 )
+from ._frame_positions import FolderVideo, FramePositions
 from ._opening import (
     STREAM_TIMEOUT_S,
     PipeReader,
@@ -45,6 +44,7 @@ from ._opening import (
     pipe_descriptor,
 )
 from ._prefetch import in_order
+from ._seeking import frame_pts
 from .decoding import VIDEO_CHOICES, VIDEOS_CHOICES, VideoDecoding, chosen
 from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit, Placement, check_fit, fit_columns
@@ -199,7 +199,7 @@ class VideoSource(RowSource):
         #: how a frame is made ``size`` (NOTE [ fitting ])
         self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
         self._placements: dict[tuple[int, int], Placement] = {}
-        self.decode_threads = None if decode_threads is None else _decode_threads(decode_threads)
+        self.decode_threads = None if decode_threads is None else decode_threads_of(decode_threads)
         #: threads converting frames beside the decoder; None: :func:`auto_convert_threads`
         #: (NOTE [ converting beside the decoder ])
         self.convert_threads: int | None = None
@@ -735,7 +735,7 @@ class VideoFolderSource(RowSource):
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
         checked_hwaccel(hwaccel, self.path)  # once, not as a reason to skip every video
         #: videos decoded at once by threads of their own (NOTE [ videos decoded at once ])
-        self.videos_at_once = _videos_at_once(videos_at_once)
+        self.videos_at_once = videos_at_once_of(videos_at_once)
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
         #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
@@ -982,7 +982,7 @@ class _Plan:
 AUTO_VIDEOS_AT_ONCE = 4
 
 
-def _videos_at_once(value: int | None) -> int:
+def videos_at_once_of(value: int | None) -> int:
     """``videos_at_once`` checked; None: one more than the CPUs, at most ``AUTO_VIDEOS_AT_ONCE``."""
     if value is None:
         return min(AUTO_VIDEOS_AT_ONCE, usable_cpus() + 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline._frame_positions import FolderVideo, FramePositions
+from pipeline.sources._frame_positions import FolderVideo, FramePositions
 
 
 def _folder(*videos: tuple[str, int, int]) -> tuple[FramePositions, list[str]]:

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import TensorSpec
-from pipeline._seeking import frame_pts
 from pipeline.jobs import window
 from pipeline.sources import SourceError, VideoSource
+from pipeline.sources._seeking import frame_pts
 
 from ..helpers import encode_video
 

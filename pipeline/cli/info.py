@@ -1,0 +1,101 @@
+"""``ortpipe info``: what this machine has for ortpipe - versions, providers, readers, devices, threads."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._cpus import usable_cpus
+from .._engine import auto_copy_threads
+from ..devices import HostDevice, cuda_unavailable_reason
+from ..devices._memory import gib, host_memory_available
+from .bench import _describe, _device_line
+
+
+def _auto_threads_line() -> str:
+    """The threads "auto" gives each kind of host work on this machine (what to tune from)."""
+    from ..sources import auto_convert_threads, decode_threads_of, videos_at_once_of
+
+    counts = {
+        "host copies": auto_copy_threads(),
+        "video frames converted": auto_convert_threads(),
+        "videos decoded at once": videos_at_once_of(None),
+        "image decoding": decode_threads_of(None),
+    }
+    return f"host threads, auto on {usable_cpus()} usable CPU(s): " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+#: what each optional package reads, and the extra that installs it
+_IO_PACKAGES = (
+    ("av", "video", "videos and streams"),
+    ("pyarrow", "parquet", "Parquet, CSV"),
+    ("PIL", "images", "images"),
+)
+
+
+def _io_lines() -> list[str]:
+    """One line per optional reader: its version (PyAV's FFmpeg too), or how to install it."""
+    import importlib
+
+    lines = []
+    for module, extra, reads in _IO_PACKAGES:
+        try:
+            package = importlib.import_module(module)
+        except ImportError:
+            lines.append(f"{reads}: not installed (pip install 'ortpipe[{extra}]')")
+            continue
+        version = f"{module} {package.__version__}"
+        ffmpeg = getattr(package, "ffmpeg_version_info", None)
+        lines.append(f"{reads}: {version}" + (f" (FFmpeg {ffmpeg})" if ffmpeg else ""))
+        if module == "av":
+            lines.append(f"video decoding on a GPU (--hwaccel cuda): {_nvdec_line()}")
+    return lines
+
+
+def _nvdec_line() -> str:
+    """Whether FFmpeg can decode on the first CUDA device (NOTE [ decoding on the GPU ]), and why not."""
+    from ..sources import SourceError, hw_api, hw_device_unusable
+
+    try:
+        available = hw_api().hwdevices_available()
+    except SourceError as exc:  # a PyAV too old
+        return f"no: {exc}"
+    if "cuda" not in available:
+        return "this FFmpeg has no CUDA support"
+    unusable = hw_device_unusable("cuda")
+    return "yes (NVDEC)" if unusable is None else f"no: {unusable}"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
+    from .. import __version__
+
+    print(f"ortpipe {__version__}")
+    print(f"onnxruntime {ort.__version__}: providers {ort.get_available_providers()}")
+    try:
+        import cupy
+
+        print(f"cupy {cupy.__version__}")
+    except ImportError:
+        print("cupy: not installed (pip install 'ortpipe[cuda]')")
+    for line in _io_lines():
+        print(line)
+    available = host_memory_available()
+    if available is not None:  # what a pipeline's buffers are checked against (NOTE [ buffers that do not fit ])
+        print(f"host memory: {gib(available)} available")
+    print(_auto_threads_line())
+    reason = cuda_unavailable_reason(0)
+    if reason is not None:
+        print(f"cuda: not available ({reason})")
+        host = HostDevice()
+        print(f"device: {_describe(_device_line(host))}")
+        return 0
+    import cupy
+
+    from ..devices import CudaDevice
+
+    print(f"cuda runtime {cupy.cuda.runtime.runtimeGetVersion()}, driver {cupy.cuda.runtime.driverGetVersion()}")
+    for index in range(cupy.cuda.runtime.getDeviceCount()):
+        device = CudaDevice(index)
+        print(f"device: {_describe(_device_line(device))}")
+    return 0
