@@ -84,7 +84,7 @@ class PipelineOptions:
     timing: bool = True
     #: how often a blocked wait re-checks the stop flag, in seconds
     poll_s: float = 0.05
-    #: who issues the stages (NOTE [ auto issuing ] in ``_issuing``).  True: a
+    #: who issues the stages (NOTE [ auto issuing ] in ``_engine/issuing``).  True: a
     #: producer and an execute thread, so your source, the staging copy, ORT and
     #: your loop overlap on the host, for a hand-off between threads a batch.
     #: False: the calling thread issues everything, ``depth`` batches ahead, and
@@ -95,7 +95,7 @@ class PipelineOptions:
     stage_threads: bool | Literal["auto"] = "auto"
     #: threads that share each large host copy — staging into pinned memory,
     #: and map()'s copy of the outputs (NOTE [ parallel host copies ] in
-    #: ``_hostcopy``); "auto": one per two CPUs, 1 to 8
+    #: ``_engine/hostcopy``); "auto": one per two CPUs, 1 to 8
     copy_threads: CopyThreads = "auto"
     #: called with each batch's trace as the consumer takes it (stats hook)
     on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
@@ -108,22 +108,22 @@ class PipelineOptions:
     #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
     #: (a CudaDevice object takes them itself)
     provider_options: Mapping[str, object] = field(default_factory=dict, hash=False)
-    #: NOTE [ static shapes ] in ``_batching``: every run at the slots' shape,
+    #: NOTE [ static shapes ] in ``_engine/layout``: every run at the slots' shape,
     #: short batches padded; a batch that needs other slots or shapes refused
     static_shapes: bool = False
-    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``_session``): "error"
+    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``_engine/session``): "error"
     #: (the default), or "warning", "info", "verbose" to see why a model runs as it does
     ort_log: str = "error"
-    #: NOTE [ CUDA graphs ] in ``_rings``: ORT captures each slot's run as a CUDA
+    #: NOTE [ CUDA graphs ] in ``_engine/rings``: ORT captures each slot's run as a CUDA
     #: graph and replays it (one launch instead of a kernel launch per node);
     #: CUDA only, implies static_shapes, and "auto" issuing stays on the caller's thread
     cuda_graph: bool = False
-    #: NOTE [ direct path ] in ``_direct``: on the CPU backend, with the caller's
+    #: NOTE [ direct path ] in ``_engine/direct``: on the CPU backend, with the caller's
     #: thread issuing, each batch goes straight to ``session.run``, no slots or
     #: copies.  False: through the engine as on a GPU (its slots, events and
     #: copies, to study or test them)
     direct: bool = True
-    #: NOTE [ registered windows ] in ``_windows``: ``run()`` page-locks large inputs
+    #: NOTE [ registered windows ] in ``_engine/windows``: ``run()`` page-locks large inputs
     #: where they lie instead of staging each batch (where the device gains from it:
     #: CUDA, the host device with a link model); None: always staged
     registering: HostRegistering | None = field(default_factory=HostRegistering)

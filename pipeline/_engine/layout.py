@@ -415,7 +415,7 @@ def layout_of_model(
     row_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Layout:
     """The layout of slots that are filled in place (NOTE [ filled slots ] in
-    ``_engine``): no batch comes first, so every dim comes from the model, or
+    ``_engine/run``): no batch comes first, so every dim comes from the model, or
     for free dims from ``row_shapes`` (checked against the model's fixed dims)."""
     if fixed_batch is None and batch_size is None:
         raise ValueError("map_filled() needs batch_size (the rows of a slot) for a model with a dynamic batch dim")

@@ -248,7 +248,7 @@ class SessionConfig:
     #: ORT's own profiler on, writing its trace-event JSON to files starting
     #: with this (``end_profiling`` names the file); None: off
     profile_prefix: str | None = None
-    #: ORT captures runs as CUDA graphs (NOTE [ CUDA graphs ] in ``_rings``)
+    #: ORT captures runs as CUDA graphs (NOTE [ CUDA graphs ] in ``_engine/rings``)
     cuda_graph: bool = False
 
     def __post_init__(self) -> None:

@@ -109,7 +109,7 @@ class RegistrationRefused(DeviceError):
 
 class Registration(abc.ABC):
     """A window of the caller's host memory page-locked where it lies, so that copies
-    read it straight, with no staging copy (NOTE [ registered windows ] in ``_windows``).
+    read it straight, with no staging copy (NOTE [ registered windows ] in ``_engine/windows``).
 
     Release it only once the last copy that reads it has completed (its event):
     the device may move or reuse the pages afterwards."""
@@ -208,7 +208,7 @@ class Device(abc.ABC):
     #: milliseconds, so not on CUDA
     cheap_pinned: bool = False
     #: bytes of inputs a batch is picked to hold where no batch size is given
-    #: (NOTE [ picked batch size ] in ``_batch_size``): enough that per-batch costs vanish
+    #: (NOTE [ picked batch size ] in ``_engine/batch_size``): enough that per-batch costs vanish
     batch_bytes: int = 2 << 20
 
     @property
