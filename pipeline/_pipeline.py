@@ -369,10 +369,7 @@ class Pipeline(OneRunAtATime):
         try:
             return run.run_whole(feeds, batch_size)
         finally:
-            run.close()
-            with self._lock:
-                if self._active is run:
-                    self._active = None
+            self._finished(run)
 
     def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
@@ -524,10 +521,14 @@ class Pipeline(OneRunAtATime):
         try:
             yield from run.results()
         finally:
-            run.close()
-            with self._lock:
-                if self._active is run:
-                    self._active = None
+            self._finished(run)
+
+    def _finished(self, run: EngineRun[Any] | DirectRun[Any]) -> None:
+        """A run ended: closed (threads joined, streams synchronized), and no longer the active one."""
+        run.close()
+        with self._lock:
+            if self._active is run:
+                self._active = None
 
     def _start_run(
         self,

@@ -212,8 +212,7 @@ class DirectRun(Generic[T]):
         """``Pipeline.run`` on the direct path: batches sliced off checked arrays (each
         slice needs no check of its own), ORT's outputs joined once at the end, as a
         loop over ``session.run`` would.  For a model that pads no batch."""
-        run, names = self._run_call(), self._session.output_names
-        options, constants = self._session.plain_run_options, self._session.constants
+        run, names, options, constants = self._run, self._names, self._options, self._session.constants
         timings, kept = self._timings, [[] for _ in names]  # type: list[BatchTiming], list[list[np.ndarray]]
         if self._unusual(arrays):  # made readable once, not a batch at a time
             arrays = _as_host_arrays(arrays, 0)
