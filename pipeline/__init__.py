@@ -6,6 +6,8 @@ device is imported only when asked for.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import models
 from ._engine import BatchTrace, Layout, OrtSession, Preprocess, SessionConfig, TensorSpec
 from ._errors import (
@@ -20,7 +22,7 @@ from ._errors import (
     SourceError,
 )
 from ._feed import Feed, FeedClosed
-from ._multi import MultiPipeline
+from ._lazy import lazy_names
 from ._pipeline import Pipeline, PipelineOptions
 from .devices import (
     ChaosOptions,
@@ -34,7 +36,16 @@ from .devices import (
 )
 from .stats import MultiStats, Stats
 
+if TYPE_CHECKING:
+    from ._multi import MultiPipeline
+
 __version__ = "0.1.0"
+
+#: names imported on first use (PEP 562): what a single-device run never needs
+_LAZY = {"MultiPipeline": "._multi"}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
 
 __all__ = [
     "BatchTrace",

@@ -114,6 +114,18 @@ class ReportsCutShort(Protocol):
     cut_short: list[Any]
 
 
+@runtime_checkable
+class FillsSlots(Protocol):
+    """A source that can write its batches straight into the pipeline's slots
+    (NOTE [ sources that fill slots ] in ``sources``): which inputs it fills, with
+    each one's dims of a row where known before reading (None: found per row)."""
+
+    @property
+    def filled_rows(self) -> Mapping[str, tuple[int, ...] | None]: ...
+
+    def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Any: ...
+
+
 def where(source: object) -> str:
     """How a message names ``source``: its path, else its kind."""
     return str(source.path) if isinstance(source, Named) else type(source).__name__

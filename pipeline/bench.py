@@ -38,15 +38,17 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ._engine import ORT_LOG_LEVELS, CopyThreads, HostCopier, ModelSource, OrtSession, SessionConfig, onnxruntime
-from ._multi import MultiPipeline
 from ._pipeline import Pipeline, PipelineOptions, discard
 from .devices import Device
 from .stats import BatchTiming, MultiStats, Stats
+
+if TYPE_CHECKING:
+    from ._multi import MultiPipeline
 
 MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "graph", "multi")
 DEFAULT_MODES = MODES[:4]
@@ -279,6 +281,8 @@ def bench_multi(
     tick: Any = None,
 ) -> ModeResult:
     """A MultiPipeline over ``devices`` (a device listed twice: two pipelines on it) at ``depth``."""
+    from ._multi import MultiPipeline
+
     if len(devices) < 2:
         raise ValueError(f"the multi mode needs two pipelines or more, got {len(devices)} device(s)")
     with MultiPipeline(

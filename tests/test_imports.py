@@ -44,3 +44,35 @@ def test_a_session_imports_onnxruntime_but_not_onnx_for_a_file(tmp_path):
     path.write_bytes(models.identity(features=4).SerializeToString())
     statement = f"from pipeline import Pipeline\nPipeline({str(path)!r}, device='cpu').close()"
     assert _heavy_modules_after(statement) == ["onnxruntime"]
+
+
+#: ortpipe's own modules that a run of a table on one device never needs (PEP 562 names)
+NOT_FOR_A_TABLE = (
+    "pipeline._multi",
+    "pipeline.cli.bench",
+    "pipeline.sources.videos",
+    "pipeline.sources.images",
+    "pipeline.sources.archives",
+    "pipeline.sources.live",
+)
+
+
+def test_a_table_run_imports_neither_the_picture_sources_nor_the_measuring(tmp_path):
+    from pipeline import models
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(models.identity(features=4).SerializeToString())
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,c,d\n" + "1,2,3,4\n" * 10)
+    script = (
+        "import json, sys\nfrom pipeline.cli import main\n"
+        f"main(['run', {str(model)!r}, '--input', {str(table)!r}, '--output', {str(tmp_path / 'o.csv')!r}, "
+        "'--device', 'cpu', '--no-progress'])\n"
+        f"print(json.dumps(sorted(set(sys.modules) & set({NOT_FOR_A_TABLE!r}))))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    import pipeline
+    from pipeline.sources import VideoSource  # imported when asked for
+
+    assert pipeline.MultiPipeline.__name__ == "MultiPipeline" and VideoSource.__name__ == "VideoSource"

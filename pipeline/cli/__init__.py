@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .._errors import PipelineError
+from ._bench_options import add_bench
 from ._run_options import add_run
-from .bench import add_bench, cmd_bench
-from .info import cmd_info
-from .run import cmd_run
 
 __all__ = ["build_parser", "main"]
 
@@ -31,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"bench": cmd_bench, "info": cmd_info, "run": cmd_run}[args.command](args)
+        return _command(args.command)(args)
     except PipelineError as exc:
         print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 2 if args.command != "run" else 1
@@ -54,3 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):  # standard error itself may be what failed (a terminal hung up)
             print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The command's function, from its own module: a run does not import the measuring."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    return getattr(module, f"cmd_{name}")  # type: ignore[no-any-return]

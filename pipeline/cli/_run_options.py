@@ -25,7 +25,7 @@ from ._args import (
     shard,
     size,
 )
-from .bench import add_constant_option
+from ._bench_options import add_constant_option
 from .run import ISSUING, input_path
 
 RUN_EXAMPLES = """examples:

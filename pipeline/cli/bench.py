@@ -17,8 +17,6 @@ from .._cpus import usable_cpus
 from .._engine import ORT_LOG_LEVELS, SessionConfig, auto_copy_threads, resolve_copy_threads
 from .._errors import PipelineError, PipelineInputError
 from ..bench import (
-    DEFAULT_MODES,
-    MODES,
     TRACED_MODES,
     ModeResult,
     Workload,
@@ -38,150 +36,11 @@ from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs,
 from ..devices._memory import gib, host_memory_available
 from ..jobs import Progress
 from ._args import (
-    add_ort_options,
-    add_output_names_option,
-    add_top_k_options,
-    batch_sizes,
-    choices_of,
     constant_arrays,
-    constant_spec,
-    copy_threads,
-    data_spec,
-    depths,
-    input_spec,
-    positive,
     with_heads,
 )
+from ._bench_options import DEFAULT_BATCH_SIZE, DEFAULT_LINK_GBPS
 from ._reports import write_report, write_timelines
-
-DEFAULT_MODEL = "convnet"
-DEFAULT_BATCH_SIZE = 32
-DEFAULT_LINK_GBPS = 12.0
-
-
-def add_bench(sub: Any) -> None:
-    bench = sub.add_parser("bench", help="throughput of naive, IOBinding and pipelined runs of one model")
-    bench.add_argument(
-        "model",
-        nargs="?",
-        default=DEFAULT_MODEL,
-        help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
-    )
-    sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
-    _bench_what(bench.add_argument_group("inputs"))
-    _bench_how(bench.add_argument_group("running: devices, batches, modes"))
-    _bench_outputs(bench.add_argument_group("outputs"))
-    _bench_reports(bench.add_argument_group("reports"))
-
-
-def _bench_what(what: Any) -> None:
-    """What is measured: the model's inputs (random, a file's, or a table's)."""
-    what.add_argument(
-        "--input",
-        type=input_spec,
-        action="append",
-        default=[],
-        metavar="NAME:SHAPE[:DTYPE]",
-        help="shape (without the batch dim) of an input with free dims; repeatable",
-    )
-    what.add_argument(
-        "--data",
-        type=data_spec,
-        action="append",
-        default=[],
-        metavar="[NAME=]PATH",
-        help="your own batches instead of random ones: a .npy (one-input model), an .npz of input name -> "
-        "array, or NAME=PATH.npy per input; axis 0 is split into batches, up to 16 kept in memory",
-    )
-    add_constant_option(what)
-
-
-def _bench_how(how: Any) -> None:
-    """How it is run: devices, batches, depths, modes, the emulated link, threads, ORT."""
-    how.add_argument(
-        "--device",
-        default="auto",
-        help="auto (default), cpu, cuda, cuda:N; several (cuda:0,cuda:1, cuda:all) add the multi mode over "
-        "them all, the other modes running on the first",
-    )
-    how.add_argument(
-        "--instances",
-        type=positive(int),
-        default=1,
-        help="pipelines on each device in the multi mode (2 or more add it: sessions sharing one GPU)",
-    )
-    how.add_argument(
-        "--batch-size",
-        type=batch_sizes,
-        default=None,
-        help=f"rows per batch (default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE}); several, "
-        "e.g. 1,8,32, run every mode at each",
-    )
-    how.add_argument("--depth", type=depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3 (default 1,2,3)")
-    amount = how.add_mutually_exclusive_group()
-    amount.add_argument("--batches", type=positive(int), default=None, help="timed batches per mode (default 40)")
-    amount.add_argument("--duration", type=positive(float), default=None, help="timed seconds per mode")
-    how.add_argument("--warmup", type=int, default=3, help="untimed batches per mode (default 3)")
-    how.add_argument(
-        "--modes",
-        type=choices_of(MODES, "--modes"),
-        default=list(DEFAULT_MODES),
-        help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}; caller = the engine with no "
-        "stage threads, auto = as Pipeline issues by default, graph = caller with CUDA graphs (CUDA only), "
-        "multi = several pipelines, see --device and --instances)",
-    )
-    how.add_argument(
-        "--link-gbps",
-        type=positive(float),
-        default=None,
-        help=f"emulated link on the host device (default {DEFAULT_LINK_GBPS:g} GB/s with no GPU)",
-    )
-    how.add_argument("--latency-us", type=float, default=10.0, help="emulated link latency per copy")
-    how.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")
-    how.add_argument(
-        "--copy-threads",
-        type=copy_threads,
-        default="auto",
-        help="threads sharing each large host copy in the engine modes (default auto: one per two CPUs, 1-8)",
-    )
-    add_ort_options(how)
-
-
-def _bench_outputs(outputs: Any) -> None:
-    """Which outputs come back (and a top k taken on the device)."""
-    add_output_names_option(outputs)
-    add_top_k_options(outputs)
-
-
-def _bench_reports(reports: Any) -> None:
-    """Where the figures go: JSON, traces, timelines, a baseline to compare with."""
-    reports.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
-    reports.add_argument(
-        "--trace",
-        type=Path,
-        default=None,
-        help="Chrome trace (Perfetto) of the deepest pipelined (else caller, auto, graph, multi) run, "
-        "at the last batch size",
-    )
-    reports.add_argument(
-        "--plot",
-        type=Path,
-        default=None,
-        help="PNG timeline of the deepest pipelined (else caller, auto, graph, multi) run, at the last batch size",
-    )
-    reports.add_argument(
-        "--baseline",
-        type=Path,
-        default=None,
-        metavar="JSON",
-        help="a saved --json of an earlier run: each row's items/s and p99 latency against the same row there",
-    )
-    reports.add_argument(
-        "--profile-ops",
-        action="store_true",
-        help="after the modes, ORT's profiler over the same batches: time by operator (at the last batch size)",
-    )
-    reports.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _bench_devices(args: argparse.Namespace) -> tuple[list[Device], str]:
@@ -215,17 +74,6 @@ def _bench_device(args: argparse.Namespace, spec: str | Device) -> tuple[Device,
         device = HostDevice(link_gbps=DEFAULT_LINK_GBPS, latency_us=args.latency_us)
         return device, f"no CUDA ({reason}); host device with an emulated {DEFAULT_LINK_GBPS:g} GB/s link"
     return resolve_device(spec, provider_options), f"--device {spec}"
-
-
-def add_constant_option(parser: Any) -> None:
-    parser.add_argument(
-        "--constant",
-        type=constant_spec,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
-        help="the value of an input that is not batched (a threshold, a scale), fed to every run; repeatable",
-    )
 
 
 def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:

@@ -78,7 +78,6 @@ def _issuing(args: argparse.Namespace) -> bool | Literal["auto"]:
 
 def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, constants: dict[str, Any]) -> Any:
     """A Pipeline, or a MultiPipeline where --device names several devices."""
-    from .._multi import MultiPipeline
     from .._pipeline import Pipeline, PipelineOptions
     from ..devices import device_specs
 
@@ -93,6 +92,8 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
     devices = device_specs(args.device)
     kwargs = dict(preprocess=preprocess, constants=constants, outputs=args.output_names, options=options)
     if len(devices) > 1:
+        from .._multi import MultiPipeline
+
         return MultiPipeline(model, devices, args.depth, args.batch_size, **kwargs)
     return Pipeline(model, devices[0], args.depth, args.batch_size, **kwargs)
 

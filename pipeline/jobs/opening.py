@@ -7,13 +7,13 @@ import dataclasses
 import importlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from .. import sources
 from .._capabilities import (
     HasOutputs,
 )
 from .._engine import TensorSpec
-from .._multi import MultiPipeline
 from .._pipeline import Pipeline
 from ..sinks import (
     JOURNAL_PART_SECONDS,
@@ -31,27 +31,19 @@ from ..sinks import (
 )
 from ..sources import (
     ARCHIVE_SUFFIXES,
-    BATCH_WAIT_S,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
     STREAM_TIMEOUT_S,
     VIDEO_SUFFIXES,
     CsvSource,
     Fit,
-    ImageArchiveSource,
     ImageDecoding,
-    ImageFolderSource,
-    ImageTableSource,
-    LiveStreamsSource,
     NpySource,
     ParquetDatasetSource,
     ParquetSource,
     SourceBatch,
     SourceError,
     VideoDecoding,
-    VideoFolderSource,
-    VideoSource,
-    VideoTableSource,
     hidden,
     holds_files,
     is_pipe,
@@ -59,6 +51,9 @@ from ..sources import (
     writers_name,
 )
 from .summary import Sink
+
+if TYPE_CHECKING:
+    from .._multi import MultiPipeline
 
 
 def source_kind(
@@ -276,15 +271,17 @@ def open_source(
             reconnect,
             STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s,
         )
-        wait_s = BATCH_WAIT_S if batch_wait_s is None else batch_wait_s
+        wait_s = sources.BATCH_WAIT_S if batch_wait_s is None else batch_wait_s
         return _video_source(kind, path, streams, batch_size, specs, input_name, video, video_column, id_column, wait_s)
     image = ImageDecoding(size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
     if image_column is not None:
-        return ImageTableSource(path, image_column, batch_size, specs, input_name, id_column=id_column, decoding=image)
+        return sources.ImageTableSource(
+            path, image_column, batch_size, specs, input_name, id_column=id_column, decoding=image
+        )
     if _holds_archives(Path(path)):
         by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
-        return ImageArchiveSource(path, batch_size, specs, input_name, shard=by_file, decoding=image)
-    return ImageFolderSource(path, batch_size, specs, input_name, decoding=image)
+        return sources.ImageArchiveSource(path, batch_size, specs, input_name, shard=by_file, decoding=image)
+    return sources.ImageFolderSource(path, batch_size, specs, input_name, decoding=image)
 
 
 def _video_source(
@@ -303,16 +300,18 @@ def _video_source(
     taking what it uses of ``video``; one skipping unreadable videos or streams asks for
     several (open_source refuses the options a kind has no use for before this)."""
     if kind == "streams":
-        return LiveStreamsSource(
+        return sources.LiveStreamsSource(
             [path, *streams], batch_size, specs, input_name, batch_wait_s=batch_wait_s, decoding=video
         )
     if kind == "video":
-        return VideoSource(
+        return sources.VideoSource(
             path, batch_size, specs, input_name, decoding=dataclasses.replace(video, skip_unreadable=False)
         )
     if video_column is not None:
-        return VideoTableSource(path, video_column, batch_size, specs, input_name, id_column=id_column, decoding=video)
-    return VideoFolderSource(path, batch_size, specs, input_name, decoding=video)
+        return sources.VideoTableSource(
+            path, video_column, batch_size, specs, input_name, id_column=id_column, decoding=video
+        )
+    return sources.VideoFolderSource(path, batch_size, specs, input_name, decoding=video)
 
 
 def _holds_archives(path: Path) -> bool:

@@ -8,27 +8,29 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from .._capabilities import (
     Completable,
+    FillsSlots,
 )
 from .._engine import row_shape_fits
-from .._multi import MultiPipeline
 from .._pipeline import Pipeline
 from .._rows import close_iteration
 from ..sinks import (
     SinkError,
 )
 from ..sources import (
-    RowSource,
-    SlotFiller,
     SourceBatch,
 )
 from .opening import STDOUT
 from .progress import Progress
 from .summary import JobSummary, Sink
+
+if TYPE_CHECKING:
+    from .._multi import MultiPipeline
 
 
 def run_job(
@@ -151,21 +153,38 @@ def _batches(
         close_iteration(items)  # a source's own threads (image decoding) end with the job
 
 
-def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> SlotFiller | None:
-    """The source's slot filler, where it has one and the slots can be sized: from
-    the model, or from the rows the source says it makes (NOTE [ sources that fill slots ])."""
-    if not isinstance(source, RowSource) or [spec.name for spec in pipe.source_inputs] != [source.spec.name]:
-        return None  # a row source feeds one input: with others, the batches tell what is missing
+def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> Filler | None:
+    """The source's slot filler, where it has one and the slots can be sized: from the
+    model, or from the rows the source says it makes (NOTE [ sources that fill slots ])."""
+    if not isinstance(source, FillsSlots):
+        return None
+    rows = source.filled_rows
+    if sorted(spec.name for spec in pipe.source_inputs) != sorted(rows):
+        return None  # it feeds other inputs than the model's: the batches tell what is missing
     if pipe.fills_slots:
-        return source.filler()
-    spec, row = pipe.source_inputs[0], source.row_shape
-    if row is not None and row_shape_fits(spec, row):
-        return source.filler(row_shapes={spec.name: row})
-    return None  # rows the model cannot take are staged: the batch's check says what is wrong
+        return source.filler()  # type: ignore[no-any-return]  # a row that does not fit is said by the filler
+    given = {}
+    for spec in pipe.source_inputs:
+        row = rows[spec.name]
+        if row is None or not row_shape_fits(spec, row):
+            return None  # rows the model cannot take are staged: the batch's check says what is wrong
+        given[spec.name] = row
+    return source.filler(row_shapes=given)  # type: ignore[no-any-return]
+
+
+class Filler(Protocol):
+    """What a source's ``filler()`` gives (``sources.SlotFiller``, ``sources.TableFiller``)."""
+
+    batch_size: int
+    row_shapes: Mapping[str, tuple[int, ...]] | None
+
+    def fill(self, slot: dict[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None: ...
+
+    def close(self) -> None: ...
 
 
 def _fill_from(
-    filler: SlotFiller, metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
+    filler: Filler, metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
 ) -> Callable[[int, dict[str, np.ndarray]], int | None]:
     """``map_filled``'s fill: the filler's next batch into the slot, its metadata kept in ``metas``."""
 

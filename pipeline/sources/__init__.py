@@ -52,7 +52,10 @@ with both shapes named.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._capabilities import last_kept_row
+from .._lazy import lazy_names
 from ._base import (
     AUTO_DECODE_THREADS,
     Chunk,
@@ -66,9 +69,9 @@ from ._base import (
     sliced_chunk,
 )
 from ._opening import STDIN, STREAM_TIMEOUT_S, hw_api, hw_device_unusable, is_live, is_pipe, is_stream_url
-from .archives import ARCHIVE_SUFFIXES, ImageArchiveSource, archive_files, shard_of
 from .decoding import ImageDecoding, VideoDecoding
 from .files import (
+    ARCHIVE_SUFFIXES,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
     VIDEO_SUFFIXES,
@@ -83,18 +86,45 @@ from .files import (
     writers_own,
 )
 from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
-from .images import ImageFolderSource, ImageTableSource
-from .live import BATCH_WAIT_S, LiveStreamsSource
+from .table_filling import TableFiller
 from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
-from .videos import (
-    VideoDecodingFailed,
-    VideoEndedEarly,
-    VideoFolderSource,
-    VideoSource,
-    VideoTableSource,
-    auto_convert_threads,
-    videos_at_once_of,
-)
+
+if TYPE_CHECKING:
+    from .archives import ImageArchiveSource, archive_files, shard_of
+    from .images import ImageFolderSource, ImageTableSource
+    from .live import BATCH_WAIT_S, LiveStreamsSource
+    from .videos import (
+        VideoDecodingFailed,
+        VideoEndedEarly,
+        VideoFolderSource,
+        VideoSource,
+        VideoTableSource,
+        auto_convert_threads,
+        videos_at_once_of,
+    )
+
+#: the picture sources' names, imported on first use (PEP 562): a table's run never
+#: needs PyAV's or Pillow's wrappers, nor their modules' start-up time
+_LAZY = {
+    **dict.fromkeys(("ImageArchiveSource", "archive_files", "shard_of"), ".archives"),
+    **dict.fromkeys(("ImageFolderSource", "ImageTableSource"), ".images"),
+    **dict.fromkeys(("BATCH_WAIT_S", "LiveStreamsSource"), ".live"),
+    **dict.fromkeys(
+        (
+            "VideoDecodingFailed",
+            "VideoEndedEarly",
+            "VideoFolderSource",
+            "VideoSource",
+            "VideoTableSource",
+            "auto_convert_threads",
+            "videos_at_once_of",
+        ),
+        ".videos",
+    ),
+}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
 
 __all__ = [
     "auto_convert_threads",
@@ -127,6 +157,7 @@ __all__ = [
     "Placement",
     "RowSource",
     "SlotFiller",
+    "TableFiller",
     "SourceBatch",
     "SourceError",
     "VideoDecodingFailed",

@@ -94,6 +94,11 @@ class RowSource:
         for rows, meta in self.chunks():
             yield SourceBatch({self.spec.name: np.stack(rows)}, meta)
 
+    @property
+    def filled_rows(self) -> dict[str, tuple[int, ...] | None]:
+        """The input it fills, with the dims of a row where known before decoding."""
+        return {self.spec.name: self.row_shape}
+
     def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> SlotFiller:
         """A fresh iteration of the source that writes each batch into a slot
         (``row_shapes``: what the slots are to be sized by, where not by the model)."""

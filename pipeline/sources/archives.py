@@ -41,12 +41,11 @@ import numpy as np
 from .._engine import TensorSpec
 from ._base import SourceError, _existing
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
-from .files import IMAGE_SUFFIXES, files_below, hidden
+from .files import ARCHIVE_SUFFIXES, IMAGE_SUFFIXES, files_below, hidden
 from .fitting import Fit
 from .images import _ImageFiles
 
 #: what an archive of images is named
-ARCHIVE_SUFFIXES = (".tar",)
 
 
 def archive_files(folder: Path) -> list[Path]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+#: tar archives of images (NOTE [ image archives ] in ``archives``)
+ARCHIVE_SUFFIXES = (".tar",)
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts")
 
 

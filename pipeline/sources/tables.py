@@ -6,10 +6,10 @@ from __future__ import annotations
 import collections
 import copy
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
 from .files import PARQUET_SUFFIXES, parquet_files
+
+if TYPE_CHECKING:
+    from .table_filling import TableFiller
 
 
 class NpySource:
@@ -57,19 +60,25 @@ class NpySource:
 
 
 def _numeric(name: str, column: Any) -> np.ndarray:
+    """A numeric column as an array: a list column's rows as a 2-D one."""
     import pyarrow as pa
 
-    if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type):
+    kind = column.type
+    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        raise SourceError(f"column {name!r} has type {kind}: not numeric")
+    if column.null_count:
+        raise SourceError(f"column {name!r} has {column.null_count} null value(s) in a batch")
+    if not listed:
+        return column.to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(kind):
+        width = kind.list_size
+    else:
         lengths = set(column.value_lengths().to_pylist())
         if len(lengths) != 1:
             raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
         width = lengths.pop()
-        return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
-    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
-        raise SourceError(f"column {name!r} has type {column.type}: not numeric")
-    if column.null_count:
-        raise SourceError(f"column {name!r} has {column.null_count} null value(s) in a batch")
-    return column.to_numpy(zero_copy_only=False)
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
 
 
 class _ColumnarSource:
@@ -174,19 +183,38 @@ class _ColumnarSource:
             )
         return blocks if self._blocks_batched and not skip else rebatch(blocks, self.batch_size)
 
-    def __iter__(self) -> Iterator[SourceBatch]:
+    def _wanted(self) -> list[str]:
+        """The columns read: the mapped ones, sorted, then the id column."""
         wanted = sorted({c for cols in self.columns.values() for c in cols})
         if self.id_column is not None and self.id_column not in wanted:
             wanted.append(self.id_column)
+        return wanted
+
+    def records(self) -> Generator[tuple[Any, dict[str, np.ndarray]], None, None]:
+        """Each pyarrow record batch of the columns read, ``batch_size`` rows (the last
+        shorter), with its rows' metadata."""
         start = self.skip
-        for record in self._record_batches(wanted):
-            inputs = {}
-            for name, cols in self.columns.items():
-                parts = [_numeric(c, _column(record, c)) for c in cols]
-                stacked = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
-                inputs[name] = self._cast(name, stacked)
-            yield SourceBatch(inputs, self._meta(record, start))
+        for record in self._record_batches(self._wanted()):
+            yield record, self._meta(record, start)
             start += record.num_rows
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        for record, meta in self.records():
+            inputs = {name: self._cast(name, stacked(record, cols)) for name, cols in self.columns.items()}
+            yield SourceBatch(inputs, meta)
+
+    @property
+    def filled_rows(self) -> dict[str, tuple[int, ...] | None]:
+        """See NOTE [ tables fill slots ] in ``sources/table_filling``."""
+        from .table_filling import filled_rows
+
+        return filled_rows(self.schema, self.columns, self.specs)
+
+    def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> TableFiller:
+        """A fresh reading of the table that writes each batch's columns into a slot."""
+        from .table_filling import TableFiller
+
+        return TableFiller(self, row_shapes)
 
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
         """The rows' metadata: the id column's values, else their row numbers from ``start``."""
@@ -205,6 +233,13 @@ class _ColumnarSource:
 
 def _column(record: Any, name: str) -> Any:
     return record.column(record.schema.get_field_index(name))
+
+
+def stacked(record: Any, columns: Sequence[str]) -> np.ndarray:
+    """``columns`` of ``record`` as one array a row: one list column's values, or
+    scalar columns side by side in order."""
+    parts = [_numeric(c, _column(record, c)) for c in columns]
+    return parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
 
 
 class ParquetSource(_ColumnarSource):

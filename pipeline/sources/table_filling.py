@@ -1,0 +1,131 @@
+"""A table's columns written straight into the pipeline's slots.
+
+NOTE [ tables fill slots ]: iterated, a table source stacks each record
+batch's columns into a matrix of its own (``np.stack``: a fresh array a batch,
+its pages faulted in on first write), which the engine then runs or stages.
+Written into the slot instead, column by column, the stacked matrix is never
+made: the slot is memory the pipeline reuses, so a batch costs the Parquet
+decoding and one strided write a column (over a million rows of 20 float32
+columns, about half the stacking's time; docs/results.md).  ``jobs.run_job``
+takes this path (``Pipeline.map_filled``) wherever every source input of the
+model is fed by the table with rows of the model's dims and a dtype the
+iteration would cast too (``same_kind``); elsewhere it iterates the source, whose
+checks say what does not fit.  The rows, their order and their metadata are
+those of the iteration (the same :meth:`records`), resumed runs included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._engine import TensorSpec
+from ._base import SourceError
+from .tables import _column, _numeric
+
+if TYPE_CHECKING:
+    from .tables import _ColumnarSource
+
+
+def filled_rows(
+    schema: Any, columns: Mapping[str, Sequence[str]], specs: Mapping[str, TensorSpec]
+) -> dict[str, tuple[int, ...] | None]:
+    """The inputs a table fills, each with its dims of a row where the schema fixes
+    them (None: a list column whose length only its rows tell); empty where a column's
+    type could not be written into its input's dtype as the iteration casts it."""
+    rows: dict[str, tuple[int, ...] | None] = {}
+    for name, cols in columns.items():
+        kinds = [schema.field(c).type for c in cols]
+        element = [_element_type(kind) for kind in kinds]
+        if any(kind is None for kind in element):
+            return {}
+        if not all(np.can_cast(_numpy_dtype(kind), specs[name].dtype, casting="same_kind") for kind in element):
+            return {}
+        if len(kinds) > 1 and any(_is_list(kind) for kind in kinds):
+            return {}  # lists beside other columns: the iteration says what is wrong
+        rows[name] = _row_of(kinds[0]) if len(kinds) == 1 else (len(kinds),)
+    return rows
+
+
+def _is_list(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind))
+
+
+def _element_type(kind: Any) -> Any:
+    """The numeric type of a column's values (a list column's items), or None."""
+    import pyarrow as pa
+
+    kind = kind.value_type if _is_list(kind) else kind
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    return kind if numeric else None
+
+
+def _numpy_dtype(kind: Any) -> np.dtype:
+    return np.dtype(kind.to_pandas_dtype())
+
+
+def _row_of(kind: Any) -> tuple[int, ...] | None:
+    """The dims of a row of one column: a scalar's, a fixed-size list's, or None (a list's length varies)."""
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(kind):
+        return (kind.list_size,)
+    return None if _is_list(kind) else (1,)
+
+
+class TableFiller:
+    """Writes a table source's record batches into slots, one per ``fill(slot)``
+    (NOTE [ tables fill slots ]); ``close()`` ends the reading."""
+
+    def __init__(self, source: _ColumnarSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        self._records = source.records()
+        self._columns = dict(source.columns)
+        self._path = str(source.path)
+        #: the most rows a batch has: the rows of a slot
+        self.batch_size = source.batch_size
+        #: ``map_filled``'s row_shapes: the dims of a row where the model leaves them free
+        self.row_shapes = row_shapes
+
+    def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The next record batch's columns written into the first rows of each input's
+        slot: (rows, metadata), or None at the end."""
+        record, meta = next(self._records, (None, None))
+        if record is None or meta is None:
+            return None
+        rows = record.num_rows
+        for name, cols in self._columns.items():
+            target = slot[name]
+            if rows > len(target):
+                raise SourceError(f"{self._path!r}: a batch of {rows} rows does not fit a slot of {len(target)}")
+            _write(record, cols, target[:rows], name, self._path)
+        return rows, meta
+
+    def close(self) -> None:
+        self._records.close()
+
+
+def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, path: str) -> None:
+    """``columns`` of ``record`` into ``target``, one row a row: one list column's
+    values, or each scalar column into its own column of ``target``."""
+    if len(columns) == 1:
+        values = _numeric(columns[0], _column(record, columns[0]))
+        if values.ndim == 2:
+            if values.shape[1:] != target.shape[1:]:
+                raise SourceError(
+                    f"{path!r}: column {columns[0]!r} holds lists of {values.shape[1]} values, input {name!r} "
+                    f"takes rows of {list(target.shape[1:])}"
+                )
+            target[...] = values
+            return
+    if target.shape[1:] != (len(columns),):
+        raise SourceError(
+            f"{path!r}: input {name!r} takes rows of {list(target.shape[1:])}, but {len(columns)} columns are "
+            f"stacked for it (dim 1): {list(columns)}; choose its columns with --input-column (columns= in Python), "
+            "or name an id column with --id-column (id_column=)"
+        )
+    for index, column in enumerate(columns):
+        target[:, index] = _numeric(column, _column(record, column))

@@ -1,0 +1,171 @@
+"""NOTE [ tables fill slots ]: a table's columns written straight into the slots give
+the rows, order and metadata of the iteration, resumed runs and data sets included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import Pipeline, SourceError, models
+from pipeline.jobs import JobSummary, run_job
+from pipeline.sinks import CallbackSink
+from pipeline.sources import CsvSource, ParquetDatasetSource, ParquetSource
+
+ROWS, FEATURES = 1000, 8
+
+
+def _features(rows: int = ROWS, features: int = FEATURES, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, features)).astype(np.float32)
+
+
+def _scalar_table(x: np.ndarray, dtype: type = np.float32) -> pa.Table:
+    columns = {f"f{i}": x[:, i].astype(dtype) for i in range(x.shape[1])}
+    return pa.table({"row_id": np.arange(len(x), dtype=np.int64) + 100, **columns})
+
+
+def _list_table(x: np.ndarray, fixed: bool) -> pa.Table:
+    values = pa.array(x.ravel())
+    column = (
+        pa.FixedSizeListArray.from_arrays(values, x.shape[1])
+        if fixed
+        else pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, x.shape[1], dtype=np.int32)), values)
+    )
+    return pa.table({"features": column})
+
+
+def _job(pipe: Pipeline, source, fill: bool) -> tuple[JobSummary, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    outputs: dict[str, list] = {}
+    metas: dict[str, list] = {}
+
+    def keep(index, outs, meta):
+        for name, values in outs.items():
+            outputs.setdefault(name, []).append(values)
+        for name, values in meta.items():
+            metas.setdefault(name, []).append(values)
+
+    summary = run_job(pipe, source, CallbackSink(keep), fill_slots=fill)
+    joined = {name: np.concatenate(parts) for name, parts in outputs.items()}
+    return summary, joined, {name: np.concatenate(parts) for name, parts in metas.items()}
+
+
+def _both_ways(pipe: Pipeline, make_source) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The job filled and iterated: the same outputs and metadata; the filled ones returned."""
+    filled, outs, meta = _job(pipe, make_source(), fill=True)
+    iterated, want, want_meta = _job(pipe, make_source(), fill=False)
+    assert filled.filled and not iterated.filled
+    assert filled.items == iterated.items
+    for name in want:
+        np.testing.assert_array_equal(outs[name], want[name])
+    for name in want_meta:
+        np.testing.assert_array_equal(meta[name], want_meta[name])
+    return outs, meta
+
+
+@pytest.fixture
+def pipe():
+    with Pipeline(models.identity(features=FEATURES), device="cpu") as pipe:
+        yield pipe
+
+
+def test_scalar_columns_fill_the_slots_as_the_iteration_stacks_them(tmp_path, pipe):
+    x = _features()
+    pq.write_table(_scalar_table(x), tmp_path / "t.parquet")
+    outs, meta = _both_ways(pipe, lambda: ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs))
+    np.testing.assert_array_equal(outs["y"], x)
+    np.testing.assert_array_equal(meta["row_id"], np.arange(ROWS) + 100)
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_a_list_column_fills_the_slots(tmp_path, pipe, fixed):
+    x = _features()
+    pq.write_table(_list_table(x, fixed), tmp_path / "t.parquet")
+    outs, meta = _both_ways(pipe, lambda: ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs))
+    np.testing.assert_array_equal(outs["y"], x)
+    np.testing.assert_array_equal(meta["row_id"], np.arange(ROWS))
+
+
+def _free_dims_model():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "free",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "F"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "F"])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_a_free_feature_dim_is_sized_from_the_columns(tmp_path):
+    x = _features()
+    pq.write_table(_scalar_table(x), tmp_path / "t.parquet")
+    with Pipeline(_free_dims_model(), device="cpu") as free:
+        assert not free.fills_slots
+        source = ParquetSource(tmp_path / "t.parquet", 64, free.source_inputs)
+        assert source.filled_rows == {"x": (FEATURES,)}
+        outs, _ = _both_ways(free, lambda: ParquetSource(tmp_path / "t.parquet", 64, free.source_inputs))
+    np.testing.assert_array_equal(outs["y"], x)
+
+
+def test_integer_columns_are_cast_as_the_iteration_casts_them(tmp_path, pipe):
+    x = np.arange(ROWS * FEATURES, dtype=np.int64).reshape(ROWS, FEATURES) % 1000
+    pq.write_table(_scalar_table(x, np.int64), tmp_path / "t.parquet")
+    outs, _ = _both_ways(pipe, lambda: ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs))
+    np.testing.assert_array_equal(outs["y"], x.astype(np.float32))
+
+
+def test_a_resumed_table_fills_from_its_first_row_left(tmp_path, pipe):
+    x = _features()
+    pq.write_table(_scalar_table(x), tmp_path / "t.parquet", row_group_size=300)
+    outs, meta = _both_ways(pipe, lambda: ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs).after(333))
+    np.testing.assert_array_equal(outs["y"], x[333:])
+    np.testing.assert_array_equal(meta["row_id"], np.arange(333, ROWS) + 100)
+
+
+def test_a_data_set_and_a_csv_fill_the_slots(tmp_path, pipe):
+    x = _features()
+    (tmp_path / "ds").mkdir()
+    pq.write_table(_scalar_table(x[:400]), tmp_path / "ds" / "a.parquet")
+    pq.write_table(_scalar_table(x[400:]), tmp_path / "ds" / "b.parquet")
+    outs, meta = _both_ways(pipe, lambda: ParquetDatasetSource(tmp_path / "ds", 64, pipe.source_inputs))
+    np.testing.assert_array_equal(outs["y"], x)
+    assert list(meta["file"][[0, 399, 400]]) == ["a.parquet", "a.parquet", "b.parquet"]
+    pcsv.write_csv(_scalar_table(x), tmp_path / "t.csv")
+    outs, _ = _both_ways(pipe, lambda: CsvSource(tmp_path / "t.csv", 64, pipe.source_inputs))
+    np.testing.assert_allclose(outs["y"], x, rtol=1e-6)
+
+
+def test_the_filler_writes_into_the_slot_it_is_given(tmp_path, pipe):
+    x = _features(rows=100)
+    pq.write_table(_scalar_table(x), tmp_path / "t.parquet")
+    filler = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs).filler()
+    slot = {"x": np.full((64, FEATURES), -1, np.float32)}
+    rows, meta = filler.fill(slot)
+    assert rows == 64 and np.array_equal(slot["x"], x[:64]) and list(meta["row_id"][:2]) == [100, 101]
+    slot["x"][:] = -1
+    rows, _ = filler.fill(slot)
+    assert rows == 36 and np.array_equal(slot["x"][:36], x[64:]) and (slot["x"][36:] == -1).all()
+    assert filler.fill(slot) is None
+    filler.close()
+
+
+def test_columns_of_a_type_the_input_cannot_take_are_not_filled(tmp_path):
+    x = np.arange(ROWS * 2, dtype=np.float64).reshape(ROWS, 2)
+    pq.write_table(_scalar_table(x, np.float64), tmp_path / "t.parquet")
+    with Pipeline(models.identity(features=2, dtype=7), device="cpu") as ints:  # int64 input
+        source = ParquetSource(tmp_path / "t.parquet", 64, ints.source_inputs)
+        assert source.filled_rows == {}
+        with pytest.raises(Exception, match="the model takes int64"):
+            run_job(ints, source, CallbackSink(lambda *a: None))
+
+
+def test_more_columns_than_the_input_takes_are_named(tmp_path, pipe):
+    x = _features(features=FEATURES + 1)
+    pq.write_table(_scalar_table(x), tmp_path / "t.parquet")
+    source = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
+    with pytest.raises(Exception, match=r"takes rows of \[8\], but 9 columns are stacked.*'f8'.*--input-column") as err:
+        run_job(pipe, source, CallbackSink(lambda *a: None))
+    assert isinstance(err.value.__cause__, SourceError) or "SourceError" in str(err.value)
