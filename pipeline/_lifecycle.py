@@ -10,6 +10,13 @@ from typing import TypeVar
 from ._closing import Closable
 from ._errors import PipelineClosedError
 
+#: a second map()/run() while one is running (a broken-out-of iterator still referenced is running)
+ANOTHER_RUN = (
+    "another map()/run() is still running on this pipeline: finish it, or end it with its iterator's "
+    "close() (an iterator left by a break stays running while it is referenced: `it = pipe.map(...)`, "
+    "then `it.close()`, or iterate in a `with contextlib.closing(pipe.map(...)) as it:`), or close the pipeline"
+)
+
 Self = TypeVar("Self", bound="OneRunAtATime")
 
 

@@ -60,7 +60,7 @@ from ._engine import (
     split_rows,
 )
 from ._errors import PipelineClosedError, PipelineError, renumbered
-from ._lifecycle import OneRunAtATime
+from ._lifecycle import ANOTHER_RUN, OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
 from .devices import Device, device_specs
 from .stats import Delivered, MultiStats, Stats
@@ -227,7 +227,7 @@ class MultiPipeline(OneRunAtATime):
         with self._lock:
             self._check_open()
             if self._active is not None:
-                raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+                raise PipelineError(ANOTHER_RUN)
             run = self._active = _MultiRun(self.pipelines, iterator, self.depth, self.options.poll_s)
         self._stats = MultiStats(self._per_device, run.delivered)
         try:

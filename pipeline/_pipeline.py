@@ -65,7 +65,7 @@ from ._engine import (
     threads_slower,
 )
 from ._errors import ModelError, PipelineError, PipelineStageError
-from ._lifecycle import OneRunAtATime
+from ._lifecycle import ANOTHER_RUN, OneRunAtATime
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
@@ -577,7 +577,7 @@ class Pipeline(OneRunAtATime):
         were being re-sized?) or a second run, and make ``stats`` the run's."""
         self._check_open()
         if self._active is not None:
-            raise PipelineError("another map()/run() is still running on this pipeline; finish or close it first")
+            raise PipelineError(ANOTHER_RUN)
         self._stats = stats
 
     def _start_direct(

@@ -16,6 +16,7 @@ from pipeline import (
     ModelError,
     Pipeline,
     PipelineClosedError,
+    PipelineError,
     PipelineInputError,
     PipelineOptions,
     PipelineStageError,
@@ -247,6 +248,77 @@ def test_close_from_another_thread_unblocks_a_waiting_consumer(stage_threads):
             pass
     closer.join()
     assert time.monotonic() - started < 3.0
+    assert wait_no_threads() == []
+
+
+def test_close_releases_a_consumer_at_once_whatever_the_source_does():
+    """Issue 26, item 3: a source stuck in a read (a dead socket) and close() from another
+    thread: the consumer waiting in map() gets PipelineClosedError at once, not when the
+    source returns; close() says which thread it could not join."""
+    release = threading.Event()
+
+    def stuck():
+        yield _mlp_rows(4)
+        release.wait(30)  # blocked in a read that close() cannot interrupt
+
+    pipe = Pipeline(models.mlp(), device="cpu", depth=2, options=PipelineOptions(stage_threads=True))
+    iterator = pipe.map(stuck())
+    next(iterator)
+    got: list[BaseException] = []
+    released = threading.Event()
+
+    def consume():
+        try:
+            next(iterator)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at what it was
+            got.append(exc)
+        released.set()
+
+    def close():
+        with pytest.raises(PipelineError, match="threads still running after close: .*producer"):
+            pipe.close()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    closing = threading.Thread(target=close)
+    try:
+        time.sleep(0.1)  # the consumer waits for a result
+        started = time.monotonic()
+        closing.start()
+        assert released.wait(1.0), "the consumer was not released by close()"
+        assert time.monotonic() - started < 1.0
+        assert isinstance(got[0], PipelineClosedError), got
+        closing.join()
+    finally:
+        release.set()
+        consumer.join()
+    assert wait_no_threads() == []
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit, ValueError])
+@pytest.mark.parametrize("issuing", [True, False, "auto"], ids=["stage-threads", "caller-thread", "auto"])
+def test_a_sources_interrupt_propagates_as_it_is_after_the_batches_before_it(issuing, error):
+    """Issue 26, item 5: a KeyboardInterrupt or SystemExit raised by the source comes out of
+    map() as it is, after every earlier batch, whoever issues; an Exception is wrapped with
+    the source stage and its batch."""
+
+    def source():
+        for index in range(10):
+            if index == 5:
+                raise error("from the source")
+            yield _mlp_rows(4)
+
+    got = 0
+    with Pipeline(models.mlp(), device="cpu", depth=3, options=PipelineOptions(stage_threads=issuing)) as pipe:
+        with pytest.raises((error, PipelineStageError)) as raised:
+            for _ in pipe.map(source()):
+                got += 1
+    assert got == 5
+    if error is ValueError:
+        assert isinstance(raised.value, PipelineStageError)
+        assert (raised.value.stage, raised.value.batch_index) == ("source", 5)
+    else:
+        assert type(raised.value) is error
     assert wait_no_threads() == []
 
 

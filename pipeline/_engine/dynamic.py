@@ -6,7 +6,11 @@ buffer of its probed shape fails once the data asks for another.  Such a
 failure is retried at once with every output left for ORT to allocate; the
 outputs whose shape then differs from the plan are remembered by the session
 (``dynamic_outputs``) and from then on bound for ORT to allocate before every
-run, while the others keep the slot's buffers.  The d2h copies those outputs
+run, while the others keep the slot's buffers.  So are the outputs whose real
+shape contradicts the shape the model declares (a converter that declares a
+label's batch dim as a fixed 1 while the run returns a row each): ORT refuses
+a buffer bound for them, whatever the plan, but allocates them itself.
+Declared dims are a hint; what the run returns is the truth.  The d2h copies those outputs
 out of ORT's memory into the pinned-out slot (grown when they outgrow it),
 and the batch keeps ORT's values alive until it is delivered.  The d2h needs
 the run's shapes, which the execute thread has as soon as ``launch`` returns
@@ -53,7 +57,13 @@ class DataDependent(RunState[T]):
         if not self._retried(slot):
             raise error
         values = session.bound_values(slot.binding)
-        changed = [name for name in names if tuple(values[name].shape()) != work.out_layout[name][1]]
+        declared = {spec.name: spec for spec in session.outputs}
+        changed = [
+            name
+            for name in names
+            if tuple(values[name].shape()) != work.out_layout[name][1]
+            or not declared[name].accepts(values[name].shape())  # ORT refuses a bound buffer of this shape
+        ]
         if not changed:
             raise error
         session.note_dynamic(changed)

@@ -76,8 +76,8 @@ class Producing(RunState[T]):
             batch = next(iterator)
         except StopIteration:
             return _END
-        except Exception as exc:  # noqa: BLE001 - the source's failure is the user's to see
-            return _Failure(PipelineStageError("source", index, exc))
+        except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
+            return _source_failure(index, exc)
         if self._stop.is_set():  # closed while the source was busy: touch no buffer
             return None
         t_submit = time.perf_counter()
@@ -226,8 +226,8 @@ class Producing(RunState[T]):
         t_ask = time.perf_counter()
         try:
             rows = self._fill(index, views)
-        except Exception as exc:  # noqa: BLE001 - the fill's failure is the user's to see
-            return _Failure(PipelineStageError("source", index, exc))
+        except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
+            return _source_failure(index, exc)
         if self._stop.is_set():
             return None
         t_submit = time.perf_counter()
@@ -275,3 +275,10 @@ class Producing(RunState[T]):
             sizes = self._layout.input_nbytes(rows, shapes)
             found = self._in_nbytes[key] = (sizes, sum(sizes.values()))
         return found
+
+
+def _source_failure(index: int, error: BaseException) -> _Failure:
+    """The source failed at batch ``index``: after every earlier batch, the consumer raises
+    it wrapped with its stage and batch - or as it is, a KeyboardInterrupt or SystemExit
+    (NOTE [ one error path ]: one raised in a stage thread is the consumer's too)."""
+    return _Failure(PipelineStageError("source", index, error) if isinstance(error, Exception) else error)

@@ -123,6 +123,8 @@ _GRAPH_RUN_FAILED = (
 
 
 _END = object()
+#: put by ``close()``: a consumer waiting for a result learns the run was closed
+_CLOSED = object()
 
 
 CLOSED_MID_RUN = "the pipeline was closed while this map() was running"

@@ -22,8 +22,9 @@ two threads mid-run once they would pay (NOTE [ auto issuing ]).
 NOTE [ one error path ]: a failure anywhere travels down the same queues as
 results, so the consumer first receives every earlier batch, then raises the
 failure with its batch index and stage.  Only ``Exception`` is wrapped that
-way: a KeyboardInterrupt or SystemExit (which reach a stage only when the
-caller's thread issues it) propagates as it is.  Every blocking wait polls a stop
+way: a KeyboardInterrupt or SystemExit propagates as it is - from the
+caller's thread issuing, and from a source or fill that raises one in a stage
+thread (after the batches before it, as any failure).  Every blocking wait polls a stop
 event; ``close()`` sets it, joins both threads and synchronizes the streams
 so no in-flight copy still references a buffer."""
 
@@ -46,6 +47,7 @@ from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, RowShapes
 from .producing import Producing
 from .records import (
+    _CLOSED,
     _END,
     _JOIN_S,
     CLOSED_MID_RUN,
@@ -171,8 +173,10 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
             try:
                 self._device.activate()
                 loop()
-            except BaseException as exc:  # noqa: BLE001 - a bug in a loop still reaches the consumer
+            except Exception as exc:  # noqa: BLE001 - a bug in a loop still reaches the consumer
                 self._put(self._result_q, _Failure(PipelineStageError(stage, None, exc)))
+            except BaseException as exc:  # noqa: BLE001 - NOTE [ one error path ]: raised as it is
+                self._put(self._result_q, _Failure(exc))
 
         return run
 
@@ -195,6 +199,8 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
             for item in items:
                 if item is _END:
                     return
+                if item is _CLOSED:
+                    break
                 if isinstance(item, _Failure):
                     raise item.error
                 if isinstance(item, Outgrown):  # every earlier batch is delivered: the caller regrows
@@ -226,6 +232,7 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
                 return
             self._closed = True
             self._stop.set()
+        self._result_q.put(_CLOSED)  # a consumer waiting for a result wakes at once, whatever the source does
         # a re-sized run (NOTE [ free dims ]) and one that stopped taking batches (the caller's
         # thread goes on: NOTE [ auto issuing ]) leave the source to the next run
         if self.outgrown is None and self.stopped_at is None:

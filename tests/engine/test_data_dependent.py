@@ -245,3 +245,38 @@ def test_a_stopped_job_leaves_every_table_readable_and_in_step(tmp_path, name):
         assert pq.read_table(sink.path)["batch"].to_pylist()[-1] == summary.batches - 1
         hits = pq.read_table(sink.side_paths["hits"])
         assert hits.num_rows == sum(len(w["hits"]) for w in want)
+
+
+def _misdeclared_label_model():
+    """A label whose batch dim the model declares as a fixed 1 (as onnxmltools does for a
+    LightGBM classifier) while the run returns one a row."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ArgMax", ["x"], ["label"], axis=1, keepdims=0),
+            helper.make_node("Softmax", ["x"], ["prob"], axis=1),
+        ],
+        "misdeclared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 4]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_an_output_declared_with_a_wrong_fixed_dim_gives_what_the_run_returns(fast_device, stage_threads):
+    """Issue 26, item 1: ORT refuses a buffer bound for ``label`` (it checks the declared
+    [1]); the retry it allocates succeeds, and the output is kept as the run returns it."""
+    model = _misdeclared_label_model()
+    x = np.random.default_rng(0).standard_normal((300, 4)).astype(np.float32)
+    options = PipelineOptions(stage_threads=stage_threads, direct=False)
+    with Pipeline(model, device=fast_device, depth=2, options=options) as pipe:
+        for attempt in ("finds it", "knows it"):
+            out = pipe.run({"x": x}, batch_size=64)
+            assert pipe.session.dynamic_outputs == {"label"}, attempt
+            np.testing.assert_array_equal(out["label"], x.argmax(axis=1))
+            assert out["prob"].shape == (300, 4)
+    assert wait_no_threads() == []
