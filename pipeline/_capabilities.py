@@ -42,6 +42,14 @@ class KeepsColumns(Protocol):
 
 
 @runtime_checkable
+class Restarts(Protocol):
+    """A resumed sink that started some of an earlier run's files again (a header the
+    kill cut short held no rows), saying which and why."""
+
+    restarted: list[str]
+
+
+@runtime_checkable
 class Completable(Protocol):
     """A sink that marks its output whole once the job wrote every row (a data set's ``_SUCCESS``)."""
 
@@ -140,6 +148,11 @@ def last_kept_row(sink: object) -> Mapping[str, Any] | None:
     """The last row a resumed sink kept, column by column (None where it keeps none, or
     no columns): what ``jobs.resumed`` and the sources that say where to go on read."""
     return sink.last_kept_row() if isinstance(sink, KeepsLastRow) and kept_rows(sink) else None
+
+
+def restarted(sink: object) -> list[str]:
+    """What a resumed sink started again, and why ([] where nothing)."""
+    return sink.restarted if isinstance(sink, Restarts) else []
 
 
 def skipped(source: object) -> list[Any]:

@@ -61,10 +61,19 @@ class PipelineStageError(PipelineError):
     The original exception is chained as ``__cause__``.
     """
 
-    def __init__(self, stage: str, batch_index: int | None, cause: BaseException, *, device: str | None = None) -> None:
+    def __init__(
+        self,
+        stage: str,
+        batch_index: int | None,
+        cause: BaseException,
+        *,
+        device: str | None = None,
+        hint: str | None = None,
+    ) -> None:
         at = f"batch {batch_index}" if batch_index is not None else "before the first batch"
         on = f" on {device}" if device is not None else ""
-        super().__init__(f"{stage} stage failed at {at}{on}: {type(cause).__name__}: {cause}")
+        then = f" ({hint})" if hint else ""
+        super().__init__(f"{stage} stage failed at {at}{on}: {type(cause).__name__}: {cause}{then}")
         self.stage = stage
         self.batch_index = batch_index
         #: the device it failed on, where several share a run (MultiPipeline)

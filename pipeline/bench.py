@@ -482,7 +482,14 @@ def bottleneck_line(results: Sequence[ModeResult]) -> str | None:
     assert isinstance(best.stats, Stats)
     stage = best.stats.bottleneck
     advice = BOTTLENECK_ADVICE.get(stage or "")
-    return None if advice is None else f"  its bottleneck, {stage}: {advice}"
+    if advice is None:
+        return None
+    if max(results, key=lambda r: r.items_per_s) is best:
+        return f"  its bottleneck, {stage}: {advice}"
+    # a synchronous row (naive, iobinding) was fastest: it overlaps nothing, so the stages
+    # said are those of the fastest engine row, named
+    where = best.mode if best.depth is None else f"{best.mode} at depth {best.depth}"
+    return f"  the fastest engine row ({where}): its bottleneck, {stage}: {advice}"
 
 
 def scaling_line(results: Sequence[ModeResult]) -> str | None:

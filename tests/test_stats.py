@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline import HostDevice, Pipeline, models
+from pipeline.bench import BOTTLENECK_ADVICE
 from pipeline.stats import BatchTiming, Stats
 
 
@@ -260,3 +261,19 @@ def test_figures_of_a_run_over_two_devices():
     assert "4 batches, 40 items in 0.500 s on 2 devices" in str(stats)
     empty = MultiStats(lambda: [("a", Stats())]).to_dict()
     assert empty["batches"] == 0 and math.isnan(empty["items_per_s"]) and empty["stage_ms"]["h2d"] is None
+
+
+def test_the_bottleneck_line_names_the_engine_row_when_a_synchronous_one_was_fastest():
+    """Issue 26, item 8: the synchronous loop hides no copy; when iobinding is fastest the
+    stages said are the fastest engine row's, and the line says which row."""
+    from pipeline.bench import ModeResult, bottleneck_line
+
+    stats = Stats(_timing(i, submitted=1.0 + 0.005 * i, done=1.010 + 0.005 * i) for i in range(5))
+    pipelined = ModeResult("pipelined", 3, 5, 50, 0.030, stats, 10)
+    iobinding = ModeResult("iobinding", None, 5, 50, 0.020, None, 10)
+    assert bottleneck_line([pipelined]) == f"  its bottleneck, compute: {BOTTLENECK_ADVICE['compute']}"
+    line = bottleneck_line([iobinding, pipelined])
+    assert (
+        line
+        == f"  the fastest engine row (pipelined at depth 3): its bottleneck, compute: {BOTTLENECK_ADVICE['compute']}"
+    )

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from .._errors import PipelineClosedError, PipelineStageError
-from .records import CLOSED_MID_RUN, T, _Work
+from .._errors import PipelineClosedError
+from .records import CLOSED_MID_RUN, T, _Work, compute_failed
 from .rings import PinnedOutSlot
 from .state import RunState
 
@@ -25,7 +25,7 @@ class Delivering(RunState[T]):
                 raise PipelineClosedError(CLOSED_MID_RUN)
         self._d2h_wait_s = time.perf_counter() - t_wait
         if work.error is not None:
-            raise PipelineStageError("compute", trace.index, work.error) from work.error
+            raise compute_failed(trace.index, work.error, trace.rows, self._layout.batch_size) from work.error
         pinned_out = work.pinned_out
         assert pinned_out is not None
         if work.allocated is None:  # steady state: views made once per shape, padding cut off

@@ -41,7 +41,7 @@ from ..devices import DeviceArray, typed_view
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown
-from .records import CLOSED_MID_RUN, BatchTiming, CopiedOutputs, MakeTake, interrupt_source
+from .records import CLOSED_MID_RUN, BatchTiming, CopiedOutputs, MakeTake, compute_failed, interrupt_source
 from .session import OrtSession
 
 T = TypeVar("T")
@@ -80,6 +80,8 @@ class DirectRun(Generic[T]):
         self._session = session
         self._checker = checker
         self._layout = layout
+        #: the most rows a batch run so far had (a failure of a shorter one says what to try)
+        self._most_rows = 0
         self._source = source
         self._copier = HostCopier(copy_threads)
         # results that outlive the run already: ORT's arrays are new every run
@@ -169,7 +171,8 @@ class DirectRun(Generic[T]):
         try:
             values = self._run(self._names, {**feeds, **constants} if constants else feeds, self._options)
         except Exception as exc:
-            raise PipelineStageError("compute", index, exc) from exc
+            raise compute_failed(index, exc, rows, self._most_rows) from exc
+        self._most_rows = max(self._most_rows, rows)
         t_ran = time.perf_counter()
         outputs = dict(zip(self._names, values, strict=True))
         self._note_dynamic(feeds, outputs)
@@ -227,7 +230,7 @@ class DirectRun(Generic[T]):
             try:
                 values = run(names, feeds, options)
             except Exception as exc:
-                raise PipelineStageError("compute", index, exc) from exc
+                raise compute_failed(index, exc, min(batch_size, total - start), batch_size) from exc
             t_ran = time.perf_counter()
             rows = min(batch_size, total - start)
             for name, value, parts in zip(names, values, kept, strict=True):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import ModelError, PipelineError, PipelineStageError
+from .._errors import ModelError, PipelineError
 from ..devices import DeviceBuffer, NormalizeOp
 from .layout import RowShapes
-from .records import _GRAPH_RUN_FAILED, T, _Failure, _Work
+from .records import _GRAPH_RUN_FAILED, T, _Failure, _Work, compute_failed
 from .rings import DeviceSlot, PinnedOutSlot
 from .session import Shape, nbytes_of
 from .state import RunState
@@ -39,7 +39,7 @@ class Executing(RunState[T]):
                 self._issue_run(work)
             return work if self._issue_drain(work) else None
         except Exception as exc:  # noqa: BLE001
-            return _Failure(PipelineStageError("compute", work.trace.index, exc))
+            return _Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
 
     def _run_one(self, work: _Work) -> object | None:
         """The run of one staged batch enqueued (its device slot handed back),
@@ -47,7 +47,7 @@ class Executing(RunState[T]):
         try:
             self._issue_run(work)
         except Exception as exc:  # noqa: BLE001
-            return _Failure(PipelineStageError("compute", work.trace.index, exc))
+            return _Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
         return work
 
     def _issue_run(self, work: _Work) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import numpy as np
 
-from .._errors import PipelineInputError
+from .._errors import PipelineInputError, PipelineStageError
 from ..devices import Device, DeviceArray, Event, Stream
 from .hostcopy import HostCopier
 from .layout import Layout, RowShapes
@@ -125,6 +125,21 @@ _GRAPH_RUN_FAILED = (
 _END = object()
 #: put by ``close()``: a consumer waiting for a result learns the run was closed
 _CLOSED = object()
+
+
+def compute_failed(index: int, error: BaseException, rows: int, full_rows: int | None) -> PipelineStageError:
+    """The run of batch ``index`` failed.  Where it is a shorter batch after full ones
+    (which ran: failures come in order), the likely cause is a model that takes only
+    full batches - a state batched along another axis, as silero-vad's ``[2, B, 128]`` -
+    and padding the last batch is what to try."""
+    hint = None
+    if index > 0 and full_rows is not None and 0 < rows < full_rows:
+        hint = (
+            f"only this batch of {rows} rows failed, after batches of {full_rows}: a model that takes only full "
+            "batches runs with PipelineOptions(static_shapes=True) (ortpipe run --static-shapes), which pads "
+            "the last batch"
+        )
+    return PipelineStageError("compute", index, error, hint=hint)
 
 
 CLOSED_MID_RUN = "the pipeline was closed while this map() was running"

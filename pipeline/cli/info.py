@@ -65,13 +65,24 @@ def _nvdec_line() -> str:
     return "yes (NVDEC)" if unusable is None else f"no: {unusable}"
 
 
+def _providers_line(built_in: list[str]) -> str:
+    """ORT's providers: those built into the wheel, and which of them can run here (a GPU wheel
+    lists CUDA and TensorRT on a machine with no GPU)."""
+    line = f"providers built in {built_in}"
+    on_gpu = [name for name in built_in if name != "CPUExecutionProvider"]
+    reason = cuda_unavailable_reason(0) if on_gpu else None
+    if reason is None:
+        return line
+    return f"{line}; usable here: ['CPUExecutionProvider'] ({', '.join(on_gpu)} need a GPU: {reason})"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
     from .. import __version__
 
     print(f"ortpipe {__version__}")
-    print(f"onnxruntime {ort.__version__}: providers {ort.get_available_providers()}")
+    print(f"onnxruntime {ort.__version__}: {_providers_line(ort.get_available_providers())}")
     try:
         import cupy
 

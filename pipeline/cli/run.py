@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._capabilities import WritesPerBatch, cut_short, kept_rows, skipped
+from .._capabilities import WritesPerBatch, cut_short, kept_rows, restarted, skipped
 from ..jobs import Progress, output_lock
 from ..sinks import LabelledSink, SinkError, read_labels, writable
 from ._args import (
@@ -202,6 +202,8 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         source = _open_source(args, pipe, batch_size)
         sink = _open_sink(args, pipe, rows, labelled)
         kept = kept_rows(sink)
+        for line in restarted(sink):
+            print(f"resume: {line}", file=sys.stderr)
         try:
             bounds = _bounds(args, source)
             batches, total, exact = _rows_to_run(source, sink, bounds)

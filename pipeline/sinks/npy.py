@@ -40,7 +40,7 @@ class _NpyStream:
     def rows_on_disk(self) -> int:
         """Whole rows in the file left by an earlier run (0 when there is none), found
         from its size: the header of a run that was killed, not stopped, says 0."""
-        if not self.path.exists():
+        if not self.path.exists() or self._header_cut_short():
             return 0
         with self.path.open("rb") as file:
             try:
@@ -57,6 +57,24 @@ class _NpyStream:
         if not row_bytes:
             return int(shape[0])
         return (self.path.stat().st_size - self._HEADER_BYTES) // row_bytes
+
+    def _header_cut_short(self) -> bool:
+        """A file killed while its header was written (shorter than the header, its bytes
+        the start of one): it holds no rows, and the run starts it again."""
+        size = self.path.stat().st_size
+        if size >= self._HEADER_BYTES:
+            return False
+        with self.path.open("rb") as file:
+            start = file.read(size)
+        magic = b"\x93NUMPY\x01\x00"
+        if not start.startswith(magic[: len(start)]):
+            return False  # not ours: read as a .npy file, the error says so
+        #: why an earlier run's file is started again (``ortpipe run`` says it)
+        self.restarted = f"{str(self.path)!r} was cut short in its header: it held no rows, and is written anew"
+        return True
+
+    #: set where the earlier run's file is started again (its header never completed)
+    restarted: str | None = None
 
     def keep(self, rows: int) -> None:
         """Go on after the first ``rows`` rows of the earlier run's file (any after them cut off)."""
@@ -126,6 +144,8 @@ class NpySink:
         kept = min(stream.rows_on_disk() for stream in self._streams.values())
         for stream in self._streams.values():
             stream.keep(kept)
+        #: earlier files started again, and why (the CLI says so)
+        self.restarted = [stream.restarted for stream in self._streams.values() if stream.restarted]
         return kept
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:

@@ -279,6 +279,11 @@ def test_info(capsys):
     if sys.platform.startswith("linux"):  # what a pipeline's buffers are checked against
         assert re.search(r"\nhost memory: [0-9,.]+ [GM]iB available\n", out)
     assert re.search(r"host threads, auto on \d+ usable CPU\(s\): host copies \d+, video frames converted \d+", out)
+    from pipeline.devices import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason(0)
+    if reason is not None and "CUDAExecutionProvider" in out:  # issue 26, item 11: built in is not usable
+        assert "usable here: ['CPUExecutionProvider'] (" in out and reason in out
 
 
 def test_a_reader_that_goes_away_ends_any_command_quietly():

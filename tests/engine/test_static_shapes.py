@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import HostDevice, MultiPipeline, Pipeline, PipelineInputError, PipelineOptions, models
+from pipeline import (
+    HostDevice,
+    MultiPipeline,
+    Pipeline,
+    PipelineInputError,
+    PipelineOptions,
+    PipelineStageError,
+    models,
+)
 
 from ..conftest import assert_outputs_equal, reference
 from ..helpers import token_model
@@ -102,3 +110,34 @@ def test_cuda_graphs_run_one_pipeline_a_process():
 def test_options_must_be_bools():
     with pytest.raises(ValueError, match="static_shapes must be True or False"):
         PipelineOptions(static_shapes="yes")  # type: ignore[arg-type]
+
+
+def _full_batches_only_model(rows: int = 64):
+    """y = x + x, the second x through a reshape to [rows, 4]: only batches of ``rows`` run
+    (as a state batched along another axis fails ORT's shape checks on a short batch)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    fixed = numpy_helper.from_array(np.array([rows, 4], np.int64), "fixed")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "fixed"], ["same"]), helper.make_node("Add", ["x", "same"], ["y"])],
+        "full_batches_only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [fixed],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("issuing", [True, False, "auto"], ids=["stage-threads", "caller-thread", "auto"])
+def test_a_failure_on_the_short_last_batch_only_suggests_static_shapes(issuing):
+    """Issue 26, item 19: a run that fails on the partial last batch says to pad it."""
+    x = np.arange(164 * 4, dtype=np.float32).reshape(164, 4)
+    with Pipeline(_full_batches_only_model(), device="cpu", options=PipelineOptions(stage_threads=issuing)) as pipe:
+        with pytest.raises(PipelineStageError, match=r"only this batch of 36 rows failed.*static_shapes=True") as err:
+            pipe.run({"x": x}, batch_size=64)
+        assert err.value.batch_index == 2
+        with pytest.raises(PipelineStageError, match=r"only this batch of 36 rows failed.*--static-shapes"):
+            list(pipe.map([x[:64], x[64:128], x[128:]]))
+    options = PipelineOptions(stage_threads=issuing, static_shapes=True)
+    with Pipeline(_full_batches_only_model(), device="cpu", options=options) as pipe:
+        np.testing.assert_array_equal(pipe.run({"x": x}, batch_size=64)["y"], 2 * x)

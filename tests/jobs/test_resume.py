@@ -322,6 +322,23 @@ def test_npy_sink_resuming_nothing_starts_a_new_file_and_a_foreign_file_is_refus
         NpySink(tmp_path / "fortran.npy", ["scores"], resume=True)
 
 
+@pytest.mark.parametrize("cut_at", [0, 1, 8, 9, 10, 64, 127])
+def test_a_npy_file_killed_in_its_header_is_resumed_from_zero(tmp_path, cut_at):
+    """Issue 26, item 7: a kill while the header is written leaves its first bytes alone:
+    no rows, so the resumed run starts it again and says so."""
+    batches = list(_batches())
+    scores_only = [(index, rows, {"scores": outputs["scores"]}, meta) for index, rows, outputs, meta in batches]
+    _write_all(NpySink(tmp_path / "full.npy", ["scores"]), scores_only)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "full.npy").read_bytes()[:cut_at])
+    sink = NpySink(tmp_path / "cut.npy", ["scores"], resume=True)
+    assert sink.kept_rows == 0
+    assert sink.restarted == [
+        f"{str(tmp_path / 'cut.npy')!r} was cut short in its header: it held no rows, and is written anew"
+    ]
+    _write_all(sink, scores_only)
+    assert (tmp_path / "cut.npy").read_bytes() == (tmp_path / "full.npy").read_bytes()
+
+
 def test_npy_sink_refuses_other_rows_than_the_earlier_runs(tmp_path):
     batches = list(_batches())
     scores_only = [(index, rows, {"scores": outputs["scores"]}, meta) for index, rows, outputs, meta in batches]
