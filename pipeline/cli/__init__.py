@@ -14,7 +14,7 @@ from .._errors import PipelineError
 from ._bench_options import add_bench
 from ._run_options import add_run
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "console", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, standalone: bool = False) -> int:
+    """Run one command; ``standalone`` (the ``ortpipe`` command, ``python -m pipeline.cli``):
+    the process ends when it returns, so signal handlers may stay until then."""
     args = build_parser().parse_args(argv)
+    args.standalone = standalone
     try:
         return _command(args.command)(args)
     except PipelineError as exc:
@@ -59,3 +62,8 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     """The command's function, from its own module: a run does not import the measuring."""
     module = importlib.import_module(f"{__name__}.{name}")
     return getattr(module, f"cmd_{name}")  # type: ignore[no-any-return]
+
+
+def console() -> None:
+    """The ``ortpipe`` command."""
+    sys.exit(main(standalone=True))

@@ -1,7 +1,5 @@
 """``python -m pipeline.cli``."""
 
-import sys
+from . import console
 
-from . import main
-
-sys.exit(main())
+console()

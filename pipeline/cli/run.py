@@ -211,7 +211,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             sink.close()
             raise
         progress = _started(args, pipe, source, kind, kept, total, exact, batch_size)
-        with _signals_stop(source) as stop:
+        with _signals_stop(source, until_exit=getattr(args, "standalone", False)) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
             except KeyboardInterrupt:
@@ -228,6 +228,9 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     if summary.interrupted:
         kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
         print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
+        return 128 + (stop.signum or signal.SIGINT)
+    if stop.is_set():  # a signal after the job had read its last batch: every row is written
+        print("ortpipe: stopped by a signal after every row was written", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGINT)
     return 0
 
@@ -592,12 +595,15 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 @contextlib.contextmanager
-def _signals_stop(source: Any = None) -> Iterator[_Stop]:
+def _signals_stop(source: Any = None, until_exit: bool = False) -> Iterator[_Stop]:
     """The first Ctrl-C, SIGTERM or SIGHUP ends the job gracefully (in-flight batches written,
     file closed, so that it can be resumed) and tells a ``source`` that can be
     blocked on a pipe to stop reading it (NOTE [ video streams ]); a second one
     aborts (the batches in flight dropped, the file still closed: cmd_run
-    reports it as a first one)."""
+    reports it as a first one).  ``until_exit`` (the ``ortpipe`` command itself):
+    after the job the handlers stay, only noting a signal, so that one arriving
+    while the run reports or the process exits gives 128 + its number, not the
+    default action's death by the signal."""
     stop = _Stop()
     stop_reading = getattr(source, "stop_reading", None)
 
@@ -620,4 +626,15 @@ def _signals_stop(source: Any = None) -> Iterator[_Stop]:
         yield stop
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, _noted(stop) if until_exit else handler)
+
+
+def _noted(stop: _Stop) -> Callable[[int, Any], None]:
+    """A handler for after the job: the signal noted (the exit status says it), nothing stopped."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.signum is None:
+            stop.signum = signum
+        stop.set()
+
+    return on_signal

@@ -16,6 +16,7 @@ import numpy as np
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
+from ._columns import check_widths
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class _ColumnarSource:
             raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
         self.columns = self._map(dict(columns or {}), inputs, names)
         self.specs = {spec.name: spec for spec in inputs}
+        check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self.batch_size = batch_size
         #: rows of the table left out before the first batch (:meth:`after`)
         self.skip = 0

@@ -823,3 +823,24 @@ def test_run_images_a_table_lists_sharded_resumed_and_skipping_unreadable_ones(t
     assert "a column of image paths is read from a table, a .parquet or .csv file" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "y.parquet"), "--input-column", "x=key"]) == 1
     assert "with a column of paths ('image') the input is the files it lists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_after_the_job_does_not_kill_the_command_by_its_default_action(tmp_path, signum):
+    """Issue 26, item 6: the ortpipe command keeps its handlers until it exits, so a signal
+    that comes once every row is written leaves the exit status its own (0 here), not -15/-2."""
+    import subprocess
+
+    data = tmp_path / "x.npy"
+    np.save(data, np.ones((64, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(data), "--output", str(tmp_path / "y.npy"), "--device", "cpu"]
+    script = (
+        "import os, signal, sys\nfrom pipeline.cli import main\n"
+        f"code = main({[*argv, '--no-progress']!r}, standalone=True)\n"
+        f"os.kill(os.getpid(), signal.{signum})  # late: after the job, before the process exits\n"
+        "print('exits with', code)\nsys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "exits with 0" in done.stdout
+    assert np.load(tmp_path / "y.npy").shape[0] == 64

@@ -1,0 +1,58 @@
+"""Whether a table's columns fit the model's inputs, said before any batch is read:
+the columns stacked for an input, against the values a row the model takes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._engine import TensorSpec
+from ._base import SourceError
+
+#: column names that usually hold a row's id or key, not a feature
+_ID_LIKE = re.compile(r"(^|_)(id|key|index|idx|uuid)$", re.IGNORECASE)
+
+
+def check_widths(
+    where: str,
+    columns: Mapping[str, Sequence[str]],
+    specs: Mapping[str, TensorSpec],
+    schema: Any,
+    chosen: bool,
+) -> None:
+    """A SourceError where the scalar columns stacked for an input are more or fewer than
+    the values a row of it takes (a model that fixes them: ``[N, 8]``), naming the columns
+    and what to do; ``chosen``: the columns were named (``--input-column``), not found."""
+    for name, cols in columns.items():
+        spec = specs[name]
+        if spec.rank != 2 or not isinstance(spec.shape[1], int) or _any_list(schema, cols):
+            continue
+        width = spec.shape[1]
+        if len(cols) == width:
+            continue
+        message = (
+            f"{where!r}: input {name!r} takes rows of {width} values ({spec.describe_shape()}), but "
+            f"{len(cols)} columns are stacked for it (dim 1): {list(cols)}"
+        )
+        ids = [c for c in cols if _ID_LIKE.search(c) and _is_integer(schema.field(c).type)]
+        if not chosen and len(cols) - width == 1 and len(ids) == 1:
+            message += f"; {ids[0]!r} looks like an id: --id-column {ids[0]} (id_column=) keeps it out of the input"
+        else:
+            message += "; choose them with --input-column (columns= in Python), or name an id column with --id-column"
+        raise SourceError(message)
+
+
+def _any_list(schema: Any, columns: Sequence[str]) -> bool:
+    import pyarrow as pa
+
+    return any(
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        for kind in (schema.field(c).type for c in columns)
+    )
+
+
+def _is_integer(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(kind))
