@@ -56,3 +56,25 @@ def _is_integer(kind: Any) -> bool:
     import pyarrow as pa
 
     return bool(pa.types.is_integer(kind))
+
+
+def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
+    """A SourceError where a Parquet file's footer counts nulls in a column an input
+    reads (before any batch, not at the batch they are in), naming the rows of the row
+    group; a file written without statistics is checked batch by batch instead."""
+    first = 0
+    for group_index in range(metadata.num_row_groups):
+        group = metadata.row_group(group_index)
+        for column_index in range(group.num_columns):
+            chunk = group.column(column_index)
+            stats = chunk.statistics
+            if chunk.path_in_schema not in columns or stats is None or not stats.has_null_count:
+                continue
+            if stats.null_count:
+                raise SourceError(
+                    f"{where!r}: column {chunk.path_in_schema!r} has {stats.null_count} null value(s) in rows "
+                    f"{first:,} to {first + group.num_rows - 1:,} (row group {group_index}, as the file's footer "
+                    "counts them): a model input takes numbers only; fill or drop them first "
+                    "(pyarrow.compute.fill_null, or a filter)"
+                )
+        first += group.num_rows

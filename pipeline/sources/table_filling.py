@@ -93,7 +93,7 @@ class TableFiller:
     def fill(self, slot: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next record batch's columns written into the first rows of each input's
         slot: (rows, metadata), or None at the end."""
-        record, meta = next(self._records, (None, None))
+        record, meta, start = next(self._records, (None, None, 0))
         if record is None or meta is None:
             return None
         rows = record.num_rows
@@ -101,18 +101,20 @@ class TableFiller:
             target = slot[name]
             if rows > len(target):
                 raise SourceError(f"{self._path!r}: a batch of {rows} rows does not fit a slot of {len(target)}")
-            _write(record, cols, target[:rows], name, self._path)
+            _write(record, cols, target[:rows], name, (self._path, start))
         return rows, meta
 
     def close(self) -> None:
         self._records.close()
 
 
-def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, path: str) -> None:
+def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, place: tuple[str, int]) -> None:
     """``columns`` of ``record`` into ``target``, one row a row: one list column's
-    values, or each scalar column into its own column of ``target``."""
+    values, or each scalar column into its own column of ``target`` (``place``: the
+    file and the table's row the record starts at, for messages)."""
+    path = place[0]
     if len(columns) == 1:
-        values = _numeric(columns[0], _column(record, columns[0]))
+        values = _numeric(columns[0], _column(record, columns[0]), place)
         if values.ndim == 2:
             if values.shape[1:] != target.shape[1:]:
                 raise SourceError(
@@ -128,4 +130,4 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
             "or name an id column with --id-column (id_column=)"
         )
     for index, column in enumerate(columns):
-        target[:, index] = _numeric(column, _column(record, column))
+        target[:, index] = _numeric(column, _column(record, column), place)

@@ -16,7 +16,7 @@ import numpy as np
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
-from ._columns import check_widths
+from ._columns import check_footer_nulls, check_widths
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -60,8 +60,9 @@ class NpySource:
         return later
 
 
-def _numeric(name: str, column: Any) -> np.ndarray:
-    """A numeric column as an array: a list column's rows as a 2-D one."""
+def _numeric(name: str, column: Any, place: tuple[str, int] | None = None) -> np.ndarray:
+    """A numeric column as an array: a list column's rows as a 2-D one.  ``place``: the
+    file and the row its first value is, for a message that names the first null."""
     import pyarrow as pa
 
     kind = column.type
@@ -69,7 +70,7 @@ def _numeric(name: str, column: Any) -> np.ndarray:
     if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise SourceError(f"column {name!r} has type {kind}: not numeric")
     if column.null_count:
-        raise SourceError(f"column {name!r} has {column.null_count} null value(s) in a batch")
+        raise _nulls(name, column, place)
     if not listed:
         return column.to_numpy(zero_copy_only=False)
     if pa.types.is_fixed_size_list(kind):
@@ -80,6 +81,18 @@ def _numeric(name: str, column: Any) -> np.ndarray:
             raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
         width = lengths.pop()
     return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
+
+
+def _nulls(name: str, column: Any, place: tuple[str, int] | None) -> SourceError:
+    count = f"column {name!r} has {column.null_count} null value(s)"
+    if place is None:
+        return SourceError(f"{count} in a batch")
+    where, start = place
+    first = start + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+    return SourceError(
+        f"{where!r}: {count} in the rows from {start:,}, the first at row {first:,}: a model input takes numbers "
+        "only; fill or drop them first (pyarrow.compute.fill_null, or a filter)"
+    )
 
 
 class _ColumnarSource:
@@ -113,11 +126,15 @@ class _ColumnarSource:
         self.columns = self._map(dict(columns or {}), inputs, names)
         self.specs = {spec.name: spec for spec in inputs}
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
+        self._check_footers({c for cols in self.columns.values() for c in cols})
         self.batch_size = batch_size
         #: rows of the table left out before the first batch (:meth:`after`)
         self.skip = 0
         #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
         self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
+
+    def _check_footers(self, columns: set[str]) -> None:
+        """Refuse, before any batch, what a format's footer already tells is wrong (Parquet's nulls)."""
 
     def after(self, rows: int) -> _ColumnarSource:
         """This table without its first ``rows`` rows, each later row keeping its id
@@ -192,17 +209,20 @@ class _ColumnarSource:
             wanted.append(self.id_column)
         return wanted
 
-    def records(self) -> Generator[tuple[Any, dict[str, np.ndarray]], None, None]:
+    def records(self) -> Generator[tuple[Any, dict[str, np.ndarray], int], None, None]:
         """Each pyarrow record batch of the columns read, ``batch_size`` rows (the last
-        shorter), with its rows' metadata."""
+        shorter), with its rows' metadata and the row of the table it starts at."""
         start = self.skip
         for record in self._record_batches(self._wanted()):
-            yield record, self._meta(record, start)
+            yield record, self._meta(record, start), start
             start += record.num_rows
 
     def __iter__(self) -> Iterator[SourceBatch]:
-        for record, meta in self.records():
-            inputs = {name: self._cast(name, stacked(record, cols)) for name, cols in self.columns.items()}
+        where = str(self.path)
+        for record, meta, start in self.records():
+            inputs = {
+                name: self._cast(name, stacked(record, cols, (where, start))) for name, cols in self.columns.items()
+            }
             yield SourceBatch(inputs, meta)
 
     @property
@@ -237,10 +257,10 @@ def _column(record: Any, name: str) -> Any:
     return record.column(record.schema.get_field_index(name))
 
 
-def stacked(record: Any, columns: Sequence[str]) -> np.ndarray:
+def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None) -> np.ndarray:
     """``columns`` of ``record`` as one array a row: one list column's values, or
-    scalar columns side by side in order."""
-    parts = [_numeric(c, _column(record, c)) for c in columns]
+    scalar columns side by side in order (``place``: see :func:`_numeric`)."""
+    parts = [_numeric(c, _column(record, c), place) for c in columns]
     return parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
 
 
@@ -262,10 +282,25 @@ class ParquetSource(_ColumnarSource):
     def __len__(self) -> int:
         return max(0, int(self.file.metadata.num_rows) - self.skip)
 
+    def _check_footers(self, columns: set[str]) -> None:
+        check_footer_nulls(str(self.path), self.file.metadata, columns)
+
     _blocks_batched = True  # from the first row; from a later one the first is cut, so they are re-cut
 
     def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
-        return _parquet_batches(self.path, self.file, self.batch_size, wanted, skip)
+        return _file_named(self.path, _parquet_batches(self.path, self.file, self.batch_size, wanted, skip))
+
+
+def _file_named(path: Path, batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, a failure to read them naming the file (bytes overwritten, a file cut short)."""
+    import pyarrow as pa
+
+    try:
+        yield from batches
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(
+            f"{str(path)!r} cannot be read: {exc} (is the file damaged: cut short, or overwritten?)"
+        ) from exc
 
 
 def _parquet_batches(path: Path, file: Any, batch_size: int, columns: list[str], skip: int = 0) -> Iterator[Any]:
@@ -303,6 +338,8 @@ class _Part:
     name: str
     rows: int
     schema: Any
+    #: its footer (row groups, statistics)
+    metadata: Any
 
 
 class ParquetDatasetSource(_ColumnarSource):
@@ -351,7 +388,7 @@ class ParquetDatasetSource(_ColumnarSource):
                 schema = metadata.schema.to_arrow_schema()
             except Exception as exc:
                 raise SourceError(f"{str(file)!r} is not a readable Parquet file: {exc}") from exc
-            self.parts.append(_Part(file, file.relative_to(self.path).as_posix(), metadata.num_rows, schema))
+            self.parts.append(_Part(file, file.relative_to(self.path).as_posix(), metadata.num_rows, schema, metadata))
         return self.parts[0].schema
 
     def _check_parts(self) -> None:
@@ -378,6 +415,10 @@ class ParquetDatasetSource(_ColumnarSource):
 
     def __len__(self) -> int:
         return max(0, sum(part.rows for part in self.parts) - self.skip)
+
+    def _check_footers(self, columns: set[str]) -> None:
+        for part in self.parts:
+            check_footer_nulls(str(part.path), part.metadata, columns)
 
     def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
         """Each file's record batches from row ``skip`` of the data set on, its number and

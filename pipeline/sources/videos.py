@@ -216,7 +216,8 @@ class VideoSource(RowSource):
                 if fps is not None:
                     every = self._stride_for(fps, stream.average_rate or stream.guessed_rate)
         except av.error.FFmpegError as exc:
-            raise SourceError(f"{str(self.path)!r} cannot be decoded as video{self._hint()}: {exc}") from exc
+            why = f"{exc}{self._invalid_hint(exc)}"
+            raise SourceError(f"{str(self.path)!r} cannot be decoded as video{self._hint()}: {why}") from exc
         #: the stride of the frames taken (frame 0, every, 2 * every, ...)
         self.every = every
         self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
@@ -323,6 +324,20 @@ class VideoSource(RowSource):
             f"{str(self.path)!r} cannot be decoded on {self.hwaccel}: FFmpeg has no hardware decoder there for its "
             f"codec ({codec}); leave hwaccel out to decode it on the CPU"
         )
+
+    def _invalid_hint(self, error: Exception) -> str:
+        """What FFmpeg's "Invalid data found" usually means for a file: one cut short."""
+        import av
+
+        if not isinstance(error, av.error.InvalidDataError) or self.is_pipe or self.is_stream:
+            return ""
+        if Path(self.path).suffix.lower() in (".mp4", ".mov", ".m4v"):
+            return (
+                " (an MP4 or MOV file cut short - a copy or a recording that did not finish - has lost its index, "
+                "the 'moov' atom FFmpeg needs to open it: copy the whole file again; a recording that may be cut "
+                "short is best written as MPEG-TS or Matroska, or as a fragmented MP4: -movflags frag_keyframe)"
+            )
+        return " (the file may be cut short, or not be a video: is it whole, and does ffprobe read it?)"
 
     def _hint(self) -> str:
         """What raw frames need, where they were asked for without it."""

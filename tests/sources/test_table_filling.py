@@ -200,3 +200,42 @@ def test_named_columns_of_the_wrong_count_are_refused_naming_them(tmp_path, pipe
     pq.write_table(_scalar_table(_features()), tmp_path / "t.parquet")
     with pytest.raises(SourceError, match=r"2 columns are stacked for it \(dim 1\): \['f0', 'f1'\]; choose them"):
         ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs, columns={"x": ["f0", "f1"]})
+
+
+def test_nulls_a_footer_counts_are_refused_before_any_batch_naming_the_rows(tmp_path, pipe):
+    """Issue 26, item 14: Parquet's footer counts nulls: refused when the source is made."""
+    x = _features()
+    table = _scalar_table(x).set_column(4, "f3", pa.array([*x[:500, 3], None, *x[501:, 3]], pa.float32()))
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=200)
+    with pytest.raises(SourceError, match=r"t\.parquet'.*'f3' has 1 null value\(s\) in rows 400 to 599 \(row group 2"):
+        ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
+    (tmp_path / "ds").mkdir()
+    pq.write_table(_scalar_table(x), tmp_path / "ds" / "a.parquet")
+    pq.write_table(table, tmp_path / "ds" / "b.parquet", row_group_size=200)
+    with pytest.raises(SourceError, match=r"b\.parquet'.*'f3' has 1 null value\(s\) in rows 400 to 599"):
+        ParquetDatasetSource(tmp_path / "ds", 64, pipe.source_inputs)
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_nulls_found_in_a_batch_name_the_file_and_the_first_row(tmp_path, pipe, fill):
+    x = _features()
+    table = _scalar_table(x).set_column(4, "f3", pa.array([*x[:500, 3], None, *x[501:, 3]], pa.float32()))
+    pq.write_table(table, tmp_path / "t.parquet", write_statistics=False)  # no counts in the footer
+    source = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
+    with pytest.raises(
+        Exception, match=r"t\.parquet'.*'f3' has 1 null value\(s\) in the rows from 448, the first at row 500"
+    ):
+        run_job(pipe, source, CallbackSink(lambda *a: None), fill_slots=fill)
+
+
+def test_a_damaged_parquet_file_is_named(tmp_path, pipe):
+    x = _features(rows=20_000)
+    path = tmp_path / "t.parquet"
+    pq.write_table(_scalar_table(x), path, row_group_size=1000)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle - 20_000 : middle + 20_000] = b"\xff" * 40_000  # page headers overwritten
+    path.write_bytes(bytes(data))
+    source = ParquetSource(path, 1000, pipe.source_inputs)
+    with pytest.raises(Exception, match=r"t\.parquet' cannot be read: .*is the file damaged"):
+        run_job(pipe, source, CallbackSink(lambda *a: None))

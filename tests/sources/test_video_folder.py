@@ -406,3 +406,18 @@ def test_videos_decoded_at_once_give_what_one_at_a_time_gives_in_the_same_order(
     assert ortpipe_threads() == []  # the failure ended the threads decoding the videos after it
     with pytest.raises(ValueError, match="videos_at_once must be an int >= 1 or None, got 0"):
         VideoFolderSource(folder, 8, _spec(), videos_at_once=0)
+
+
+def test_a_truncated_mp4_says_what_it_usually_means(tmp_path):
+    """Issue 26, item 14: FFmpeg's "Invalid data found" for an MP4 cut short says why and what to do."""
+    from pipeline import TensorSpec
+    from pipeline.sources import SourceError, VideoSource
+
+    from ..helpers import encode_video
+
+    whole = encode_video(tmp_path / "whole.mp4", "libx264", {"g": "8"}, 16, 64)
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # the index ('moov') comes last: gone
+    spec = TensorSpec("x", np.dtype(np.uint8), (None, 64, 64, 3))
+    with pytest.raises(SourceError, match=r"cut\.mp4.*Invalid data.*cut short.*'moov' atom.*copy the whole file"):
+        VideoSource(cut, 4, [spec])
