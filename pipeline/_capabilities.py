@@ -116,6 +116,13 @@ class ReportsSkipped(Protocol):
 
 
 @runtime_checkable
+class ReportsCasts(Protocol):
+    """A table whose columns are cast to the model's dtype (NOTE [ input dtypes ]), saying which."""
+
+    casts: Mapping[str, str]
+
+
+@runtime_checkable
 class ReportsCutShort(Protocol):
     """A source whose videos may give fewer frames than their headers count, and says which."""
 
@@ -158,6 +165,11 @@ def restarted(sink: object) -> list[str]:
 def skipped(source: object) -> list[Any]:
     """What a source left out as unreadable so far ([] where it leaves nothing out)."""
     return source.skipped if isinstance(source, ReportsSkipped) else []
+
+
+def casts(source: object) -> Mapping[str, str]:
+    """The inputs a source casts to the model's dtype: name -> "float64 -> float32"."""
+    return source.casts if isinstance(source, ReportsCasts) else {}
 
 
 def cut_short(source: object) -> list[Any]:

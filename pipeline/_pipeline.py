@@ -127,11 +127,14 @@ class PipelineOptions:
     #: where they lie instead of staging each batch (where the device gains from it:
     #: CUDA, the host device with a link model); None: always staged
     registering: HostRegistering | None = field(default_factory=HostRegistering)
+    #: NOTE [ input dtypes ] in ``_engine/layout``: cast an input of another dtype within
+    #: its kind (float64 -> float32; ``Pipeline.input_casts`` says which were); False: refuse it
+    cast_inputs: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
             raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
-        for name in ("static_shapes", "cuda_graph", "direct"):
+        for name in ("static_shapes", "cuda_graph", "direct", "cast_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.cuda_graph and self.stage_threads is True:
@@ -227,7 +230,9 @@ class Pipeline(OneRunAtATime):
         self._transforms = tuple(
             (spec.name, self.preprocess[spec.name], spec.dtype) for spec in batched if spec.name in self.preprocess
         )
-        self.checker = InputChecker(self.source_inputs, self.device.device_array, self.device.name)
+        self.checker = InputChecker(
+            self.source_inputs, self.device.device_array, self.device.name, cast=self.options.cast_inputs
+        )
 
     # -- lifecycle (the rest in OneRunAtATime) -------------------------------
     def _release(self) -> None:
@@ -247,6 +252,11 @@ class Pipeline(OneRunAtATime):
     @property
     def input_names(self) -> list[str]:
         return self.session.input_names
+
+    @property
+    def input_casts(self) -> dict[str, str]:
+        """The inputs cast so far with ``cast_inputs``: name -> "float64 -> float32"."""
+        return dict(self.checker.casts)
 
     @property
     def output_names(self) -> list[str]:

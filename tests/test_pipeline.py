@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import HostDevice, Pipeline, PipelineClosedError, PipelineError, PipelineOptions, models
+from pipeline import (
+    HostDevice,
+    Pipeline,
+    PipelineClosedError,
+    PipelineError,
+    PipelineInputError,
+    PipelineOptions,
+    models,
+)
 
 from .conftest import assert_outputs_equal, ortpipe_threads, reference
 from .helpers import renamed_dims_model
@@ -274,3 +282,19 @@ def test_warm_up_runs_every_slot_and_keeps_the_slots(device):
     with Pipeline(models.mlp(), device="cpu") as pipe:
         with pytest.raises(ValueError, match="runs_per_slot must be an int >= 1"):
             pipe.warm_up(batch, runs_per_slot=0)
+
+
+def test_one_dtype_rule_refuse_or_cast_within_the_kind():
+    """Issue 26, item 12 (NOTE [ input dtypes ]): another dtype is refused saying how to cast
+    it; with cast_inputs=True it is cast within its kind and said; across kinds never."""
+    x = np.random.default_rng(0).standard_normal((10, 64))  # float64; mlp takes float32
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        with pytest.raises(PipelineInputError, match=r"wrong dtype: cast it .*cast_inputs=True.*got float64"):
+            pipe.run(x)
+        assert pipe.input_casts == {}
+    with Pipeline(models.mlp(), device="cpu", options=PipelineOptions(cast_inputs=True)) as pipe:
+        np.testing.assert_array_equal(pipe.run(x)["scores"], pipe.run(x.astype(np.float32))["scores"])
+        assert pipe.input_casts == {"x": "float64 -> float32"}
+    with Pipeline(models.identity(features=4, dtype=7), device="cpu", options=PipelineOptions(cast_inputs=True)) as p:
+        with pytest.raises(PipelineInputError, match=r"wrong dtype \(expected int64, got float64\)"):
+            p.run(np.ones((2, 4)))  # float to int: not within its kind

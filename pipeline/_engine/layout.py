@@ -68,17 +68,31 @@ _ACCEPTED_SHAPES = 16
 
 
 class InputChecker:
-    """Turns what a user passes into ``{input name: ndarray}`` that fits the model."""
+    """Turns what a user passes into ``{input name: ndarray}`` that fits the model.
+
+    NOTE [ input dtypes ]: an array of another dtype than the model's input is
+    refused by default: a float64 array silently cast to float32 loses
+    precision, and costs a copy a batch, unseen.  With ``cast_inputs`` (a
+    ``PipelineOptions`` field; ``ortpipe run`` turns it on and says so) an
+    array is cast where numpy's ``same_kind`` allows - float64 to float32, int64
+    to int32, not float to int - and the casts made are kept (``casts``:
+    ``Pipeline.input_casts``).  A table source applies the same rule to its
+    columns (``sources.tables``), and says its casts before the run."""
 
     def __init__(
         self,
         inputs: tuple[TensorSpec, ...],
         device_array: Callable[[object], DeviceArray | None] | None = None,
         device_name: str = "the host",
+        cast: bool = False,
     ) -> None:
         """``device_array``: the pipeline device's recognizer of arrays in its
-        memory (NOTE [ device arrays ]); None: host arrays only."""
+        memory (NOTE [ device arrays ]); None: host arrays only.  ``cast``:
+        see NOTE [ input dtypes ]."""
         self.inputs = inputs
+        self._cast = cast
+        #: the casts made so far, input name -> "float64 -> float32" (NOTE [ input dtypes ])
+        self.casts: dict[str, str] = {}
         self._device_array = device_array
         self._device_name = device_name
         self._names = [spec.name for spec in inputs]
@@ -139,6 +153,25 @@ class InputChecker:
                     accepted.clear()
                 accepted.add((value.dtype, value.shape[1:]))
 
+    def _cast_or_refuse(
+        self, index: int | None, spec: TensorSpec, value: np.ndarray | DeviceArray
+    ) -> np.ndarray | DeviceArray:
+        """See NOTE [ input dtypes ]: a host array cast within its kind where casting is
+        on, else refused saying how to cast it."""
+        castable = np.can_cast(value.dtype, spec.dtype, casting="same_kind")
+        if self._cast and castable and isinstance(value, np.ndarray):
+            self.casts.setdefault(spec.name, f"{value.dtype.name} -> {spec.dtype.name}")
+            return value.astype(spec.dtype)
+        how = (
+            f": cast it (.astype(numpy.{spec.dtype.name})), or let the pipeline cast such inputs: "
+            "PipelineOptions(cast_inputs=True)"
+            if castable and not self._cast
+            else ""
+        )
+        raise PipelineInputError(
+            f"wrong dtype{how}", batch_index=index, input_name=spec.name, expected=spec.dtype.name, got=value.dtype.name
+        )
+
     def _named(self, index: int | None, batch: object) -> Mapping[str, object]:
         if isinstance(batch, Mapping):
             names = set(batch)
@@ -192,9 +225,7 @@ class InputChecker:
             else:
                 value = np.asarray(value)
         if not _same_dtype(value.dtype, spec.dtype):
-            raise PipelineInputError(
-                "wrong dtype", batch_index=index, input_name=spec.name, expected=spec.dtype.name, got=value.dtype.name
-            )
+            value = self._cast_or_refuse(index, spec, value)
         if value.ndim != spec.rank:
             raise PipelineInputError(
                 "wrong rank",

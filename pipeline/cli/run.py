@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._capabilities import WritesPerBatch, cut_short, kept_rows, restarted, skipped
+from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, restarted, skipped
 from ..jobs import Progress, output_lock
 from ..sinks import LabelledSink, SinkError, read_labels, writable
 from ._args import (
@@ -86,6 +86,7 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
         stage_threads=_issuing(args),
         copy_threads=args.copy_threads,
         static_shapes=args.static_shapes,
+        cast_inputs=True,  # NOTE [ input dtypes ]: said in the summary
         cuda_graph=args.cuda_graph,
         **ort_options(args),
     )
@@ -203,7 +204,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
         sink = _open_sink(args, pipe, rows, labelled)
         kept = kept_rows(sink)
         for line in restarted(sink):
-            print(f"resume: {line}", file=sys.stderr)
+            print(f"resume: {line}")
         try:
             bounds = _bounds(args, source)
             batches, total, exact = _rows_to_run(source, sink, bounds)
@@ -224,7 +225,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                     _write_reports(args, pipe.stats)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
                     print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
-    _report_the_end(args, summary, sink, source, kept, bounds)
+    _report_the_end(args, pipe, summary, sink, source, kept, bounds)
     if summary.interrupted:
         kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
         print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
@@ -346,6 +347,8 @@ def _started(
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
+    for name, cast in casts(source).items():  # NOTE [ input dtypes ]: a cast is said, once
+        print(f"cast: the columns of input {name!r}, {cast} (the model's dtype)")
     return progress
 
 
@@ -359,13 +362,24 @@ def _report_what_was_left_out(args: argparse.Namespace, source: Any) -> None:
 
 
 def _report_the_end(
-    args: argparse.Namespace, summary: Any, sink: Any, source: Any, kept: int, bounds: tuple[int, int | None]
+    args: argparse.Namespace,
+    pipe: Any,
+    summary: Any,
+    sink: Any,
+    source: Any,
+    kept: int,
+    bounds: tuple[int, int | None],
 ) -> None:
     """The summary, and what there was nothing to do for."""
     print(summary)
     stages = summary.stages_line()
     if stages is not None:
         print(stages)
+    from .._pipeline import Pipeline
+
+    if isinstance(pipe, Pipeline):  # arrays of another dtype, cast by the pipeline (NOTE [ input dtypes ])
+        for name, cast in pipe.input_casts.items():
+            print(f"cast: input {name!r} {cast} (the model's dtype)")
     if not summary.batches:
         if kept:
             print(f"nothing left to run: {str(args.output)!r} already holds the {kept} rows asked for")

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .._engine import TensorSpec
 from ._base import SourceError
 
@@ -78,3 +80,35 @@ def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
                     "(pyarrow.compute.fill_null, or a filter)"
                 )
         first += group.num_rows
+
+
+def column_casts(schema: Any, columns: Mapping[str, Sequence[str]], specs: Mapping[str, TensorSpec]) -> dict[str, str]:
+    """The inputs whose columns are cast to the model's dtype (NOTE [ input dtypes ]),
+    each as "float64 -> float32"; what cannot be cast is refused at the first batch."""
+    casts = {}
+    for name, cols in columns.items():
+        kinds = [element_type(schema.field(c).type) for c in cols]
+        got = sorted({numpy_dtype(kind).name for kind in kinds if kind is not None})
+        want = specs[name].dtype
+        if got and got != [want.name] and all(np.can_cast(np.dtype(g), want, casting="same_kind") for g in got):
+            casts[name] = f"{'/'.join(got)} -> {want.name}"
+    return casts
+
+
+def is_list(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind))
+
+
+def element_type(kind: Any) -> Any:
+    """The numeric type of a column's values (a list column's items), or None."""
+    import pyarrow as pa
+
+    kind = kind.value_type if is_list(kind) else kind
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    return kind if numeric else None
+
+
+def numpy_dtype(kind: Any) -> np.dtype:
+    return np.dtype(kind.to_pandas_dtype())

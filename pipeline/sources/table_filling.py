@@ -23,6 +23,7 @@ import numpy as np
 
 from .._engine import TensorSpec
 from ._base import SourceError
+from ._columns import element_type, is_list, numpy_dtype
 from .tables import _column, _numeric
 
 if TYPE_CHECKING:
@@ -38,34 +39,15 @@ def filled_rows(
     rows: dict[str, tuple[int, ...] | None] = {}
     for name, cols in columns.items():
         kinds = [schema.field(c).type for c in cols]
-        element = [_element_type(kind) for kind in kinds]
+        element = [element_type(kind) for kind in kinds]
         if any(kind is None for kind in element):
             return {}
-        if not all(np.can_cast(_numpy_dtype(kind), specs[name].dtype, casting="same_kind") for kind in element):
+        if not all(np.can_cast(numpy_dtype(kind), specs[name].dtype, casting="same_kind") for kind in element):
             return {}
-        if len(kinds) > 1 and any(_is_list(kind) for kind in kinds):
+        if len(kinds) > 1 and any(is_list(kind) for kind in kinds):
             return {}  # lists beside other columns: the iteration says what is wrong
         rows[name] = _row_of(kinds[0]) if len(kinds) == 1 else (len(kinds),)
     return rows
-
-
-def _is_list(kind: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind))
-
-
-def _element_type(kind: Any) -> Any:
-    """The numeric type of a column's values (a list column's items), or None."""
-    import pyarrow as pa
-
-    kind = kind.value_type if _is_list(kind) else kind
-    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-    return kind if numeric else None
-
-
-def _numpy_dtype(kind: Any) -> np.dtype:
-    return np.dtype(kind.to_pandas_dtype())
 
 
 def _row_of(kind: Any) -> tuple[int, ...] | None:
@@ -74,7 +56,7 @@ def _row_of(kind: Any) -> tuple[int, ...] | None:
 
     if pa.types.is_fixed_size_list(kind):
         return (kind.list_size,)
-    return None if _is_list(kind) else (1,)
+    return None if is_list(kind) else (1,)
 
 
 class TableFiller:

@@ -16,7 +16,7 @@ import numpy as np
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
-from ._columns import check_footer_nulls, check_widths
+from ._columns import check_footer_nulls, check_widths, column_casts
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -127,6 +127,8 @@ class _ColumnarSource:
         self.specs = {spec.name: spec for spec in inputs}
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
+        #: the inputs whose columns are cast to the model's dtype, "float64 -> float32" (NOTE [ input dtypes ])
+        self.casts = column_casts(self.schema, self.columns, self.specs)
         self.batch_size = batch_size
         #: rows of the table left out before the first batch (:meth:`after`)
         self.skip = 0

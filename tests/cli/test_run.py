@@ -844,3 +844,18 @@ def test_a_signal_after_the_job_does_not_kill_the_command_by_its_default_action(
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "exits with 0" in done.stdout
     assert np.load(tmp_path / "y.npy").shape[0] == 64
+
+
+def test_ortpipe_run_casts_within_the_kind_and_says_so(tmp_path, capsys):
+    """Issue 26, item 12: the same rule as PipelineOptions(cast_inputs=True), said once."""
+    x = np.random.default_rng(0).standard_normal((100, 64))
+    pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(64)}), tmp_path / "x.parquet")
+    np.save(tmp_path / "x.npy", x)
+    for name in ("x.parquet", "x.npy"):
+        out = tmp_path / f"y-{name}.npy"
+        argv = ["run", "mlp", "--input", str(tmp_path / name), "--output", str(out), "--device", "cpu", "--no-progress"]
+        assert main(argv) == 0
+        said = capsys.readouterr().out
+        assert said.count("float64 -> float32 (the model's dtype)") == 1, said
+        with Pipeline(models.mlp(), device="cpu") as pipe:
+            np.testing.assert_allclose(np.load(out), pipe.run(x.astype(np.float32))["scores"], rtol=1e-6)
