@@ -338,10 +338,7 @@ def _started(
     if kept:
         print(f"resuming: {str(args.output)!r} holds {kept} rows of an earlier run; they are kept, not run again")
     progress = Progress(
-        "run",
-        total=(total + batch_size - 1) // batch_size if total else None,
-        enabled=False if args.no_progress else None,
-        approximate=not exact,
+        "run", total=total or None, enabled=False if args.no_progress else None, approximate=not exact, unit="rows"
     )
     what = _what_is_read(args, source, kind)
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)

@@ -409,16 +409,43 @@ def test_progress_says_the_time_left_and_writes_lines_to_a_log(monkeypatch):
     bar = io.StringIO()
     progress = Progress("run", total=10, enabled=True, stream=bar, fps=1e9)
     now[0] += 30.0
-    progress.tick(64)  # a tenth in 30 s: 270 s to go
-    assert bar.getvalue().endswith("1/10 2 items/s 0:00:30 elapsed, 0:04:30 left")
+    progress.tick(64)  # the first batch: start-up, no pace yet
+    assert bar.getvalue().endswith("1/10 batches 2 items/s 0:00:30 elapsed")
+    now[0] += 10.0
+    progress.tick(64)  # a batch in 10 s from then on: 8 to go, 80 s
+    assert bar.getvalue().endswith("2/10 batches 3 items/s 0:00:40 elapsed, 0:01:20 left")
     log = io.StringIO()
     monkeypatch.setattr(_progress.sys.stdout, "isatty", lambda: False)  # a batch scheduler's log, not a terminal
-    progress = Progress("run", total=400, stream=log, approximate=True)
+    progress = Progress("run", total=4000, stream=log, approximate=True, unit="rows")
     for _ in range(3):
         now[0] += 25.0  # a line a minute: after the third batch only
         progress.tick(10)
     progress.close()
-    assert log.getvalue() == "run: 3/~400 batches (1%), 0 items/s, 0:01:15 elapsed, ~2:45:25 left\n"
+    assert log.getvalue() == "run: 30/~4,000 rows (1%), 0 items/s, 0:01:15 elapsed, ~2:45:25 left\n"
+
+
+def test_progress_in_rows_estimates_from_a_smoothed_pace_not_the_start_up(monkeypatch):
+    """Issue 26, item 10: rows counted; a slow first batch (a session warming up) does not
+    make the first estimate minutes long, and a change of pace moves it smoothly."""
+    import io
+
+    from pipeline.jobs import progress as _progress
+    from pipeline.jobs.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(_progress.time, "perf_counter", lambda: now[0])
+    bar = io.StringIO()
+    progress = Progress("run", total=100_000, enabled=True, stream=bar, fps=1e9, unit="rows")
+    now[0] += 3.0  # start-up: 3 s before the first 1,000 rows
+    progress.tick(1000)
+    assert "left" not in bar.getvalue() and "1,000/100,000 rows" in bar.getvalue()
+    for _ in range(9):
+        now[0] += 0.01  # then 100,000 rows a second
+        progress.tick(1000)
+    assert bar.getvalue().endswith("10,000/100,000 rows 3,236 items/s 0:00:03 elapsed, 0:00:00 left")
+    now[0] += 1.0  # one slow batch: the estimate grows, smoothed
+    progress.tick(1000)
+    assert bar.getvalue().endswith("0:00:04 elapsed, 0:00:01 left")
 
 
 def test_bench_on_your_own_data(tmp_path, capsys):
