@@ -18,9 +18,11 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -66,6 +68,7 @@ from ._engine import (
 )
 from ._errors import ModelError, PipelineError, PipelineStageError
 from ._lifecycle import ANOTHER_RUN, OneRunAtATime
+from ._submit import SUBMIT_QUEUE, Submitter
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
@@ -208,6 +211,8 @@ class Pipeline(OneRunAtATime):
             raise
         self._rings: Rings | None = None
         self._stats = Stats()
+        self._submitter: Submitter | None = None  # NOTE [ submitted batches ]
+        self._submit_lock = threading.Lock()
         self._start_lifecycle()
 
     def _setup(
@@ -237,6 +242,8 @@ class Pipeline(OneRunAtATime):
     # -- lifecycle (the rest in OneRunAtATime) -------------------------------
     def _release(self) -> None:
         """Streams joined, slots dropped, and a device made for this pipeline closed."""
+        if self._submitter is not None:  # its map was stopped with the active run: its thread ends
+            self._submitter.join()
         self._finalizer()
         self._rings = None
         if self._owns_device:
@@ -271,14 +278,57 @@ class Pipeline(OneRunAtATime):
 
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """Outputs ``{name: ndarray}`` for each batch, in submission order."""
-        self._check_open()
+        self._check_free()
         return self._iterate(iter(batches), copy_outputs)
+
+    def submit(self, batch: Batch, timeout: float | None = None) -> Future[dict[str, np.ndarray]]:
+        """Hand in one batch from any thread; its future gives its outputs (as
+        :meth:`map` does) or its failure, in submission order (NOTE [ submitted
+        batches ] in ``_submit``).  Blocks while the pipeline is full; with
+        ``timeout`` s, raises TimeoutError instead.  The batch is the pipeline's
+        until the future is done.  :meth:`drain` waits for all; :meth:`close`
+        fails what is left with PipelineClosedError."""
+        self._check_open()
+        for _ in range(2):  # a map that ended as this call came: once more, on a new one
+            with self._submit_lock:
+                if self._submitter is None or self._submitter.ended:
+                    self._submitter = Submitter(self._submitted_map, SUBMIT_QUEUE)
+                submitter = self._submitter
+            try:
+                return submitter.submit(batch, timeout)
+            except PipelineError:
+                if not submitter.ended:
+                    raise
+        raise PipelineError("submit: the map of submitted batches ended as this batch came, twice")
+
+    def _submitted_map(self, feed: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
+        """The map of submitted batches: stage threads where the engine runs them, so that
+        each result comes back without waiting for the next batch (the caller's thread,
+        issuing ahead, would wait for one); the direct path gives each before the next."""
+        if self.options.cuda_graph:
+            raise PipelineError("submit() runs the stage threads, and cuda_graph needs the caller's thread: use map()")
+        issuing: bool | Literal["auto"] = self.options.issuing if self._goes_direct() else True
+        return self._iterate(iter(feed), copy_outputs, issuing=issuing)
+
+    def _check_free(self) -> None:
+        """Open, and not running submitted batches (NOTE [ submitted batches ])."""
+        self._check_open()
+        submitter = self._submitter
+        if submitter is not None and not submitter.ended:
+            raise PipelineError(f"{ANOTHER_RUN}; batches handed in with submit() are running: drain() them first")
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until every batch submitted has its result (or failure); the map of
+        submitted batches ends, and the pipeline is free for :meth:`map`."""
+        submitter = self._submitter
+        if submitter is not None:
+            submitter.drain(timeout)
 
     def map_with(self, batches: Iterable[Batch], take: Take[Any]) -> Iterator[Any]:
         """Like :meth:`map`, but ``take(index, rows, views)`` turns each batch's
         pinned output views into the value yielded; the views are only valid
         during the call (their slot is reused after it returns)."""
-        self._check_open()
+        self._check_free()
         return self._iterate(iter(batches), lambda copier: take)
 
     @property
@@ -304,7 +354,7 @@ class Pipeline(OneRunAtATime):
         model: a dim it leaves free beyond the batch dim is given by
         ``row_shapes`` (``{input: dims of one row}``); a dynamic batch dim needs
         ``batch_size``."""
-        self._check_open()
+        self._check_free()
         layout = layout_of_model(
             self.source_inputs,
             self.session.fixed_batch(),
@@ -333,7 +383,7 @@ class Pipeline(OneRunAtATime):
 
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
-        self._check_open()
+        self._check_free()
         feeds = self.checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
         size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
@@ -419,6 +469,7 @@ class Pipeline(OneRunAtATime):
         make_take: MakeTake[Any],
         batch_size: int | None = None,
         windows: HostWindows | None = None,
+        issuing: bool | Literal["auto"] | None = None,
     ) -> Generator[Any, None, None]:
         try:
             first = next(iterator)
@@ -437,7 +488,7 @@ class Pipeline(OneRunAtATime):
         )
         stats = self._new_stats()  # one for the whole map(), whichever slots its batches go through
         source: Iterator[object] = itertools.chain([first], iterator)
-        issuing = self.options.issuing
+        issuing = self.options.issuing if issuing is None else issuing
         direct = issuing is not True and self._goes_direct()
         # one advisor for the whole map(): its rest grows each time the threads hand back
         advisor = HandOverAdvisor() if issuing == "auto" else None

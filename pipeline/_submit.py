@@ -1,0 +1,124 @@
+"""``Pipeline.submit``: batches handed in one at a time, from any thread, each
+answered by a ``concurrent.futures.Future``.
+
+NOTE [ submitted batches ]: ``submit(batch)`` puts the batch into a
+:class:`~pipeline.Feed` that one ``map()`` of the pipeline reads, run by a
+thread of its own (``ortpipe-submit``), started by the first submit after the
+pipeline was idle.  That thread resolves the futures in submission order,
+each with the batch's outputs (copies, as ``map()`` gives them), so batches
+submitted back to back overlap as a ``map()``'s do.  A full feed blocks the
+submitter (back-pressure; ``timeout=`` raises TimeoutError instead).  A failure
+is set on the future of the batch it happened at (its index: its place among
+the batches since the map started); every later one fails with an error that
+names that batch, and a batch submitted once the failure happened starts
+a new map (one bad batch does not fail a server's later, unrelated ones).
+The engine's stage threads run the map (its caller's thread, issuing ahead,
+would hold a result until the next batch came); the CPU backend's direct
+path gives each result before taking the next batch anyway.  ``drain()`` waits
+for every batch submitted and ends the map (the pipeline is then free for
+``map()``/``run()``); ``close()`` stops it, failing what was not run with
+:class:`PipelineClosedError`.  The batch is the pipeline's until its future
+is done: the CPU backend may run it where it lies (NOTE [ borrowed inputs ]).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from ._engine import THREAD_PREFIX
+from ._errors import PipelineClosedError, PipelineError, PipelineStageError
+from ._feed import Feed, FeedClosed
+
+#: batches submitted and waiting for the map to take them, at most
+SUBMIT_QUEUE = 8
+
+
+class Submitter:
+    """One map over submitted batches (NOTE [ submitted batches ])."""
+
+    def __init__(self, start_map: Callable[[Feed], Iterator[dict[str, np.ndarray]]], maxsize: int) -> None:
+        self._feed = Feed(maxsize)
+        self._futures: collections.deque[Future[dict[str, np.ndarray]]] = collections.deque()
+        self._lock = threading.Lock()  # a future queued and its batch put, in one order for every thread
+        self._ended: BaseException | None = None
+        self._closing = False  # the pipeline is being closed: what was not run says so
+        self._results = start_map(self._feed)
+        self._thread = threading.Thread(target=self._resolve, name=THREAD_PREFIX + "submit", daemon=True)
+        self._thread.start()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended is not None or not self._thread.is_alive()
+
+    def submit(self, batch: Any, timeout: float | None) -> Future[dict[str, np.ndarray]]:
+        future: Future[dict[str, np.ndarray]] = Future()
+        with self._lock:
+            if self._ended is not None:
+                raise PipelineError(f"this map of submitted batches has ended: {self._ended}")
+            self._futures.append(future)
+            try:
+                self._feed.put(batch, timeout)
+            except (TimeoutError, FeedClosed) as exc:
+                if self._futures and self._futures[-1] is future:
+                    self._futures.pop()
+                if isinstance(exc, TimeoutError):
+                    raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s") from None
+                raise PipelineError(f"submit: the map of submitted batches ended: {self._ended}") from exc
+        return future
+
+    def drain(self, timeout: float | None) -> None:
+        """Every batch submitted run and its future done; the map ended."""
+        self._feed.close()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"drain: batches still running after {timeout} s")
+
+    def join(self, timeout: float = 5.0) -> None:
+        """After the pipeline stopped the map (close): the thread's end."""
+        self._closing = True
+        self._feed.interrupt()
+        self._thread.join(timeout)
+
+    def _resolve(self) -> None:
+        index = 0
+        try:
+            for outputs in self._results:
+                future = self._futures.popleft()
+                future.set_result(outputs)
+                index += 1
+        except BaseException as exc:  # noqa: BLE001 - each future says what happened to its batch
+            self._fail_from(index, exc)
+        else:  # drained (a batch submitted as the map ended is refused, not lost), or closed before it began
+            ended = (
+                PipelineClosedError("the pipeline was closed before this batch ran")
+                if self._closing
+                else PipelineError("the map of submitted batches was drained before this batch")
+            )
+            self._fail_from(index, ended)
+
+    def _fail_from(self, index: int, error: BaseException) -> None:
+        """The batch at ``index`` gets ``error``; the later ones an error naming it."""
+        self._ended = error
+        self._feed.interrupt()  # a submitter blocked on a full feed gets FeedClosed
+        first = True
+        while True:
+            with self._lock:
+                if not self._futures:
+                    return
+                future = self._futures.popleft()
+            future.set_exception(error if first else _after(index, error))
+            first = False
+
+
+def _after(index: int, error: BaseException) -> PipelineError:
+    """The error of a batch submitted after the one that failed, which it names."""
+    if isinstance(error, PipelineClosedError):
+        return PipelineClosedError(f"not run: {error}")
+    failed = error.batch_index if isinstance(error, PipelineStageError) else index
+    return PipelineError(f"not run: batch {failed}, submitted before this one, failed: {error}")

@@ -1,0 +1,158 @@
+"""NOTE [ submitted batches ]: ``Pipeline.submit`` from any thread, futures resolved in
+submission order, bounded, failures on their batch's future, ``drain`` and ``close``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from pipeline import (
+    HostDevice,
+    Pipeline,
+    PipelineClosedError,
+    PipelineError,
+    PipelineInputError,
+    PipelineOptions,
+    models,
+)
+
+from .conftest import make_device, wait_no_threads
+
+FEATURES = 8
+
+
+def _batch(tag: int, rows: int = 4) -> np.ndarray:
+    """A batch whose every value says which it is (the identity model gives it back)."""
+    return np.full((rows, FEATURES), tag, np.float32) + np.arange(rows, dtype=np.float32)[:, None] / 100
+
+
+def test_futures_give_each_batchs_outputs_in_submission_order(device):
+    batches = [_batch(i) for i in range(40)]
+    with Pipeline(models.identity(features=FEATURES), device=device, depth=3) as pipe:
+        futures = [pipe.submit(batch) for batch in batches]
+        done_order: list[int] = []
+        for index, future in enumerate(futures):
+            future.add_done_callback(lambda _, index=index: done_order.append(index))
+        for batch, future in zip(batches, futures, strict=True):
+            np.testing.assert_array_equal(future.result(timeout=10)["y"], batch)
+        pipe.drain()
+        assert done_order == sorted(done_order)
+        assert [len(out["y"]) for out in pipe.map(batches[:2])] == [4, 4]  # free for map() once drained
+    assert wait_no_threads() == []
+
+
+def test_several_threads_submit_at_once():
+    with Pipeline(models.identity(features=FEATURES), device="cpu", depth=2) as pipe:
+        results: dict[int, Future] = {}
+        lock = threading.Lock()
+
+        def submitter(first: int) -> None:
+            for tag in range(first, first + 50):
+                future = pipe.submit(_batch(tag))
+                with lock:
+                    results[tag] = future
+
+        threads = [threading.Thread(target=submitter, args=(start,)) for start in (0, 100, 200, 300)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for tag, future in results.items():
+            np.testing.assert_array_equal(future.result(timeout=10)["y"], _batch(tag))
+        pipe.drain()
+    assert len(results) == 200 and wait_no_threads() == []
+
+
+def _slow_pipeline(**options) -> Pipeline:
+    """4 MiB batches over an emulated 0.05 GB/s link: ~80 ms each way, so submits outrun it."""
+    options.setdefault("poll_s", 0.01)
+    device = HostDevice(link_gbps=0.05)
+    return Pipeline(models.identity(features=1 << 18), device=device, depth=2, options=PipelineOptions(**options))
+
+
+def test_a_full_pipeline_blocks_the_submitter_or_times_out():
+    batch = np.ones((4, 1 << 18), np.float32)
+    with _slow_pipeline() as pipe:
+        futures = []
+        with pytest.raises(TimeoutError, match="stayed full for 0.05 s"):
+            for _ in range(40):
+                futures.append(pipe.submit(batch, timeout=0.05))
+        assert 8 <= len(futures) < 40  # the feed's 8, and what the stages held
+        started = time.monotonic()
+        futures.append(pipe.submit(batch))  # blocks until there is room, then is taken
+        assert time.monotonic() - started > 0.02
+        pipe.drain(timeout=30)
+        assert all(future.done() and future.exception() is None for future in futures)
+    assert wait_no_threads() == []
+
+
+def test_a_failure_is_set_on_its_batchs_future_and_the_later_ones_fail_naming_it():
+    with _slow_pipeline() as pipe:  # every batch is submitted before the fifth is reached
+        batches = [np.full((4, 1 << 18), i, np.float32) for i in range(10)]
+        batches[5] = np.zeros((4, (1 << 18) + 1), np.float32)  # the model takes 2**18 values a row
+        futures = [pipe.submit(batch) for batch in batches]
+        for index in range(5):
+            np.testing.assert_array_equal(futures[index].result(timeout=10)["y"], batches[index])
+        error = futures[5].exception(timeout=10)
+        assert isinstance(error, PipelineInputError) and error.batch_index == 5
+        for future in futures[6:]:
+            later = future.exception(timeout=10)
+            assert isinstance(later, PipelineError) and "not run: batch 5, submitted before this one, failed" in str(
+                later
+            )
+        # a later submit starts a new map
+        np.testing.assert_array_equal(pipe.submit(batches[0]).result(timeout=10)["y"], batches[0])
+        pipe.drain()
+    assert wait_no_threads() == []
+
+
+def test_close_with_work_pending_fails_what_was_not_run():
+    batch = np.ones((4, 1 << 18), np.float32)
+    pipe = _slow_pipeline()
+    futures = [pipe.submit(batch) for _ in range(6)]
+    started = time.monotonic()
+    pipe.close()
+    assert time.monotonic() - started < 3.0
+    errors = [future.exception(timeout=5) for future in futures]
+    assert any(isinstance(error, PipelineClosedError) for error in errors)
+    assert all(error is None or isinstance(error, PipelineClosedError) for error in errors)
+    with pytest.raises(PipelineClosedError):
+        pipe.submit(batch)
+    assert wait_no_threads() == []
+
+
+def test_chaos_mode_over_two_thousand_submitted_batches():
+    device = make_device("host-chaos")
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=3) as pipe:
+            futures = {}
+
+            def submitter(first: int) -> None:
+                for tag in range(first, first + 1000):
+                    futures[tag] = pipe.submit(_batch(tag, rows=1 + tag % 7))
+
+            threads = [threading.Thread(target=submitter, args=(start,)) for start in (0, 1000)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            pipe.drain(timeout=120)
+            for tag, future in futures.items():
+                np.testing.assert_array_equal(future.result()["y"], _batch(tag, rows=1 + tag % 7))
+    finally:
+        device.close()
+    assert len(futures) == 2000 and wait_no_threads() == []
+
+
+def test_map_is_refused_while_submitted_batches_run():
+    batch = np.ones((4, 1 << 18), np.float32)
+    with _slow_pipeline() as pipe:
+        future = pipe.submit(batch)
+        with pytest.raises(PipelineError, match="another map.*submit\\(\\) are running: drain\\(\\) them first"):
+            list(pipe.map([batch]))
+        pipe.drain(timeout=30)
+        assert future.result().keys() == {"y"}
