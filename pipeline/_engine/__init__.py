@@ -59,6 +59,7 @@ from .session import (
     SessionConfig,
     TensorSpec,
     declared_inputs,
+    declared_outputs,
     onnxruntime,
     ort_model_arg,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "check_batch_size",
     "copy_outputs",
     "declared_inputs",
+    "declared_outputs",
     "fixed_row_shape",
     "interrupt_source",
     "layout_for",

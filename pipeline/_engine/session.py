@@ -121,29 +121,37 @@ def ort_model_arg(model: ModelSource) -> str | bytes:
 def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     """The graph's inputs as the ONNX file declares them, without building a session
     (for decisions made before the real session exists)."""
+    proto = _graph_of(model)
+    weights = {init.name for init in proto.graph.initializer}
+    return tuple(_declared(value) for value in proto.graph.input if value.name not in weights)
+
+
+def declared_outputs(model: ModelSource) -> tuple[TensorSpec, ...]:
+    """The graph's outputs as the ONNX file declares them (a schema made before any run)."""
+    return tuple(_declared(value) for value in _graph_of(model).graph.output)
+
+
+def _graph_of(model: ModelSource) -> Any:
+    """The model's ONNX proto, its external weights left on disk."""
     import onnx
-    from onnx import helper
 
     if isinstance(model, onnx.ModelProto):  # read where it lies: serializing a large one to parse it is seconds
-        proto = model
-    else:
-        loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
-        try:
-            if isinstance(loadable, str):  # the graph only: external weights stay on disk
-                proto = onnx.load_model(loadable, load_external_data=False)
-            else:
-                proto = onnx.load_model_from_string(loadable)
-        except Exception as exc:
-            raise ModelError(f"not a readable ONNX model: {exc}") from exc
-    weights = {init.name for init in proto.graph.initializer}
-    specs = []
-    for value in proto.graph.input:
-        if value.name in weights:
-            continue
-        tensor = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
-        specs.append(TensorSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims))
-    return tuple(specs)
+        return model
+    loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
+    try:
+        if isinstance(loadable, str):  # the graph only: external weights stay on disk
+            return onnx.load_model(loadable, load_external_data=False)
+        return onnx.load_model_from_string(loadable)
+    except Exception as exc:
+        raise ModelError(f"not a readable ONNX model: {exc}") from exc
+
+
+def _declared(value: Any) -> TensorSpec:
+    from onnx import helper
+
+    tensor = value.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+    return TensorSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
 
 
 def _constant(spec: TensorSpec, value: object) -> np.ndarray:

@@ -51,6 +51,28 @@ def add_run(sub: Any) -> None:
     _window_options(run.add_argument_group("resuming and shards: which rows this run is for"))
     _performance_options(run.add_argument_group("performance: device, batches, issuing, ORT"))
     _report_options(run.add_argument_group("reports: where the time went"))
+    _ray_options(run.add_argument_group("a Ray cluster: the same job on many machines (docs/scale-out.md)"))
+
+
+def _ray_options(ray: Any) -> None:
+    """The job on a Ray cluster: Ray Data reads, an actor pool of pipelines scores, Ray writes."""
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray: a Parquet file or folder in, a Parquet data set (a folder) out; ADDRESS is auto (the "
+        "cluster this machine is part of), a cluster's address (ray://host:10001), or left out for a local "
+        "cluster started for the run (pip install 'ortpipe[ray]')",
+    )
+    ray.add_argument("--workers", type=positive(int), default=1, help="with --ray: actors, one pipeline each")
+    ray.add_argument(
+        "--gpus-per-worker",
+        type=nonnegative_float,
+        default=0.0,
+        help="with --ray: GPUs of each actor (0, the default: on CPUs, --threads each)",
+    )
 
 
 def _input_options(inputs: Any) -> None:

@@ -181,6 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     inputs = args.input if isinstance(args.input, list) else [args.input]
     args.input, args.more_inputs = inputs[0], inputs[1:]
+    if getattr(args, "ray", None) is not None:  # the job on a Ray cluster: docs/scale-out.md
+        from .ray_run import run_on_ray
+
+        return run_on_ray(args)
 
     if str(args.output) != STDOUT:
         with output_lock(args.output, SinkError):  # NOTE [ one writer ]: before the output is looked at

@@ -239,6 +239,12 @@ class Device(abc.ABC):
         """Whether ``error`` is this device's failure to allocate memory."""
         return isinstance(error, MemoryError)
 
+    def context_lost(self, error: BaseException) -> bool:
+        """Whether ``error`` left this device unusable by this process (a CUDA error that
+        poisons the context: an illegal address, a launch failure): only a new process
+        recovers (a Ray actor ends its own, so that Ray restarts it)."""
+        return False
+
     #: whether copies gain from host memory registered in place (:meth:`register_host`):
     #: a device whose copies run while the host goes on reads it without a staging copy
     registers_host: bool = False

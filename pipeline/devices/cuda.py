@@ -311,6 +311,16 @@ class CudaDevice(Device):
         # CUDARuntimeError cudaErrorMemoryAllocation (2)
         return isinstance(error, MemoryError) or getattr(error, "status", None) == 2
 
+    def context_lost(self, error: BaseException) -> bool:
+        # CUDA's sticky errors: every later call in this context fails the same way
+        words = str(error).lower()
+        seen: set[int] = set()
+        while error is not None and id(error) not in seen:  # the chain: ORT's, CuPy's, ours
+            seen.add(id(error))
+            words += " " + str(error).lower()
+            error = error.__cause__ or error.__context__  # type: ignore[assignment]
+        return any(sticky in words for sticky in _STICKY_CUDA_ERRORS)
+
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         import cupyx
 
@@ -432,3 +442,21 @@ def _preload_cuda_libraries() -> None:
     if preload is not None:
         with contextlib.suppress(Exception):  # best effort; verify_session reports the outcome
             preload()
+
+
+#: the words of CUDA errors that leave the context unusable (cudaErrorIllegalAddress,
+#: cudaErrorLaunchFailure, cudaErrorHardwareStackError, cudaErrorIllegalInstruction,
+#: cudaErrorMisalignedAddress, cudaErrorInvalidPc, cudaErrorAssert, ECC errors)
+_STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "illegal address",
+    "unspecified launch failure",
+    "hardware stack error",
+    "illegal instruction",
+    "misaligned address",
+    "invalid program counter",
+    "device-side assert",
+    "uncorrectable ecc error",
+    "cudaerrorillegaladdress",
+    "cudaerrorlaunchfailure",
+)

@@ -16,6 +16,42 @@ from ._base import SourceError
 _ID_LIKE = re.compile(r"(^|_)(id|key|index|idx|uuid)$", re.IGNORECASE)
 
 
+def map_columns(
+    given: dict[str, Sequence[str]],
+    inputs: Sequence[TensorSpec],
+    schema: Any,
+    id_column: str | None,
+    where: str,
+    kind: str = "table",
+) -> dict[str, Sequence[str]]:
+    """Each input's columns: as ``given`` (``--input-column``, ``input_columns=``), checked
+    against the model and the schema; with none given, a one-input model takes every
+    numeric column but ``id_column``, in order."""
+    names = schema.names
+    input_names = [spec.name for spec in inputs]
+    if not given:
+        if len(inputs) != 1:
+            raise SourceError(
+                f"a {kind} source without --input-column feeds one input, but the model has {input_names}: map "
+                "each to its columns with --input-column (input_columns= in Python)"
+            )
+        numeric = [n for n in names if n != id_column and is_numeric(schema.field(n).type)]
+        if not numeric:
+            raise SourceError(f"{where!r} has no numeric columns for input {input_names[0]!r}: {names}")
+        given = {input_names[0]: numeric}
+    unknown_inputs = sorted(set(given) - set(input_names))
+    if unknown_inputs:
+        raise SourceError(f"--input-column names {unknown_inputs}, not inputs of the model: {input_names}")
+    missing_inputs = [n for n in input_names if n not in given]
+    if missing_inputs:
+        raise SourceError(f"model input(s) {missing_inputs} have no columns: map them with --input-column")
+    for name, cols in given.items():
+        absent = [c for c in cols if c not in names]
+        if absent:
+            raise SourceError(f"columns {absent} for input {name!r} are not in {where!r}: {names}")
+    return given
+
+
 def check_widths(
     where: str,
     columns: Mapping[str, Sequence[str]],
@@ -112,3 +148,11 @@ def element_type(kind: Any) -> Any:
 
 def numpy_dtype(kind: Any) -> np.dtype:
     return np.dtype(kind.to_pandas_dtype())
+
+
+def is_numeric(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return is_numeric(arrow_type.value_type)
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)

@@ -16,7 +16,7 @@ import numpy as np
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
-from ._columns import check_footer_nulls, check_widths, column_casts
+from ._columns import check_footer_nulls, check_widths, column_casts, map_columns
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class _ColumnarSource:
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
         if self.id_column is not None and self.id_column not in names:
             raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
-        self.columns = self._map(dict(columns or {}), inputs, names)
+        self.columns = map_columns(dict(columns or {}), inputs, self.schema, self.id_column, str(self.path), self.kind)
         self.specs = {spec.name: spec for spec in inputs}
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
@@ -146,26 +146,6 @@ class _ColumnarSource:
         later = copy.copy(self)
         later.skip = self.skip + rows
         return later
-
-    def _map(self, given: dict[str, Sequence[str]], inputs: Sequence[TensorSpec], names: list[str]) -> dict:
-        input_names = [spec.name for spec in inputs]
-        if not given:
-            spec = _one_input(inputs, None, f"a {self.kind} source without --input-column")
-            numeric = [n for n in names if n != self.id_column and _is_numeric(self.schema.field(n).type)]
-            if not numeric:
-                raise SourceError(f"{str(self.path)!r} has no numeric columns for input {spec.name!r}: {names}")
-            given = {spec.name: numeric}
-        unknown_inputs = sorted(set(given) - set(input_names))
-        if unknown_inputs:
-            raise SourceError(f"--input-column names {unknown_inputs}, not inputs of the model: {input_names}")
-        missing_inputs = [n for n in input_names if n not in given]
-        if missing_inputs:
-            raise SourceError(f"model input(s) {missing_inputs} have no columns: map them with --input-column")
-        for name, cols in given.items():
-            absent = [c for c in cols if c not in names]
-            if absent:
-                raise SourceError(f"columns {absent} for input {name!r} are not in {str(self.path)!r}: {names}")
-        return given
 
     def _read_schema(self) -> Any:
         """The table's pyarrow schema, or a SourceError saying why the file cannot be read."""
@@ -526,14 +506,6 @@ def _joined(pieces: list[Any]) -> Any:
 
     (joined,) = pa.Table.from_batches(pieces).combine_chunks().to_batches()
     return joined
-
-
-def _is_numeric(arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
-        return _is_numeric(arrow_type.value_type)
-    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
 
 
 class PathTable:

@@ -1,0 +1,173 @@
+"""Scoring Arrow tables: what Ray Data and Spark hand a worker, a batch of rows as
+a pyarrow table (or Ray's dict of numpy columns), turned into the model's inputs
+and back into a table of the kept columns and the outputs.
+
+The columns an input takes, their checks and messages are those of ``ortpipe
+run``'s table sources (``sources/_columns``): ``input_columns`` maps an input to
+one list column or to scalar columns stacked in order, and by default a
+one-input model takes every numeric column but the id column.  Columns are cast
+to the model's dtype within their kind (NOTE [ input dtypes ]).  The outputs
+are named as ``ortpipe run`` writes them: one column each, a vector a row as a
+fixed-size list (numpy batches: a 2-D array), ``output_<name>`` where a kept
+column has the name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._engine import TensorSpec
+from ._errors import SourceError
+
+
+class ArrowScorer:
+    """The inputs of the model from a batch of rows, and the rows' table of results."""
+
+    def __init__(
+        self,
+        inputs: Sequence[TensorSpec],
+        input_columns: Mapping[str, str | Sequence[str]] | None = None,
+        keep_columns: Sequence[str] = (),
+        id_column: str | None = None,
+    ) -> None:
+        self.inputs = tuple(inputs)
+        self.given = {
+            name: [cols] if isinstance(cols, str) else list(cols) for name, cols in (input_columns or {}).items()
+        }
+        self.keep_columns = list(keep_columns)
+        self.id_column = id_column
+        self._mapped: tuple[Any, dict[str, Sequence[str]]] | None = None  # (schema, columns), for the last schema
+
+    def columns(self, schema: Any, where: str = "the batch") -> dict[str, Sequence[str]]:
+        """Each input's columns in a table of ``schema`` (checked once a schema)."""
+        from .sources._columns import check_widths, map_columns
+
+        if self._mapped is not None and self._mapped[0].equals(schema):
+            return self._mapped[1]
+        absent = [c for c in self.keep_columns if c not in schema.names]
+        if absent:
+            raise SourceError(f"keep_columns {absent} are not in {where}: columns {schema.names}")
+        id_column = self.id_column if self.id_column is not None else ("row_id" if "row_id" in schema.names else None)
+        features = schema if self.given else _without(schema, self.keep_columns, id_column)
+        columns = map_columns(dict(self.given), self.inputs, features, id_column, where)
+        check_widths(where, columns, {spec.name: spec for spec in self.inputs}, schema, chosen=bool(self.given))
+        self._mapped = (schema, columns)
+        return columns
+
+    def features(self, batch: Any, where: str = "the batch") -> dict[str, np.ndarray]:
+        """The model's inputs from a pyarrow table or record batch, or a dict of numpy columns."""
+        if isinstance(batch, Mapping):
+            return self._from_numpy(batch, where)
+        from .sources.tables import stacked
+
+        record = _one_record(batch)
+        columns = self.columns(record.schema, where)
+        return {spec.name: _cast(spec, stacked(record, columns[spec.name], (where, 0))) for spec in self.inputs}
+
+    def _from_numpy(self, batch: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+        import pyarrow as pa
+
+        schema = pa.schema([(name, _arrow_type(np.asarray(values))) for name, values in batch.items()])
+        columns = self.columns(schema, where)
+        features = {}
+        for spec in self.inputs:
+            parts = [np.asarray(batch[c]) for c in columns[spec.name]]
+            values = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
+            features[spec.name] = _cast(spec, values)
+        return features
+
+    def table(self, batch: Any, outputs: Mapping[str, np.ndarray]) -> Any:
+        """The kept columns of ``batch`` and one column an output, in ``batch``'s format."""
+        if isinstance(batch, Mapping):
+            kept = {name: np.asarray(batch[name]) for name in self.keep_columns}
+            return {**kept, **{_output_name(name, kept): values for name, values in outputs.items()}}
+        import pyarrow as pa
+
+        record = _one_record(batch)
+        arrays = {name: record.column(record.schema.get_field_index(name)) for name in self.keep_columns}
+        for name, values in outputs.items():
+            arrays[_output_name(name, arrays)] = _arrow_column(values)
+        return pa.table(arrays)
+
+
+def chunked(features: dict[str, np.ndarray], pipe: Any, batch_size: int | None) -> list[dict[str, np.ndarray]]:
+    """A batch of rows cut into the pipeline's batches (``batch_size``, else picked for a row's bytes)."""
+    rows = len(next(iter(features.values())))
+    row_nbytes = sum(values.nbytes // max(rows, 1) for values in features.values())
+    size = pipe.rows_per_batch(batch_size, row_nbytes)
+    return [{name: values[start : start + size] for name, values in features.items()} for start in range(0, rows, size)]
+
+
+def joined(
+    results: Sequence[Mapping[str, np.ndarray]], chunks: Sequence[Mapping[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """The chunks' outputs as the batch's: each output one row per input row."""
+    rows = len(next(iter(chunks[0].values())))
+    for name, values in results[0].items():
+        if len(values) != rows:
+            raise SourceError(
+                f"output {name!r} has {len(values)} rows for a batch of {rows}: an output that is not one row "
+                "per input row cannot be a column of the rows; leave it out with outputs="
+            )
+    if len(results) == 1:
+        return dict(results[0])
+    return {name: np.concatenate([result[name] for result in results]) for name in results[0]}
+
+
+def _without(schema: Any, keep: Sequence[str], id_column: str | None) -> Any:
+    """``schema`` less the kept columns that are not features: the default mapping of
+    a one-input model takes every numeric column but these."""
+    import pyarrow as pa
+
+    dropped = set(keep) - {id_column}
+    return pa.schema([field for field in schema if field.name not in dropped])
+
+
+def _one_record(batch: Any) -> Any:
+    """A pyarrow table or record batch as one record batch."""
+    import pyarrow as pa
+
+    if isinstance(batch, pa.RecordBatch):
+        return batch
+    if isinstance(batch, pa.Table):
+        records = batch.combine_chunks().to_batches()
+        if len(records) == 1:
+            return records[0]
+        return pa.RecordBatch.from_pylist([], schema=batch.schema) if not records else pa.concat_batches(records)
+    raise SourceError(f"a batch of rows is a pyarrow table or a dict of numpy columns, got {type(batch).__name__}")
+
+
+def _cast(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
+    """NOTE [ input dtypes ]: cast within the kind, else refused naming both."""
+    if values.dtype == spec.dtype:
+        return values
+    if not np.can_cast(values.dtype, spec.dtype, casting="same_kind"):
+        raise SourceError(f"columns for input {spec.name!r} are {values.dtype}; the model takes {spec.dtype}")
+    return values.astype(spec.dtype)
+
+
+def _arrow_type(values: np.ndarray) -> Any:
+    """The Arrow type a numpy column stands for (a 2-D one: a fixed-size list)."""
+    import pyarrow as pa
+
+    if values.dtype == object:
+        return pa.string()
+    element = pa.from_numpy_dtype(values.dtype)
+    return pa.list_(element, values.shape[1]) if values.ndim == 2 else element
+
+
+def _arrow_column(values: np.ndarray) -> Any:
+    """An output as a column: one value a row, or a fixed-size list of the row's values."""
+    import pyarrow as pa
+
+    if values.ndim == 1:
+        return pa.array(values)
+    flat = np.ascontiguousarray(values).reshape(len(values), -1)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+
+
+def _output_name(name: str, taken: Mapping[str, Any]) -> str:
+    return f"output_{name}" if name in taken else name

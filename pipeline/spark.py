@@ -1,0 +1,175 @@
+"""Spark: ortpipe's engine in each Python worker, fed by ``DataFrame.mapInArrow``.
+
+::
+
+    from pipeline.spark import output_schema, scorer
+
+    fn = scorer("model.onnx", keep_columns=["id"], device="cpu")
+    scored = df.mapInArrow(fn, output_schema("model.onnx", df.schema, keep_columns=["id"]))
+    scored.write.parquet("scores/")
+
+NOTE [ Spark workers ]: ``mapInArrow`` hands each partition's rows to a
+Python worker as an iterator of Arrow record batches and takes an iterator
+back.  The function :func:`scorer` returns makes its
+:class:`~pipeline.Pipeline` the first time a worker process calls it and keeps
+it in the process (Spark reuses its Python workers across partitions, so a
+session is made once per worker, not per partition).  Each record batch is cut
+into the pipeline's batches and handed in with ``Pipeline.submit``; up to
+``WINDOW`` record batches are in flight, so reading the next one overlaps the
+run of this one.  The columns are mapped, checked and cast as ``ortpipe run``'s
+table sources do them (``_columnar``); an output of one value a row is a
+column, several a row an array column; unsigned integers and float16, which
+Spark has not, come back widened (uint8 as a short, float16 as a float).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._columnar import ArrowScorer, chunked, joined
+from ._engine import ModelSource
+
+#: record batches a worker has in the pipeline at once
+WINDOW = 2
+
+#: numpy dtypes Spark has no type for, and the one each is returned as
+_WIDENED = {"uint8": "int16", "uint16": "int32", "uint32": "int64", "uint64": "int64", "float16": "float32"}
+
+_ENGINES: dict[str, _Engine] = {}  # one per configuration, per worker process
+_ENGINES_LOCK = threading.Lock()
+
+
+def scorer(
+    model: ModelSource,
+    *,
+    device: str = "auto",
+    depth: int = 3,
+    batch_size: int | None = None,
+    input_columns: Mapping[str, str | Sequence[str]] | None = None,
+    keep_columns: Sequence[str] = (),
+    outputs: Sequence[str] | None = None,
+    id_column: str | None = None,
+    **options: Any,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function for ``df.mapInArrow(fn, output_schema(...))`` (NOTE [ Spark workers ]);
+    the arguments are :class:`pipeline.ray.Predictor`'s."""
+    settings = {
+        "device": device,
+        "depth": depth,
+        "batch_size": batch_size,
+        "input_columns": input_columns,
+        "keep_columns": list(keep_columns),
+        "outputs": None if outputs is None else list(outputs),
+        "id_column": id_column,
+        "options": dict(options),
+    }
+    key = repr((model if isinstance(model, str) else id(model), sorted(settings.items(), key=lambda item: item[0])))
+
+    def score(batches: Iterator[Any]) -> Iterator[Any]:
+        engine = _engine(key, model, settings)
+        yield from engine.score(batches)
+
+    return score
+
+
+def output_schema(
+    model: ModelSource, input_schema: Any, keep_columns: Sequence[str] = (), outputs: Sequence[str] | None = None
+) -> Any:
+    """The Spark schema of what :func:`scorer`'s function returns: the kept columns as
+    ``input_schema`` (the DataFrame's) has them, then one field an output, from the
+    model's declared outputs (read from the ONNX file: no session)."""
+    from pyspark.sql import types as T
+
+    from ._engine import declared_outputs
+
+    spark_types = {
+        "bool": T.BooleanType(),
+        "int8": T.ByteType(),
+        "int16": T.ShortType(),
+        "int32": T.IntegerType(),
+        "int64": T.LongType(),
+        "float32": T.FloatType(),
+        "float64": T.DoubleType(),
+    }
+    fields = [input_schema[name] for name in keep_columns]
+    specs = declared_outputs(model)
+    if outputs is not None:
+        specs = tuple(spec for spec in specs if spec.name in outputs)
+    for spec in specs:
+        element = spark_types[_WIDENED.get(spec.dtype.name, spec.dtype.name)]
+        kind = element if spec.rank <= 1 else T.ArrayType(element, containsNull=False)
+        name = f"output_{spec.name}" if spec.name in keep_columns else spec.name
+        fields.append(T.StructField(name, kind, nullable=False))
+    return T.StructType(fields)
+
+
+class _Engine:
+    """A worker's pipeline and the scoring of record batches through it."""
+
+    def __init__(self, model: ModelSource, settings: Mapping[str, Any]) -> None:
+        from ._pipeline import Pipeline, PipelineOptions
+
+        options = {"cast_inputs": True, **settings["options"]}
+        self.pipeline = Pipeline(
+            model,
+            device=settings["device"],
+            depth=settings["depth"],
+            outputs=settings["outputs"],
+            options=PipelineOptions(**options),
+        )
+        self.batch_size = settings["batch_size"]
+        self.scorer = ArrowScorer(
+            self.pipeline.source_inputs, settings["input_columns"], settings["keep_columns"], settings["id_column"]
+        )
+        self._lock = threading.Lock()  # one partition at a time per engine (a worker runs one)
+
+    def score(self, batches: Iterator[Any]) -> Iterator[Any]:
+        with self._lock:
+            pending: collections.deque[tuple[Any, list[dict[str, np.ndarray]], list[Any]]] = collections.deque()
+            try:
+                for batch in batches:
+                    chunks = chunked(self.scorer.features(batch, "a partition's rows"), self.pipeline, self.batch_size)
+                    pending.append((batch, chunks, [self.pipeline.submit(chunk) for chunk in chunks]))
+                    if len(pending) > WINDOW:
+                        yield from self._finished(*pending.popleft())
+                while pending:
+                    yield from self._finished(*pending.popleft())
+            finally:
+                self.pipeline.drain()  # a partition that failed or was cut short leaves nothing running
+
+    def _finished(self, batch: Any, chunks: list[dict[str, np.ndarray]], futures: list[Any]) -> Iterator[Any]:
+        outputs = joined([future.result() for future in futures], chunks)
+        widened = {name: _widened(values) for name, values in outputs.items()}
+        yield from _as_lists(self.scorer.table(batch, widened)).to_batches()
+
+
+def _engine(key: str, model: ModelSource, settings: Mapping[str, Any]) -> _Engine:
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = _Engine(model, settings)
+        return engine
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """Values of a dtype Spark has not as the one it has (uint8 -> int16, float16 -> float32)."""
+    wider = _WIDENED.get(values.dtype.name)
+    return values if wider is None else values.astype(wider)
+
+
+def _as_lists(table: Any) -> Any:
+    """Fixed-size list columns as lists: Spark's ArrayType."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field(field.name, pa.list_(field.type.value_type), nullable=field.nullable)
+        if pa.types.is_fixed_size_list(field.type)
+        else field
+        for field in table.schema
+    ]
+    return table.cast(pa.schema(fields))

@@ -1,0 +1,155 @@
+"""pipeline.ray on a local Ray cluster (one for the module): Predictor in map_batches,
+predict(), an actor killed mid-job, ortpipe's messages, and ``ortpipe run --ray``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'ortpipe[ray]'")
+pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install 'ortpipe[ray]'")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from pipeline import Pipeline, SourceError, models  # noqa: E402
+from pipeline.cli import main  # noqa: E402
+from pipeline.ray import Predictor, predict  # noqa: E402
+
+ROWS, FEATURES = 3000, 8
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors take this module's classes
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A Parquet file of ids (shuffled: not the row numbers) and 8 float32 features, the model,
+    and what Pipeline.run gives for its rows."""
+    folder = tmp_path_factory.mktemp("ray")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((ROWS, FEATURES)).astype(np.float32)
+    ids = rng.permutation(ROWS) + 10_000
+    table = pa.table({"id": ids, **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+    pq.write_table(table, folder / "x.parquet", row_group_size=ROWS // 4)
+    model = folder / "mlp.onnx"
+    model.write_bytes(models.mlp(features=FEATURES).SerializeToString())
+    with Pipeline(model, device="cpu") as pipe:
+        expected = pipe.run({"x": x})["scores"]
+    return folder, model, ids, expected
+
+
+def _by_id(table: pa.Table, ids: np.ndarray) -> np.ndarray:
+    """The scores of ``table`` in the order of ``ids`` (every id once)."""
+    got_ids = table["id"].to_numpy()
+    assert len(got_ids) == len(ids) and set(got_ids.tolist()) == set(ids.tolist())
+    order = np.argsort(got_ids)
+    scores = np.stack(table["scores"].to_numpy(zero_copy_only=False))[order]
+    return scores[np.argsort(np.argsort(ids))]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_predictor_in_map_batches_equals_pipeline_run(cluster, data, workers):
+    folder, model, ids, expected = data
+    dataset = ray.data.read_parquet(str(folder / "x.parquet"), override_num_blocks=4)  # blocks for two actors
+    scored = dataset.map_batches(
+        Predictor,
+        fn_constructor_args=(str(model),),
+        fn_constructor_kwargs={"keep_columns": ["id"], "id_column": "id", "device": "cpu"},
+        batch_size=512,
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        num_cpus=0.5,  # two actors and Ray's reading tasks on 2 CPUs
+        batch_format="pyarrow",
+    )
+    table = pa.concat_tables(ray.get(scored.to_arrow_refs()))
+    np.testing.assert_allclose(_by_id(table, ids), expected, rtol=1e-6)
+
+
+def test_predict_with_numpy_batches(cluster, data):
+    folder, model, ids, expected = data
+    scored = predict(
+        ray.data.read_parquet(str(folder / "x.parquet")),
+        str(model),
+        keep_columns=["id"],
+        id_column="id",
+        batch_size=700,
+        batch_format="numpy",
+    )
+    rows = scored.take_all()
+    table = pa.table({"id": [row["id"] for row in rows], "scores": [list(row["scores"]) for row in rows]})
+    np.testing.assert_allclose(_by_id(table, ids), expected, rtol=1e-6)
+
+
+class _DyingOnce(Predictor):
+    """A Predictor whose process ends at its third batch, once in the job (a marker file
+    says it did): Ray must restart the actor and run its batches again."""
+
+    def __init__(self, model, marker, **kwargs):
+        super().__init__(model, **kwargs)
+        self._marker, self._calls = Path(marker), 0
+
+    async def __call__(self, batch):
+        self._calls += 1
+        if self._calls == 3 and not self._marker.exists():
+            self._marker.write_text(str(os.getpid()))
+            os._exit(1)  # the actor's process killed mid-job
+        return await super().__call__(batch)
+
+
+def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, data, tmp_path):
+    folder, model, ids, expected = data
+    marker = tmp_path / "died"
+    scored = ray.data.read_parquet(str(folder / "x.parquet")).map_batches(
+        _DyingOnce,
+        fn_constructor_args=(str(model), str(marker)),
+        fn_constructor_kwargs={"keep_columns": ["id"], "id_column": "id", "device": "cpu"},
+        batch_size=256,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=0.5,
+        batch_format="pyarrow",
+    )
+    table = pa.concat_tables(ray.get(scored.to_arrow_refs()))
+    assert marker.exists()  # it did die
+    np.testing.assert_allclose(_by_id(table, ids), expected, rtol=1e-6)
+
+
+def test_a_bad_column_gives_ortpipes_message(cluster, data):
+    folder, model, _, _ = data
+    dataset = ray.data.read_parquet(str(folder / "x.parquet"))
+    with pytest.raises(SourceError, match=r"columns \['nope'\] for input 'x' are not in 'the data set'"):
+        predict(dataset, str(model), input_columns={"x": ["nope"]}, keep_columns=["id"])
+    scored = dataset.map_batches(
+        Predictor,
+        fn_constructor_args=(str(model),),
+        fn_constructor_kwargs={"input_columns": {"x": ["f0", "nope"]}, "device": "cpu"},
+        batch_size=512,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=0.5,
+        batch_format="pyarrow",
+    )
+    with pytest.raises(Exception, match=r"columns \['nope'\] for input 'x' are not in 'the batch'"):
+        scored.take_all()
+
+
+def test_ortpipe_run_on_ray(cluster, data, tmp_path, capsys):
+    folder, model, ids, expected = data
+    output = tmp_path / "scores"
+    argv = ["run", str(model), "--input", str(folder / "x.parquet"), "--output", str(output), "--id-column", "id"]
+    assert main([*argv, "--ray", "--workers", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "ray: 1 worker(s) on CPUs" in said and f"{ROWS:,} rows on Ray" in said
+    np.testing.assert_allclose(_by_id(pq.read_table(output), ids), expected, rtol=1e-6)
+    assert main([*argv, "--ray"]) == 1  # the data set is there: refused
+    assert "holds files already: --overwrite replaces them" in capsys.readouterr().err
+    assert main([*argv, "--ray", "--resume"]) == 1
+    assert "--resume is not for a run on Ray" in capsys.readouterr().err

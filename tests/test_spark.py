@@ -1,0 +1,78 @@
+"""pipeline.spark in Spark's local mode (one session for the module): mapInArrow with
+scorer() and output_schema() gives what Pipeline.run gives, one engine per worker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark", reason="PySpark is not installed: pip install 'ortpipe[spark]'")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java (a JDK 17 or later on PATH, or JAVA_HOME)", allow_module_level=True)
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import Pipeline, models
+from pipeline.spark import output_schema, scorer
+
+ROWS, FEATURES = 4000, 8
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import ortpipe from this environment
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ortpipe-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("spark")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((ROWS, FEATURES)).astype(np.float32)
+    table = pa.table({"id": np.arange(ROWS) + 500, **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+    pq.write_table(table, folder / "x.parquet", row_group_size=ROWS // 4)
+    model = folder / "mlp.onnx"
+    model.write_bytes(models.mlp(features=FEATURES).SerializeToString())
+    with Pipeline(model, device="cpu") as pipe:
+        expected = pipe.run({"x": x})
+    return folder, model, expected
+
+
+def test_map_in_arrow_equals_pipeline_run(spark, data):
+    folder, model, expected = data
+    frame = spark.read.parquet(str(folder / "x.parquet")).repartition(2)
+    schema = output_schema(str(model), frame.schema, keep_columns=["id"])
+    assert schema.fieldNames() == ["id", "scores"]
+    scored = frame.mapInArrow(scorer(str(model), keep_columns=["id"], id_column="id", device="cpu"), schema)
+    table = scored.toArrow().sort_by("id")
+    assert table.num_rows == ROWS
+    np.testing.assert_array_equal(table["id"].to_numpy(), np.arange(ROWS) + 500)
+    np.testing.assert_allclose(np.stack(table["scores"].to_numpy(zero_copy_only=False)), expected["scores"], rtol=1e-6)
+
+
+def test_columns_named_and_outputs_chosen(spark, data):
+    folder, model, expected = data
+    frame = spark.read.parquet(str(folder / "x.parquet"))
+    columns = {"x": [f"f{i}" for i in range(FEATURES)]}
+    schema = output_schema(str(model), frame.schema, keep_columns=["id", "f0"], outputs=["scores"])
+    fn = scorer(str(model), input_columns=columns, keep_columns=["id", "f0"], outputs=["scores"], device="cpu")
+    table = frame.mapInArrow(fn, schema).toArrow().sort_by("id")
+    assert table.column_names == ["id", "f0", "scores"]
+    np.testing.assert_allclose(np.stack(table["scores"].to_numpy(zero_copy_only=False)), expected["scores"], rtol=1e-6)
