@@ -58,6 +58,22 @@ def _by_id(table: pa.Table, ids: np.ndarray) -> np.ndarray:
     return scores[np.argsort(np.argsort(ids))]
 
 
+def test_ortpipe_run_on_ray(cluster, data, tmp_path, capsys):
+    """First in the module: a job whose pool finds the CPUs free (an earlier job's actors
+    take a while to give theirs back, and a 2-CPU cluster would wait for them)."""
+    folder, model, ids, expected = data
+    output = tmp_path / "scores"
+    argv = ["run", str(model), "--input", str(folder / "x.parquet"), "--output", str(output), "--id-column", "id"]
+    assert main([*argv, "--ray", "--workers", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "ray: 1 worker(s) on CPUs" in said and f"{ROWS:,} rows on Ray" in said
+    np.testing.assert_allclose(_by_id(pq.read_table(output), ids), expected, rtol=1e-6)
+    assert main([*argv, "--ray"]) == 1  # the data set is there: refused
+    assert "holds files already: --overwrite replaces them" in capsys.readouterr().err
+    assert main([*argv, "--ray", "--resume"]) == 1
+    assert "--resume is not for a run on Ray" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_predictor_in_map_batches_equals_pipeline_run(cluster, data, workers):
     folder, model, ids, expected = data
@@ -139,17 +155,3 @@ def test_a_bad_column_gives_ortpipes_message(cluster, data):
     )
     with pytest.raises(Exception, match=r"columns \['nope'\] for input 'x' are not in 'the batch'"):
         scored.take_all()
-
-
-def test_ortpipe_run_on_ray(cluster, data, tmp_path, capsys):
-    folder, model, ids, expected = data
-    output = tmp_path / "scores"
-    argv = ["run", str(model), "--input", str(folder / "x.parquet"), "--output", str(output), "--id-column", "id"]
-    assert main([*argv, "--ray", "--workers", "1"]) == 0
-    said = capsys.readouterr().out
-    assert "ray: 1 worker(s) on CPUs" in said and f"{ROWS:,} rows on Ray" in said
-    np.testing.assert_allclose(_by_id(pq.read_table(output), ids), expected, rtol=1e-6)
-    assert main([*argv, "--ray"]) == 1  # the data set is there: refused
-    assert "holds files already: --overwrite replaces them" in capsys.readouterr().err
-    assert main([*argv, "--ray", "--resume"]) == 1
-    assert "--resume is not for a run on Ray" in capsys.readouterr().err
