@@ -27,7 +27,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from .test_host_share import FEATURES, ROWS, _alternated, _report, logistic_regression  # noqa: E402
+from test_host_share import FEATURES, ROWS, _alternated, _report, logistic_regression  # noqa: E402 - beside this file
 
 BATCH = 65536
 ROUNDS = 3
