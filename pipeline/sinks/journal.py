@@ -51,7 +51,10 @@ class _Journal(_ParquetParts):
     to twice its size on the disk until it is closed.  A killed run leaves
     the journal: resuming goes on after its whole parts.  A resumed file that
     was closed is moved into the journal as part 0 (and is the file again at
-    close, moved back when nothing was added).  A close cut short while it
+    close, moved back when nothing was added).  A new run over a closed file
+    (``--overwrite``) leaves it in place until its own close moves the merged
+    journal over it: killed, it leaves the earlier file whole and its own rows in
+    the journal, which ``--resume`` finishes.  A close cut short while it
     moved the merged tables into place (:data:`_MERGED` marks that every merge
     was done) is finished by the next resume."""
 
@@ -95,10 +98,9 @@ class _Journal(_ParquetParts):
         self._fresh = True
 
     def _start(self, schema: Any) -> _ParquetFile:
-        if self._fresh:  # the earlier run's rows of this table are replaced: gone at the first write, as a file's
-            self._fresh = False
+        if self._fresh:  # the earlier run's journal is replaced; its closed file stays until this
+            self._fresh = False  # run's close moves the merged parts over it (--overwrite: never neither)
             remove_journal(self.folder)
-            self.path.unlink(missing_ok=True)
         return super()._start(schema)
 
     def finish(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -1217,3 +1218,31 @@ def test_a_data_set_killed_before_its_first_main_part_resumes_with_no_stale_side
     _write_all(sink, batches[1:])
     for got, want in zip(_detection_tables(tmp_path / "dets"), _detection_tables(tmp_path / "whole"), strict=True):
         assert got.equals(want)
+
+
+def test_a_killed_overwrite_leaves_the_earlier_parquet_file_whole(tmp_path, capsys, busy_job):
+    """Issue 26, item 4 (a Parquet file): --overwrite writes the new rows into the journal beside
+    the earlier file and replaces it only at close, so a kill leaves the earlier file whole; a
+    resumed run finishes the new one and replaces it then."""
+    output = tmp_path / "scores.parquet"
+    earlier = tmp_path / "earlier.parquet"
+    assert main(_argv(busy_job, output, "--limit", "1000")) == 0
+    shutil.copyfile(output, earlier)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "pipeline.cli", *_argv(busy_job, output, "--overwrite")]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:  # killed once the new run has closed a part into its journal: it has written rows
+        deadline = time.monotonic() + 60
+        while not (journal_of(output) / "part-00000.parquet").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before it was killed"
+            time.sleep(0.005)
+        process.kill()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert whole_parts(journal_of(output))  # the new run's rows, in its journal
+    assert pq.read_table(output).equals(pq.read_table(earlier))  # the earlier rows, whole and readable
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    scores, ids = _written(output)
+    np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ids, np.arange(ROWS))
