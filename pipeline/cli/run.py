@@ -216,13 +216,14 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             sink.close()
             raise
         progress = _started(args, pipe, source, kind, kept, total, exact, batch_size)
+        aborted = False
         with _signals_stop(source, until_exit=getattr(args, "standalone", False)) as stop:
             try:
                 run_job(pipe, batches, sink, progress, summary, stop)
             except KeyboardInterrupt:
-                # A second Ctrl-C or SIGTERM: the batches in flight were dropped, and the
-                # rows written before them are in the closed output, as after a first one.
-                summary.interrupted = True
+                # A second Ctrl-C or SIGTERM: the batches in flight were dropped; what the
+                # output holds is read back from the disk and said (_what_was_kept)
+                summary.interrupted = aborted = True
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_what_was_left_out(args, source)
                 try:
@@ -231,8 +232,9 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
                     print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
     _report_the_end(args, pipe, summary, sink, source, kept, bounds)
     if summary.interrupted:
-        kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items)
-        print(f"interrupted after {summary.items} items; {kept_now}", file=sys.stderr)
+        kept_now = _what_was_kept(args, sink, kind, source, kept + summary.items, aborted)
+        how = " (aborted by a second signal: the batches in flight were dropped)" if aborted else ""
+        print(f"interrupted after {summary.items} items{how}; {kept_now}", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGINT)
     if stop.is_set():  # a signal after the job had read its last batch: every row is written
         print("ortpipe: stopped by a signal after every row was written", file=sys.stderr)
@@ -398,13 +400,41 @@ def _say_batch_size(args: argparse.Namespace, pipe: Any, batch_size: int) -> Non
         print(f"batch size: {batch_size:,} rows, picked for {row:,} bytes a row (--batch-size to choose)")
 
 
-def _what_was_kept(args: argparse.Namespace, sink: Any, input_kind: str, source: Any, rows: int) -> str:
-    """Where the ``rows`` of a stopped run are, and what resuming it would do."""
+def _what_was_kept(
+    args: argparse.Namespace, sink: Any, input_kind: str, source: Any, rows: int, aborted: bool = False
+) -> str:
+    """Where the ``rows`` of a stopped run are, and what resuming it would do; after an
+    abort, read back from the disk: a Parquet output's close may have been cut short."""
     from ..jobs import STDOUT
 
     if str(args.output) == STDOUT:
         return "each was written to standard output as it came"
-    return f"{str(args.output)!r} holds {rows} rows and is readable: {_resume_hint(args, sink, input_kind, source)}"
+    hint = _resume_hint(args, sink, input_kind, source)
+    on_disk = _parquet_rows_on_disk(Path(args.output)) if aborted else None
+    if on_disk is None:
+        return f"{str(args.output)!r} holds {rows} rows and is readable: {hint}"
+    where, held = on_disk
+    return f"{where} {held:,} rows: {hint}"
+
+
+def _parquet_rows_on_disk(output: Path) -> tuple[str, int] | None:
+    """Where an aborted run's Parquet rows are, and how many: the file, if its close was
+    done, else its journal's whole parts; a data set's whole parts (None: not Parquet)."""
+    import pyarrow.parquet as pq
+
+    from ..sinks import journal_of, whole_parts
+
+    if output.suffix.lower() in (".parquet", ".pq"):
+        journal = journal_of(output)
+        if output.exists() and not whole_parts(journal):
+            return f"{str(output)!r} was closed and holds", pq.read_metadata(output).num_rows
+        parts = whole_parts(journal)
+        held = sum(pq.read_metadata(part).num_rows for part in parts)
+        return f"{str(output)!r} was not closed; the whole parts of its journal {str(journal)!r} hold", held
+    if not output.suffix:
+        parts = whole_parts(output) if output.is_dir() else []
+        return f"the whole parts of the data set {str(output)!r} hold", sum(pq.read_metadata(p).num_rows for p in parts)
+    return None
 
 
 def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:

@@ -154,6 +154,10 @@ DEFAULT_PART_BYTES = 256 << 20
 
 #: the empty file that says a data set is complete (Spark's name; readers leave names starting with _ out)
 SUCCESS = "_SUCCESS"
+#: a run's first part closes after this many seconds at most, each next one after twice the
+#: last, up to ``part_seconds``: an abort early in a run (a second Ctrl-C) loses at most the
+#: rows of the last few seconds, not everything written before the first ``part_seconds``
+EARLY_PART_S = 2.0
 
 
 def durable(path: Path) -> None:
@@ -239,6 +243,7 @@ class _ParquetParts:
         self._number = 0
         self._rows = self._bytes = 0
         self._opened_at = 0.0
+        self._closed_by_this_run = 0
         #: the earlier run's schema, when resuming a folder that holds parts (NOTE [ resuming ])
         self._earlier: Any = None
 
@@ -295,12 +300,15 @@ class _ParquetParts:
     @property
     def full(self) -> bool:
         """The open part holds ``part_rows`` rows or ``part_bytes`` bytes, or was opened
-        ``part_seconds`` ago: time to close it."""
+        ``part_seconds`` ago (less for a run's first parts: :data:`EARLY_PART_S`): time to close it."""
         if self._part is None:
             return False
         if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
             return True
-        return self.part_seconds is not None and time.monotonic() - self._opened_at >= self.part_seconds
+        if self.part_seconds is None:
+            return False
+        limit = min(self.part_seconds, EARLY_PART_S * 2 ** min(self._closed_by_this_run, 30))
+        return time.monotonic() - self._opened_at >= limit
 
     def write(self, batch: Any) -> None:
         if self._part is None:
@@ -328,6 +336,7 @@ class _ParquetParts:
         os.replace(part.path, self.folder / _PART.format(self._number))
         durable(self.folder)
         self._number += 1
+        self._closed_by_this_run += 1
         self._rows = self._bytes = 0
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -782,8 +783,13 @@ def test_a_second_signal_aborts_the_job_and_leaves_a_readable_output_that_resume
     assert "interrupted after" in said and "--resume goes on from there" in said
     # the rows kept: in the file, or in its journal where the abort cut its close short (a merge of
     # many parts takes a while: NOTE [ journaled Parquet ])
-    kept = [output] if output.exists() else whole_parts(journal_of(output))
-    assert 0 < sum(pq.read_metadata(path).num_rows for path in kept) < ROWS
+    kept = [output] if output.exists() and not whole_parts(journal_of(output)) else whole_parts(journal_of(output))
+    on_disk = sum(pq.read_metadata(path).num_rows for path in kept)
+    assert 0 < on_disk < ROWS
+    # issue 26, item 2: it says it was an abort, and what the disk really holds
+    assert "aborted by a second signal" in said, said
+    claimed = re.search(r"(?:holds|hold) ([\d,]+) rows", said)
+    assert claimed is not None and int(claimed.group(1).replace(",", "")) == on_disk, said
     assert main(_argv(busy_job, output, "--resume")) == 0
     scores, ids = _written(output)
     np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)

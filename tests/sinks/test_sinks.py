@@ -106,6 +106,29 @@ def test_the_one_output_of_a_model_keeps_the_path_and_its_offsets_go_beside_it(t
     assert sink.per_batch_paths == {"boxes": (tmp_path / "boxes.npy", tmp_path / "boxes.offsets.npy")}
 
 
+def test_a_runs_first_parts_close_early_so_an_abort_loses_seconds_not_a_minute(tmp_path, monkeypatch):
+    """Issue 26, item 2: with parts of 60 s, a run's first part closes after 2 s, the next after
+    4, 8, ... up to 60: a second Ctrl-C early in a run costs the rows of the last few seconds."""
+    from pipeline.sinks import _parts
+
+    now = [1000.0]
+    monkeypatch.setattr(_parts.time, "monotonic", lambda: now[0])
+    sink = ParquetDatasetSink(tmp_path / "set", part_seconds=60.0)
+    closed_after = []
+    opened = now[0]
+    for index in range(40):
+        sink.write(index, 4, {"y": np.full((4, 2), index, np.float32)}, {"row_id": np.arange(4 * index, 4 * index + 4)})
+        now[0] += 1.0  # a batch a second
+        parts = len(whole_parts(tmp_path / "set"))
+        if parts > len(closed_after):
+            closed_after.append(now[0] - 1.0 - opened)
+            opened = now[0] - 1.0
+    sink.close()
+    # a part's age is checked at each write: 2 s, then about 4, 8, 16 (a batch's second late)
+    assert closed_after[:4] == [2.0, 5.0, 9.0, 17.0]
+    assert pq.read_table(tmp_path / "set").num_rows == 160
+
+
 @pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink, ParquetDatasetSink])
 def test_a_sink_that_wrote_nothing_leaves_no_file(tmp_path, sink):
     """An empty input, or a run that failed before its first write: no unreadable 0-byte file."""
