@@ -101,6 +101,13 @@ def chunked(features: dict[str, np.ndarray], pipe: Any, batch_size: int | None) 
     return [{name: values[start : start + size] for name, values in features.items()} for start in range(0, rows, size)]
 
 
+def empty_outputs(pipe: Any, features: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs of a batch of no rows: one zero row run, none kept (a filtered block
+    reaches a worker empty; the outputs' dtypes and row shapes are the run's)."""
+    one = {name: np.zeros((1, *values.shape[1:]), values.dtype) for name, values in features.items()}
+    return {name: values[:0] for name, values in pipe.submit(one).result().items()}
+
+
 def joined(
     results: Sequence[Mapping[str, np.ndarray]], chunks: Sequence[Mapping[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
@@ -165,7 +172,7 @@ def _arrow_column(values: np.ndarray) -> Any:
 
     if values.ndim == 1:
         return pa.array(values)
-    flat = np.ascontiguousarray(values).reshape(len(values), -1)
+    flat = np.ascontiguousarray(values).reshape(len(values), int(np.prod(values.shape[1:])))
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 

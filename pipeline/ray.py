@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ._columnar import ArrowScorer, chunked, joined
+from ._columnar import ArrowScorer, chunked, empty_outputs, joined
 from ._engine import ModelSource
 
 
@@ -90,9 +90,8 @@ class Predictor:
             raise
 
     async def _outputs(self, features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        rows = len(next(iter(features.values())))
-        if rows == 0:
-            return self.pipeline.run(features)
+        if not len(next(iter(features.values()))):
+            return await asyncio.to_thread(empty_outputs, self.pipeline, features)
         chunks = chunked(features, self.pipeline, self._batch_size)
         await self._warmed(chunks[0])
         futures = [asyncio.wrap_future(await self._submitted(chunk)) for chunk in chunks]
@@ -111,6 +110,10 @@ class Predictor:
             return self.pipeline.submit(chunk, timeout=0)
         except TimeoutError:
             return await asyncio.to_thread(self.pipeline.submit, chunk)
+
+    def close(self) -> None:
+        """The pipeline closed (an actor's ends with its process; a caller of its own closes it)."""
+        self.pipeline.close()
 
     def _end_if_lost(self, error: BaseException) -> None:
         """See NOTE [ Ray actors ]: a device this process can no longer use ends the process."""

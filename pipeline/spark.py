@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import collections
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._columnar import ArrowScorer, chunked, joined
+from ._columnar import ArrowScorer, chunked, empty_outputs, joined
 from ._engine import ModelSource
 
 #: record batches a worker has in the pipeline at once
@@ -68,7 +70,9 @@ def scorer(
         "id_column": id_column,
         "options": dict(options),
     }
-    key = repr((model if isinstance(model, str) else id(model), sorted(settings.items(), key=lambda item: item[0])))
+    # made here, in the driver, and carried by the function: the same key in every task of a worker
+    name = str(model) if isinstance(model, str | Path) else uuid.uuid4().hex
+    key = repr((name, sorted(settings.items(), key=lambda item: item[0])))
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         engine = _engine(key, model, settings)
@@ -130,11 +134,12 @@ class _Engine:
 
     def score(self, batches: Iterator[Any]) -> Iterator[Any]:
         with self._lock:
-            pending: collections.deque[tuple[Any, list[dict[str, np.ndarray]], list[Any]]] = collections.deque()
+            pending: collections.deque[tuple[Any, dict[str, np.ndarray], list[Any]]] = collections.deque()
             try:
                 for batch in batches:
-                    chunks = chunked(self.scorer.features(batch, "a partition's rows"), self.pipeline, self.batch_size)
-                    pending.append((batch, chunks, [self.pipeline.submit(chunk) for chunk in chunks]))
+                    features = self.scorer.features(batch, "a partition's rows")
+                    chunks = chunked(features, self.pipeline, self.batch_size) if _rows(features) else []
+                    pending.append((batch, features, [self.pipeline.submit(chunk) for chunk in chunks]))
                     if len(pending) > WINDOW:
                         yield from self._finished(*pending.popleft())
                 while pending:
@@ -142,10 +147,17 @@ class _Engine:
             finally:
                 self.pipeline.drain()  # a partition that failed or was cut short leaves nothing running
 
-    def _finished(self, batch: Any, chunks: list[dict[str, np.ndarray]], futures: list[Any]) -> Iterator[Any]:
-        outputs = joined([future.result() for future in futures], chunks)
+    def _finished(self, batch: Any, features: dict[str, np.ndarray], futures: list[Any]) -> Iterator[Any]:
+        if futures:
+            outputs = joined([future.result() for future in futures], chunked(features, self.pipeline, self.batch_size))
+        else:  # a batch of no rows
+            outputs = empty_outputs(self.pipeline, features)
         widened = {name: _widened(values) for name, values in outputs.items()}
         yield from _as_lists(self.scorer.table(batch, widened)).to_batches()
+
+
+def _rows(features: Mapping[str, np.ndarray]) -> int:
+    return len(next(iter(features.values())))
 
 
 def _engine(key: str, model: ModelSource, settings: Mapping[str, Any]) -> _Engine:

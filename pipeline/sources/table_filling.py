@@ -5,8 +5,7 @@ batch's columns into a matrix of its own (``np.stack``: a fresh array a batch,
 its pages faulted in on first write), which the engine then runs or stages.
 Written into the slot instead, column by column, the stacked matrix is never
 made: the slot is memory the pipeline reuses, so a batch costs the Parquet
-decoding and one strided write a column (over a million rows of 20 float32
-columns, about half the stacking's time; docs/results.md).  ``jobs.run_job``
+decoding and one strided write a column (measured: docs/results.md).  ``jobs.run_job``
 takes this path (``Pipeline.map_filled``) wherever every source input of the
 model is fed by the table with rows of the model's dims and a dtype the
 iteration would cast too (``same_kind``); elsewhere it iterates the source, whose
