@@ -51,6 +51,7 @@ NOT_FOR_A_TABLE = (
     "pipeline._multi",
     "pipeline.cli.bench",
     "pipeline.sources.videos",
+    "pipeline.sources.video_folders",
     "pipeline.sources.images",
     "pipeline.sources.archives",
     "pipeline.sources.live",

@@ -93,15 +93,8 @@ if TYPE_CHECKING:
     from .archives import ImageArchiveSource, archive_files, shard_of
     from .images import ImageFolderSource, ImageTableSource
     from .live import BATCH_WAIT_S, LiveStreamsSource
-    from .videos import (
-        VideoDecodingFailed,
-        VideoEndedEarly,
-        VideoFolderSource,
-        VideoSource,
-        VideoTableSource,
-        auto_convert_threads,
-        videos_at_once_of,
-    )
+    from .video_folders import VideoFolderSource, VideoTableSource, videos_at_once_of
+    from .videos import VideoDecodingFailed, VideoEndedEarly, VideoSource, auto_convert_threads
 
 #: the picture sources' names, imported on first use (PEP 562): a table's run never
 #: needs PyAV's or Pillow's wrappers, nor their modules' start-up time
@@ -109,18 +102,8 @@ _LAZY = {
     **dict.fromkeys(("ImageArchiveSource", "archive_files", "shard_of"), ".archives"),
     **dict.fromkeys(("ImageFolderSource", "ImageTableSource"), ".images"),
     **dict.fromkeys(("BATCH_WAIT_S", "LiveStreamsSource"), ".live"),
-    **dict.fromkeys(
-        (
-            "VideoDecodingFailed",
-            "VideoEndedEarly",
-            "VideoFolderSource",
-            "VideoSource",
-            "VideoTableSource",
-            "auto_convert_threads",
-            "videos_at_once_of",
-        ),
-        ".videos",
-    ),
+    **dict.fromkeys(("VideoDecodingFailed", "VideoEndedEarly", "VideoSource", "auto_convert_threads"), ".videos"),
+    **dict.fromkeys(("VideoFolderSource", "VideoTableSource", "videos_at_once_of"), ".video_folders"),
 }
 
 
