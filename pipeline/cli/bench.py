@@ -83,6 +83,13 @@ def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) ->
     return constant_arrays(declared_inputs(_model_of(model_arg)), given) if given else {}
 
 
+#: said where the batches are random: a model whose pace depends on its inputs runs otherwise on real ones
+RANDOM_INPUTS = (
+    "data: random inputs; a model whose speed depends on its values (tree ensembles, NMS, early exits) may run "
+    "at another pace on real data: --data FILE measures yours"
+)
+
+
 def synthetic_batches(
     model_arg: str,
     probe: Any,
@@ -361,6 +368,8 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
         print(f"multi: {len(multi)} pipelines on {', '.join(d.name for d in multi)}")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
     print(f"model: {args.model}  batch size {sizes}, {amount} per mode, {args.warmup} warm-up")
+    if arrays is None:
+        print(RANDOM_INPUTS)
     if threads_line is not None:
         print(threads_line)
     progress = Progress(

@@ -324,6 +324,7 @@ def test_bench_duration_trace_plot_and_modes(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "iobinding" not in out and "0.2 s per mode" in out
+    assert "data: random inputs; a model whose speed depends on its values" in out and "--data FILE" in out
     assert json.loads(trace.read_text())["traceEvents"]
     assert plot.stat().st_size > 1000
 
@@ -457,6 +458,7 @@ def test_bench_on_your_own_data(tmp_path, capsys):
     assert main([*argv, "--warmup", "1", "--depth", "2", "--json", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert f"data: {tmp_path / 'x.npy'} (100 rows; 4 batches of 16 in the pool)" in out
+    assert "data: random inputs" not in out  # said only where the batches are random (issue 26, item 9)
     data = json.loads(path.read_text())
     assert data["data"] == [str(tmp_path / "x.npy")]
     assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined", "caller"]
