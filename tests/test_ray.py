@@ -3,32 +3,40 @@ predict(), an actor killed mid-job, ortpipe's messages, and ``ortpipe run --ray`
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'ortpipe[ray]'")
-pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install 'ortpipe[ray]'")
+from pipeline import Pipeline, SourceError, models
+from pipeline.cli import main
+from pipeline.ray import Predictor, predict
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from pipeline import Pipeline, SourceError, models  # noqa: E402
-from pipeline.cli import main  # noqa: E402
-from pipeline.ray import Predictor, predict  # noqa: E402
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("Ray is not installed: pip install 'ortpipe[ray]'", allow_module_level=True)
 
 ROWS, FEATURES = 3000, 8
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def ray():
+    """Ray, imported when this module's first test runs, not when the suite is collected (its
+    modules, and pandas', would make every later garbage collection of the suite slower), and
+    a local cluster for the module."""
+    import ray
+    import ray.data
+
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors take this module's classes
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    yield
+    gc.freeze()  # Ray's objects out of every later collection: the tests after this module run as fast
+    yield ray
     ray.shutdown()
 
 
@@ -58,7 +66,7 @@ def _by_id(table: pa.Table, ids: np.ndarray) -> np.ndarray:
     return scores[np.argsort(np.argsort(ids))]
 
 
-def test_ortpipe_run_on_ray(cluster, data, tmp_path, capsys):
+def test_ortpipe_run_on_ray(ray, data, tmp_path, capsys):
     """First in the module: a job whose pool finds the CPUs free (an earlier job's actors
     take a while to give theirs back, and a 2-CPU cluster would wait for them)."""
     folder, model, ids, expected = data
@@ -75,7 +83,7 @@ def test_ortpipe_run_on_ray(cluster, data, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_predictor_in_map_batches_equals_pipeline_run(cluster, data, workers):
+def test_predictor_in_map_batches_equals_pipeline_run(ray, data, workers):
     folder, model, ids, expected = data
     dataset = ray.data.read_parquet(str(folder / "x.parquet"), override_num_blocks=4)  # blocks for two actors
     scored = dataset.map_batches(
@@ -91,7 +99,7 @@ def test_predictor_in_map_batches_equals_pipeline_run(cluster, data, workers):
     np.testing.assert_allclose(_by_id(table, ids), expected, rtol=1e-6)
 
 
-def test_predict_with_numpy_batches(cluster, data):
+def test_predict_with_numpy_batches(ray, data):
     folder, model, ids, expected = data
     scored = predict(
         ray.data.read_parquet(str(folder / "x.parquet")),
@@ -122,7 +130,7 @@ class _DyingOnce(Predictor):
         return await super().__call__(batch)
 
 
-def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, data, tmp_path):
+def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(ray, data, tmp_path):
     folder, model, ids, expected = data
     marker = tmp_path / "died"
     scored = ray.data.read_parquet(str(folder / "x.parquet")).map_batches(
@@ -139,7 +147,7 @@ def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, 
     np.testing.assert_allclose(_by_id(table, ids), expected, rtol=1e-6)
 
 
-def test_a_bad_column_gives_ortpipes_message(cluster, data):
+def test_a_bad_column_gives_ortpipes_message(ray, data):
     folder, model, _, _ = data
     dataset = ray.data.read_parquet(str(folder / "x.parquet"))
     with pytest.raises(SourceError, match=r"columns \['nope'\] for input 'x' are not in 'the data set'"):

@@ -3,22 +3,25 @@ scorer() and output_schema() gives what Pipeline.run gives, one engine per worke
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import os
 import shutil
 import sys
 
 import numpy as np
-import pytest
-
-pytest.importorskip("pyspark", reason="PySpark is not installed: pip install 'ortpipe[spark]'")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.skip("Spark needs Java (a JDK 17 or later on PATH, or JAVA_HOME)", allow_module_level=True)
-
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline import Pipeline, models
 from pipeline.spark import output_schema, scorer
+
+# PySpark is imported by the session's fixture, not when the suite is collected
+if importlib.util.find_spec("pyspark") is None:
+    pytest.skip("PySpark is not installed: pip install 'ortpipe[spark]'", allow_module_level=True)
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java (a JDK 17 or later on PATH, or JAVA_HOME)", allow_module_level=True)
 
 ROWS, FEATURES = 4000, 8
 
@@ -37,6 +40,7 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    gc.freeze()  # PySpark's objects out of every later collection
     yield session
     session.stop()
 
