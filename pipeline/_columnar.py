@@ -61,14 +61,17 @@ class ArrowScorer:
         """The model's inputs from a pyarrow table or record batch, or a dict of numpy columns."""
         if isinstance(batch, Mapping):
             return self._from_numpy(batch, where)
+        from .sources._columns import cast_columns
         from .sources.tables import stacked
 
         record = _one_record(batch)
         columns = self.columns(record.schema, where)
-        return {spec.name: _cast(spec, stacked(record, columns[spec.name], (where, 0))) for spec in self.inputs}
+        return {spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0))) for spec in self.inputs}
 
     def _from_numpy(self, batch: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
         import pyarrow as pa
+
+        from .sources._columns import cast_columns
 
         schema = pa.schema([(name, _arrow_type(np.asarray(values))) for name, values in batch.items()])
         columns = self.columns(schema, where)
@@ -76,7 +79,7 @@ class ArrowScorer:
         for spec in self.inputs:
             parts = [np.asarray(batch[c]) for c in columns[spec.name]]
             values = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
-            features[spec.name] = _cast(spec, values)
+            features[spec.name] = cast_columns(spec, values)
         return features
 
     def table(self, batch: Any, outputs: Mapping[str, np.ndarray]) -> Any:
@@ -145,15 +148,6 @@ def _one_record(batch: Any) -> Any:
             return records[0]
         return pa.RecordBatch.from_pylist([], schema=batch.schema) if not records else pa.concat_batches(records)
     raise SourceError(f"a batch of rows is a pyarrow table or a dict of numpy columns, got {type(batch).__name__}")
-
-
-def _cast(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
-    """NOTE [ input dtypes ]: cast within the kind, else refused naming both."""
-    if values.dtype == spec.dtype:
-        return values
-    if not np.can_cast(values.dtype, spec.dtype, casting="same_kind"):
-        raise SourceError(f"columns for input {spec.name!r} are {values.dtype}; the model takes {spec.dtype}")
-    return values.astype(spec.dtype)
 
 
 def _arrow_type(values: np.ndarray) -> Any:

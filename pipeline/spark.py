@@ -42,6 +42,9 @@ WINDOW = 2
 #: numpy dtypes Spark has no type for, and the one each is returned as
 _WIDENED = {"uint8": "int16", "uint16": "int32", "uint32": "int64", "uint64": "int64", "float16": "float32"}
 
+#: a record batch in the pipeline: the batch, its features, their chunks and the chunks' futures
+_InFlight = tuple[Any, dict[str, np.ndarray], list[dict[str, np.ndarray]], list[Any]]
+
 _ENGINES: dict[str, _Engine] = {}  # one per configuration, per worker process
 _ENGINES_LOCK = threading.Lock()
 
@@ -134,12 +137,12 @@ class _Engine:
 
     def score(self, batches: Iterator[Any]) -> Iterator[Any]:
         with self._lock:
-            pending: collections.deque[tuple[Any, dict[str, np.ndarray], list[Any]]] = collections.deque()
+            pending: collections.deque[_InFlight] = collections.deque()
             try:
                 for batch in batches:
                     features = self.scorer.features(batch, "a partition's rows")
-                    chunks = chunked(features, self.pipeline, self.batch_size) if _rows(features) else []
-                    pending.append((batch, features, [self.pipeline.submit(chunk) for chunk in chunks]))
+                    chunks = chunked(features, self.pipeline, self.batch_size)  # none for a batch of no rows
+                    pending.append((batch, features, chunks, [self.pipeline.submit(chunk) for chunk in chunks]))
                     if len(pending) > WINDOW:
                         yield from self._finished(*pending.popleft())
                 while pending:
@@ -147,17 +150,15 @@ class _Engine:
             finally:
                 self.pipeline.drain()  # a partition that failed or was cut short leaves nothing running
 
-    def _finished(self, batch: Any, features: dict[str, np.ndarray], futures: list[Any]) -> Iterator[Any]:
+    def _finished(
+        self, batch: Any, features: dict[str, np.ndarray], chunks: list[dict[str, np.ndarray]], futures: list[Any]
+    ) -> Iterator[Any]:
         if futures:
-            outputs = joined([future.result() for future in futures], chunked(features, self.pipeline, self.batch_size))
+            outputs = joined([future.result() for future in futures], chunks)
         else:  # a batch of no rows
             outputs = empty_outputs(self.pipeline, features)
         widened = {name: _widened(values) for name, values in outputs.items()}
         yield from _as_lists(self.scorer.table(batch, widened)).to_batches()
-
-
-def _rows(features: Mapping[str, np.ndarray]) -> int:
-    return len(next(iter(features.values())))
 
 
 def _engine(key: str, model: ModelSource, settings: Mapping[str, Any]) -> _Engine:

@@ -107,9 +107,9 @@ def _data_set_output(path: Path, overwrite: bool) -> Path:
 
 
 def _rows_in(folder: Path) -> int:
-    import pyarrow.parquet as pq
+    from ..sinks import parquet_rows
 
-    return sum(pq.read_metadata(part).num_rows for part in sorted(folder.rglob("*.parquet")))
+    return parquet_rows(folder.rglob("*.parquet"))
 
 
 def _ray() -> Any:

@@ -420,20 +420,17 @@ def _what_was_kept(
 def _parquet_rows_on_disk(output: Path) -> tuple[str, int] | None:
     """Where an aborted run's Parquet rows are, and how many: the file, if its close was
     done, else its journal's whole parts; a data set's whole parts (None: not Parquet)."""
-    import pyarrow.parquet as pq
-
-    from ..sinks import journal_of, whole_parts
+    from ..sinks import journal_of, parquet_rows, whole_parts
 
     if output.suffix.lower() in (".parquet", ".pq"):
         journal = journal_of(output)
-        if output.exists() and not whole_parts(journal):
-            return f"{str(output)!r} was closed and holds", pq.read_metadata(output).num_rows
         parts = whole_parts(journal)
-        held = sum(pq.read_metadata(part).num_rows for part in parts)
-        return f"{str(output)!r} was not closed; the whole parts of its journal {str(journal)!r} hold", held
+        if output.exists() and not parts:
+            return f"{str(output)!r} was closed and holds", parquet_rows([output])
+        where = f"{str(output)!r} was not closed; the whole parts of its journal {str(journal)!r} hold"
+        return where, parquet_rows(parts)
     if not output.suffix:
-        parts = whole_parts(output) if output.is_dir() else []
-        return f"the whole parts of the data set {str(output)!r} hold", sum(pq.read_metadata(p).num_rows for p in parts)
+        return f"the whole parts of the data set {str(output)!r} hold", parquet_rows(whole_parts(output))
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,13 @@ def whole_parts(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if _PART_NAME.fullmatch(p.name))
+
+
+def parquet_rows(paths: Iterable[Path]) -> int:
+    """The rows Parquet files hold, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(path).num_rows for path in paths)
 
 
 def clear_data_set(folder: Path) -> None:

@@ -118,6 +118,16 @@ def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
         first += group.num_rows
 
 
+def cast_columns(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
+    """Stacked columns as the input's dtype, cast within their kind (NOTE [ input dtypes ]),
+    else refused naming both."""
+    if values.dtype == spec.dtype:
+        return values
+    if not np.can_cast(values.dtype, spec.dtype, casting="same_kind"):
+        raise SourceError(f"columns for input {spec.name!r} are {values.dtype}; the model takes {spec.dtype}")
+    return values.astype(spec.dtype)
+
+
 def column_casts(schema: Any, columns: Mapping[str, Sequence[str]], specs: Mapping[str, TensorSpec]) -> dict[str, str]:
     """The inputs whose columns are cast to the model's dtype (NOTE [ input dtypes ]),
     each as "float64 -> float32"; what cannot be cast is refused at the first batch."""

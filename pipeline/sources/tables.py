@@ -16,7 +16,7 @@ import numpy as np
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
-from ._columns import check_footer_nulls, check_widths, column_casts, map_columns
+from ._columns import cast_columns, check_footer_nulls, check_widths, column_casts, is_list, map_columns
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _numeric(name: str, column: Any, place: tuple[str, int] | None = None) -> np
     import pyarrow as pa
 
     kind = column.type
-    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    listed = is_list(kind)
     if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise SourceError(f"column {name!r} has type {kind}: not numeric")
     if column.null_count:
@@ -203,7 +203,8 @@ class _ColumnarSource:
         where = str(self.path)
         for record, meta, start in self.records():
             inputs = {
-                name: self._cast(name, stacked(record, cols, (where, start))) for name, cols in self.columns.items()
+                name: cast_columns(self.specs[name], stacked(record, cols, (where, start)))
+                for name, cols in self.columns.items()
             }
             yield SourceBatch(inputs, meta)
 
@@ -225,14 +226,6 @@ class _ColumnarSource:
         if self.id_column is not None:
             return {self.id_column: _column(record, self.id_column).to_numpy(zero_copy_only=False)}
         return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
-
-    def _cast(self, name: str, values: np.ndarray) -> np.ndarray:
-        dtype = self.specs[name].dtype
-        if values.dtype == dtype:
-            return values
-        if not np.can_cast(values.dtype, dtype, casting="same_kind"):
-            raise SourceError(f"columns for input {name!r} are {values.dtype}; the model takes {dtype}")
-        return values.astype(dtype)
 
 
 def _column(record: Any, name: str) -> Any:
