@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrow import from_numpy, list_column
 from ._engine import TensorSpec
 from ._errors import SourceError
 
@@ -162,12 +163,10 @@ def _arrow_type(values: np.ndarray) -> Any:
 
 def _arrow_column(values: np.ndarray) -> Any:
     """An output as a column: one value a row, or a fixed-size list of the row's values."""
-    import pyarrow as pa
 
     if values.ndim == 1:
-        return pa.array(values)
-    flat = np.ascontiguousarray(values).reshape(len(values), int(np.prod(values.shape[1:])))
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+        return from_numpy(values)
+    return list_column(np.ascontiguousarray(values).reshape(len(values), int(np.prod(values.shape[1:]))))
 
 
 def _output_name(name: str, taken: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .._arrow import from_numpy, list_column
 from .._closing import close_all
 from .._errors import SinkError
 
@@ -118,11 +119,11 @@ def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarr
     makes; an output whose name a column has is prefixed ``output_``."""
     import pyarrow as pa
 
-    arrays: dict[str, Any] = {name: pa.array(values) for name, values in columns.items()}
+    arrays: dict[str, Any] = {name: from_numpy(values) for name, values in columns.items()}
     for name, flat, scalar in list(outputs):
         name = f"output_{name}" if name in arrays else name
         if scalar:
-            arrays[name] = pa.array(flat[:, 0])
+            arrays[name] = from_numpy(flat[:, 0])
         else:
             arrays.update(several(name, flat))
     return pa.record_batch(arrays)
@@ -318,16 +319,14 @@ class _TableSink:
 
 def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one fixed-size list column."""
-    import pyarrow as pa
 
-    return {name: pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])}
+    return {name: list_column(flat)}
 
 
 def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
-    import pyarrow as pa
 
-    return {f"{name}_{i}": pa.array(flat[:, i]) for i in range(flat.shape[1])}
+    return {f"{name}_{i}": from_numpy(flat[:, i]) for i in range(flat.shape[1])}
 
 
 class _ToStream(_TableSink):

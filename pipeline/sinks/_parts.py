@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrow import to_numpy
 from .._errors import SinkError
 
 #: Parquet's codecs, as ParquetSink's ``compression`` names them
@@ -138,7 +139,7 @@ def _parquet_columns(paths: Sequence[Path], names: Sequence[str]) -> dict[str, n
         return {}
     present = [name for name in names if name in pq.read_schema(paths[0]).names]
     tables = [pq.read_table(path, columns=present) for path in paths]
-    return {name: np.concatenate([table[name].to_numpy(zero_copy_only=False) for table in tables]) for name in present}
+    return {name: np.concatenate([to_numpy(table[name]) for table in tables]) for name in present}
 
 
 #: a data set's part files: their names sort in the order they were written, and are read back in

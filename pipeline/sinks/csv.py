@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .._arrow import to_numpy
 from .._errors import SinkError
 from ._base import _after_last_line, _TableSink, _ToStream, _value_columns
 
@@ -75,7 +76,7 @@ class _CsvFile:
         present = [name for name in names if name in self._header]
         as_text = pcsv.ConvertOptions(column_types=dict.fromkeys(present, pa.string()), include_columns=present)
         table = pcsv.read_csv(self.path, convert_options=as_text)
-        return {name: table[name].to_numpy(zero_copy_only=False) for name in present}
+        return {name: to_numpy(table[name]) for name in present}
 
     def write(self, batch: Any) -> None:
         if self._writer is None:

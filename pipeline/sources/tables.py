@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._arrow import from_numpy, to_numpy
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
@@ -72,7 +73,7 @@ def _numeric(name: str, column: Any, place: tuple[str, int] | None = None) -> np
     if column.null_count:
         raise _nulls(name, column, place)
     if not listed:
-        return column.to_numpy(zero_copy_only=False)
+        return to_numpy(column)
     if pa.types.is_fixed_size_list(kind):
         width = kind.list_size
     else:
@@ -80,7 +81,7 @@ def _numeric(name: str, column: Any, place: tuple[str, int] | None = None) -> np
         if len(lengths) != 1:
             raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
         width = lengths.pop()
-    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
+    return to_numpy(column.flatten()).reshape(len(column), width)
 
 
 def _nulls(name: str, column: Any, place: tuple[str, int] | None) -> SourceError:
@@ -224,7 +225,7 @@ class _ColumnarSource:
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
         """The rows' metadata: the id column's values, else their row numbers from ``start``."""
         if self.id_column is not None:
-            return {self.id_column: _column(record, self.id_column).to_numpy(zero_copy_only=False)}
+            return {self.id_column: to_numpy(_column(record, self.id_column))}
         return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
 
 
@@ -246,10 +247,8 @@ class ParquetSource(_ColumnarSource):
     what = "input Parquet file"
 
     def _read_schema(self) -> Any:
-        import pyarrow.parquet as pq
-
         try:
-            self.file = pq.ParquetFile(self.path)
+            self.file = streamed_parquet(self.path)
         except Exception as exc:
             raise SourceError(f"{str(self.path)!r} is not a readable Parquet file: {exc}") from exc
         return self.file.schema_arrow
@@ -264,6 +263,23 @@ class ParquetSource(_ColumnarSource):
 
     def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
         return _file_named(self.path, _parquet_batches(self.path, self.file, self.batch_size, wanted, skip))
+
+
+#: bytes read at a time from each column of a Parquet file (see :func:`streamed_parquet`)
+STREAM_BUFFER = 1 << 16
+
+
+def streamed_parquet(path: Path) -> Any:
+    """A Parquet file opened to be read in order, a buffer of each column's pages at a time.
+
+    By default pyarrow reads a row group's whole column chunks into fresh memory
+    before its first record batch; for a local file read through once, that is
+    the row group's size in page faults and the first batch's wait.  Streamed,
+    the pages are read as they are decoded, into memory the pool reuses
+    (measured: docs/results.md, "Reading Parquet")."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=STREAM_BUFFER)
 
 
 def _file_named(path: Path, batches: Iterator[Any]) -> Iterator[Any]:
@@ -400,7 +416,6 @@ class ParquetDatasetSource(_ColumnarSource):
         row numbers added as columns (so they travel with their rows through re-batching);
         whole files before it are not opened."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         names = [*wanted, _FILE_NUMBER, _FILE_ROW]
         for number, part in enumerate(self.parts):
@@ -409,12 +424,12 @@ class ParquetDatasetSource(_ColumnarSource):
                 continue
             start, skip = skip, 0
             try:
-                with pq.ParquetFile(part.path) as file:
+                with streamed_parquet(part.path) as file:
                     for record in _parquet_batches(part.path, file, self.batch_size, wanted, start):
                         rows = record.num_rows
                         arrays = [_column(record, name) for name in wanted]
-                        arrays.append(pa.array(np.full(rows, number, np.int32)))
-                        arrays.append(pa.array(np.arange(start, start + rows, dtype=np.int64)))
+                        arrays.append(from_numpy(np.full(rows, number, np.int32)))
+                        arrays.append(from_numpy(np.arange(start, start + rows, dtype=np.int64)))
                         # rebuilt from the arrays: files whose fields differ only in nullability combine
                         yield pa.RecordBatch.from_arrays(arrays, names=names)
                         start += rows
@@ -422,12 +437,12 @@ class ParquetDatasetSource(_ColumnarSource):
                 raise SourceError(f"{str(part.path)!r} cannot be read: {exc}") from exc
 
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
-        numbers = _column(record, _FILE_NUMBER).to_numpy()
+        numbers = to_numpy(_column(record, _FILE_NUMBER))
         meta = {self.file_column: self._names[numbers]}
         if self.id_column is not None:
-            meta[self.id_column] = _column(record, self.id_column).to_numpy(zero_copy_only=False)
+            meta[self.id_column] = to_numpy(_column(record, self.id_column))
         else:
-            meta["row_id"] = _column(record, _FILE_ROW).to_numpy()
+            meta["row_id"] = to_numpy(_column(record, _FILE_ROW))
         return meta
 
 
@@ -521,7 +536,7 @@ class PathTable:
         self.names = names.cast("string").combine_chunks()
         self.id_name = id_column or "row_id"
         self.ids = (
-            table.column(self.id_name).to_numpy(zero_copy_only=False)
+            to_numpy(table.column(self.id_name))
             if self.id_name in table.column_names
             else np.arange(table.num_rows, dtype=np.int64)
         )
@@ -586,7 +601,7 @@ class ImageBytesTable:
             if not _holds_image_bytes(schema, column):
                 raise SourceError(f"{str(file)!r}: its column {column!r} does not hold images (bytes)")
             ids.append(
-                pq.read_table(file, columns=[self.id_name]).column(0).to_numpy(zero_copy_only=False)
+                to_numpy(pq.read_table(file, columns=[self.id_name]).column(0))
                 if self.id_name in schema.names
                 else np.arange(metadata.num_rows, dtype=np.int64)
             )
