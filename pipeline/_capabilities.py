@@ -141,6 +141,23 @@ class FillsSlots(Protocol):
     def filler(self, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Any: ...
 
 
+@runtime_checkable
+class CutFromArrays(Protocol):
+    """A source whose batches are ``batch_size`` rows cut in order from whole arrays (a
+    memory-mapped ``.npy``): a job may hand the engine the arrays themselves, which it
+    registers in place instead of staging (NOTE [ registered windows ])."""
+
+    batch_size: int
+
+    def arrays(self) -> dict[str, Any]:
+        """The arrays the batches are cut from, from the first row read, by input name."""
+        ...
+
+    def meta_of(self, first: int, rows: int) -> dict[str, Any]:
+        """The metadata of ``rows`` rows from row ``first`` of :meth:`arrays`."""
+        ...
+
+
 def where(source: object) -> str:
     """How a message names ``source``: its path, else its kind."""
     return str(source.path) if isinstance(source, Named) else type(source).__name__

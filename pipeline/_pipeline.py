@@ -392,16 +392,50 @@ class Pipeline(OneRunAtATime):
         gathered = _Gather(total)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot)
         make_take = gathered.keeping() if self.device.cheap_pinned else gathered.taking
+        for _ in self._cut(feeds, size, make_take):
+            pass
+        return gathered.arrays
+
+    def map_arrays(
+        self,
+        inputs: Batch,
+        take: Take[Any] | None = None,
+        batch_size: int | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[Any]:
+        """Whole arrays cut into batches in order, each batch's outputs yielded as it
+        comes (as :meth:`map` gives them, or as ``take`` makes them: see
+        :meth:`map_with`): :meth:`run` without the joining, for inputs whose outputs
+        need not be held at once (a memory-mapped ``.npy``).  Large host arrays are
+        registered in place instead of staged where the device gains from it
+        (NOTE [ registered windows ]; ``stats.host_inputs`` says which, and why not).
+        ``stop()``, asked before each batch is cut, ends the map after the batches
+        already cut."""
+        self._check_free()
+        feeds = self.checker.feeds(None, inputs)
+        total = next(iter(feeds.values())).shape[0]
+        size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
+        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
+        return self._cut(feeds, size, make_take, stop)
+
+    def _cut(
+        self,
+        feeds: dict[str, np.ndarray],
+        size: int,
+        make_take: MakeTake[Any],
+        stop: Callable[[], bool] | None = None,
+    ) -> Generator[Any, None, None]:
+        """``feeds`` through the engine in batches of ``size`` rows, registered in place where it pays."""
         windows = self._windows_for(feeds, size)
-        batches = split_rows(feeds, size) if windows is None else iter(windows)
+        batches: Iterator[dict[str, np.ndarray]] = split_rows(feeds, size) if windows is None else iter(windows)
+        if stop is not None:
+            batches = itertools.takewhile(lambda _: not stop(), batches)
         try:
-            for _ in self._iterate(batches, make_take, batch_size=size, windows=windows):
-                pass
+            yield from self._iterate(batches, make_take, batch_size=size, windows=windows)
         finally:
             if windows is not None:
                 windows.close()  # the run has ended: its copies are done
                 self._stats.host_inputs = windows.describe()
-        return gathered.arrays
 
     def _windows_for(self, feeds: dict[str, np.ndarray], batch_size: int) -> HostWindows | None:
         """See NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
@@ -410,7 +444,7 @@ class Pipeline(OneRunAtATime):
         arrays = list(feeds.values())
         if how is None or not self.device.registers_host or sum(array.nbytes for array in arrays) < how.min_bytes:
             return None
-        if not all(type(array) is np.ndarray and array.flags.c_contiguous and array.dtype.isnative for array in arrays):
+        if not all(_registrable(array) for array in arrays):
             return None  # strided or byte-swapped: staging converts them
         return HostWindows(self.device, feeds, batch_size, how, self.options.poll_s)
 
@@ -745,6 +779,12 @@ def _both(
         second(trace)
 
     return call
+
+
+def _registrable(array: np.ndarray) -> bool:
+    """Host memory that can be registered where it lies: a C-ordered array in this
+    machine's byte order, or a memory map of one (a ``.npy`` opened with ``mmap_mode``)."""
+    return type(array) in (np.ndarray, np.memmap) and array.flags.c_contiguous and array.dtype.isnative
 
 
 class _Gather:

@@ -14,9 +14,10 @@ import numpy as np
 
 from .._capabilities import (
     Completable,
+    CutFromArrays,
     FillsSlots,
 )
-from .._engine import row_shape_fits
+from .._engine import Take, row_shape_fits
 from .._pipeline import Pipeline
 from .._rows import close_iteration
 from ..sinks import (
@@ -77,6 +78,7 @@ def run_job(
             progress.tick(rows)
 
     filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) else None
+    arrays = _registrable_arrays(pipe, source) if filler is None else None
     feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
     summary.filled = filler is not None
     start = time.perf_counter()
@@ -85,6 +87,9 @@ def run_job(
         if filler is not None and isinstance(pipe, Pipeline):
             fill = _fill_from(filler, metas, stopped)
             results = pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
+        elif arrays is not None and isinstance(pipe, Pipeline) and isinstance(source, CutFromArrays):
+            cut = _metas_of_cut(source, metas, take)
+            results = pipe.map_arrays(arrays, cut, batch_size=source.batch_size, stop=stopped)
         else:
             results = pipe.map_with(feed, take)
         for _ in results:
@@ -170,6 +175,35 @@ def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> Filler | None
             return None  # rows the model cannot take are staged: the batch's check says what is wrong
         given[spec.name] = row
     return source.filler(row_shapes=given)  # type: ignore[no-any-return]
+
+
+def _registrable_arrays(pipe: Pipeline | MultiPipeline, source: Iterable[SourceBatch]) -> dict[str, np.ndarray] | None:
+    """The whole arrays a source cuts its batches from, where the engine can register
+    them in place instead of staging each batch (NOTE [ registered windows ]): a device
+    that gains from it, and arrays of the model's dtypes (a cast would read them whole)."""
+    if not isinstance(pipe, Pipeline) or not isinstance(source, CutFromArrays) or not pipe.device.registers_host:
+        return None
+    arrays = source.arrays()
+    dtypes = {spec.name: spec.dtype for spec in pipe.source_inputs}
+    if sorted(arrays) != sorted(dtypes) or any(array.dtype != dtypes[name] for name, array in arrays.items()):
+        return None  # iterated: its batches are cast or refused as any source's
+    return arrays
+
+
+def _metas_of_cut(
+    source: CutFromArrays, metas: collections.deque[dict[str, np.ndarray]], take: Take[None]
+) -> Take[None]:
+    """``take`` for batches cut from the source's arrays: each batch's metadata is the
+    source's for the rows that follow the last batch's (they come in order)."""
+    first = 0
+
+    def cut(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        nonlocal first
+        metas.append(source.meta_of(first, rows))
+        first += rows
+        take(index, rows, views)
+
+    return cut
 
 
 class Filler(Protocol):

@@ -46,6 +46,8 @@ class JobSummary:
                 text += f"; issued by {self.stats['issuing']}"
         if self.filled:
             text += "; decoded into the pinned slots"
+        if self.stats.get("host_inputs"):  # NOTE [ registered windows ]
+            text += f"; input {self.stats['host_inputs']}"
         return text + (" (interrupted)" if self.interrupted else "")
 
     def stages_line(self) -> str | None:

@@ -49,8 +49,17 @@ class NpySource:
     def __iter__(self) -> Iterator[SourceBatch]:
         for start in range(self.start, int(self.array.shape[0]), self.batch_size):
             rows = self.array[start : start + self.batch_size]
-            ids = np.arange(start, start + len(rows), dtype=np.int64)
-            yield SourceBatch({self.spec.name: rows}, {"row_id": ids})
+            yield SourceBatch({self.spec.name: rows}, self.meta_of(start - self.start, len(rows)))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The memory map from the first row read: a job hands it to the engine whole
+        (``_capabilities.CutFromArrays``), which registers it in place where that pays."""
+        return {self.spec.name: self.array[self.start :]}
+
+    def meta_of(self, first: int, rows: int) -> dict[str, np.ndarray]:
+        """Rows ``first``.. of :meth:`arrays`: their ids, each row's place in the file."""
+        start = self.start + first
+        return {"row_id": np.arange(start, start + rows, dtype=np.int64)}
 
     def after(self, rows: int) -> NpySource:
         """This source without its first ``rows`` rows (never read), ids as in the whole file."""

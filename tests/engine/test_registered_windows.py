@@ -112,3 +112,40 @@ def test_cuda_registers_the_callers_array_and_a_read_only_map(tmp_path):
                 assert pipe.stats.host_inputs is not None and "window(s)" in pipe.stats.host_inputs
     finally:
         device.close()
+
+
+def test_map_arrays_yields_each_batch_in_order_from_registered_windows(tmp_path):
+    """``map_arrays``: ``run()`` without the joining; a ``.npy`` memory map, read-only,
+    is registered where it lies."""
+    x = _inputs(2 * 300)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=1e-4, seed=3))
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(5, 2)) as pipe:
+            outs = [out["y"] for out in pipe.map_arrays(mapped, batch_size=2)]
+            stats = pipe.stats
+        np.testing.assert_array_equal(np.concatenate(outs), x)
+        assert len(outs) == 300 and device.registered_reads == 300 and device._registered == []
+        assert all(t.stage_s == 0.0 for t in stats.timings)
+        assert stats.host_inputs is not None and stats.host_inputs.startswith("registered in place, 60 window(s)")
+    finally:
+        device.close()
+
+
+def test_map_arrays_stops_when_asked_and_releases_its_window():
+    device = HostDevice(link_gbps=50.0)
+    taken: list[int] = []
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=2, options=_registering(4, 8)) as pipe:
+
+            def take(index, rows, views):
+                taken.append(index)
+
+            results = pipe.map_arrays(_inputs(8 * 50), take, batch_size=8, stop=lambda: len(taken) >= 10)
+            assert len(list(results)) < 50
+    finally:
+        device.close()
+    assert 10 <= len(taken) < 50 and taken == list(range(len(taken)))
+    assert device._registered == []
+    assert wait_no_threads() == []
