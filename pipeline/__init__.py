@@ -18,6 +18,7 @@ from ._errors import (
     PipelineError,
     PipelineInputError,
     PipelineStageError,
+    RuntimeMissingError,
     SinkError,
     SourceError,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "PipelineOptions",
     "PipelineStageError",
     "Preprocess",
+    "RuntimeMissingError",
     "SessionConfig",
     "SinkError",
     "SourceError",

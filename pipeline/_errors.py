@@ -15,6 +15,10 @@ class DeviceUnavailableError(PipelineError):
     """The requested device cannot be used here (no GPU, no CuPy, no CUDA EP...)."""
 
 
+class RuntimeMissingError(PipelineError, ImportError):
+    """ONNX Runtime is not installed, or two of its builds are (``pipeline._ort``)."""
+
+
 class DeviceError(PipelineError):
     """A stream operation failed on the device (the analogue of a sticky CUDA error)."""
 

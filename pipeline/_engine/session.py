@@ -31,18 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import ModelError, PipelineInputError
+from .._ort import onnxruntime
 from ..devices import Device, DeviceBuffer, Stream
 
 if TYPE_CHECKING:
     import onnxruntime as ort
-
-
-def onnxruntime() -> Any:
-    """The ``onnxruntime`` module, imported by the first call that needs it (a
-    session, its options): ``import pipeline`` and ``ortpipe --help`` do without it."""
-    import onnxruntime as module
-
-    return module
 
 
 ORT_TO_NUMPY: dict[str, np.dtype] = {

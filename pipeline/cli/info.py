@@ -77,9 +77,10 @@ def _providers_line(built_in: list[str]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    import onnxruntime as ort
-
     from .. import __version__
+    from .._ort import onnxruntime
+
+    ort = onnxruntime()
 
     print(f"ortpipe {__version__}")
     print(f"onnxruntime {ort.__version__}: {_providers_line(ort.get_available_providers())}")

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DeviceError, DeviceUnavailableError
+from .._errors import DeviceError, DeviceUnavailableError, RuntimeMissingError
+from .._ort import onnxruntime
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream, c_strides
 from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
@@ -58,12 +59,15 @@ def cuda_unavailable_reason(device_id: int = 0) -> str | None:
         return f"no usable CUDA device: {exc}"
     if device_id >= count:
         return f"cuda:{device_id} requested but {count} CUDA device(s) found"
-    import onnxruntime as ort
-
+    try:
+        ort = onnxruntime()
+    except RuntimeMissingError as exc:
+        return str(exc)
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return (
             "this onnxruntime has no CUDAExecutionProvider (available: "
-            f"{ort.get_available_providers()}); install onnxruntime-gpu, not onnxruntime"
+            f"{ort.get_available_providers()}): the CPU build is installed; for NVIDIA GPUs, "
+            "pip uninstall -y onnxruntime && pip install 'ortpipe[cuda]'"
         )
     return None
 
@@ -436,9 +440,7 @@ def _normalize_kernel(cp: Any) -> Any:
 
 def _preload_cuda_libraries() -> None:
     """Load the CUDA/cuDNN libraries of the nvidia-* wheels before ORT needs them."""
-    import onnxruntime as ort
-
-    preload = getattr(ort, "preload_dlls", None)
+    preload = getattr(onnxruntime(), "preload_dlls", None)
     if preload is not None:
         with contextlib.suppress(Exception):  # best effort; verify_session reports the outcome
             preload()
