@@ -409,12 +409,17 @@ def _what_was_kept(
 
     if str(args.output) == STDOUT:
         return "each was written to standard output as it came"
+    from ..sinks import replacement_of
+
     hint = _resume_hint(args, sink, input_kind, source)
-    on_disk = _parquet_rows_on_disk(Path(args.output)) if aborted else None
+    replacing = getattr(sink, "replaces", None) is not None  # NOTE [ replaced when whole ]
+    output = replacement_of(args.output) if replacing else Path(args.output)
+    kept = f" (the earlier {str(args.output)!r} is kept whole until a run ends it)" if replacing else ""
+    on_disk = _parquet_rows_on_disk(output) if aborted else None
     if on_disk is None:
-        return f"{str(args.output)!r} holds {rows} rows and is readable: {hint}"
+        return f"{str(output)!r} holds {rows} rows and is readable{kept}: {hint}"
     where, held = on_disk
-    return f"{where} {held:,} rows: {hint}"
+    return f"{where} {held:,} rows{kept}: {hint}"
 
 
 def _parquet_rows_on_disk(output: Path) -> tuple[str, int] | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import shutil
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -24,8 +25,14 @@ from ..sinks import (
     NpySink,
     ParquetDatasetSink,
     ParquetSink,
+    ReplacingSink,
     SinkError,
+    finish_replacing,
+    refuse_other_files,
     refuse_used_folder,
+    replacement_of,
+    replacement_under_way,
+    staging_folder,
     writable,
     writable_folder,
 )
@@ -425,32 +432,60 @@ def open_sink(
     def known() -> frozenset[str]:
         return named | pipe.data_dependent_outputs
 
-    if kind == "npy":
-        return NpySink(path, output_names, known, resume)
-    _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
-    if kind == "parquet":
-        seconds = JOURNAL_PART_SECONDS if part_seconds is None else part_seconds
-        return ParquetSink(
-            path,
+    def made(at: str | Path, resume: bool, overwrite: bool) -> Sink:
+        if kind == "npy":
+            return NpySink(at, output_names, known, resume)
+        if kind == "parquet":
+            seconds = JOURNAL_PART_SECONDS if part_seconds is None else part_seconds
+            return ParquetSink(
+                at,
+                data_dependent=known,
+                resume=resume,
+                compression=compression,
+                part_rows=part_rows,
+                part_seconds=seconds,
+            )
+        if kind == "csv":
+            return CsvSink(at, known, resume)
+        if kind == "jsonl":
+            return JsonLinesSink(at, known, resume)
+        if kind.endswith(" stream"):
+            check_output(at, resume)
+            return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
+        return ParquetDatasetSink(
+            at,
             data_dependent=known,
             resume=resume,
-            compression=compression,
             part_rows=part_rows,
-            part_seconds=seconds,
+            compression=compression,
+            overwrite=overwrite,
+            part_seconds=part_seconds,
         )
-    if kind == "csv":
-        return CsvSink(path, known, resume)
-    if kind == "jsonl":
-        return JsonLinesSink(path, known, resume)
-    if kind.endswith(" stream"):
-        check_output(path, resume)
-        return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
-    return ParquetDatasetSink(
-        path,
-        data_dependent=known,
-        resume=resume,
-        part_rows=part_rows,
-        compression=compression,
-        overwrite=overwrite,
-        part_seconds=part_seconds,
-    )
+
+    if kind != "npy":
+        _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
+    if kind not in REPLACED_WHEN_WHOLE:
+        return made(path, resume, overwrite)
+    return _replaced_when_whole(path, kind, resume, overwrite, made)
+
+
+#: the kinds of output that ``--overwrite`` writes beside the earlier one (NOTE [ replaced when whole ]);
+#: a Parquet file's journal does the same by itself
+REPLACED_WHEN_WHOLE = ("npy", "csv", "jsonl", "parquet data set")
+
+
+def _replaced_when_whole(
+    path: str | Path, kind: str, resume: bool, overwrite: bool, made: Callable[[str | Path, bool, bool], Sink]
+) -> Sink:
+    """See NOTE [ replaced when whole ]: with ``overwrite``, the sink ``made`` in the
+    staging folder beside ``path``, replacing it once whole; resumed there where an
+    earlier ``--overwrite`` stopped; else ``made`` at ``path``."""
+    finish_replacing(path)  # a whole replacement whose moves a kill cut short
+    if not overwrite and not (resume and replacement_under_way(path)):
+        return made(path, resume, False)
+    if overwrite:
+        if kind == "parquet data set":
+            refuse_other_files(Path(path))  # the earlier folder is replaced whole: ortpipe's files only
+        shutil.rmtree(staging_folder(path), ignore_errors=True)  # an earlier --overwrite that never ended
+        staging_folder(path).mkdir()
+    return ReplacingSink(made(replacement_of(path), resume, False), path)

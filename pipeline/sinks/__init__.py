@@ -67,6 +67,7 @@ from ._parts import (
     parquet_codec,
     parquet_rows,
     parquet_writer,
+    refuse_other_files,
     refuse_used_folder,
     whole_parts,
 )
@@ -76,6 +77,13 @@ from .jsonl import JsonLinesSink, JsonLinesStreamSink
 from .labels import CallbackSink, LabelledSink, read_labels
 from .npy import NpySink, read_npy_header_rows
 from .parquet import ParquetDatasetSink, ParquetSink
+from .replacing import (
+    ReplacingSink,
+    finish_replacing,
+    replacement_of,
+    replacement_under_way,
+    staging_folder,
+)
 
 __all__ = [
     "CallbackSink",
@@ -93,6 +101,7 @@ __all__ = [
     "PARQUET_CODECS",
     "ParquetDatasetSink",
     "ParquetSink",
+    "ReplacingSink",
     "SUCCESS",
     "Several",
     "SinkError",
@@ -102,13 +111,18 @@ __all__ = [
     "durable",
     "file_part",
     "finish_moving_merged",
+    "finish_replacing",
     "journal_of",
     "parquet_codec",
     "parquet_writer",
     "read_labels",
     "read_npy_header_rows",
+    "refuse_other_files",
     "refuse_used_folder",
     "remove_journal",
+    "replacement_of",
+    "replacement_under_way",
+    "staging_folder",
     "parquet_rows",
     "whole_parts",
     "writable",

@@ -217,7 +217,14 @@ def refuse_used_folder(folder: Path) -> None:
             f"{str(folder)!r} holds {len(parts)} part file(s) of an earlier run: resume to go on from them "
             "(ortpipe run --resume), or replace them (--overwrite)"
         )
+    refuse_other_files(folder)
+
+
+def refuse_other_files(folder: Path) -> None:
+    """A data set's refusal of a folder that holds files of other kinds than its own
+    (visible ones: its hidden parts are its own)."""
     others = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
+    others = [name for name in others if not _PART_NAME.fullmatch(name) and name != SUCCESS]
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise SinkError(

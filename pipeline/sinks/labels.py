@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._capabilities import Completable, HasOutputs, KeepsColumns, WritesPerBatch, kept_rows, last_kept_row
 from .._errors import SinkError
+from ._handing_on import HandingOn
 
 
 class CallbackSink:
@@ -26,7 +26,7 @@ class CallbackSink:
         pass
 
 
-class LabelledSink:
+class LabelledSink(HandingOn):
     """Writes into ``sink`` each batch's class indices (``index_output``: the
     ``..._index`` output of ``--top-k``, :func:`pipeline.heads.with_top_k`) and
     beside them their names, ``labels[index]``, as ``label_output`` (default:
@@ -36,7 +36,7 @@ class LabelledSink:
     def __init__(self, sink: Any, index_output: str, labels: Sequence[str], label_output: str | None = None) -> None:
         if not labels:
             raise SinkError("labels: none given, one name a class is needed")
-        self._sink = sink
+        super().__init__(sink)
         self.index_output = index_output
         self.label_output = label_output or f"{index_output.removesuffix('_index')}_label"
         self.labels = np.asarray([str(label) for label in labels])
@@ -53,35 +53,6 @@ class LabelledSink:
                 f"{len(self.labels)} labels are given, for classes 0 to {len(self.labels) - 1}"
             )
         self._sink.write(index, rows, {**outputs, self.label_output: self.labels[classes]}, meta)
-
-    def close(self) -> None:
-        self._sink.close()
-
-    # The capabilities of the sink it writes into, handed on (protocols are checked on the
-    # class: a __getattr__ would not be seen by isinstance on Python 3.12 and later).
-    @property
-    def kept_rows(self) -> int:
-        return kept_rows(self._sink)
-
-    def last_kept_row(self) -> Mapping[str, Any] | None:
-        return last_kept_row(self._sink)
-
-    def kept_columns(self, names: Sequence[str]) -> Mapping[str, Any]:
-        return self._sink.kept_columns(names) if isinstance(self._sink, KeepsColumns) else {}
-
-    def existing_outputs(self) -> list[Path]:
-        return self._sink.existing_outputs() if isinstance(self._sink, HasOutputs) else []
-
-    @property
-    def per_batch_paths(self) -> Mapping[str, Any]:
-        return self._sink.per_batch_paths if isinstance(self._sink, WritesPerBatch) else {}
-
-    def mark_complete(self) -> None:
-        if isinstance(self._sink, Completable):
-            self._sink.mark_complete()
-
-    def __getattr__(self, name: str) -> Any:  # anything else the sink has (its path, for messages)
-        return getattr(self._sink, name)
 
 
 def read_labels(path: str | Path) -> list[str]:

@@ -34,9 +34,14 @@ from pipeline.sinks import (
     NpySink,
     ParquetDatasetSink,
     ParquetSink,
+    ReplacingSink,
     SinkError,
+    finish_replacing,
     journal_of,
     read_npy_header_rows,
+    replacement_of,
+    replacement_under_way,
+    staging_folder,
     whole_parts,
 )
 from pipeline.sources import (
@@ -1252,3 +1257,85 @@ def test_a_killed_overwrite_leaves_the_earlier_parquet_file_whole(tmp_path, caps
     scores, ids = _written(output)
     np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(ids, np.arange(ROWS))
+
+
+def _holds_new_rows(output: Path) -> bool:
+    """Whether the replacement an --overwrite run writes beside ``output`` holds rows yet."""
+    staged = replacement_of(output)
+    if not output.suffix:
+        return (staged / "part-00000.parquet").exists()
+    return staged.exists() and staged.stat().st_size > 64 << 10
+
+
+@pytest.mark.parametrize("name", ["scores.csv", "scores.npy", "scores"], ids=["csv", "npy", "data set"])
+def test_a_killed_overwrite_leaves_the_earlier_output_whole_and_resume_finishes_the_new(tmp_path, busy_job, name):
+    """Issue 26, item 4 (NOTE [ replaced when whole ]): --overwrite of a CSV, a .npy or a data set
+    writes the new output in a hidden folder beside the earlier one and moves it over the earlier
+    only once whole; a kill leaves the earlier output as it was, and --resume finishes the new one."""
+    output = tmp_path / name
+    assert main(_argv(busy_job, output, "--limit", "1000")) == 0
+    earlier = tmp_path / f"earlier-{name}"
+    (shutil.copytree if output.is_dir() else shutil.copyfile)(output, earlier)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "pipeline.cli", *_argv(busy_job, output, "--overwrite")]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not _holds_new_rows(output) and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before it was killed"
+            time.sleep(0.005)
+        process.kill()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert replacement_under_way(output)
+    before, now = _written(earlier), _written(output)
+    np.testing.assert_array_equal(now[0], before[0])  # the earlier rows, whole and readable
+    assert len(now[0]) == 1000
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    scores, ids = _written(output)
+    np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
+    if ids is not None:
+        np.testing.assert_array_equal(ids, np.arange(ROWS))
+    assert not replacement_under_way(output) and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [name, earlier.name]
+    )
+
+
+def test_a_stopped_overwrite_keeps_the_earlier_file_and_a_whole_one_replaces_it(tmp_path):
+    """A graceful stop (or a failure) closes the new output where it is written; only a job
+    that wrote every row moves it into place."""
+    pipe_rows = np.random.default_rng(4).random((64, FEATURES), np.float32)
+    with Pipeline(models.identity(features=FEATURES), device="cpu") as pipe:
+        output = tmp_path / "o.csv"
+        whole = open_sink(output, pipe)
+        whole.write(0, 2, {"y": pipe_rows[:2]}, {"row_id": np.arange(2)})
+        whole.close()
+        earlier = output.read_bytes()
+        stopped = open_sink(output, pipe, overwrite=True)
+        assert isinstance(stopped, ReplacingSink) and stopped.path == replacement_of(output)
+        stopped.write(0, 5, {"y": pipe_rows[:5]}, {"row_id": np.arange(5)})
+        stopped.close()  # no mark_complete: the job did not write every row
+        assert output.read_bytes() == earlier and replacement_under_way(output)
+        resumed = open_sink(output, pipe, resume=True)
+        assert resumed.kept_rows == 5
+        resumed.write(0, 3, {"y": pipe_rows[5:8]}, {"row_id": np.arange(5, 8)})
+        resumed.close()
+        resumed.mark_complete()
+    assert not replacement_under_way(output)
+    assert pcsv.read_csv(output)["row_id"].to_pylist() == list(range(8))
+
+
+def test_moves_a_kill_cut_short_are_finished_at_the_next_open(tmp_path):
+    folder = staging_folder(tmp_path / "d")
+    (folder / "d").mkdir(parents=True)
+    (folder / "d" / "part-00000.parquet").write_bytes(b"new")
+    (folder / "d.boxes").mkdir()
+    (folder / "MOVING").touch()  # the replacement was whole: its moves had begun
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "part-00000.parquet").write_bytes(b"old")
+    (tmp_path / "d" / "part-00001.parquet").write_bytes(b"old")
+    assert finish_replacing(tmp_path / "d")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["part-00000.parquet"]
+    assert (tmp_path / "d" / "part-00000.parquet").read_bytes() == b"new" and (tmp_path / "d.boxes").is_dir()
+    assert not folder.exists() and not finish_replacing(tmp_path / "d")
