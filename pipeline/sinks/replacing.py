@@ -11,8 +11,8 @@ A run killed or stopped halfway leaves the earlier output whole, and
 file (a folder: two, the earlier one set aside first); a marker written before
 the first makes the next open of the output finish them where a kill cut them
 short (:func:`finish_replacing`).  A Parquet file needs none of this: its
-journal is beside it already and replaces it at its close (NOTE [ journaled
-Parquet ]).
+journal is beside it already and replaces it at its close
+(NOTE [ journaled Parquet ]).
 """
 
 from __future__ import annotations
