@@ -23,7 +23,10 @@
   how throughput scales with GPUs or with sessions on one GPU.
 
 Every mode gets the same :class:`Workload`: warm-up batches first (not
-timed), then a fixed number of batches or as many as fit in a duration.  On
+timed), then a fixed number of batches or as many as fit in a duration; in
+rounds (``run_modes(rounds=N)``), the modes take turns, and each row gives its
+median round and the spread of all (the machine's noise, beside the gaps
+between modes).  On
 the host device with an emulated link the baselines pay that link for their
 copies too (``Device.charge_transfer``), so the comparison stays honest.
 Each row carries :class:`~pipeline.stats.Stats`: the pipelined rows from the
@@ -113,6 +116,8 @@ class ModeResult:
     seconds: float
     stats: Stats | MultiStats | None = None
     batch_size: int | None = None  # rows a batch (None when the workload's batches differ)
+    #: items/s of each round where the modes ran in rounds (:func:`run_modes`); this row is the median round's
+    rates: tuple[float, ...] = ()
 
     @property
     def items_per_s(self) -> float:
@@ -137,7 +142,16 @@ class ModeResult:
         )
         if self.stats is not None:
             row["stats_items_per_s"] = self.stats.items_per_s
+        if self.rates:
+            row["rounds_items_per_s"] = list(self.rates)
         return row
+
+    @property
+    def spread(self) -> float | None:
+        """Half the range of the rounds' items/s, as a share of this row's (None: one round)."""
+        if len(self.rates) < 2 or not self.items_per_s > 0:
+            return None
+        return (max(self.rates) - min(self.rates)) / 2 / self.items_per_s
 
 
 def _rows(batch: Batch) -> int:
@@ -327,16 +341,47 @@ def run_modes(
     copy_threads: CopyThreads = "auto",
     tick: Any = None,
     multi_devices: Sequence[Device] = (),
+    rounds: int = 1,
 ) -> list[ModeResult]:
     """Every requested mode over the same workload, in the order of :data:`MODES`.
 
     ``session``: how every mode's ORT session is built (intra-op threads,
     graph optimizations, config entries); the provider options are the device's.
-    ``multi_devices``: the pipelines' devices of the ``multi`` mode (one each)."""
+    ``multi_devices``: the pipelines' devices of the ``multi`` mode (one each).
+    ``rounds``: the modes run in turn that many times (A B C A B C ...), each
+    round with sessions and pipelines of its own, so that a machine's slow
+    spell falls on every mode alike; each row is its median round, with every
+    round's items/s in ``rates``."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    session = session or SessionConfig()
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    every = [
+        _one_round(model, device, work, depths, modes, session or SessionConfig(), copy_threads, tick, multi_devices)
+        for _ in range(rounds)
+    ]
+    return every[0] if rounds == 1 else [_median_round(rows) for rows in zip(*every, strict=True)]
+
+
+def _median_round(rows: Sequence[ModeResult]) -> ModeResult:
+    """One mode's rows of every round as one: the median round's, with each round's items/s."""
+    median = sorted(rows, key=lambda r: r.items_per_s)[(len(rows) - 1) // 2]
+    return dataclasses.replace(median, rates=tuple(r.items_per_s for r in rows))
+
+
+def _one_round(
+    model: ModelSource,
+    device: Device,
+    work: Workload,
+    depths: Sequence[int],
+    modes: Sequence[str],
+    session: SessionConfig,
+    copy_threads: CopyThreads,
+    tick: Any,
+    multi_devices: Sequence[Device],
+) -> list[ModeResult]:
+    """Every requested mode once, in the order of :data:`MODES`."""
     # The baselines are what a user would write: ORT's defaults (spinning on), whatever the pipelines get.
     config = dataclasses.replace(session, spin=True)
     results: list[ModeResult] = []
@@ -455,8 +500,19 @@ def fastest_line(results: Sequence[ModeResult]) -> str | None:
         where += f", batch size {best.batch_size}"
     line = f"fastest: {where}, {best.items_per_s:,.1f} items/s"
     if naive and best.mode != "naive":
-        line += f" ({best.items_per_s / naive:.2f}x naive)"
+        line += f" ({best.items_per_s / naive:.2f}x naive{_round_ratios(best, results)})"
     return line
+
+
+def _round_ratios(best: ModeResult, results: Sequence[ModeResult]) -> str:
+    """``best`` against naive round by round (the rounds alternate them): ``, 3.0-3.3x over 3 rounds``."""
+    naive = next((r for r in results if r.mode == "naive" and r.batch_size == best.batch_size), None)
+    if naive is None or len(best.rates) < 2 or len(naive.rates) != len(best.rates):
+        return ""
+    ratios = [ours / theirs for ours, theirs in zip(best.rates, naive.rates, strict=True) if theirs > 0]
+    if not ratios:
+        return ""
+    return f", {min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} rounds"
 
 
 #: what each stage, as the fastest engine row's bottleneck, says to try next
@@ -530,7 +586,7 @@ def format_table(results: Sequence[ModeResult]) -> str:
     size, latency, stage times, efficiency, bottleneck."""
     naive = _naive_by_batch_size(results)
     header = (
-        f"{'batch':>6} {'mode':<10} {'depth':>5} {'items/s':>12} {'vs naive':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'batch':>6} {'mode':<10} {'depth':>5} {'items/s':>12} {'±':>4} {'vs naive':>9} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'h2d ms':>7} {'run ms':>7} {'d2h ms':>7} {'eff':>5}  bottleneck"
     )
     lines = [header, "-" * len(header)]
@@ -547,7 +603,8 @@ def _format_row(row: ModeResult, naive: float | None) -> str:
     speedup = f"{row.items_per_s / naive:.2f}x" if naive else "-"
     depth = "-" if row.depth is None else str(row.depth)
     batch = "-" if row.batch_size is None else str(row.batch_size)
-    head = f"{batch:>6} {row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {speedup:>9}"
+    spread = "-" if row.spread is None else f"{row.spread:.0%}"
+    head = f"{batch:>6} {row.mode:<10} {depth:>5} {row.items_per_s:>12,.1f} {spread:>4} {speedup:>9}"
     if row.stats is None or row.stats.batches == 0:
         return head
     stats = row.stats.to_dict()

@@ -26,6 +26,11 @@ from ._args import (
 DEFAULT_MODEL = "convnet"
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_LINK_GBPS = 12.0
+#: timed seconds a mode gets in each round, where --batches is not given (figures steady from run to run
+#: need time, not a count: 40 batches of a small model are over in milliseconds)
+DEFAULT_DURATION_S = 0.5
+#: rounds of every mode in turn (issue 26: one pass each, runs minutes apart disagreed on the fastest mode)
+DEFAULT_ROUNDS = 3
 
 
 def add_bench(sub: Any) -> None:
@@ -88,8 +93,22 @@ def _bench_how(how: Any) -> None:
     )
     how.add_argument("--depth", type=depths, default=[1, 2, 3], help="pipeline depths, e.g. 1,2,3 (default 1,2,3)")
     amount = how.add_mutually_exclusive_group()
-    amount.add_argument("--batches", type=positive(int), default=None, help="timed batches per mode (default 40)")
-    amount.add_argument("--duration", type=positive(float), default=None, help="timed seconds per mode")
+    amount.add_argument(
+        "--batches", type=positive(int), default=None, help="timed batches per mode and round (default: --duration)"
+    )
+    amount.add_argument(
+        "--duration",
+        type=positive(float),
+        default=None,
+        help=f"timed seconds per mode and round (default {DEFAULT_DURATION_S:g})",
+    )
+    how.add_argument(
+        "--rounds",
+        type=positive(int),
+        default=DEFAULT_ROUNDS,
+        help=f"the modes take turns this many times, A B C A B C ...; each row is its median round, with the "
+        f"spread (default {DEFAULT_ROUNDS})",
+    )
     how.add_argument("--warmup", type=int, default=3, help="untimed batches per mode (default 3)")
     how.add_argument(
         "--modes",

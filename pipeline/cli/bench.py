@@ -39,7 +39,7 @@ from ._args import (
     constant_arrays,
     with_heads,
 )
-from ._bench_options import DEFAULT_BATCH_SIZE, DEFAULT_LINK_GBPS
+from ._bench_options import DEFAULT_BATCH_SIZE, DEFAULT_DURATION_S, DEFAULT_LINK_GBPS
 from ._reports import write_report, write_timelines
 
 
@@ -353,7 +353,9 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
         raise PipelineError(f"the graph mode captures CUDA graphs: it needs a CUDA device, not {device.name}")
     threads_line = _emulated_device_threads(args, device)
     multi = _multi_devices(args, devices)
-    count = args.batches if args.batches is not None else (None if args.duration else 40)
+    count = args.batches
+    if count is None and args.duration is None:
+        args.duration = DEFAULT_DURATION_S
     constants = model_constants(args.model, args.constant)
     # the model is read and --data loaded once; every batch size's batches are made (and checked) before any run
     heads = functools.partial(with_heads, args)  # every mode runs the same graph: --top-k's too
@@ -367,14 +369,15 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     if multi:
         print(f"multi: {len(multi)} pipelines on {', '.join(d.name for d in multi)}")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"
-    print(f"model: {args.model}  batch size {sizes}, {amount} per mode, {args.warmup} warm-up")
+    rounds = f", {args.rounds} rounds, the modes in turn" if args.rounds > 1 else ""
+    print(f"model: {args.model}  batch size {sizes}, {amount} per mode{rounds}, {args.warmup} warm-up")
     if arrays is None:
         print(RANDOM_INPUTS)
     if threads_line is not None:
         print(threads_line)
     progress = Progress(
         "bench",
-        total=count * _runs(args.modes, args.depth) * len(workloads) if count else None,
+        total=count * _runs(args.modes, args.depth) * len(workloads) * args.rounds if count else None,
         enabled=False if args.no_progress else None,
     )
     results, traced = _run_workloads(args, device, workloads, progress.tick, multi)
@@ -417,6 +420,7 @@ def _run_workloads(
             copy_threads=args.copy_threads,
             tick=tick,
             multi_devices=multi,
+            rounds=args.rounds,
         )
         results.extend(rows)
         traced = deepest_engine_run(rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from pipeline import HostDevice, models
@@ -103,7 +104,8 @@ def test_rows_at_several_batch_sizes_are_compared_with_naive_at_their_own():
     assert table[0].split()[0] == "batch"
     expected = [["1", "naive"], ["1", "caller"], ["32", "naive"], ["32", "caller"]]
     assert [line.split()[:2] for line in table[2:]] == expected
-    assert [line.split()[4] for line in table[2:]] == ["1.00x", "3.00x", "1.00x", "1.25x"]
+    assert [line.split()[5] for line in table[2:]] == ["1.00x", "3.00x", "1.00x", "1.25x"]
+    assert [line.split()[4] for line in table[2:]] == ["-"] * 4  # one round: no spread
     assert fastest_line(rows) == "fastest: caller at depth 2, batch size 32, 400.0 items/s (1.25x naive)"
     assert rows[3].to_dict()["batch_size"] == 32
 
@@ -193,3 +195,28 @@ def test_bench_refuses_random_batches_larger_than_the_memory_left(capsys):
             r"memory, and [0-9,.]+ GiB is available; choose a smaller batch size",
             err,
         ), err
+
+
+def test_modes_in_rounds_give_their_median_round_and_the_spread():
+    """Issue 26, item 9: every mode in turn, N rounds; each row its median round, every
+    round's items/s kept, the table's spread and the fastest row's ratio round by round."""
+    work = Workload([{"x": np.ones((8, 4), np.float32)}], count=4, warmup=1)
+    rows = run_modes(models.identity(features=4), HostDevice(), work, depths=(1,), modes=("naive", "caller"), rounds=3)
+    assert [(r.mode, r.depth) for r in rows] == [("naive", None), ("caller", 1)]
+    for row in rows:
+        assert len(row.rates) == 3 and row.items_per_s == sorted(row.rates)[1]
+        assert row.to_dict()["rounds_items_per_s"] == list(row.rates)
+        assert row.spread == (max(row.rates) - min(row.rates)) / 2 / row.items_per_s
+    assert "over 3 rounds" in fastest_line(rows) or fastest_line(rows).startswith("fastest: naive")
+    table = format_table(rows).splitlines()
+    assert all(line.split()[4].endswith("%") for line in table[2:])
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        run_modes(models.identity(features=4), HostDevice(), work, rounds=0)
+
+
+def test_the_fastest_row_against_naive_round_by_round():
+    naive = ModeResult("naive", None, 10, 100, 1.0, batch_size=8, rates=(90.0, 100.0, 110.0))
+    caller = ModeResult("caller", 2, 10, 300, 1.0, batch_size=8, rates=(300.0, 270.0, 330.0))
+    assert fastest_line([naive, caller]) == (
+        "fastest: caller at depth 2, 300.0 items/s (3.00x naive, 2.70-3.33x over 3 rounds)"
+    )

@@ -127,7 +127,7 @@ def test_ort_log_shows_as_much_of_orts_own_log_as_asked(tmp_path, capfd):
     assert "onnxruntime:" not in capfd.readouterr().err  # the default: errors only
     assert main([*argv, "--output", str(tmp_path / "info.csv"), "--ort-log", "info"]) == 0
     assert "[I:onnxruntime:" in capfd.readouterr().err
-    bench = ["bench", "identity", "--batches", "2", "--warmup", "0", "--depth", "1", "--no-progress"]
+    bench = ["bench", "identity", "--batches", "2", "--warmup", "0", "--depth", "1", "--no-progress", "--rounds", "1"]
     assert main([*bench, "--modes", "naive", "--ort-log", "info"]) == 0
     baseline_only = capfd.readouterr().err.count("Initializing session")
     assert baseline_only >= 1
