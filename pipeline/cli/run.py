@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Literal
 
 from .. import models
 from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, restarted, skipped
-from ..jobs import Progress, output_lock
+from ..jobs import Progress, SourceOptions, output_lock
 from ..sinks import LabelledSink, SinkError, read_labels, writable
 from ._args import (
     constant_arrays,
@@ -273,10 +273,13 @@ def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[
 def _open_source(args: argparse.Namespace, pipe: Any, batch_size: int) -> Any:
     from ..jobs import open_source
 
-    return open_source(
-        args.input,
-        pipe,
-        batch_size,
+    return open_source(args.input, pipe, batch_size, _source_options(args, pipe))
+
+
+def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
+    """How the command line says the input is read, as one value."""
+
+    return SourceOptions(
         input_name=args.input_name,
         columns=dict(args.input_column),
         id_column=args.id_column,

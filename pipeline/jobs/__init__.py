@@ -22,6 +22,7 @@ from .output_lock import output_lock
 from .progress import Progress
 from .resuming import first_rows, resumed, rows_after, shard_rows, window
 from .running import run_job
+from .source_options import SourceOptions
 from .summary import JobSummary, Sink
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "STDOUT",
     "STREAM_FORMATS",
     "Sink",
+    "SourceOptions",
     "check_output",
     "first_rows",
     "open_sink",

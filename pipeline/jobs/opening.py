@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import shutil
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import sources
 from .._capabilities import (
@@ -40,23 +40,19 @@ from ..sources import (
     ARCHIVE_SUFFIXES,
     IMAGE_SUFFIXES,
     PARQUET_SUFFIXES,
-    STREAM_TIMEOUT_S,
     VIDEO_SUFFIXES,
     CsvSource,
-    Fit,
-    ImageDecoding,
     NpySource,
     ParquetDatasetSource,
     ParquetSource,
     SourceBatch,
     SourceError,
-    VideoDecoding,
     hidden,
     holds_files,
-    is_pipe,
     is_stream_url,
     writers_name,
 )
+from .source_options import SourceOptions
 from .summary import Sink
 
 if TYPE_CHECKING:
@@ -175,150 +171,92 @@ def open_source(
     path: str | Path,
     pipe: Pipeline | MultiPipeline,
     batch_size: int,
-    *,
-    input_name: str | None = None,
-    columns: dict[str, Sequence[str]] | None = None,
-    id_column: str | None = None,
-    size: tuple[int, int] | None = None,
-    pix_fmt: str = "rgb24",
-    decode_threads: int | None = None,
-    skip_unreadable: bool = False,
-    every: int = 1,
-    fps: float | None = None,
-    jpeg_draft: bool = False,
-    image_column: str | None = None,
-    video_column: str | None = None,
-    fit: str | Fit | None = None,
-    exif_orientation: bool = False,
-    videos_at_once: int | None = None,
-    video_format: str | None = None,
-    video_options: Mapping[str, object] | None = None,
-    archive_shard: tuple[int, int] | None = None,
-    reconnect: int = 0,
-    stream_timeout_s: float | None = None,
-    hwaccel: str | None = None,
-    streams: Sequence[str | Path] = (),
-    batch_wait_s: float | None = None,
+    options: SourceOptions | None = None,
+    **choices: Any,
 ) -> Iterable[SourceBatch]:
-    """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs; a video's, or a
-    folder of videos', ``every``-th frames only, or ``fps`` frames a second; the images a
-    table's ``image_column`` (or ``video_column``) lists; images' JPEGs decoded at a
-    fraction of their size with ``jpeg_draft`` and turned upright with ``exif_orientation``;
-    frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]); a folder's or a
-    table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]); a
-    video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
+    """The source of ``path`` (:func:`source_kind`) for ``pipe``'s inputs, read as
+    ``options`` (or the same names as keywords: ``open_source(path, pipe, 8, every=30)``)
+    say: a video's, or a folder of videos', ``every``-th frames only, or ``fps`` frames a
+    second; the images a table's ``image_column`` (or ``video_column``) lists; images'
+    JPEGs decoded at a fraction of their size with ``jpeg_draft`` and turned upright with
+    ``exif_orientation``; frames and images made ``size`` as ``fit`` says (NOTE [ fitting ]);
+    a folder's or a table's videos ``videos_at_once`` at a time (NOTE [ videos decoded at once ]);
+    a video or stream opened with FFmpeg's demuxer ``video_format`` and ``video_options``
     (NOTE [ video streams ]), and a stream's URL opened again ``reconnect`` times in a row
     when it drops (NOTE [ reconnecting ]), given up on after ``stream_timeout_s`` without
-    data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device (NOTE
-    [ decoding on the GPU ]).  ``streams``: more live streams read with ``path`` at once,
-    their frames batched as they come, a batch handed on ``batch_wait_s`` after its
+    data (None: :data:`STREAM_TIMEOUT_S`); videos decoded on ``hwaccel``'s device
+    (NOTE [ decoding on the GPU ]).  ``streams``: more live streams read with ``path`` at
+    once, their frames batched as they come, a batch handed on ``batch_wait_s`` after its
     first frame at the latest (NOTE [ several streams ]).  ``archive_shard=(K, N)``: a
-    folder of tar archives of images is read as the K-th of N groups of its files (NOTE
-    [ image archives ]: the source's ``shard`` says so); any other input is sharded by
-    its rows (:func:`shard_rows`), by whoever runs it, and ignores it."""
-    kind = "streams" if streams else source_kind(path, image_column, video_column, video_format)
-    listed = image_column or video_column
+    folder of tar archives of images is read as the K-th of N groups of its files
+    (NOTE [ image archives ]: the source's ``shard`` says so); any other input is sharded
+    by its rows (:func:`shard_rows`), by whoever runs it, and ignores it.  An option
+    for another kind of input than ``path``'s is refused, not ignored."""
+    if options is None:
+        options = SourceOptions(**choices)
+    elif choices:
+        raise TypeError(f"open_source: give either options or keywords, not both (got {sorted(choices)})")
+    listed = options.image_column or options.video_column
+    kind = "streams"
+    if not options.streams:
+        kind = source_kind(path, options.image_column, options.video_column, options.video_format)
     if listed is not None:
         _require("parquet", f"reading {str(path)!r}", SourceError)
-        if columns:
+        if options.columns:
             raise SourceError(
-                f"input columns ({sorted(columns)}) map a table's numbers to model inputs; with a column of paths "
-                f"({listed!r}) the input is the files it lists"
+                f"input columns ({sorted(options.columns)}) map a table's numbers to model inputs; with a column "
+                f"of paths ({listed!r}) the input is the files it lists"
             )
     _require(kind, f"reading {str(path)!r}", SourceError)
-    if stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
-        raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
-    for given, kinds, what in (
-        (every != 1 or fps is not None, ("video", "videos", "streams"), "taking every N-th frame is for videos"),
-        (
-            skip_unreadable,
-            ("images", "videos", "streams"),
-            "skipping unreadable files is for a folder of images or videos, or several streams",
-        ),
-        (jpeg_draft, ("images",), "decoding JPEGs in draft is for images"),
-        (videos_at_once is not None, ("videos",), "decoding videos at once is for a folder or table of videos"),
-        (exif_orientation, ("images",), "turning pictures as their EXIF says is for images"),
-        (
-            video_format is not None or bool(video_options),
-            ("video", "streams"),
-            "FFmpeg's format and options for opening are for a video or streams",
-        ),
-        (bool(reconnect), ("video", "streams"), "reconnecting is for a stream's URL"),
-        (hwaccel is not None, ("video", "videos", "streams"), "decoding on a GPU is for videos"),
-        (batch_wait_s is not None, ("streams",), "a batch's wait for frames is for several streams read at once"),
-        (
-            Fit.parse(fit).moves,
-            ("video", "videos", "images", "streams"),
-            "cropping or padding to a size is for video frames and images",
-        ),
-    ):
-        if given and kind not in kinds:  # an option of another kind of input: refused, not ignored
-            raise SourceError(f"{what}; {str(path)!r} is a {kind} source")
+    options.refuse_for(kind, path)
     specs = pipe.source_inputs
     if kind == "npy":
-        return NpySource(path, batch_size, specs, input_name)
-    if kind == "parquet":
-        table = ParquetDatasetSource if Path(path).is_dir() else ParquetSource
-        return table(path, batch_size, specs, columns, id_column)
-    if kind == "csv":
-        return CsvSource(path, batch_size, specs, columns, id_column)
+        return NpySource(path, batch_size, specs, options.input_name)
+    if kind in ("parquet", "csv"):
+        table = CsvSource if kind == "csv" else ParquetDatasetSource if Path(path).is_dir() else ParquetSource
+        return table(path, batch_size, specs, dict(options.columns or {}), options.id_column)
     if kind in ("streams", "video", "videos"):
-        video = VideoDecoding(
-            size,
-            pix_fmt,
-            decode_threads,
-            skip_unreadable,
-            every,
-            fps,
-            fit,
-            videos_at_once,
-            hwaccel,
-            video_format,
-            dict(video_options or {}),
-            reconnect,
-            STREAM_TIMEOUT_S if stream_timeout_s is None else stream_timeout_s,
-        )
-        wait_s = sources.BATCH_WAIT_S if batch_wait_s is None else batch_wait_s
-        return _video_source(kind, path, streams, batch_size, specs, input_name, video, video_column, id_column, wait_s)
-    image = ImageDecoding(size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
-    if image_column is not None:
+        return _video_source(kind, path, batch_size, specs, options)
+    return _image_source(path, batch_size, specs, options)
+
+
+def _image_source(
+    path: str | Path, batch_size: int, specs: Sequence[TensorSpec], options: SourceOptions
+) -> Iterable[SourceBatch]:
+    """The images a table lists or holds, tar archives of them, or a folder of them."""
+    image = options.image_decoding()
+    if options.image_column is not None:
+        column, name = options.image_column, options.input_name
         return sources.ImageTableSource(
-            path, image_column, batch_size, specs, input_name, id_column=id_column, decoding=image
+            path, column, batch_size, specs, name, id_column=options.id_column, decoding=image
         )
     if _holds_archives(Path(path)):
-        by_file = archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
-        return sources.ImageArchiveSource(path, batch_size, specs, input_name, shard=by_file, decoding=image)
-    return sources.ImageFolderSource(path, batch_size, specs, input_name, decoding=image)
+        by_file = options.archive_shard if Path(path).is_dir() else None  # one archive is split by its rows
+        return sources.ImageArchiveSource(path, batch_size, specs, options.input_name, shard=by_file, decoding=image)
+    return sources.ImageFolderSource(path, batch_size, specs, options.input_name, decoding=image)
 
 
 def _video_source(
-    kind: str,
-    path: str | Path,
-    streams: Sequence[str | Path],
-    batch_size: int,
-    specs: Sequence[TensorSpec],
-    input_name: str | None,
-    video: VideoDecoding,
-    video_column: str | None,
-    id_column: str | None,
-    batch_wait_s: float,
+    kind: str, path: str | Path, batch_size: int, specs: Sequence[TensorSpec], options: SourceOptions
 ) -> Iterable[SourceBatch]:
     """A video's, a stream's, several streams', a folder's or a table's videos' source, each
-    taking what it uses of ``video``; one skipping unreadable videos or streams asks for
-    several (open_source refuses the options a kind has no use for before this)."""
+    taking what it uses of the decoding choices; one skipping unreadable videos or streams
+    asks for several (open_source refuses the options a kind has no use for before this)."""
+    video, name = options.video_decoding(), options.input_name
     if kind == "streams":
+        wait_s = sources.BATCH_WAIT_S if options.batch_wait_s is None else options.batch_wait_s
         return sources.LiveStreamsSource(
-            [path, *streams], batch_size, specs, input_name, batch_wait_s=batch_wait_s, decoding=video
+            [path, *options.streams], batch_size, specs, name, batch_wait_s=wait_s, decoding=video
         )
     if kind == "video":
         return sources.VideoSource(
-            path, batch_size, specs, input_name, decoding=dataclasses.replace(video, skip_unreadable=False)
+            path, batch_size, specs, name, decoding=dataclasses.replace(video, skip_unreadable=False)
         )
-    if video_column is not None:
+    if options.video_column is not None:
         return sources.VideoTableSource(
-            path, video_column, batch_size, specs, input_name, id_column=id_column, decoding=video
+            path, options.video_column, batch_size, specs, name, id_column=options.id_column, decoding=video
         )
-    return sources.VideoFolderSource(path, batch_size, specs, input_name, decoding=video)
+    return sources.VideoFolderSource(path, batch_size, specs, name, decoding=video)
 
 
 def _holds_archives(path: Path) -> bool:
