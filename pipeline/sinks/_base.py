@@ -1,5 +1,5 @@
 """What every sink shares: the kinds of outputs (NOTE [ per-batch outputs ]), checks of
-what a batch writes, output paths, and the table sinks' common base.
+what a batch writes, output paths, and how outputs become table columns.
 
 NOTE [ per-batch outputs ]: most outputs hold one row per input row and are
 written next to that row's metadata.  A detector's boxes after NMS or a
@@ -21,15 +21,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from .._arrow import from_numpy, list_column
-from .._closing import close_all
 from .._errors import SinkError
 
 _PER_BATCH_RESUME = (
@@ -194,129 +192,6 @@ def _after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 1
     return 0
 
 
-class _TableSink:
-    """One table of the metadata columns and the per-row outputs, and one table
-    beside it for each per-batch output (NOTE [ per-batch outputs ]):
-    ``<stem>.<output><suffix>``, a ``batch`` column then the output's items.
-    The main table gets the ``batch`` column too when there are such outputs
-    (``ortpipe_batch`` when the metadata has a ``batch`` already)."""
-
-    _suffix = ""
-
-    def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
-        self.path = self._checked(Path(path))
-        #: the table of each per-batch output, once the first batch has told which they are
-        self.side_paths: dict[str, Path] = {}
-        self._kinds = OutputKinds(data_dependent)
-        self._main = self._open(self.path)
-        #: rows an earlier run left in the table, kept (NOTE [ resuming ])
-        self.kept_rows = self._main.resume() if resume else 0
-        self._resume = resume
-        self._sides: dict[str, Any] = {}
-        self._shapes: dict[str, tuple[int, ...]] = {}
-        self._batch_column = "batch"
-        #: the batches of the run being resumed: this run's are numbered after them
-        self._batches_before = 0
-
-    def existing_outputs(self) -> list[Path]:
-        """This sink's table if it holds something already (an earlier run's), which writing would replace."""
-        return [self.path] if self.path.is_file() and self.path.stat().st_size else []
-
-    def last_kept_row(self) -> dict[str, Any] | None:
-        """The last of the rows kept from an earlier run, column by column (a CSV's as
-        text), for ``jobs.resumed`` to hold the input's row against; None when none was kept."""
-        return self._main.last_row() if self.kept_rows else None
-
-    def kept_columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
-        """Those of the columns ``names`` the rows kept from an earlier run have, whole (a
-        CSV's as text): what a resumed folder of videos holds the input against when it
-        cannot count (NOTE [ frame positions ])."""
-        return self._main.columns(names) if self.kept_rows else {}
-
-    def _checked(self, path: Path) -> Path:
-        """``path`` after checking that it can be written."""
-        return writable(path)
-
-    def _open(self, path: Path) -> Any:
-        raise NotImplementedError
-
-    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
-        per_row, per_batch = self._kinds.split(rows, outputs)
-        if not self._sides and per_batch:
-            self._open_sides(list(per_batch), meta)
-        index += self._batches_before
-        columns: dict[str, Any] = dict(meta)
-        if per_batch:
-            columns[self._batch_column] = np.full(rows, index, np.int64)
-        main = _record_batch(columns, self._per_row(index, rows, per_row), self._several)
-        sides = {name: self._items(index, name, values) for name, values in per_batch.items()}
-        for name, side in sides.items():  # the sides first: the main table is never ahead of them
-            self._sides[name].write(side)
-        self._main.write(main)
-
-    def _per_row(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, bool]]:
-        checked = []
-        for name, values in outputs.items():
-            self._shapes[name] = check_rows(name, index, rows, values, self._shapes.get(name))
-            checked.append((name, *_flat(values)))
-        return checked
-
-    def _items(self, index: int, name: str, values: np.ndarray) -> Any:
-        """Batch ``index``'s items of a per-batch output as a record batch of its table."""
-        items = check_items(name, index, values, self._shapes.get(name))
-        self._shapes[name] = items.shape[1:]
-        batch = {self._batch_column: np.full(len(items), index, np.int64)}
-        return _record_batch(batch, [(name, *_flat(items))], self._several)
-
-    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
-        if "batch" in meta:
-            self._batch_column = "ortpipe_batch"
-        self.side_paths = _beside(self.path, self.path.suffix or self._suffix, names, self._checked)
-        self._sides = {name: self._open(path) for name, path in self.side_paths.items()}
-        if self.kept_rows:
-            self._resume_sides()
-        elif self._resume:  # nothing kept of the main table: nothing of its sides either
-            for side in self._sides.values():
-                self._restart_side(side)
-
-    def _resume_sides(self) -> None:
-        """The per-batch outputs of the run being resumed, kept as far as its main
-        table goes (NOTE [ resuming ]); this run's batches numbered after its."""
-        last = self.last_kept_row() or {}
-        if self._batch_column not in last:
-            raise SinkError(
-                f"cannot resume {str(self.path)!r}: the earlier run wrote no outputs per batch, this one writes "
-                f"{sorted(self._sides)}"
-            )
-        self._batches_before = int(last[self._batch_column]) + 1
-        for path, side in zip(self.side_paths.values(), self._sides.values(), strict=True):
-            if not self._side_written(path):
-                raise SinkError(f"cannot resume {str(self.path)!r}: its per-batch output {str(path)!r} is missing")
-            self._resume_side(side)
-
-    def _side_written(self, path: Path) -> bool:
-        """An earlier run wrote the per-batch output's table ``path``."""
-        return path.exists()
-
-    def _resume_side(self, side: Any) -> None:
-        """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
-        raise SinkError(_PER_BATCH_RESUME.format(path=str(self.path), kind=f"a {self._suffix} table"))
-
-    def _restart_side(self, side: Any) -> None:
-        """A resumed run that kept no rows: a per-batch output's table starts anew (a file is written over)."""
-
-    @property
-    def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
-        """Each output written per batch: (its table,)."""
-        return {name: (path,) for name, path in self.side_paths.items()}
-
-    def close(self) -> None:
-        close_all([*self._sides.values(), self._main])  # the sides first, as each batch is written
-
-
 def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one fixed-size list column."""
 
@@ -327,32 +202,3 @@ def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
 
     return {f"{name}_{i}": from_numpy(flat[:, i]) for i in range(flat.shape[1])}
-
-
-class _ToStream(_TableSink):
-    """A table written to an open binary ``stream`` (default: standard output's bytes) as it
-    comes, each batch flushed (``ortpipe run --output -``), for a program that reads the
-    rows from a pipe.  There is no file: nothing to resume or to refuse replacing, and no
-    outputs written per batch (they need a table of their own beside the main one: write
-    them to a file, or leave them out with ``--output-names``)."""
-
-    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
-        self._stream = stream if stream is not None else sys.stdout.buffer
-        super().__init__("-", data_dependent)
-
-    def _checked(self, path: Path) -> Path:
-        return path  # no file to check
-
-    def existing_outputs(self) -> list[Path]:
-        return []
-
-    def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
-        raise _no_beside(names)
-
-
-def _no_beside(names: list[str]) -> SinkError:
-    """Why a stream cannot take outputs written per batch (NOTE [ per-batch outputs ])."""
-    return SinkError(
-        f"output(s) {names} have a count of their own each batch (data-dependent), which a table beside the "
-        "main one holds; a stream has no beside: write to a file, or leave them out with --output-names"
-    )

@@ -10,7 +10,8 @@ import numpy as np
 
 from .._arrow import to_numpy
 from .._errors import SinkError
-from ._base import _after_last_line, _TableSink, _ToStream, _value_columns
+from ._base import DataDependent, _after_last_line, _value_columns
+from ._table import Storage, StreamStorage, _TableSink
 
 
 class _CsvFile:
@@ -111,13 +112,8 @@ class CsvSink(_TableSink):
     values a row as one column per value (``logits_0``, ``logits_1``, ...),
     streamed batch by batch."""
 
-    _suffix = ".csv"
-
-    def _open(self, path: Path) -> _CsvFile:
-        return _CsvFile(path)
-
-    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
-        return _value_columns(name, flat)
+    def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
+        super().__init__(path, Storage(_CsvFile, ".csv"), _value_columns, data_dependent, resume)
 
 
 class _CsvStream:
@@ -144,8 +140,9 @@ class _CsvStream:
             self._writer = None
 
 
-class CsvStreamSink(_ToStream, CsvSink):
-    """:class:`CsvSink`'s CSV written to a stream as it comes (:class:`_ToStream`)."""
+class CsvStreamSink(_TableSink):
+    """:class:`CsvSink`'s CSV written to a stream as it comes (``--output -``; see
+    :class:`StreamStorage`)."""
 
-    def _open(self, path: Path) -> Any:  # a _CsvStream, which is no file
-        return _CsvStream(self._stream)
+    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
+        super().__init__("-", StreamStorage(_CsvStream, stream, ".csv"), _value_columns, data_dependent)

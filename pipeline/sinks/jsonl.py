@@ -10,8 +10,9 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .._errors import SinkError
-from ._base import _after_last_line, _list_column, _TableSink, _ToStream
+from ._base import DataDependent, _after_last_line, _list_column
 from ._json_text import json_lines
+from ._table import Storage, StreamStorage, _TableSink
 
 
 class _JsonLines:
@@ -79,18 +80,14 @@ class JsonLinesSink(_TableSink):
     written batch by batch, resumable as a CSV is (a line a row).  Outputs written per
     batch go to ``<stem>.<output>.jsonl`` beside it."""
 
-    _suffix = ".jsonl"
-
-    def _open(self, path: Path) -> Any:  # a _JsonLines
-        return _JsonLines(path)
-
-    def _several(self, name: str, flat: np.ndarray) -> dict[str, Any]:
-        return _list_column(name, flat)
+    def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
+        super().__init__(path, Storage(_JsonLines, ".jsonl"), _list_column, data_dependent, resume)
 
 
-class JsonLinesStreamSink(_ToStream, JsonLinesSink):
-    """:class:`JsonLinesSink`'s lines written to a stream as they come (:class:`_ToStream`;
-    ``ortpipe run --output - --output-format jsonl``)."""
+class JsonLinesStreamSink(_TableSink):
+    """:class:`JsonLinesSink`'s lines written to a stream as they come (``ortpipe run
+    --output - --output-format jsonl``; see :class:`StreamStorage`)."""
 
-    def _open(self, path: Path) -> Any:
-        return _JsonLines(stream=self._stream)
+    def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
+        opened = StreamStorage(lambda stream: _JsonLines(stream=stream), stream, ".jsonl")
+        super().__init__("-", opened, _list_column, data_dependent)
