@@ -256,7 +256,7 @@ def _random(rng: np.random.Generator, dims: list[int], dtype: np.dtype) -> np.nd
     return rng.random(dims).astype(dtype)
 
 
-def _device_line(device: Device) -> dict[str, Any]:
+def device_facts(device: Device) -> dict[str, Any]:
     info = dict(device.describe())
     info.update(_pcie(device))
     try:
@@ -286,7 +286,7 @@ def _pcie(device: Device) -> dict[str, Any]:
         return {"pcie": f"unknown ({type(exc).__name__}: {exc}); pip install nvidia-ml-py"}
 
 
-def _describe(info: dict[str, Any]) -> str:
+def describe_device(info: dict[str, Any]) -> str:
     parts = [str(info.get("name"))]
     if "pcie_gen" in info:
         parts.append(f"PCIe Gen{info['pcie_gen']} x{info['pcie_width']}")
@@ -364,8 +364,8 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     arrays = _load_data(args.data, [spec.name for spec in probe.batched_inputs]) if args.data else None
     workloads = [_workload(args, model, probe, arrays, size, count) for size in args.batch_size]
     sizes = ", ".join(map(str, args.batch_size))
-    info = _device_line(device)
-    print(f"device: {_describe(info)}  [{why}]")
+    info = device_facts(device)
+    print(f"device: {describe_device(info)}  [{why}]")
     if multi:
         print(f"multi: {len(multi)} pipelines on {', '.join(d.name for d in multi)}")
     amount = f"{count} timed batches" if count else f"{args.duration:g} s"

@@ -8,7 +8,7 @@ from .._cpus import usable_cpus
 from .._engine import auto_copy_threads
 from ..devices import HostDevice, cuda_unavailable_reason
 from ..devices._memory import gib, host_memory_available
-from .bench import _describe, _device_line
+from .bench import describe_device, device_facts
 
 
 def _auto_threads_line() -> str:
@@ -100,7 +100,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if reason is not None:
         print(f"cuda: not available ({reason})")
         host = HostDevice()
-        print(f"device: {_describe(_device_line(host))}")
+        print(f"device: {describe_device(device_facts(host))}")
         return 0
     import cupy
 
@@ -109,5 +109,5 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"cuda runtime {cupy.cuda.runtime.runtimeGetVersion()}, driver {cupy.cuda.runtime.driverGetVersion()}")
     for index in range(cupy.cuda.runtime.getDeviceCount()):
         device = CudaDevice(index)
-        print(f"device: {_describe(_device_line(device))}")
+        print(f"device: {describe_device(device_facts(device))}")
     return 0
