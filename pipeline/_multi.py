@@ -60,8 +60,9 @@ from ._engine import (
     split_rows,
 )
 from ._errors import PipelineClosedError, PipelineError, renumbered
+from ._gather import Gather
 from ._lifecycle import ANOTHER_RUN, OneRunAtATime
-from ._pipeline import Batch, Pipeline, PipelineOptions, _Gather
+from ._pipeline import Batch, Pipeline, PipelineOptions
 from .devices import Device, device_specs
 from .stats import Delivered, MultiStats, Stats
 
@@ -213,7 +214,7 @@ class MultiPipeline(OneRunAtATime):
         feeds = self.pipelines[0].checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
         size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
-        gathered = _Gather(total)
+        gathered = Gather(total)
         for _ in self._iterate(split_rows(feeds, size), gathered.take):
             pass
         return gathered.arrays

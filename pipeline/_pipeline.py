@@ -23,24 +23,18 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from ._engine import (
     DEFAULT_BATCH_SIZE,
-    ORT_LOG_LEVELS,
     SKIP,
     BatchTrace,
-    CopiedOutputs,
-    CopyThreads,
     DirectRun,
     EngineRun,
     Fill,
     HandOverAdvisor,
-    HostCopier,
-    HostRegistering,
     HostWindows,
     InputChecker,
     Layout,
@@ -50,7 +44,6 @@ from ._engine import (
     Preprocess,
     Rings,
     RunConfig,
-    SessionConfig,
     Streams,
     Take,
     TensorSpec,
@@ -60,14 +53,15 @@ from ._engine import (
     fixed_row_shape,
     layout_for,
     layout_of_model,
-    not_per_row,
     picked_batch_size,
     resolve_copy_threads,
     split_rows,
     threads_slower,
 )
 from ._errors import ModelError, PipelineError, PipelineStageError
+from ._gather import Gather, registrable
 from ._lifecycle import ANOTHER_RUN, OneRunAtATime
+from ._options import PipelineOptions
 from ._submit import SUBMIT_QUEUE, Submitter
 from .devices import Device, resolve_device
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
@@ -75,101 +69,6 @@ from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 Batch = np.ndarray | dict[str, np.ndarray]
 #: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)
 _ISSUING = {True: STAGE_THREADS, False: CALLER_THREAD, "auto": CALLER_THREAD}
-
-
-@dataclass(frozen=True)
-class PipelineOptions:
-    """Everything beyond model, device, depth and batch size."""
-
-    #: ORT intra-op threads (None: ORT's default, all cores)
-    intra_op_threads: int | None = None
-    #: record start events so that every stage can be timed (the stats need them)
-    timing: bool = True
-    #: how often a blocked wait re-checks the stop flag, in seconds
-    poll_s: float = 0.05
-    #: who issues the stages (NOTE [ auto issuing ] in ``_engine/issuing``).  True: a
-    #: producer and an execute thread, so your source, the staging copy, ORT and
-    #: your loop overlap on the host, for a hand-off between threads a batch.
-    #: False: the calling thread issues everything, ``depth`` batches ahead, and
-    #: no batch pays for hand-offs (the lowest per-batch cost; a GPU's streams
-    #: still overlap, the host's work does not).  "auto": the calling thread,
-    #: until the host work it does in turn would overlap by more than the
-    #: hand-offs cost; then the stage threads, for the rest of the run
-    stage_threads: bool | Literal["auto"] = "auto"
-    #: threads that share each large host copy — staging into pinned memory,
-    #: and map()'s copy of the outputs (NOTE [ parallel host copies ] in
-    #: ``_engine/hostcopy``); "auto": one per two CPUs, 1 to 8
-    copy_threads: CopyThreads = "auto"
-    #: called with each batch's trace as the consumer takes it (stats hook)
-    on_batch: Callable[[BatchTrace], None] | None = field(default=None, compare=False)
-    #: ORT's graph optimizations: "disabled", "basic", "extended", "layout" or
-    #: "all" (None: ORT's default, all)
-    graph_optimization: str | None = None
-    #: ORT session config entries, e.g. {"session.set_denormal_as_zero": "1"}
-    session_config: Mapping[str, str] = field(default_factory=dict, hash=False)  # hash: the other fields
-    #: options of ORT's CUDA execution provider when the device is given by
-    #: name, e.g. {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
-    #: (a CudaDevice object takes them itself)
-    provider_options: Mapping[str, object] = field(default_factory=dict, hash=False)
-    #: NOTE [ static shapes ] in ``_engine/layout``: every run at the slots' shape,
-    #: short batches padded; a batch that needs other slots or shapes refused
-    static_shapes: bool = False
-    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``_engine/session``): "error"
-    #: (the default), or "warning", "info", "verbose" to see why a model runs as it does
-    ort_log: str = "error"
-    #: NOTE [ CUDA graphs ] in ``_engine/rings``: ORT captures each slot's run as a CUDA
-    #: graph and replays it (one launch instead of a kernel launch per node);
-    #: CUDA only, implies static_shapes, and "auto" issuing stays on the caller's thread
-    cuda_graph: bool = False
-    #: NOTE [ direct path ] in ``_engine/direct``: on the CPU backend, with the caller's
-    #: thread issuing, each batch goes straight to ``session.run``, no slots or
-    #: copies.  False: through the engine as on a GPU (its slots, events and
-    #: copies, to study or test them)
-    direct: bool = True
-    #: NOTE [ registered windows ] in ``_engine/windows``: ``run()`` page-locks large inputs
-    #: where they lie instead of staging each batch (where the device gains from it:
-    #: CUDA, the host device with a link model); None: always staged
-    registering: HostRegistering | None = field(default_factory=HostRegistering)
-    #: NOTE [ input dtypes ] in ``_engine/layout``: cast an input of another dtype within
-    #: its kind (float64 -> float32; ``Pipeline.input_casts`` says which were); False: refuse it
-    cast_inputs: bool = False
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.stage_threads, bool) or self.stage_threads == "auto"):
-            raise ValueError(f"stage_threads must be True, False or 'auto', got {self.stage_threads!r}")
-        for name in ("static_shapes", "cuda_graph", "direct", "cast_inputs"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.cuda_graph and self.stage_threads is True:
-            raise ValueError(
-                "cuda_graph needs the caller's thread to issue every stage (stage_threads=False or 'auto'): "
-                "ORT captures a graph in CUDA's global mode, when no other thread may call CUDA"
-            )
-        if self.ort_log not in ORT_LOG_LEVELS:
-            raise ValueError(f"ort_log must be one of {list(ORT_LOG_LEVELS)}, got {self.ort_log!r}")
-        resolve_copy_threads(self.copy_threads)  # checks it
-        self.session()  # checks the ORT options
-
-    def session(self) -> SessionConfig:
-        """How the pipeline's ORT session is built."""
-        return SessionConfig(
-            intra_op_threads=self.intra_op_threads,
-            graph_optimization=self.graph_optimization,
-            entries=dict(self.session_config),
-            cuda_graph=self.cuda_graph,
-            log_severity=ORT_LOG_LEVELS[self.ort_log],
-        )
-
-    @property
-    def static(self) -> bool:
-        """Every run at one shape: asked for, or needed by CUDA graphs."""
-        return self.static_shapes or self.cuda_graph
-
-    @property
-    def issuing(self) -> bool | Literal["auto"]:
-        """``stage_threads`` as the engine takes it: a CUDA graph is kept by the
-        thread that captured it, so "auto" does not hand over then."""
-        return False if self.cuda_graph and self.stage_threads == "auto" else self.stage_threads
 
 
 def _close_streams(streams: tuple[Any, ...]) -> None:
@@ -389,7 +288,7 @@ class Pipeline(OneRunAtATime):
         size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
         if self._runs_whole(size):
             return self._run_direct(feeds, size)
-        gathered = _Gather(total)
+        gathered = Gather(total)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot)
         make_take = gathered.keeping() if self.device.cheap_pinned else gathered.taking
         for _ in self._cut(feeds, size, make_take):
@@ -444,7 +343,7 @@ class Pipeline(OneRunAtATime):
         arrays = list(feeds.values())
         if how is None or not self.device.registers_host or sum(array.nbytes for array in arrays) < how.min_bytes:
             return None
-        if not all(_registrable(array) for array in arrays):
+        if not all(registrable(array) for array in arrays):
             return None  # strided or byte-swapped: staging converts them
         return HostWindows(self.device, feeds, batch_size, how, self.options.poll_s)
 
@@ -779,65 +678,3 @@ def _both(
         second(trace)
 
     return call
-
-
-def _registrable(array: np.ndarray) -> bool:
-    """Host memory that can be registered where it lies: a C-ordered array in this
-    machine's byte order, or a memory map of one (a ``.npy`` opened with ``mmap_mode``)."""
-    return type(array) in (np.ndarray, np.memmap) and array.flags.c_contiguous and array.dtype.isnative
-
-
-class _Gather:
-    """``take`` for ``run()``: writes each batch straight into the final arrays
-    (:meth:`taking`), or keeps outputs that outlive their batch and joins them
-    at the end, as a loop over ``session.run`` would (:meth:`keeping`)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self._arrays: dict[str, np.ndarray] = {}
-        self._kept: dict[str, list[np.ndarray]] = {}
-        self._row = 0
-        self._copier: HostCopier | None = None
-
-    @property
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The whole outputs, one row per input row."""
-        if self._kept:
-            self._arrays = {name: np.concatenate(parts) for name, parts in self._kept.items()}
-            self._kept = {}
-        return self._arrays
-
-    def taking(self, copier: HostCopier) -> Take[None]:
-        """``take`` for a run whose host copies ``copier`` makes."""
-        self._copier = copier
-        return self.take
-
-    def keeping(self) -> CopiedOutputs[None]:
-        """A ``make_take`` whose outputs are each the batch's own (NOTE [ direct path ],
-        NOTE [ outputs handed over ]): kept as they are, joined once at the end."""
-        return CopiedOutputs(self.keep)
-
-    def keep(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> None:
-        kept = self._kept
-        if not kept:
-            kept.update((name, []) for name in outputs)
-        for name, value in outputs.items():
-            if value.ndim == 0 or value.shape[0] != rows:
-                raise not_per_row(name, index, [rows, "..."], value)
-            kept[name].append(value)
-
-    def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-        if not self._arrays:
-            for name, view in views.items():
-                if view.ndim == 0 or view.shape[0] != rows:
-                    raise not_per_row(name, index, [rows, "..."], view)
-                self._arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
-        for name, view in views.items():
-            target = self._arrays[name][self._row : self._row + rows]
-            if view.shape != target.shape:
-                raise not_per_row(name, index, list(target.shape), view)
-            if self._copier is None:
-                target[...] = view
-            else:
-                self._copier.copy(target, view)
-        self._row += rows

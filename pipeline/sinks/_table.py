@@ -1,8 +1,8 @@
 """The table sinks' one base, and the storage each holds.
 
 A table sink writes one table of the metadata columns and the per-row
-outputs, and one table beside it for each per-batch output (NOTE [ per-batch
-outputs ]).  What differs between the formats is how a table is written (a
+outputs, and one table beside it for each per-batch output
+(NOTE [ per-batch outputs ]).  What differs between the formats is how a table is written (a
 CSV file, JSON Lines, Parquet row groups: the ``open_table`` a storage is
 given) and how several values a row become columns (``several``); what
 differs between the kinds of output is where the tables go and what that

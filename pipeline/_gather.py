@@ -1,0 +1,69 @@
+"""How ``Pipeline.run`` gathers whole outputs, and which whole inputs it may register in place."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._engine import CopiedOutputs, HostCopier, Take, not_per_row
+
+
+def registrable(array: np.ndarray) -> bool:
+    """Host memory that can be registered where it lies: a C-ordered array in this
+    machine's byte order, or a memory map of one (a ``.npy`` opened with ``mmap_mode``)."""
+    return type(array) in (np.ndarray, np.memmap) and array.flags.c_contiguous and array.dtype.isnative
+
+
+class Gather:
+    """``take`` for ``run()``: writes each batch straight into the final arrays
+    (:meth:`taking`), or keeps outputs that outlive their batch and joins them
+    at the end, as a loop over ``session.run`` would (:meth:`keeping`)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._arrays: dict[str, np.ndarray] = {}
+        self._kept: dict[str, list[np.ndarray]] = {}
+        self._row = 0
+        self._copier: HostCopier | None = None
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole outputs, one row per input row."""
+        if self._kept:
+            self._arrays = {name: np.concatenate(parts) for name, parts in self._kept.items()}
+            self._kept = {}
+        return self._arrays
+
+    def taking(self, copier: HostCopier) -> Take[None]:
+        """``take`` for a run whose host copies ``copier`` makes."""
+        self._copier = copier
+        return self.take
+
+    def keeping(self) -> CopiedOutputs[None]:
+        """A ``make_take`` whose outputs are each the batch's own (NOTE [ direct path ],
+        NOTE [ outputs handed over ]): kept as they are, joined once at the end."""
+        return CopiedOutputs(self.keep)
+
+    def keep(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> None:
+        kept = self._kept
+        if not kept:
+            kept.update((name, []) for name in outputs)
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != rows:
+                raise not_per_row(name, index, [rows, "..."], value)
+            kept[name].append(value)
+
+    def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        if not self._arrays:
+            for name, view in views.items():
+                if view.ndim == 0 or view.shape[0] != rows:
+                    raise not_per_row(name, index, [rows, "..."], view)
+                self._arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
+        for name, view in views.items():
+            target = self._arrays[name][self._row : self._row + rows]
+            if view.shape != target.shape:
+                raise not_per_row(name, index, list(target.shape), view)
+            if self._copier is None:
+                target[...] = view
+            else:
+                self._copier.copy(target, view)
+        self._row += rows
