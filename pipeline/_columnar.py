@@ -33,8 +33,12 @@ class ArrowScorer:
         input_columns: Mapping[str, str | Sequence[str]] | None = None,
         keep_columns: Sequence[str] = (),
         id_column: str | None = None,
+        image_column: str | None = None,
     ) -> None:
         self.inputs = tuple(inputs)
+        #: a column of pictures (Ray's ``read_images``: uint8, a row an H x W x C array) that is the
+        #: model's one input as it is, made the model's on the device (``Pipeline(preprocess=...)``)
+        self.image_column = image_column
         self.given = {
             name: [cols] if isinstance(cols, str) else list(cols) for name, cols in (input_columns or {}).items()
         }
@@ -60,6 +64,8 @@ class ArrowScorer:
 
     def features(self, batch: Any, where: str = "the batch") -> dict[str, np.ndarray]:
         """The model's inputs from a pyarrow table or record batch, or a dict of numpy columns."""
+        if self.image_column is not None:
+            return self._pictures(batch, where)
         if isinstance(batch, Mapping):
             return self._from_numpy(batch, where)
         from .sources._columns import cast_columns
@@ -68,6 +74,17 @@ class ArrowScorer:
         record = _one_record(batch)
         columns = self.columns(record.schema, where)
         return {spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0))) for spec in self.inputs}
+
+    def _pictures(self, batch: Any, where: str) -> dict[str, np.ndarray]:
+        """The image column as the model's one input, as it is (the pipeline's preprocessing makes it the model's)."""
+        if not isinstance(batch, Mapping):
+            raise SourceError(f"a column of images comes in numpy batches (batch_format='numpy'), not {where}'s")
+        if self.image_column not in batch:
+            raise SourceError(f"the image column {self.image_column!r} is not in {where}: columns {sorted(batch)}")
+        if len(self.inputs) != 1:
+            names = [spec.name for spec in self.inputs]
+            raise SourceError(f"a column of images feeds a model of one input; this one takes {names}")
+        return {self.inputs[0].name: np.ascontiguousarray(batch[self.image_column])}
 
     def _from_numpy(self, batch: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
         import pyarrow as pa

@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from ._columnar import ArrowScorer, chunked, empty_outputs, joined
-from ._engine import ModelSource
+from ._engine import ModelSource, Preprocess
+from ._errors import SourceError
 
 
 class Predictor:
@@ -54,9 +55,12 @@ class Predictor:
     order (by default a one-input model takes every numeric column but the id
     column and ``keep_columns``); the batch returned holds the ``keep_columns``
     and one column per output (a vector a row as a fixed-size list, or a 2-D
-    array in numpy batches).  ``batch_size``: the rows of the pipeline's own
-    batches (None: picked for the bytes of a row, NOTE [ picked batch size ]);
-    ``options`` are :class:`~pipeline.PipelineOptions` fields."""
+    array in numpy batches).  ``image_column``: a column of pictures (Ray's
+    ``read_images``, numpy batches) that is the model's one input, made the
+    model's on the device by ``preprocess`` (``Preprocess(scale=1/255,
+    layout="nhwc")``: uint8 HWC to float NCHW).  ``batch_size``: the rows of the
+    pipeline's own batches (None: picked for the bytes of a row,
+    NOTE [ picked batch size ]); ``options`` are :class:`~pipeline.PipelineOptions` fields."""
 
     def __init__(
         self,
@@ -69,14 +73,24 @@ class Predictor:
         keep_columns: Sequence[str] = (),
         outputs: Sequence[str] | None = None,
         id_column: str | None = None,
+        image_column: str | None = None,
+        preprocess: Preprocess | str | None = None,
         **options: Any,
     ) -> None:
         from ._pipeline import Pipeline, PipelineOptions
 
         options.setdefault("cast_inputs", True)
-        self.pipeline = Pipeline(model, device=device, depth=depth, outputs=outputs, options=PipelineOptions(**options))
+        self.pipeline = Pipeline(
+            model,
+            device=device,
+            depth=depth,
+            outputs=outputs,
+            preprocess=preprocess,
+            options=PipelineOptions(**options),
+        )
         self._batch_size = batch_size
-        self._scorer = ArrowScorer(self.pipeline.source_inputs, input_columns, keep_columns, id_column)
+        scorer = ArrowScorer(self.pipeline.source_inputs, input_columns, keep_columns, id_column, image_column)
+        self._scorer = scorer
         self._warming = asyncio.Lock()
         self._warm = False
 
@@ -137,6 +151,7 @@ def predict(
     input_columns: Mapping[str, str | Sequence[str]] | None = None,
     keep_columns: Sequence[str] = (),
     id_column: str | None = None,
+    image_column: str | None = None,
     **predictor_kwargs: Any,
 ) -> Any:
     """``dataset.map_batches`` with a :class:`Predictor` on a pool of ``workers`` actors,
@@ -145,7 +160,9 @@ def predict(
     tasks, at most 1 each - actors that took every CPU would leave the reads none), in
     Ray batches of ``batch_size`` rows (None: picked for a row's bytes as the pipeline
     picks its own).  The columns are checked against the data set's schema first: a
-    bad name fails here, with ortpipe's message, not in an actor."""
+    bad name fails here, with ortpipe's message, not in an actor.  ``image_column``:
+    a column of pictures that is the model's one input (see :class:`Predictor`; the
+    batches are numpy's then)."""
     import ray
     import ray.data
 
@@ -156,7 +173,10 @@ def predict(
     specs = declared_inputs(model)
     schema = dataset.schema()
     scorer = ArrowScorer(specs, input_columns, keep_columns, id_column)
-    if schema is not None:
+    if image_column is not None:
+        batch_format = "numpy"
+        row_nbytes = _picture_nbytes(specs, schema, image_column)
+    elif schema is not None:
         columns = scorer.columns(_arrow_schema(schema), "the data set")
         row_nbytes = sum(_row_nbytes(spec, len(columns[spec.name])) for spec in specs)
     else:
@@ -167,6 +187,7 @@ def predict(
         "input_columns": input_columns,
         "keep_columns": list(keep_columns),
         "id_column": id_column,
+        "image_column": image_column,
     }
     kwargs.update(predictor_kwargs)
     kwargs.setdefault("device", "cuda" if gpus_per_worker else "cpu")
@@ -185,6 +206,19 @@ def predict(
         batch_format=batch_format,
         **resources,
     )
+
+
+def _picture_nbytes(specs: Sequence[Any], schema: Any, image_column: str) -> int:
+    """The bytes of one picture of ``image_column`` (uint8): from the data set's schema, else the
+    model's fixed dims; 0 where neither tells."""
+    if schema is not None and image_column not in schema.names:
+        raise SourceError(f"the image column {image_column!r} is not in the data set: columns {schema.names}")
+    kind = None if schema is None else schema.types[schema.names.index(image_column)]
+    shape = getattr(kind, "shape", None)
+    if shape and all(isinstance(dim, int) for dim in shape):
+        return int(np.prod(shape))
+    fixed = [dim for dim in specs[0].shape[1:] if isinstance(dim, int)] if len(specs) == 1 else []
+    return int(np.prod(fixed)) if fixed and len(fixed) == specs[0].rank - 1 else 0
 
 
 def _arrow_schema(schema: Any) -> Any:

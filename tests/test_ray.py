@@ -82,6 +82,33 @@ def test_ortpipe_run_on_ray(ray, data, tmp_path, capsys):
     assert "--resume is not for a run on Ray" in capsys.readouterr().err
 
 
+def test_ortpipe_run_on_ray_over_a_folder_of_images(ray, tmp_path, capsys):
+    """--ray over a folder of images: Ray's read_images, each row its path and the outputs, the
+    uint8 pictures made the model's on the device as a local run makes them (pictures at the
+    model's size, so that no resizing differs: the local run's outputs exactly)."""
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(4)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"p{i:02d}.png")
+    model = tmp_path / "convnet.onnx"
+    model.write_bytes(models.convnet(height=16, width=16).SerializeToString())
+    argv = ["run", str(model), "--input", str(folder), "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "local.parquet")]) == 0
+    assert main([*argv, "--output", str(tmp_path / "on_ray"), "--ray", "--workers", "1"]) == 0
+    assert "images " in capsys.readouterr().out
+    local, on_ray = pq.read_table(tmp_path / "local.parquet"), pq.read_table(tmp_path / "on_ray")
+    output = next(name for name in local.column_names if name != "path")
+    by_name = {Path(p).name: v for p, v in zip(on_ray["path"].to_pylist(), on_ray[output].to_pylist(), strict=True)}
+    assert len(by_name) == 12
+    for path, value in zip(local["path"].to_pylist(), local[output].to_pylist(), strict=True):
+        np.testing.assert_allclose(by_name[Path(path).name], value, rtol=1e-5, atol=1e-6)
+    assert main([*argv, "--output", str(tmp_path / "x"), "--ray", "--fit", "crop"]) == 1
+    assert "--fit crop or pad is not for a run on Ray" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_predictor_in_map_batches_equals_pipeline_run(ray, data, workers):
     folder, model, ids, expected = data

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SinkError, SourceError
+from ..sources import Fit
 
 #: options of a local run that a Ray job does not take, and why
 _NOT_ON_RAY = (
@@ -17,8 +18,11 @@ _NOT_ON_RAY = (
     ("shard", "--shard", "Ray splits the input among its workers itself"),
     ("rows", "--rows", "Ray splits the input among its workers itself"),
     ("limit", "--limit", "Ray reads the whole input: try a run on a smaller file first"),
-    ("image_column", "--image-column", "--ray reads tables of numbers"),
-    ("video_column", "--video-column", "--ray reads tables of numbers"),
+    ("image_column", "--image-column", "--ray reads tables of numbers or a folder of images"),
+    ("video_column", "--video-column", "--ray reads tables of numbers or a folder of images"),
+    ("jpeg_draft", "--jpeg-draft", "Ray's read_images decodes the images"),
+    ("exif_orientation", "--exif-orientation", "Ray's read_images decodes the images"),
+    ("skip_unreadable", "--skip-unreadable", "Ray's read_images fails on an unreadable image"),
     ("stats", "--stats", "the engine's figures are per actor"),
     ("trace", "--trace", "the engine's traces are per actor"),
     ("plot", "--plot", "the engine's traces are per actor"),
@@ -30,7 +34,7 @@ def run_on_ray(args: argparse.Namespace) -> int:
     from .. import models
 
     _refuse_local_options(args)
-    source, output = _parquet_input(args.input), _data_set_output(args.output, args.overwrite)
+    source, output = _ray_input(args.input), _data_set_output(args.output, args.overwrite)
     ray = _ray()
     started = not ray.is_initialized()
     if started:
@@ -44,19 +48,76 @@ def run_on_ray(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> int:
-    from ..ray import predict
+    from ..jobs import source_kind
 
     begun = time.perf_counter()
+    if source_kind(source) == "images":
+        scored = _scored_pictures(args, ray, model, source, output)
+    else:
+        scored = _scored_table(args, ray, model, source, output)
+    scored.write_parquet(str(output), mode="overwrite" if args.overwrite else "create")
+    seconds = time.perf_counter() - begun
+    rows = _rows_in(output)
+    print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
+    return 0
+
+
+def _workers_line(args: argparse.Namespace) -> str:
+    where = f"{args.workers} worker(s), {args.gpus_per_worker:g} GPU(s) each" if args.gpus_per_worker else ""
+    return where or f"{args.workers} worker(s) on CPUs"
+
+
+def _scored_pictures(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> Any:
+    """A folder of images, read and resized by Ray's ``read_images`` (to --size, else the
+    model's fixed size), each row its path and the outputs; uint8 made the model's on the
+    device as a local run makes it (NOTE [ Ray actors ])."""
+    from ..ray import predict
+    from .run import auto_preprocess, declared_inputs_of
+
+    declared = declared_inputs_of(model)
+    size = args.size or _model_picture_size(declared())
+    if size is None:
+        raise SourceError("the model leaves the pictures' size free: give --size WxH for --ray to resize them to")
+    preprocess = auto_preprocess(args, declared, "images")
+    width, height = size
+    print(f"ray: {_workers_line(args)}; images {str(source)!r} at {width}x{height} -> {str(output)!r}")
+    dataset = ray.data.read_images(str(source), size=(height, width), mode="RGB", include_paths=True)
+    return predict(
+        dataset,
+        model,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        cpus_per_worker=args.threads,
+        batch_size=args.batch_size,
+        image_column="image",
+        keep_columns=["path"],
+        preprocess=preprocess,
+        outputs=args.output_names,
+        depth=args.depth,
+    )
+
+
+def _model_picture_size(specs: Any) -> tuple[int, int] | None:
+    """(W, H) of a model of one NCHW picture input that fixes them."""
+    pictures = [spec for spec in specs if spec.rank == 4]
+    if len(pictures) != 1 or not all(isinstance(dim, int) for dim in pictures[0].shape[2:]):
+        return None
+    height, width = pictures[0].shape[2:]
+    return int(width), int(height)
+
+
+def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> Any:
+    from ..ray import predict
+
     dataset = ray.data.read_parquet(str(source))
     names = dataset.schema().names
     id_column = args.id_column or ("row_id" if "row_id" in names else None)
     if args.id_column is not None and args.id_column not in names:
         raise SourceError(f"id column {args.id_column!r} is not in {str(source)!r}: columns {names}")
-    where = f"{args.workers} worker(s), {args.gpus_per_worker:g} GPU(s) each" if args.gpus_per_worker else ""
-    print(f"ray: {where or f'{args.workers} worker(s) on CPUs'}; parquet {str(source)!r} -> {str(output)!r}")
+    print(f"ray: {_workers_line(args)}; parquet {str(source)!r} -> {str(output)!r}")
     if id_column is None:
         print("ray: the input has no id column (--id-column): rows are written without ids, in Ray's order")
-    scored = predict(
+    return predict(
         dataset,
         model,
         workers=args.workers,
@@ -69,11 +130,6 @@ def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output:
         outputs=args.output_names,
         depth=args.depth,
     )
-    scored.write_parquet(str(output), mode="overwrite" if args.overwrite else "create")
-    seconds = time.perf_counter() - begun
-    rows = _rows_in(output)
-    print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
-    return 0
 
 
 def _refuse_local_options(args: argparse.Namespace) -> None:
@@ -82,19 +138,23 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
             raise SourceError(f"{option} is not for a run on Ray (--ray): {why}")
     if args.more_inputs:
         raise SourceError("--ray reads one input (a Parquet file or folder), not several streams")
+    if args.fit is not None and Fit.parse(args.fit).moves:
+        raise SourceError("--fit crop or pad is not for a run on Ray (--ray): Ray's read_images resizes to --size")
 
 
-def _parquet_input(path: str | Path) -> Path:
+def _ray_input(path: str | Path) -> Path:
+    """What --ray reads: Parquet (a file or a folder of them), or a folder of images."""
+    from ..jobs import source_kind
     from ..sources import PARQUET_SUFFIXES
 
     source = Path(path)
     if not source.exists():
         raise SourceError(f"input not found: {str(source)!r}")
-    if source.is_dir() or source.suffix.lower() in PARQUET_SUFFIXES:
+    if source.suffix.lower() in PARQUET_SUFFIXES or (source.is_dir() and source_kind(source) in ("parquet", "images")):
         return source
     raise SourceError(
-        f"--ray reads Parquet (a file or a folder of them), not {str(source)!r}: convert it first, or run it "
-        "here without --ray"
+        f"--ray reads Parquet (a file or a folder of them) or a folder of images, not {str(source)!r}: convert "
+        "it first, or run it here without --ray"
     )
 
 

@@ -29,7 +29,7 @@ from ._reports import write_report, write_timelines
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
 
 
-def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
+def auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
     """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
     from .._engine import Preprocess
 
@@ -48,7 +48,7 @@ def _auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[A
     return None
 
 
-def _declared_inputs(model: Any) -> Callable[[], Sequence[Any]]:
+def declared_inputs_of(model: Any) -> Callable[[], Sequence[Any]]:
     """The model file's declared inputs, read (without a session) the first time they are asked for, once."""
     from .._engine import declared_inputs
 
@@ -264,8 +264,8 @@ def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[
     labels = _labels(args)
     model = with_heads(args, model)
     labelled = None if labels is None else (_labelled_output(labels, args.labels, model), labels)
-    declared = _declared_inputs(model)  # a large graph is parsed once, and only when needed
-    preprocess = _auto_preprocess(args, declared, kind)
+    declared = declared_inputs_of(model)  # a large graph is parsed once, and only when needed
+    preprocess = auto_preprocess(args, declared, kind)
     constants = constant_arrays(declared(), args.constant) if args.constant else {}
     return model, labelled, preprocess, constants
 

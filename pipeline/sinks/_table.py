@@ -216,9 +216,5 @@ class _TableSink:
         """Each output written per batch: (its table,)."""
         return {name: (path,) for name, path in self.side_paths.items()}
 
-    def mark_complete(self) -> None:
-        """Called once the job wrote every row it was asked for, after ``close``."""
-        self._storage.complete(self._main, list(self._sides.values()))
-
     def close(self) -> None:
         self._storage.close(self._main, list(self._sides.values()), self.path)

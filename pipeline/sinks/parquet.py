@@ -139,6 +139,10 @@ class _ParquetTables(_TableSink):
     """What a Parquet file and a data set share: row groups of about ``row_group_rows``
     compressed with ``compression``, a list column for an output of several values a row."""
 
+    def mark_complete(self) -> None:
+        """Called once the job wrote every row it was asked for, after ``close`` (a data set's ``_SUCCESS``)."""
+        self._storage.complete(self._main, list(self._sides.values()))
+
     def _parquet_file(self, row_group_rows: int, compression: str) -> OpenTable:
         self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
         return lambda path: _ParquetFile(path, self.row_group_rows, self.compression)
