@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from test_host_share import FEATURES, ROWS, _alternated, _report, logistic_regression  # noqa: E402 - beside this file
+from test_host_share import FEATURES, ROWS, _alternated, _report, logistic_regression  # beside this file
 
 BATCH = 65536
 ROUNDS = 3
