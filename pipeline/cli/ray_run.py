@@ -82,19 +82,7 @@ def _scored_pictures(args: argparse.Namespace, ray: Any, model: Any, source: Pat
     width, height = size
     print(f"ray: {_workers_line(args)}; images {str(source)!r} at {width}x{height} -> {str(output)!r}")
     dataset = ray.data.read_images(str(source), size=(height, width), mode="RGB", include_paths=True)
-    return predict(
-        dataset,
-        model,
-        workers=args.workers,
-        gpus_per_worker=args.gpus_per_worker,
-        cpus_per_worker=args.threads,
-        batch_size=args.batch_size,
-        image_column="image",
-        keep_columns=["path"],
-        preprocess=preprocess,
-        outputs=args.output_names,
-        depth=args.depth,
-    )
+    return predict(dataset, model, image_column="image", keep_columns=["path"], preprocess=preprocess, **_pool(args))
 
 
 def _model_picture_size(specs: Any) -> tuple[int, int] | None:
@@ -120,16 +108,23 @@ def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Path, 
     return predict(
         dataset,
         model,
-        workers=args.workers,
-        gpus_per_worker=args.gpus_per_worker,
-        cpus_per_worker=args.threads,
-        batch_size=args.batch_size,
         input_columns=dict(args.input_column) if args.input_column else None,
         keep_columns=[id_column] if id_column else [],
         id_column=id_column,
-        outputs=args.output_names,
-        depth=args.depth,
+        **_pool(args),
     )
+
+
+def _pool(args: argparse.Namespace) -> dict[str, Any]:
+    """``predict``'s actor pool and pipelines, as the command line says."""
+    return {
+        "workers": args.workers,
+        "gpus_per_worker": args.gpus_per_worker,
+        "cpus_per_worker": args.threads,
+        "batch_size": args.batch_size,
+        "outputs": args.output_names,
+        "depth": args.depth,
+    }
 
 
 def _refuse_local_options(args: argparse.Namespace) -> None:

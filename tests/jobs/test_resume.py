@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -1231,6 +1232,23 @@ def test_a_data_set_killed_before_its_first_main_part_resumes_with_no_stale_side
         assert got.equals(want)
 
 
+def _killed_when(argv: list[str], written: Callable[[], bool]) -> None:
+    """``ortpipe`` with ``argv`` in a process of its own, killed (SIGKILL) once ``written()``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not written() and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before it was killed"
+            time.sleep(0.005)
+        process.kill()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+
+
 def test_a_killed_overwrite_leaves_the_earlier_parquet_file_whole(tmp_path, capsys, busy_job):
     """Issue 26, item 4 (a Parquet file): --overwrite writes the new rows into the journal beside
     the earlier file and replaces it only at close, so a kill leaves the earlier file whole; a
@@ -1239,18 +1257,8 @@ def test_a_killed_overwrite_leaves_the_earlier_parquet_file_whole(tmp_path, caps
     earlier = tmp_path / "earlier.parquet"
     assert main(_argv(busy_job, output, "--limit", "1000")) == 0
     shutil.copyfile(output, earlier)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "pipeline.cli", *_argv(busy_job, output, "--overwrite")]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:  # killed once the new run has closed a part into its journal: it has written rows
-        deadline = time.monotonic() + 60
-        while not (journal_of(output) / "part-00000.parquet").exists() and time.monotonic() < deadline:
-            assert process.poll() is None, "the run ended before it was killed"
-            time.sleep(0.005)
-        process.kill()
-        process.wait(timeout=60)
-    finally:
-        process.kill()
+    # killed once the new run has closed a part into its journal: it has written rows
+    _killed_when(_argv(busy_job, output, "--overwrite"), lambda: (journal_of(output) / "part-00000.parquet").exists())
     assert whole_parts(journal_of(output))  # the new run's rows, in its journal
     assert pq.read_table(output).equals(pq.read_table(earlier))  # the earlier rows, whole and readable
     assert main(_argv(busy_job, output, "--resume")) == 0
@@ -1276,18 +1284,7 @@ def test_a_killed_overwrite_leaves_the_earlier_output_whole_and_resume_finishes_
     assert main(_argv(busy_job, output, "--limit", "1000")) == 0
     earlier = tmp_path / f"earlier-{name}"
     (shutil.copytree if output.is_dir() else shutil.copyfile)(output, earlier)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "pipeline.cli", *_argv(busy_job, output, "--overwrite")]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while not _holds_new_rows(output) and time.monotonic() < deadline:
-            assert process.poll() is None, "the run ended before it was killed"
-            time.sleep(0.005)
-        process.kill()
-        process.wait(timeout=60)
-    finally:
-        process.kill()
+    _killed_when(_argv(busy_job, output, "--overwrite"), lambda: _holds_new_rows(output))
     assert replacement_under_way(output)
     before, now = _written(earlier), _written(output)
     np.testing.assert_array_equal(now[0], before[0])  # the earlier rows, whole and readable
