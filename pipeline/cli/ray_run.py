@@ -5,11 +5,15 @@ Ray writes a Parquet data set - with the checks and the summary of a local run."
 from __future__ import annotations
 
 import argparse
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .._errors import SinkError, SourceError
+from ..jobs import Progress
 from ..sources import Fit
 
 #: options of a local run that a Ray job does not take, and why
@@ -52,10 +56,14 @@ def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output:
 
     begun = time.perf_counter()
     if source_kind(source) == "images":
-        scored = _scored_pictures(args, ray, model, source, output)
+        scored, total = _scored_pictures(args, ray, model, source, output), None
     else:
-        scored = _scored_table(args, ray, model, source, output)
-    scored.write_parquet(str(output), mode="overwrite" if args.overwrite else "create")
+        scored, total = _scored_table(args, ray, model, source, output), _input_rows(source)
+    progress = Progress("ray", total=total, enabled=False if args.no_progress else None, unit="rows")
+    if progress.enabled:
+        ray.data.DataContext.get_current().enable_progress_bars = False  # ours instead of Ray's, as a local run's
+    with _watched(output, progress):
+        scored.write_parquet(str(output), mode="overwrite" if args.overwrite else "create")
     seconds = time.perf_counter() - begun
     rows = _rows_in(output)
     print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
@@ -159,6 +167,54 @@ def _data_set_output(path: Path, overwrite: bool) -> Path:
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise SinkError(f"{str(path)!r} holds files already: --overwrite replaces them")
     return path
+
+
+def _input_rows(source: Path) -> int | None:
+    """The rows of a Parquet input, from its files' footers (None where one cannot be read)."""
+    from ..sinks import parquet_rows
+
+    files = sorted(source.rglob("*.parquet")) if source.is_dir() else [source]
+    try:
+        return parquet_rows(files)
+    except Exception:  # noqa: BLE001 - Ray's reader says what is wrong with the file
+        return None
+
+
+@contextlib.contextmanager
+def _watched(output: Path, progress: Progress, every_s: float = 0.5) -> Iterator[None]:
+    """``progress`` ticked with the rows of each Parquet file Ray has finished writing into
+    ``output``, until the block ends (a file still being written is counted once whole)."""
+    import pyarrow.parquet as pq
+
+    counted: set[Path] = set()
+    done = threading.Event()
+
+    def count() -> None:
+        for path in sorted(output.rglob("*.parquet")) if output.is_dir() else []:
+            if path in counted:
+                continue
+            try:
+                rows = pq.read_metadata(path).num_rows
+            except Exception:  # noqa: BLE001 - not whole yet: counted at a later look
+                continue
+            counted.add(path)
+            progress.tick(rows)
+
+    def watch() -> None:
+        while not done.wait(every_s):
+            count()
+
+    watcher = threading.Thread(target=watch, name="ortpipe-ray-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        try:
+            count()  # the last files, once the watcher has stopped: none counted twice
+        finally:
+            progress.close()
 
 
 def _rows_in(folder: Path) -> int:
