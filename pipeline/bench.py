@@ -18,6 +18,10 @@
   (``PipelineOptions(cuda_graph=True)``: one captured graph a slot,
   replayed), at each requested depth; CUDA only: beside ``caller`` it says
   what the graphs save;
+* ``arrays`` - the engine over whole host arrays (``Pipeline.map_arrays``: what
+  ``run()`` and ``ortpipe run`` on a ``.npy`` do), registered in place where the
+  device gains from it, at each requested depth (not in :data:`DEFAULT_MODES`);
+  its row says where its inputs were staged instead, and why;
 * ``multi`` - a :class:`~pipeline.MultiPipeline` over several devices, or
   several pipelines on one (issued as by default), at each requested depth:
   how throughput scales with GPUs or with sessions on one GPU.
@@ -71,6 +75,7 @@ __all__ = [
     "MODES",
     "ModeResult",
     "Workload",
+    "bench_arrays",
     "bench_iobinding",
     "bench_multi",
     "bench_naive",
@@ -272,6 +277,42 @@ def bench_pipelined(
         return _timed(mode, depth, pipe, work, tick)
 
 
+def bench_arrays(
+    model: ModelSource,
+    device: Device,
+    work: Workload,
+    depth: int,
+    options: PipelineOptions | None = None,
+    tick: Any = None,
+) -> ModeResult:
+    """The engine over whole host arrays, cut by ``Pipeline.map_arrays``: what ``run()`` and
+    ``ortpipe run`` on a ``.npy`` do - registered in place where the device gains from it
+    (NOTE [ registered windows ]), else staged, the row's ``host_inputs`` saying which and
+    why.  The pool is joined into one array an input and cut again as often as the
+    workload's batches last; the row's stats are its last pass's."""
+    whole = {name: np.concatenate([batch[name] for batch in work.pool]) for name in work.pool[0]}
+    counted = _Counted(work.timed(tick))
+    timed = iter(counted)
+    ended = False
+
+    def stop() -> bool:  # asked before each batch is cut: one timed batch each
+        nonlocal ended
+        ended = ended or next(timed, None) is None
+        return ended
+
+    with Pipeline(
+        model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
+    ) as pipe:
+        for _ in pipe.map_with(work.warm(), discard):
+            pass
+        start = time.perf_counter()
+        while not ended:
+            for _ in pipe.map_arrays(whole, discard, batch_size=work.batch_size, stop=stop):
+                pass
+        seconds = time.perf_counter() - start
+        return ModeResult("arrays", depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
+
+
 def bench_multi(
     model: ModelSource,
     devices: Sequence[Device],
@@ -384,6 +425,10 @@ def _one_round(
         options = _engine_options(session, False, copy_threads, cuda_graph=True)
         for depth in depths:
             results.append(bench_pipelined(model, device, work, depth, options, tick))
+    if "arrays" in modes:
+        options = _engine_options(session, "auto", copy_threads)
+        for depth in depths:
+            results.append(bench_arrays(model, device, work, depth, options, tick))
     if "multi" in modes:
         options = _engine_options(session, "auto", copy_threads)
         for depth in depths:
@@ -412,7 +457,7 @@ def _engine_options(
 
 
 #: the modes whose rows a trace can show, the first one present chosen
-TRACED_MODES = (*ENGINE_MODES, "graph", "multi")
+TRACED_MODES = (*ENGINE_MODES, "graph", "arrays", "multi")
 
 
 def deepest_engine_run(results: Sequence[ModeResult]) -> Stats | MultiStats | None:

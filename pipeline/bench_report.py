@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from .stats import MultiStats, Stats
 
-MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "graph", "multi")
+MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "graph", "arrays", "multi")
 DEFAULT_MODES = MODES[:4]
 #: the modes that run ortpipe's engine, and the ``stage_threads`` of each
 ENGINE_MODES: dict[str, bool | Literal["auto"]] = {"pipelined": True, "caller": False, "auto": "auto"}
@@ -113,7 +113,7 @@ BOTTLENECK_ADVICE = {
 
 def bottleneck_line(results: Sequence[ModeResult]) -> str | None:
     """The fastest engine row's bottleneck, and what to try about it."""
-    engine_modes = (*ENGINE_MODES, "graph")
+    engine_modes = (*ENGINE_MODES, "graph", "arrays")
     timed = [r for r in results if r.mode in engine_modes and isinstance(r.stats, Stats) and r.stats.batches]
     if not timed:
         return None
@@ -123,6 +123,9 @@ def bottleneck_line(results: Sequence[ModeResult]) -> str | None:
     advice = BOTTLENECK_ADVICE.get(stage or "")
     if advice is None:
         return None
+    staged = best.stats.host_inputs  # NOTE [ registered windows ]: an arrays row that could not register
+    if staged is not None and staged.startswith("staged"):
+        advice += f" (its inputs were {staged})"
     if max(results, key=lambda r: r.items_per_s) is best:
         return f"  its bottleneck, {stage}: {advice}"
     # a synchronous row (naive, iobinding) was fastest: it overlaps nothing, so the stages

@@ -116,7 +116,8 @@ def _bench_how(how: Any) -> None:
         default=list(DEFAULT_MODES),
         help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}; caller = the engine with no "
         "stage threads, auto = as Pipeline issues by default, graph = caller with CUDA graphs (CUDA only), "
-        "multi = several pipelines, see --device and --instances)",
+        "arrays = whole host arrays as run() and a .npy take them, registered in place where the device "
+        "gains; multi = several pipelines, see --device and --instances)",
     )
     how.add_argument(
         "--link-gbps",

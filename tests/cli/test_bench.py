@@ -220,3 +220,28 @@ def test_the_fastest_row_against_naive_round_by_round():
     assert fastest_line([naive, caller]) == (
         "fastest: caller at depth 2, 300.0 items/s (3.00x naive, 2.70-3.33x over 3 rounds)"
     )
+
+
+def test_the_arrays_mode_registers_in_place_and_names_a_fallback():
+    """Issue 24: the ``arrays`` row runs whole host arrays as ``run()`` does (NOTE [ registered
+    windows ]): registered in place where the device gains from it; where the device refuses,
+    the bottleneck line says its inputs were staged and why."""
+    from pipeline.bench import bottleneck_line
+
+    pool = [{"x": np.random.default_rng(i).random((2048, 1024), np.float32)} for i in range(2)]  # 16 MiB
+    work = Workload(pool, count=6, warmup=1)
+    model = models.identity(features=1024)
+    free = HostDevice(link_gbps=50.0)
+    try:
+        (row,) = run_modes(model, free, work, depths=(2,), modes=("arrays",))
+    finally:
+        free.close()
+    assert (row.mode, row.batches, row.items) == ("arrays", 6, 6 * 2048)
+    assert row.stats.host_inputs.startswith("registered in place") and free.registered_reads > 0
+    limited = HostDevice(link_gbps=50.0, locked_limit_bytes=100)
+    try:
+        (row,) = run_modes(model, limited, work, depths=(2,), modes=("arrays",))
+    finally:
+        limited.close()
+    assert row.batches == 6 and limited.registered_reads == 0
+    assert "(its inputs were staged into pinned memory: the locked-memory limit (100 bytes)" in bottleneck_line([row])
