@@ -50,6 +50,14 @@ _RECONNECT_FIRST_WAIT_S = 0.5
 _RECONNECT_MAX_WAIT_S = 30.0
 
 
+def _check_stride(every: int, fps: float | None) -> None:
+    """A SourceError where the frames taken are asked for in a way that cannot be."""
+    if not (isinstance(every, int) and every >= 1):
+        raise SourceError(f"every takes a whole number of frames >= 1, got {every!r}")
+    if fps is not None and (every != 1 or not fps > 0):
+        raise SourceError(f"fps takes frames a second > 0, instead of every, got fps={fps!r}, every={every!r}")
+
+
 class VideoSource(RowSource):
     """Frames of a video decoded with PyAV: uint8 ``[N, H, W, 3]`` (``pix_fmt`` rgb24 or bgr24).
 
@@ -154,13 +162,49 @@ class VideoSource(RowSource):
                 reconnect,
                 hwaccel,
             ) = chosen(decoding, VIDEO_CHOICES, "VideoSource")
-        import av
+        _check_stride(every, fps)
+        self._open_input(path, timeout_s, format, options, reconnect, hwaccel)
+        self.spec = _one_input(inputs, input_name, "a video source")
+        self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
+        #: how a frame is made ``size`` (NOTE [ fitting ])
+        self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
+        self._placements: dict[tuple[int, int], Placement] = {}
+        self.decode_threads = None if decode_threads is None else decode_threads_of(decode_threads)
+        #: threads converting frames beside the decoder; None: :func:`auto_convert_threads`
+        #: (NOTE [ converting beside the decoder ])
+        self.convert_threads: int | None = None
+        width, height, every, exact = self._probe(size, every, fps)
+        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
+        self.every = every
+        self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
+        #: len() is worked out from the duration and frame rate (a Matroska or WebM file
+        #: counts no frames in its header): a --shard's bounds, a progress bar's total
+        self.length_estimated = not exact
+        self._packets: int | None = None  # the frames counted from the packets (:meth:`counted_len`)
+        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`):
+        #: a whole number of strides
+        self.skip = 0
+        #: the index of the first frame the latest iteration decoded: 0, or past it
+        #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
+        self.decoded_from = 0
+        #: (path, rows given, rows its header counts) where an iteration ended before the
+        #: frames the header counts (NOTE [ frame positions ]); shared by the windows made of it
+        self.cut_short: list[tuple[str, int, int]] = []
+        #: a window (:meth:`between`): ending before its first frame gives no rows, and it
+        #: gives at most ``_limit`` rows
+        self._window = False
+        self._limit: int | None = None
 
-        if not (isinstance(every, int) and every >= 1):
-            raise SourceError(f"every takes a whole number of frames >= 1, got {every!r}")
-        if fps is not None and (every != 1 or not fps > 0):
-            raise SourceError(f"fps takes frames a second > 0, instead of every, got fps={fps!r}, every={every!r}")
-
+    def _open_input(
+        self,
+        path: str | Path,
+        timeout_s: float,
+        format: str | None,
+        options: Mapping[str, object] | None,
+        reconnect: int,
+        hwaccel: str | None,
+    ) -> None:
+        """Where the video is read from and how FFmpeg opens it (NOTE [ video streams ])."""
         self.path: str | Path = str(path) if is_stream_url(path) else _existing(path, "input video")
         #: read once, as it comes: standard input, ``pipe:N``, a named pipe (NOTE [ video streams ])
         self.is_pipe = is_pipe(self.path) or is_fifo(self.path)
@@ -188,15 +232,12 @@ class VideoSource(RowSource):
         self.hwaccel = checked_hwaccel(hwaccel, self.path)
         #: (index of the first frame of a new connection, why the one before ended), in order
         self.reconnections: list[tuple[int, str]] = []
-        self.spec = _one_input(inputs, input_name, "a video source")
-        self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
-        #: how a frame is made ``size`` (NOTE [ fitting ])
-        self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
-        self._placements: dict[tuple[int, int], Placement] = {}
-        self.decode_threads = None if decode_threads is None else decode_threads_of(decode_threads)
-        #: threads converting frames beside the decoder; None: :func:`auto_convert_threads`
-        #: (NOTE [ converting beside the decoder ])
-        self.convert_threads: int | None = None
+
+    def _probe(self, size: tuple[int, int] | None, every: int, fps: float | None) -> tuple[int, int, int, bool]:
+        """The video's header read: (width, height) of the frames made, the stride taken
+        (from ``fps`` where given), and whether the frame count is exact (``frames_hint``)."""
+        import av
+
         try:
             container = self._opened(hw=self.is_pipe)  # a header needs no decoder; a pipe's is decoded after
             if self.is_pipe:  # what FFmpeg read of its header is gone from the pipe: keep it
@@ -212,26 +253,7 @@ class VideoSource(RowSource):
         except av.error.FFmpegError as exc:
             why = f"{exc}{self._invalid_hint(exc)}"
             raise SourceError(f"{str(self.path)!r} cannot be decoded as video{self._hint()}: {why}") from exc
-        #: the stride of the frames taken (frame 0, every, 2 * every, ...)
-        self.every = every
-        self.row_shape = (height, width, 3) if width and height else None  # rgb24 / bgr24: 3 bytes a pixel
-        #: len() is worked out from the duration and frame rate (a Matroska or WebM file
-        #: counts no frames in its header): a --shard's bounds, a progress bar's total
-        self.length_estimated = not exact
-        self._packets: int | None = None  # the frames counted from the packets (:meth:`counted_len`)
-        #: frames decoded but not converted nor delivered before the first batch (:meth:`after`):
-        #: a whole number of strides
-        self.skip = 0
-        #: the index of the first frame the latest iteration decoded: 0, or past it
-        #: where seeking (NOTE [ seeking a video ]) let it start at a later key frame
-        self.decoded_from = 0
-        #: (path, rows given, rows its header counts) where an iteration ended before the
-        #: frames the header counts (NOTE [ frame positions ]); shared by the windows made of it
-        self.cut_short: list[tuple[str, int, int]] = []
-        #: a window (:meth:`between`): ending before its first frame gives no rows, and it
-        #: gives at most ``_limit`` rows
-        self._window = False
-        self._limit: int | None = None
+        return width, height, every, exact
 
     #: a frame's index says which stride made the rows (and an earlier run's may have had
     #: another): a resumed run reads the frame before its first and checks it, at the cost
