@@ -274,6 +274,12 @@ def _decoding_options(video: Any) -> None:
         "be decoded (images) or opened (videos, streams), and the rest of a video or stream whose decoding fails "
         "partway, listed at the end, instead of stopping",
     )
+    _stream_options(video)
+    _picture_options(video)
+
+
+def _stream_options(video: Any) -> None:
+    """How a video or stream is opened and decoded: FFmpeg's format and options, reconnecting, the GPU."""
     video.add_argument(
         "--video-format",
         metavar="FORMAT",
@@ -320,6 +326,10 @@ def _decoding_options(video: Any) -> None:
         "the GPU the model runs on; each frame downloaded as it is decoded; a codec the device cannot decode is an "
         "error)",
     )
+
+
+def _picture_options(video: Any) -> None:
+    """How pictures are decoded and made the model's size."""
     video.add_argument(
         "--jpeg-draft",
         action="store_true",
