@@ -81,6 +81,9 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
             ("auto", 1),
             ("auto", 2),
             ("auto", 3),
+            ("arrays", 1),  # whole host arrays, registered in place (issue 24's GPU rows)
+            ("arrays", 2),
+            ("arrays", 3),
         ]
     frames = report["frames_into_slots"]
     assert (frames["staged"]["filled"], frames["filled"]["filled"]) == (False, True)
