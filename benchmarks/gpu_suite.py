@@ -9,8 +9,9 @@ depth) and ``timeline.png``.  Models: copy-bound (identity over wide rows),
 compute-bound (a deep MatMul chain), balanced (the conv net on frames) and
 tiny (one row of 4 floats: the per-batch cost of each way of running).
 Modes: naive, iobinding, and the engine with stage threads (``pipelined``),
-from the caller's thread (``caller``) and as it runs by default (``auto``),
-at depths 1-3; the copy-bound model once more with one thread for the host
+from the caller's thread (``caller``), as it runs by default (``auto``) and
+over whole host arrays registered in place (``arrays``, as ``run()`` and a
+``.npy`` take them), at depths 1-3; the copy-bound model once more with one thread for the host
 copies (the others use ``copy_threads="auto"``), and the staging copy's GB/s
 by number of threads (``host_copy_gbps``).  Then, at depth 3 with naive,
 iobinding, caller and auto: the detector whose outputs depend on the data,
@@ -23,7 +24,7 @@ streams) and with CUDA graphs (``graph``, on a GPU), against one pipeline
 from the caller's thread and auto; last, ORT's profile
 of the conv net by operator (``convnet_ops``); the host's share (``host_share``:
 ``run()`` on a copy-bound model with its input registered in place against
-staged, as a share of the pinned h2d GB/s, the conv net from host arrays
+staged, the same from a memory-mapped ``.npy``, as a share of the pinned h2d GB/s, the conv net from host arrays
 against device arrays, one-row batches against a ``session.run`` loop); and a job of uint8 frames
 made a row at a time, written straight into the pinned slots against stacked
 and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
