@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -63,36 +63,14 @@ def run_job(
             summary.interrupted = True
         return summary.interrupted
 
-    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
-        try:
-            sink.write(index, rows, views, metas.popleft())
-        except BrokenPipeError:
-            raise  # what reads the output went away: the CLI ends quietly (exit 141)
-        except OSError as exc:  # a full disk, a quota, a file too large: said, not a traceback
-            raise SinkError(
-                f"batch {index}: {_output_of(sink)} cannot be written after {summary.items:,} rows: {_reason(exc)}"
-            ) from exc
-        summary.items += rows
-        summary.batches += 1
-        if progress is not None:
-            progress.tick(rows)
-
+    take = _writing(sink, metas, summary, progress)
     filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) else None
-    arrays = _registrable_arrays(pipe, source) if filler is None else None
     feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
     summary.filled = filler is not None
     start = time.perf_counter()
     failed = True  # until the loop ends without an exception
     try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
-        if filler is not None and isinstance(pipe, Pipeline):
-            fill = _fill_from(filler, metas, stopped)
-            results = pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
-        elif arrays is not None and isinstance(pipe, Pipeline) and isinstance(source, CutFromArrays):
-            cut = _metas_of_cut(source, metas, take)
-            results = pipe.map_arrays(arrays, cut, batch_size=source.batch_size, stop=stopped)
-        else:
-            results = pipe.map_with(feed, take)
-        for _ in results:
+        for _ in _results(pipe, source, filler, feed, take, metas, stopped):
             pass
         stopped()  # a stop the source ended at (a pipe told to stop reading) is a stop too
         failed = False
@@ -112,6 +90,50 @@ def run_job(
     if isinstance(sink, Completable) and not summary.interrupted:  # here only when nothing failed
         sink.mark_complete()
     return summary
+
+
+def _writing(
+    sink: Sink, metas: collections.deque[dict[str, np.ndarray]], summary: JobSummary, progress: Progress | None
+) -> Take[None]:
+    """The engine's ``take``: each batch written with its metadata, counted, and ticked."""
+
+    def take(index: int, rows: int, views: dict[str, np.ndarray]) -> None:
+        try:
+            sink.write(index, rows, views, metas.popleft())
+        except BrokenPipeError:
+            raise  # what reads the output went away: the CLI ends quietly (exit 141)
+        except OSError as exc:  # a full disk, a quota, a file too large: said, not a traceback
+            raise SinkError(
+                f"batch {index}: {_output_of(sink)} cannot be written after {summary.items:,} rows: {_reason(exc)}"
+            ) from exc
+        summary.items += rows
+        summary.batches += 1
+        if progress is not None:
+            progress.tick(rows)
+
+    return take
+
+
+def _results(
+    pipe: Pipeline | MultiPipeline,
+    source: Iterable[SourceBatch],
+    filler: Filler | None,
+    feed: Iterable[dict[str, np.ndarray]],
+    take: Take[None],
+    metas: collections.deque[dict[str, np.ndarray]],
+    stopped: Callable[[], bool],
+) -> Iterable[Any]:
+    """The engine's run of the job, the cheapest way the source allows: written into the
+    slots (NOTE [ sources that fill slots ]), whole arrays registered in place
+    (NOTE [ registered windows ]), or its batches staged."""
+    if filler is not None and isinstance(pipe, Pipeline):
+        fill = _fill_from(filler, metas, stopped)
+        return pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
+    arrays = _registrable_arrays(pipe, source)
+    if arrays is not None and isinstance(pipe, Pipeline) and isinstance(source, CutFromArrays):
+        cut = _metas_of_cut(source, metas, take)
+        return pipe.map_arrays(arrays, cut, batch_size=source.batch_size, stop=stopped)
+    return pipe.map_with(feed, take)
 
 
 def _close(sink: Sink, failed: bool) -> None:
