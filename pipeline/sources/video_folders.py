@@ -5,6 +5,7 @@ order (:class:`VideoFolderSource`, :class:`VideoTableSource`)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,16 @@ from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit
 from .tables import PathTable
 from .videos import VideoDecodingFailed, VideoSource
+
+
+def _videos_decoding(decoding: VideoDecoding | None, source: str, given: tuple[Any, ...]) -> VideoDecoding:
+    """What a folder's or a table's videos are decoded with: ``decoding`` where given (one
+    value for every choice: it counts; a choice they have no use for is refused), else the
+    keywords ``given``, in :data:`VIDEOS_CHOICES`' order."""
+    if decoding is None:
+        return VideoDecoding(**dict(zip(VIDEOS_CHOICES, given, strict=True)))
+    chosen(decoding, VIDEOS_CHOICES, source)
+    return decoding
 
 
 class VideoFolderSource(RowSource):
@@ -84,26 +95,15 @@ class VideoFolderSource(RowSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        if decoding is not None:  # one value for every choice: it counts
-            (
-                size,
-                pix_fmt,
-                decode_threads,
-                skip_unreadable,
-                every,
-                fps,
-                fit,
-                videos_at_once,
-                hwaccel,
-            ) = chosen(decoding, VIDEOS_CHOICES, "VideoFolderSource")
+        given = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
+        video = _videos_decoding(decoding, "VideoFolderSource", given)
         self.path = _existing(path, "video folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
         files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
-        choices = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
-        self._open_videos(files, batch_size, inputs, input_name, *choices)
+        self._open_videos(files, batch_size, inputs, input_name, video)
 
     def _open_videos(
         self,
@@ -111,20 +111,15 @@ class VideoFolderSource(RowSource):
         batch_size: int,
         inputs: Sequence[TensorSpec],
         input_name: str | None,
-        size: tuple[int, int] | None,
-        pix_fmt: str,
-        decode_threads: int | None,
-        skip_unreadable: bool,
-        every: int,
-        fps: float | None,
-        fit: str | Fit | None,
-        videos_at_once: int | None,
-        hwaccel: str | None,
+        decoding: VideoDecoding,
     ) -> None:
         """Each of ``files`` opened (its header read), in order; ``opened`` says which."""
-        checked_hwaccel(hwaccel, self.path)  # once, not as a reason to skip every video
+        checked_hwaccel(decoding.hwaccel, self.path)  # once, not as a reason to skip every video
         #: videos decoded at once by threads of their own (NOTE [ videos decoded at once ])
-        self.videos_at_once = videos_at_once_of(videos_at_once)
+        self.videos_at_once = videos_at_once_of(decoding.videos_at_once)
+        skip_unreadable = decoding.skip_unreadable
+        # each video's own choices: skipping and decoding at once are the folder's
+        each = dataclasses.replace(decoding, skip_unreadable=False, videos_at_once=None)
         #: (path, why) of the videos left out by ``skip_unreadable``, in file order: those that
         #: cannot be opened, and those whose decoding failed partway (their later frames)
         self.skipped: list[tuple[str, str]] = []
@@ -138,10 +133,7 @@ class VideoFolderSource(RowSource):
         self.opened: list[int] = []
         for number, file in enumerate(files):
             try:
-                frames = (size, pix_fmt, decode_threads)
-                video = VideoSource(
-                    file, batch_size, inputs, input_name, *frames, every=every, fps=fps, fit=fit, hwaccel=hwaccel
-                )
+                video = VideoSource(file, batch_size, inputs, input_name, decoding=each)
                 if self.videos_at_once > 1:
                     # videos decoded at once keep the CPUs busy: conversion threads of their own
                     # would crowd them (NOTE [ converting beside the decoder ])
@@ -155,7 +147,7 @@ class VideoFolderSource(RowSource):
         if not self.videos:
             raise SourceError(f"none of the {len(files)} videos in {str(self.path)!r} can be read")
         self.spec, self.batch_size = self.videos[0].spec, batch_size
-        self.row_shape = self._one_frame_size(size)
+        self.row_shape = self._one_frame_size(decoding.size)
         #: len() adds up estimates where a video's header counts no frames
         self.length_estimated = any(video.length_estimated for video in self.videos)
         #: the window of the folder's positions (NOTE [ frame positions ]) this source gives:
@@ -318,18 +310,8 @@ class VideoTableSource(VideoFolderSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        if decoding is not None:  # one value for every choice: it counts
-            (
-                size,
-                pix_fmt,
-                decode_threads,
-                skip_unreadable,
-                every,
-                fps,
-                fit,
-                videos_at_once,
-                hwaccel,
-            ) = chosen(decoding, VIDEOS_CHOICES, "VideoTableSource")
+        given = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
+        video = _videos_decoding(decoding, "VideoTableSource", given)
         self.path = _existing(path, "input table file")
         self.column = column
         self._table = PathTable(self.path, column, id_column, "video")
@@ -342,8 +324,7 @@ class VideoTableSource(VideoFolderSource):
             )
         self.key_name = self._table.id_name
         files = [self._table.file(row) for row in range(len(self._table))]
-        choices = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
-        self._open_videos(files, batch_size, inputs, input_name, *choices)
+        self._open_videos(files, batch_size, inputs, input_name, video)
 
     def _key(self, number: int) -> str:
         return str(self._table.ids[self.opened[number]])
