@@ -285,7 +285,7 @@ class Pipeline(OneRunAtATime):
         self._check_free()
         feeds = self.checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
-        size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
+        size = self._whole_rows_per_batch(feeds, batch_size)
         if self._runs_whole(size):
             return self._run_direct(feeds, size)
         gathered = Gather(total)
@@ -312,10 +312,14 @@ class Pipeline(OneRunAtATime):
         already cut."""
         self._check_free()
         feeds = self.checker.feeds(None, inputs)
-        total = next(iter(feeds.values())).shape[0]
-        size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
+        size = self._whole_rows_per_batch(feeds, batch_size)
         make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
         return self._cut(feeds, size, make_take, stop)
+
+    def _whole_rows_per_batch(self, feeds: dict[str, np.ndarray], batch_size: int | None) -> int:
+        """The rows a batch cut from whole arrays gets: :meth:`rows_per_batch` for their bytes a row."""
+        total = next(iter(feeds.values())).shape[0]
+        return self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
 
     def _cut(
         self,

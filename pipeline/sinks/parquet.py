@@ -75,6 +75,7 @@ class PartsStorage(Storage):
         side.keep_parts(0)  # a side part closed before the main table's first one is of no kept batch
 
     def complete(self, main: Any, sides: Sequence[Any]) -> None:
+        """The job wrote every row (``mark_complete``): a ``_SUCCESS`` in each folder."""
         for parts in (main, *sides):
             parts.mark_complete()
 
@@ -108,7 +109,7 @@ class JournalStorage(PartsStorage):
         side.restart()
 
     def complete(self, main: Any, sides: Sequence[Any]) -> None:
-        pass
+        """A file has no ``_SUCCESS``: it is there, whole, once closed."""
 
     def close(self, main: Any, sides: Sequence[Any], path: Path) -> None:
         journals = [*sides, main]
