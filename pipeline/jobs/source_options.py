@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sources import STREAM_TIMEOUT_S, Fit, ImageDecoding, SourceError, VideoDecoding
+from ..sources import STREAM_TIMEOUT_S, Fit, ImageDecoding, SourceError, VideoDecoding, is_pipe, is_stream_url
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,8 @@ class SourceOptions:
 
     def refuse_for(self, kind: str, path: str | Path) -> None:
         """A SourceError where an option was given that the ``kind`` of input at ``path`` has no use for."""
-        if self.stream_timeout_s is not None:
-            from ..sources import is_pipe, is_stream_url
-
-            if not is_stream_url(path) or is_pipe(path):
-                raise SourceError(
-                    f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none"
-                )
+        if self.stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
+            raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
         for given, kinds, what in self._uses():
             if given and kind not in kinds:
                 raise SourceError(f"{what}; {str(path)!r} is a {kind} source")
