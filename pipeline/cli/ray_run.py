@@ -1,6 +1,7 @@
 """``ortpipe run --ray``: the same job on a Ray cluster - Ray Data reads the
-Parquet input, an actor pool of pipelines scores it (``pipeline.ray.predict``),
-Ray writes a Parquet data set - with the checks and the summary of a local run."""
+Parquet input or the folder of images, an actor pool of pipelines scores it
+(``pipeline.ray.predict``), Ray writes a Parquet data set - with the checks,
+the progress and the summary of a local run."""
 
 from __future__ import annotations
 
@@ -171,11 +172,8 @@ def _data_set_output(path: Path, overwrite: bool) -> Path:
 
 def _input_rows(source: Path) -> int | None:
     """The rows of a Parquet input, from its files' footers (None where one cannot be read)."""
-    from ..sinks import parquet_rows
-
-    files = sorted(source.rglob("*.parquet")) if source.is_dir() else [source]
     try:
-        return parquet_rows(files)
+        return _rows_in(source)
     except Exception:  # noqa: BLE001 - Ray's reader says what is wrong with the file
         return None
 
@@ -217,10 +215,11 @@ def _watched(output: Path, progress: Progress, every_s: float = 0.5) -> Iterator
             progress.close()
 
 
-def _rows_in(folder: Path) -> int:
+def _rows_in(path: Path) -> int:
+    """The rows of a Parquet file, or of the Parquet files in a folder, from their footers."""
     from ..sinks import parquet_rows
 
-    return parquet_rows(folder.rglob("*.parquet"))
+    return parquet_rows(path.rglob("*.parquet") if path.is_dir() else [path])
 
 
 def _ray() -> Any:
