@@ -380,8 +380,8 @@ def _mapped_npy(registered: Pipeline, staged: Pipeline, x: np.ndarray, rounds: i
 
 
 def _host_share(device: Any, big: bool, copy_gbps: dict[str, float] | None, rounds: int = 3) -> dict[str, Any]:
-    """Issue 24's GPU rows: ``pipe.run`` on a copy-bound model with its input registered
-    in place (NOTE [ registered windows ]) against staged, as a share of the pinned h2d
+    """Issue 24's GPU rows: ``pipe.run`` on a copy-bound model with its input and output
+    registered in place (NOTE [ registered windows ]) against staged, as a share of the pinned h2d
     GB/s; the conv net from host arrays against device arrays; one-row batches against
     a ``session.run`` loop.  Best of ``rounds``, alternated."""
     out: dict[str, Any] = {}
@@ -398,6 +398,7 @@ def _host_share(device: Any, big: bool, copy_gbps: dict[str, float] | None, roun
             rounds,
         )
         out["copy_bound_host_inputs"] = registered.stats.host_inputs
+        out["copy_bound_host_outputs"] = registered.stats.host_outputs
         npy, out["npy_host_inputs"] = _mapped_npy(registered, staged, x, rounds)
         best.update(npy)
     for way, seconds in best.items():

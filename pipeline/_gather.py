@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._engine import CopiedOutputs, HostCopier, Take, not_per_row
+from ._engine import CopiedOutputs, HostCopier, ResultWindows, Take, not_per_row
 
 
 def registrable(array: np.ndarray) -> bool:
@@ -18,8 +18,10 @@ class Gather:
     (:meth:`taking`), or keeps outputs that outlive their batch and joins them
     at the end, as a loop over ``session.run`` would (:meth:`keeping`)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, results: ResultWindows | None = None) -> None:
         self.total = total
+        #: the whole outputs registered in place, where the engine's d2h writes them (NOTE [ registered windows ])
+        self._results = results
         self._arrays: dict[str, np.ndarray] = {}
         self._kept: dict[str, list[np.ndarray]] = {}
         self._row = 0
@@ -54,16 +56,25 @@ class Gather:
 
     def take(self, index: int, rows: int, views: dict[str, np.ndarray]) -> None:
         if not self._arrays:
-            for name, view in views.items():
-                if view.ndim == 0 or view.shape[0] != rows:
-                    raise not_per_row(name, index, [rows, "..."], view)
-                self._arrays[name] = np.empty((self.total, *view.shape[1:]), view.dtype)
+            self._arrays = self._made(index, rows, views)
         for name, view in views.items():
             target = self._arrays[name][self._row : self._row + rows]
             if view.shape != target.shape:
                 raise not_per_row(name, index, list(target.shape), view)
+            if self._results is not None and view.ctypes.data == target.ctypes.data and view.dtype == target.dtype:
+                continue  # the d2h wrote it there
             if self._copier is None:
                 target[...] = view
             else:
                 self._copier.copy(target, view)
         self._row += rows
+
+    def _made(self, index: int, rows: int, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The whole outputs, shaped after the first batch's (the registered ones where the engine made them)."""
+        for name, view in views.items():
+            if view.ndim == 0 or view.shape[0] != rows:
+                raise not_per_row(name, index, [rows, "..."], view)
+        shapes = {name: (view.dtype, view.shape[1:]) for name, view in views.items()}
+        if self._results is not None:
+            return self._results.arrays_for(shapes)
+        return {name: np.empty((self.total, *shape), dtype) for name, (dtype, shape) in shapes.items()}

@@ -36,12 +36,14 @@ from ._engine import (
     Fill,
     HandOverAdvisor,
     HostWindows,
+    InPlace,
     InputChecker,
     Layout,
     MakeTake,
     ModelSource,
     OrtSession,
     Preprocess,
+    ResultWindows,
     Rings,
     RunConfig,
     Streams,
@@ -288,12 +290,22 @@ class Pipeline(OneRunAtATime):
         size = self._whole_rows_per_batch(feeds, batch_size)
         if self._runs_whole(size):
             return self._run_direct(feeds, size)
-        gathered = Gather(total)
-        # results that are the batch's own are kept (a GPU's are copied out of a reused slot)
-        make_take = gathered.keeping() if self.device.cheap_pinned else gathered.taking
-        for _ in self._cut(feeds, size, make_take):
+        results = self._results_for(total, size)
+        gathered = Gather(total, results)
+        # results that are the batch's own are kept (a GPU's are copied out of a reused slot,
+        # or written in place)
+        make_take = gathered.keeping() if self.device.cheap_pinned and results is None else gathered.taking
+        for _ in self._cut(feeds, size, make_take, results=results):
             pass
         return gathered.arrays
+
+    def _results_for(self, total: int, batch_size: int) -> ResultWindows | None:
+        """See NOTE [ registered windows ]: ``run()``'s whole outputs, registered in place
+        a window at a time where the device gains from it (made once their shapes are known)."""
+        how = self.options.registering
+        if how is None or not self.device.registers_host:
+            return None
+        return ResultWindows(self.device, total, batch_size, how, self.options.poll_s)
 
     def map_arrays(
         self,
@@ -327,18 +339,23 @@ class Pipeline(OneRunAtATime):
         size: int,
         make_take: MakeTake[Any],
         stop: Callable[[], bool] | None = None,
+        results: ResultWindows | None = None,
     ) -> Generator[Any, None, None]:
-        """``feeds`` through the engine in batches of ``size`` rows, registered in place where it pays."""
+        """``feeds`` through the engine in batches of ``size`` rows, registered in place where
+        it pays (the outputs too, where ``results`` holds them)."""
         windows = self._windows_for(feeds, size)
         batches: Iterator[dict[str, np.ndarray]] = split_rows(feeds, size) if windows is None else iter(windows)
         if stop is not None:
             batches = itertools.takewhile(lambda _: not stop(), batches)
         try:
-            yield from self._iterate(batches, make_take, batch_size=size, windows=windows)
-        finally:
+            yield from self._iterate(batches, make_take, batch_size=size, in_place=InPlace(windows, results))
+        finally:  # the run has ended: its copies are done
             if windows is not None:
-                windows.close()  # the run has ended: its copies are done
+                windows.close()
                 self._stats.host_inputs = windows.describe()
+            if results is not None:
+                results.close()
+                self._stats.host_outputs = results.describe()
 
     def _windows_for(self, feeds: dict[str, np.ndarray], batch_size: int) -> HostWindows | None:
         """See NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
@@ -405,7 +422,7 @@ class Pipeline(OneRunAtATime):
         iterator: Iterator[Batch],
         make_take: MakeTake[Any],
         batch_size: int | None = None,
-        windows: HostWindows | None = None,
+        in_place: InPlace | None = None,
         issuing: bool | Literal["auto"] | None = None,
     ) -> Generator[Any, None, None]:
         try:
@@ -450,7 +467,7 @@ class Pipeline(OneRunAtATime):
                 stats,
                 user_source=iterator,
                 issuing=threads,
-                windows=windows,
+                in_place=in_place,
                 advisor=advisor,
             )
             yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
@@ -538,7 +555,7 @@ class Pipeline(OneRunAtATime):
         fill: Fill | None = None,
         user_source: object = None,
         issuing: bool | Literal["auto"] | None = None,
-        windows: HostWindows | None = None,
+        in_place: InPlace | None = None,
         advisor: HandOverAdvisor | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
@@ -564,7 +581,7 @@ class Pipeline(OneRunAtATime):
                 first_index=first_index,
                 fill=fill,
                 user_source=user_source,
-                windows=windows,
+                in_place=in_place,
                 advisor=advisor,
             )
             self._active = run

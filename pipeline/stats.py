@@ -240,6 +240,9 @@ class Stats:
         #: how ``run()``'s host inputs reached the copies: registered in place, or
         #: staged and why (NOTE [ registered windows ]); None where not asked
         self.host_inputs: str | None = None
+        #: whether ``run()``'s outputs were written in place by the d2h copies, or copied out
+        #: of pinned memory and why (NOTE [ registered windows ]); None where not asked
+        self.host_outputs: str | None = None
         for timing in timings:
             self.add(timing)
 
@@ -373,6 +376,7 @@ class Stats:
             "outside_stages_ms": None if (outside := totals.outside_stages_s()) is None else outside * 1e3,
             "issuing": self.issuing,
             "host_inputs": self.host_inputs,
+            "host_outputs": self.host_outputs,
         }
 
     def __str__(self) -> str:
@@ -396,6 +400,8 @@ class Stats:
             lines.append(f"issued by: {d['issuing']}")
         if d["host_inputs"] is not None:
             lines.append(f"host inputs: {d['host_inputs']}")
+        if d["host_outputs"] is not None:
+            lines.append(f"host outputs: {d['host_outputs']}")
         return "\n".join(lines)
 
     __repr__ = __str__

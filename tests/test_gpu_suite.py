@@ -46,6 +46,7 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert set(report["host_copy_gbps"]) == {"1", "2", "4", "8"}
     share = report["host_share"]  # issue 24's GPU rows, here on the emulated link
     assert share["copy_bound_host_inputs"].startswith("registered in place")
+    assert share["copy_bound_host_outputs"].startswith("written in place")
     assert share["npy_host_inputs"].startswith("registered in place") and share["copy_bound_npy_registered_gbps"] > 0
     assert share["copy_bound_registered_of_pinned_h2d"] > 0 and share["convnet_host_over_device"] > 0
     ops = report["convnet_ops"]["ops"]

@@ -10,7 +10,7 @@ the names this package exports.  Its modules, one idea each:
 * ``preprocess`` - the device-side conversion of uint8 pictures into the model's floats;
 * ``rings`` - the four buffer rings and the slots in them;
 * ``hostcopy`` - large host copies split across threads;
-* ``windows`` - whole inputs registered in place instead of staged;
+* ``windows`` - whole inputs and outputs registered in place instead of staged;
 * ``issuing`` - when the stage threads pay, and when they do not;
 * ``run`` - the stage loops, the caller's thread issuing, one error path;
 * ``direct`` - the CPU backend's direct path through ``session.run``.
@@ -63,7 +63,7 @@ from .session import (
     onnxruntime,
     ort_model_arg,
 )
-from .windows import HostRegistering, HostWindows
+from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
     "BatchTiming",
@@ -80,6 +80,7 @@ __all__ = [
     "HostCopier",
     "HostRegistering",
     "HostWindows",
+    "InPlace",
     "InputChecker",
     "Layout",
     "MakeTake",
@@ -87,6 +88,7 @@ __all__ = [
     "ORT_LOG_LEVELS",
     "OrtSession",
     "Preprocess",
+    "ResultWindows",
     "Rings",
     "RunConfig",
     "SKIP",

@@ -28,7 +28,9 @@ class Delivering(RunState[T]):
             raise compute_failed(trace.index, work.error, trace.rows, self._layout.batch_size) from work.error
         pinned_out = work.pinned_out
         assert pinned_out is not None
-        if work.allocated is None:  # steady state: views made once per shape, padding cut off
+        if work.placed is not None:  # NOTE [ registered windows ]: already in the whole outputs
+            views = work.placed
+        elif work.allocated is None:  # steady state: views made once per shape, padding cut off
             views = {}
             for name, (dtype, shape) in work.out_layout.items():
                 view = pinned_out.view(name, dtype, shape)

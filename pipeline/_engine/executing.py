@@ -85,10 +85,15 @@ class Executing(RunState[T]):
         pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
         if pinned_out is None:
             return False
-        work.pinned_out = pinned_out
+        work.pinned_out = pinned_out  # taken also when unused: it bounds how far the stages run ahead
         sources: dict[str, DeviceBuffer] = slot.outputs
+        targets = pinned_out.arrays
         if work.allocated is not None:
             out_sizes, sources = self._plan_allocated(work, pinned_out)
+        elif self._results is not None and work.row_shapes is None:
+            work.placed = self._results.destination(trace.index, trace.rows, trace.bound_rows, work.out_layout)
+            if work.placed is not None:  # NOTE [ registered windows ]: the rows themselves, no padding
+                targets, out_sizes = work.placed, {name: view.nbytes for name, view in work.placed.items()}
         drain = self._streams.d2h
         with self._device.annotate("d2h", trace.index):
             drain.wait_event(events.run_done)
@@ -96,9 +101,11 @@ class Executing(RunState[T]):
                 events.d2h_start.record(drain)
             for name, size in out_sizes.items():
                 if size:
-                    drain.copy_d2h(pinned_out.arrays[name], sources[name], size)
+                    drain.copy_d2h(targets[name], sources[name], size)
             events.d2h_done.record(drain)
         slot.outputs_free = events.d2h_done
+        if work.placed is not None:
+            self._results.copied(events.d2h_done)  # type: ignore[union-attr]
         return True
 
     def _plan_allocated(self, work: _Work, pinned_out: PinnedOutSlot) -> tuple[dict[str, int], dict[str, DeviceBuffer]]:

@@ -84,6 +84,8 @@ class _Work:
     #: (shared by the batches of one size: read, never changed)
     out_sizes: dict[str, int] | None = None
     pinned_out: PinnedOutSlot | None = None
+    #: the rows of the whole outputs its d2h wrote, in place of the pinned-out slot (NOTE [ registered windows ])
+    placed: dict[str, np.ndarray] | None = None
     error: BaseException | None = None
     #: outputs ORT allocated in this run, by name (NOTE [ data-dependent outputs ])
     allocated: dict[str, Any] | None = None

@@ -66,7 +66,7 @@ from .records import (
 )
 from .rings import Rings
 from .session import OrtSession, Shape
-from .windows import HostWindows
+from .windows import InPlace
 
 
 class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], Delivering[T]):
@@ -88,7 +88,7 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         first_index: int = 0,
         fill: Fill | None = None,
         user_source: object = None,
-        windows: HostWindows | None = None,
+        in_place: InPlace | None = None,
         advisor: HandOverAdvisor | None = None,
     ) -> None:
         self._device = device
@@ -99,8 +99,10 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         self._checker = checker
         self._iterator = iter(source)
         self._fill = fill  # NOTE [ filled slots ]: batches written into the slots, not taken from source
-        #: NOTE [ registered windows ]: the source's batches lie in registered memory while it is live
-        self._windows = windows
+        #: NOTE [ registered windows ]: the source's batches lie in registered memory while it is
+        #: live; the outputs' d2h writes into registered result arrays where they allow it
+        self._windows = None if in_place is None else in_place.inputs
+        self._results = None if in_place is None else in_place.outputs
         #: the caller's own iterator, told when this run stops reading it (NOTE [ interrupted feed ])
         self._user_source = user_source
         self._config = config

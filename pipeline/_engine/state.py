@@ -18,7 +18,7 @@ from .layout import InputChecker, Layout, RowShapes
 from .records import BatchTrace, CopiedOutputs, Fill, Outgrown, RunConfig, Streams, T, Take, _Work
 from .rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from .session import OrtSession, Shape
-from .windows import HostWindows
+from .windows import HostWindows, ResultWindows
 
 
 class RunState(Generic[T]):
@@ -34,6 +34,7 @@ class RunState(Generic[T]):
     _iterator: Iterator[object]
     _fill: Fill | None
     _windows: HostWindows | None
+    _results: ResultWindows | None
     _user_source: object
     _config: RunConfig
     _copier: HostCopier

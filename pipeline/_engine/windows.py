@@ -20,16 +20,27 @@ first.  One window is live at a time, so two windows of an array never
 share a page while both are registered.  Where the device refuses (a
 locked-memory limit, memory it cannot lock), the batches are staged as
 before and :attr:`HostWindows.refused` says why (``Stats.host_inputs``).
+
+The outputs likewise (:class:`ResultWindows`): ``run()`` knows how many rows
+its results have, so once the first batch's output shapes are planned it
+makes the whole result arrays, registers them a window at a time, and each
+batch's d2h writes its rows straight into them - no copy out of a pinned-out
+slot.  The same rule holds for them: a window is unregistered only once the
+last d2h that writes it has completed.  A batch whose outputs ORT allocates
+(NOTE [ data-dependent outputs ]) is copied through its pinned-out slot as
+before, into the same arrays.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..devices import Device, Event, Registration, RegistrationRefused
+from .session import Shape
 
 
 @dataclass(frozen=True)
@@ -49,63 +60,46 @@ class HostRegistering:
                 raise ValueError(f"HostRegistering.{name} must be an int >= 1, got {value!r}")
 
 
-class HostWindows:
-    """The batches of whole arrays, ``batch_size`` rows each, each in a registered
-    window where the device allows it (:attr:`live`), one window at a time."""
+class _OneWindowAtATime:
+    """Windows of whole arrays registered one at a time, each released only once
+    the last copy that uses it has completed (:meth:`copied`)."""
 
-    def __init__(
-        self,
-        device: Device,
-        arrays: dict[str, np.ndarray],
-        batch_size: int,
-        how: HostRegistering,
-        poll_s: float = 0.05,
-    ) -> None:
+    def __init__(self, device: Device, poll_s: float) -> None:
         self._device = device
-        self._arrays = arrays
-        self._batch_size = batch_size
         self._poll_s = poll_s
-        self._total = next(iter(arrays.values())).shape[0]
-        batch_bytes = sum(array[:batch_size].nbytes for array in arrays.values())
-        self._window_rows = batch_size * max(1, how.window_bytes // max(1, batch_bytes))
         self._registered: list[Registration] = []
         self._last_copy: Event | None = None
-        #: why the batches are staged instead (None: every window was registered)
+        #: why the device refused (None: every window asked for was registered)
         self.refused: str | None = None
         #: windows registered so far
         self.windows = 0
 
     @property
     def live(self) -> bool:
-        """Whether the batch given last lies in a registered window."""
+        """Whether a window is registered now."""
         return bool(self._registered)
 
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        for start in range(0, self._total, self._batch_size):
-            if start % self._window_rows == 0:
-                self._next_window(start)
-            yield {name: array[start : start + self._batch_size] for name, array in self._arrays.items()}
-
     def copied(self, event: Event) -> None:
-        """An h2d that reads the live window was enqueued; ``event`` completes after it."""
+        """A copy that uses the live window was enqueued; ``event`` completes after it."""
         self._last_copy = event
 
-    def _next_window(self, start: int) -> None:
+    def _register(self, views: list[np.ndarray]) -> bool:
+        """Release the live window, then register ``views`` as the next; False where the device refuses."""
         self._release()
         if self.refused is not None:
-            return
-        stop = start + self._window_rows
+            return False
         try:
-            for array in self._arrays.values():
-                self._registered.append(self._device.register_host(array[start:stop]))
+            for view in views:
+                self._registered.append(self._device.register_host(view))
         except RegistrationRefused as exc:
             self._release()
             self.refused = str(exc)
-            return
+            return False
         self.windows += 1
+        return True
 
     def _release(self) -> None:
-        """Unregister the live window once the last copy that reads it has completed."""
+        """Unregister the live window once the last copy that uses it has completed."""
         last, self._last_copy = self._last_copy, None
         registered, self._registered = self._registered, []
         try:
@@ -121,9 +115,123 @@ class HostWindows:
         """Release the live window (after its last copy); call once the run has ended."""
         self._release()
 
+
+class HostWindows(_OneWindowAtATime):
+    """The batches of whole arrays, ``batch_size`` rows each, each in a registered
+    window where the device allows it (:attr:`live`), one window at a time."""
+
+    def __init__(
+        self,
+        device: Device,
+        arrays: dict[str, np.ndarray],
+        batch_size: int,
+        how: HostRegistering,
+        poll_s: float = 0.05,
+    ) -> None:
+        super().__init__(device, poll_s)
+        self._arrays = arrays
+        self._batch_size = batch_size
+        self._total = next(iter(arrays.values())).shape[0]
+        batch_bytes = sum(array[:batch_size].nbytes for array in arrays.values())
+        self._window_rows = batch_size * max(1, how.window_bytes // max(1, batch_bytes))
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        for start in range(0, self._total, self._batch_size):
+            if start % self._window_rows == 0:
+                self._register([array[start : start + self._window_rows] for array in self._arrays.values()])
+            yield {name: array[start : start + self._batch_size] for name, array in self._arrays.items()}
+
     def describe(self) -> str:
         """What ``Stats.host_inputs`` says of these inputs."""
         if self.refused is None:
             return f"registered in place, {self.windows} window(s), no staging copy"
         registered = f" after {self.windows} window(s) registered" if self.windows else ""
         return f"staged into pinned memory{registered}: {self.refused}"
+
+
+class ResultWindows(_OneWindowAtATime):
+    """``run()``'s whole outputs, ``total`` rows, made once their row shapes are known
+    (:meth:`arrays_for`) and registered a window at a time, so that each batch's d2h
+    writes its rows straight into them (:meth:`destination`)."""
+
+    def __init__(self, device: Device, total: int, batch_size: int, how: HostRegistering, poll_s: float = 0.05) -> None:
+        super().__init__(device, poll_s)
+        self._total = total
+        self._batch_size = batch_size
+        self._how = how
+        self._lock = threading.Lock()  # the consumer and the thread issuing d2h both may make the arrays
+        #: the whole outputs, once made
+        self.arrays: dict[str, np.ndarray] | None = None
+        self._rows = (0, 0)  # the rows [start, stop) of the live window
+        self._window_rows = 0
+        self._checked: dict[str, tuple[np.dtype, Shape]] | None = None  # a layout seen to fit the arrays
+        self._small = False  # the outputs are too small to be worth registering
+
+    def arrays_for(self, rows: dict[str, tuple[np.dtype, Shape]]) -> dict[str, np.ndarray]:
+        """The whole outputs, made on the first call from ``rows``: each output's
+        dtype and the shape of one of its rows."""
+        with self._lock:
+            if self.arrays is None:
+                self.arrays = {name: np.empty((self._total, *shape), dtype) for name, (dtype, shape) in rows.items()}
+            return self.arrays
+
+    def destination(
+        self, index: int, rows: int, bound_rows: int, layout: dict[str, tuple[np.dtype, Shape]]
+    ) -> dict[str, np.ndarray] | None:
+        """Where batch ``index``'s d2h writes its ``rows`` rows: views of the whole
+        outputs in a registered window; None where it goes through a pinned-out slot
+        (outputs too small to register, the device refused, not one row per row)."""
+        if self.refused is not None or self._small or not self._fits(layout, bound_rows):
+            return None
+        start = index * self._batch_size
+        if not self._rows[0] <= start < self._rows[1] and not self._next_window(start):
+            return None
+        if start + rows > self._rows[1]:
+            return None  # not the batch run() cut here: never, but never written past a window
+        arrays = self.arrays
+        assert arrays is not None
+        return {name: array[start : start + rows] for name, array in arrays.items()}
+
+    def _fits(self, layout: dict[str, tuple[np.dtype, Shape]], bound_rows: int) -> bool:
+        """Every output one row per row, as the arrays hold them (made here if not yet)."""
+        if layout is self._checked:  # the engine plans one layout a batch size: checked once
+            return True
+        if any(not shape or shape[0] != bound_rows for _, shape in layout.values()):
+            return False
+        rows = {name: (dtype, shape[1:]) for name, (dtype, shape) in layout.items()}
+        arrays = self.arrays_for(rows)
+        if {name: (array.dtype, array.shape[1:]) for name, array in arrays.items()} != rows:
+            return False
+        if not self._window_rows:
+            row_bytes = sum(array[:1].nbytes for array in arrays.values())
+            self._small = row_bytes * self._total < self._how.min_bytes
+            batch_bytes = max(1, row_bytes * self._batch_size)
+            self._window_rows = self._batch_size * max(1, self._how.window_bytes // batch_bytes)
+        self._checked = layout
+        return not self._small
+
+    def _next_window(self, start: int) -> bool:
+        first = start - start % self._window_rows
+        stop = min(first + self._window_rows, self._total)
+        arrays = self.arrays
+        assert arrays is not None
+        if not self._register([array[first:stop] for array in arrays.values()]):
+            self._rows = (0, 0)
+            return False
+        self._rows = (first, stop)
+        return True
+
+    def describe(self) -> str | None:
+        """What ``Stats.host_outputs`` says of these outputs (None: too small to register)."""
+        if self.refused is None:
+            return f"written in place, {self.windows} window(s), no copy out of pinned memory" if self.windows else None
+        registered = f" after {self.windows} window(s) registered" if self.windows else ""
+        return f"copied out of pinned memory{registered}: {self.refused}"
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """What of ``run()``'s whole arrays lies registered in place (NOTE [ registered windows ])."""
+
+    inputs: HostWindows | None = None
+    outputs: ResultWindows | None = None

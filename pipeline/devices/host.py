@@ -291,16 +291,23 @@ class HostStream(Stream):
             self._enqueue(self._device._copy, _as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
             return
         self._device.registered_reads += 1
-
-        def copy() -> None:  # NOTE [ registered windows ]: its window must still be registered now
-            if window.released:
-                raise DeviceError("an h2d copy read host memory whose registration was released before it ran")
-            self._device._copy(_as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
-
-        self._enqueue(copy)
+        self._enqueue(self._checked_copy, window, _as_bytes(dst.owner), _as_bytes(src), nbytes, "h2d")
 
     def copy_d2h(self, dst: np.ndarray, src: DeviceBuffer, nbytes: int) -> None:
-        self._enqueue(self._device._copy, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
+        window = self._device._window_of(dst)
+        if window is None:
+            self._enqueue(self._device._copy, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
+            return
+        self._device.registered_writes += 1
+        self._enqueue(self._checked_copy, window, _as_bytes(dst), _as_bytes(src.owner), nbytes, "d2h")
+
+    def _checked_copy(self, window: HostRegistration, dst: np.ndarray, src: np.ndarray, nbytes: int, way: str) -> None:
+        """NOTE [ registered windows ]: a copy of registered host memory, whose window
+        must still be registered when the copy runs (chaos mode runs it late)."""
+        if window.released:
+            what = "an h2d copy read" if way == "h2d" else "a d2h copy wrote"
+            raise DeviceError(f"{what} host memory whose registration was released before it ran")
+        self._device._copy(dst, src, nbytes, way)
 
     def copy_d2d(self, dst: DeviceBuffer, src: DeviceArray, nbytes: int) -> None:
         def copy() -> None:  # device memory to device memory: no link to cross
@@ -408,8 +415,10 @@ class HostDevice(Device):
         self.locked_limit_bytes = locked_limit_bytes
         self._registered: list[HostRegistration] = []
         self._registry_lock = threading.Lock()
-        #: h2d copies that read registered memory, and registrations made (counted for tests)
+        #: h2d copies that read registered memory, d2h copies that wrote it, and
+        #: registrations made (counted for tests)
         self.registered_reads = 0
+        self.registered_writes = 0
         self.registrations = 0
 
     @property

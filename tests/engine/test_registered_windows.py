@@ -1,7 +1,8 @@
 """NOTE [ registered windows ]: run() registers its inputs in place, a window at a
 time, copies straight from them (no staging copy), and releases a window only
 once the last copy that reads it has completed; where the device refuses, it
-stages as before and says why."""
+stages as before and says why.  Its whole outputs likewise: the d2h copies
+write each batch's rows straight into them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline import ChaosOptions, DeviceError, HostDevice, Pipeline, PipelineOptions, models
-from pipeline._engine.windows import HostRegistering, HostWindows
+from pipeline._engine.windows import HostRegistering, HostWindows, ResultWindows
 from pipeline.devices import RegistrationRefused
 
 from ..conftest import make_device, wait_no_threads
@@ -36,9 +37,11 @@ def test_chaos_over_2000_batches_copies_from_registered_windows_and_releases_the
             stats = pipe.stats
         np.testing.assert_array_equal(out, x)
         assert device.registered_reads == 2000  # every batch's h2d read the caller's memory
-        assert device.registrations == -(-2000 // 7) and device._registered == []  # every window released
+        assert device.registered_writes == 2000  # and its d2h wrote the result's rows
+        assert device.registrations == 2 * -(-2000 // 7) and device._registered == []  # every window released
         assert all(t.stage_s == 0.0 for t in stats.timings)  # no staging copy
         assert stats.host_inputs is not None and stats.host_inputs.startswith("registered in place, 286 window(s)")
+        assert stats.host_outputs == "written in place, 286 window(s), no copy out of pinned memory"
     finally:
         device.close()
     assert wait_no_threads() == []
@@ -65,6 +68,43 @@ def test_a_window_released_while_its_copy_may_run_fails_the_run(monkeypatch):
         device.close()
 
 
+class _ForgetfulResults(ResultWindows):
+    """A mutant that forgets each d2h's event: its windows are released at once."""
+
+    def copied(self, event):
+        pass
+
+
+def test_a_result_window_released_while_its_d2h_may_run_fails_the_run(monkeypatch):
+    import pipeline._pipeline as front
+
+    monkeypatch.setattr(front, "ResultWindows", _ForgetfulResults)
+    device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(1, 2)) as pipe:
+            with pytest.raises(DeviceError, match="a d2h copy wrote host memory whose registration was released"):
+                pipe.run(_inputs(2 * 200), batch_size=2)
+    finally:
+        device.close()
+
+
+def test_a_padded_last_batch_writes_only_its_own_rows_in_place():
+    """Static shapes pad the last batch to the slots' rows: its d2h copies only the rows
+    that are the input's, into the last rows of the result (none past its end)."""
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=1e-4, seed=2))
+    x = _inputs(8 * 20 + 3)
+    how = HostRegistering(min_bytes=1, window_bytes=3 * 8 * ROW_BYTES)
+    options = PipelineOptions(registering=how, static_shapes=True)
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=2, options=options) as pipe:
+            out = pipe.run(x, batch_size=8)["y"]
+            assert pipe.stats.host_outputs == "written in place, 7 window(s), no copy out of pinned memory"
+        np.testing.assert_array_equal(out, x)
+        assert out.shape == x.shape and device.registered_writes == 21 and device._registered == []
+    finally:
+        device.close()
+
+
 def test_a_refused_registration_stages_the_batches_and_says_why():
     device = HostDevice(link_gbps=50.0, locked_limit_bytes=100)
     x = _inputs(64)
@@ -73,12 +113,16 @@ def test_a_refused_registration_stages_the_batches_and_says_why():
             out = pipe.run(x, batch_size=8)["y"]
             stats = pipe.stats
         np.testing.assert_array_equal(out, x)
-        assert device.registered_reads == 0 and device._registered == []
+        assert device.registered_reads == 0 and device.registered_writes == 0 and device._registered == []
         assert all(t.stage_s > 0 for t in stats.timings)
         assert stats.host_inputs == (
             "staged into pinned memory: the locked-memory limit (100 bytes) is reached: 0 registered, 256 more asked"
         )
+        assert stats.host_outputs == (
+            "copied out of pinned memory: the locked-memory limit (100 bytes) is reached: 0 registered, 256 more asked"
+        )
         assert "host inputs: staged into pinned memory" in str(stats)
+        assert "host outputs: copied out of pinned memory" in str(stats)
     finally:
         device.close()
 
@@ -89,7 +133,7 @@ def test_small_inputs_and_the_cpu_backend_are_not_registered():
     try:
         with Pipeline(models.identity(features=FEATURES), device=device) as pipe:  # 1 KB: below min_bytes
             pipe.run(x, batch_size=8)
-            assert pipe.stats.host_inputs is None and device.registrations == 0
+            assert pipe.stats.host_inputs is None and pipe.stats.host_outputs is None and device.registrations == 0
     finally:
         device.close()
     with pytest.raises(RegistrationRefused, match="reads host memory where it lies"):
@@ -110,6 +154,7 @@ def test_cuda_registers_the_callers_array_and_a_read_only_map(tmp_path):
                 out = pipe.run(inputs, batch_size=256)["y"]
                 np.testing.assert_array_equal(out, x)
                 assert pipe.stats.host_inputs is not None and "window(s)" in pipe.stats.host_inputs
+                assert pipe.stats.host_outputs == "written in place, 4 window(s), no copy out of pinned memory"
     finally:
         device.close()
 
