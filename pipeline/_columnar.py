@@ -3,7 +3,7 @@ a pyarrow table (or Ray's dict of numpy columns), turned into the model's inputs
 and back into a table of the kept columns and the outputs.
 
 The columns an input takes, their checks and messages are those of ``ortpipe
-run``'s table sources (``sources/_columns``): ``input_columns`` maps an input to
+run``'s table sources (``sources/columns``): ``input_columns`` maps an input to
 one list column or to scalar columns stacked in order, and by default a
 one-input model takes every numeric column but the id column.  Columns are cast
 to the model's dtype within their kind (NOTE [ input dtypes ]).  The outputs
@@ -48,7 +48,7 @@ class ArrowScorer:
 
     def columns(self, schema: Any, where: str = "the batch") -> dict[str, Sequence[str]]:
         """Each input's columns in a table of ``schema`` (checked once a schema)."""
-        from .sources._columns import check_widths, map_columns
+        from .sources.columns import check_widths, map_columns
 
         if self._mapped is not None and self._mapped[0].equals(schema):
             return self._mapped[1]
@@ -68,7 +68,7 @@ class ArrowScorer:
             return self._pictures(batch, where)
         if isinstance(batch, Mapping):
             return self._from_numpy(batch, where)
-        from .sources._columns import cast_columns
+        from .sources.columns import cast_columns
         from .sources.tables import stacked
 
         record = _one_record(batch)
@@ -89,7 +89,7 @@ class ArrowScorer:
     def _from_numpy(self, batch: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
         import pyarrow as pa
 
-        from .sources._columns import cast_columns
+        from .sources.columns import cast_columns
 
         schema = pa.schema([(name, _arrow_type(np.asarray(values))) for name, values in batch.items()])
         columns = self.columns(schema, where)

@@ -32,6 +32,7 @@ from ._engine import (
     SKIP,
     BatchTrace,
     DirectRun,
+    EngineParts,
     EngineRun,
     Fill,
     HandOverAdvisor,
@@ -46,6 +47,7 @@ from ._engine import (
     ResultWindows,
     Rings,
     RunConfig,
+    RunInput,
     Streams,
     Take,
     TensorSpec,
@@ -459,17 +461,8 @@ class Pipeline(OneRunAtATime):
             # after the direct path's hand-over: the stage threads; else as asked ("auto": the
             # engine's caller thread until it hands over itself)
             threads = True if handed else issuing
-            run = self._start_run(
-                layout,
-                source,
-                index,
-                make_take,
-                stats,
-                user_source=iterator,
-                issuing=threads,
-                in_place=in_place,
-                advisor=advisor,
-            )
+            batches = RunInput(source, index, user_source=iterator, in_place=in_place)
+            run = self._start_run(layout, batches, make_take, stats, issuing=threads, advisor=advisor)
             yield from self._results_of(run) if advisor is None else self._watched(run, caller_s, advisor)
             grown = run.outgrown
             if grown is not None:
@@ -524,7 +517,7 @@ class Pipeline(OneRunAtATime):
                 judged = True
 
     def _filled(self, layout: Layout, fill: Fill, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
-        run = self._start_run(layout, iter(()), 0, make_take, self._new_stats(), fill)
+        run = self._start_run(layout, RunInput(iter(()), fill=fill), make_take, self._new_stats())
         yield from self._results_of(run)
 
     def _new_stats(self) -> Stats:
@@ -548,40 +541,29 @@ class Pipeline(OneRunAtATime):
     def _start_run(
         self,
         layout: Layout,
-        source: Iterator[object],
-        first_index: int,
+        batches: RunInput,
         make_take: MakeTake[Any],
         stats: Stats,
-        fill: Fill | None = None,
-        user_source: object = None,
         issuing: bool | Literal["auto"] | None = None,
-        in_place: InPlace | None = None,
         advisor: HandOverAdvisor | None = None,
     ) -> EngineRun[Any]:
         with self._lock:
             self._starting(stats)
-            rings = self._rings_for(layout)
+            parts = EngineParts(self.device, self.streams, self.session, self._rings_for(layout), self.checker)
+            config = RunConfig(
+                self.depth,
+                self.options.timing,
+                self.options.poll_s,
+                self.options.issuing if issuing is None else issuing,
+                self.copy_threads,
+            )
             run = EngineRun(
-                device=self.device,
-                streams=self.streams,
-                session=self.session,
-                rings=rings,
-                checker=self.checker,
-                source=source,
-                config=RunConfig(
-                    self.depth,
-                    self.options.timing,
-                    self.options.poll_s,
-                    self.options.issuing if issuing is None else issuing,
-                    self.copy_threads,
-                ),
-                make_take=make_take,
+                parts,
+                batches,
+                config,
+                make_take,
                 on_batch=_both(stats.add_trace, self.options.on_batch),
                 on_hand_over=stats.handed_over,
-                first_index=first_index,
-                fill=fill,
-                user_source=user_source,
-                in_place=in_place,
                 advisor=advisor,
             )
             self._active = run

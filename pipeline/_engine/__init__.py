@@ -50,7 +50,7 @@ from .records import (
     interrupt_source,
 )
 from .rings import Rings, allocate_rings
-from .run import EngineRun
+from .run import EngineParts, EngineRun, RunInput
 from .session import (
     GRAPH_OPTIMIZATION,
     ORT_LOG_LEVELS,
@@ -73,6 +73,7 @@ __all__ = [
     "CopyThreads",
     "DEFAULT_BATCH_SIZE",
     "DirectRun",
+    "EngineParts",
     "EngineRun",
     "Fill",
     "GRAPH_OPTIMIZATION",
@@ -91,6 +92,7 @@ __all__ = [
     "ResultWindows",
     "Rings",
     "RunConfig",
+    "RunInput",
     "SKIP",
     "STAGES",
     "STAGE_FIELDS",

@@ -1,106 +1,135 @@
 """The caller's thread issuing every stage itself, and handing over to the
-stage threads (NOTE [ auto issuing ] in ``issuing``)."""
+stage threads (NOTE [ auto issuing ] in ``issuing``).
+
+NOTE [ inline issue ]: with no stage threads the caller's thread stages,
+runs and drains each batch itself, up to ``depth`` batches ahead of the
+one it delivers, and stages one batch more before it waits for that one,
+so the next h2d overlaps the wait (at depth 1 too, as with threads).  On
+a GPU every step only enqueues, so the streams still overlap; on the
+host device nothing overlaps, but no batch pays for a hand-off between
+threads.  The staged batch holds a pinned-in and a device slot, never a
+pinned-out one; at most ``depth - 1`` batches hold a pinned-out slot
+when the next is drained, so no acquire here waits on the consumer.
+
+Running ahead: where the streams work while the caller waits (CUDA, a
+host device with a link model), the staged batch's run is enqueued
+before the wait too, and one more batch is staged.  Its d2h waits for a
+pinned-out slot, so it is enqueued after the wait, when the oldest
+batch's slot is free: there is a run's time of slack before the d2h
+stream gets to it.  Without this, at depth 2 with balanced stages
+the next h2d and run were enqueued only once the oldest d2h was done,
+just when they should start, and every batch paid the caller's wake-up
+and host work on the streams' critical path (measured on the emulated
+link: 0.86 of the bound against 0.90 with stage threads).  At most one
+batch is run and not drained, and it is drained before any other batch
+is run, so a slot's next run is always enqueued after the d2h that
+guards its outputs.  On inline streams (the CPU backend) nothing
+overlaps the wait: running ahead would only keep results longer.  Nor
+at depth 1: there the single device slot's run already waits for the
+oldest batch's d2h, so the run ahead's d2h would be late instead of its
+run (measured: 2-6 % fewer items/s, twice the latency, copy-bound), and
+staging the batch after it waits on the host for the single pinned-in
+slot's h2d.
+"""
 
 from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from .records import T, _Work
 from .state import RunState
 
 
+@dataclass(eq=False)
+class _Issued:
+    """What the caller's thread has issued and not yet delivered (NOTE [ inline issue ])."""
+
+    #: the index of the next batch taken from the source
+    index: int
+    #: run and drained, or END / a failure, in order
+    pending: collections.deque[object] = field(default_factory=collections.deque)
+    staged: object | None = None  # produced (h2d enqueued), not yet run
+    ran: _Work | None = None  # run enqueued, not yet drained (running ahead)
+    ended: bool = False  # END or a failure is pending: nothing more is taken
+
+
+_Produce = Callable[[Iterator[object], int], object | None]
+_Execute = Callable[[_Work], object | None]
+
+
 class InlineIssuing(RunState[T]):
-    """The caller's thread issuing every stage itself, and handing over to the"""
+    """The caller's thread issuing every stage itself, and handing over to the
+    stage threads (NOTE [ auto issuing ])."""
 
     def _issued_inline(self) -> Iterator[object]:
-        """The caller's thread issues every stage itself.
-
-        NOTE [ inline issue ]: with no stage threads the caller's thread stages,
-        runs and drains each batch itself, up to ``depth`` batches ahead of the
-        one it delivers, and stages one batch more before it waits for that one,
-        so the next h2d overlaps the wait (at depth 1 too, as with threads).  On
-        a GPU every step only enqueues, so the streams still overlap; on the
-        host device nothing overlaps, but no batch pays for a hand-off between
-        threads.  The staged batch holds a pinned-in and a device slot, never a
-        pinned-out one; at most ``depth - 1`` batches hold a pinned-out slot
-        when the next is drained, so no acquire here waits on the consumer.
-
-        Running ahead: where the streams work while the caller waits (CUDA, a
-        host device with a link model), the staged batch's run is enqueued
-        before the wait too, and one more batch is staged.  Its d2h waits for a
-        pinned-out slot, so it is enqueued after the wait, when the oldest
-        batch's slot is free: there is a run's time of slack before the d2h
-        stream gets to it.  Without this, at depth 2 with balanced stages
-        the next h2d and run were enqueued only once the oldest d2h was done,
-        just when they should start, and every batch paid the caller's wake-up
-        and host work on the streams' critical path (measured on the emulated
-        link: 0.86 of the bound against 0.90 with stage threads).  At most one
-        batch is run and not drained, and it is drained before any other batch
-        is run, so a slot's next run is always enqueued after the d2h that
-        guards its outputs.  On inline streams (the CPU backend) nothing
-        overlaps the wait: running ahead would only keep results longer.  Nor
-        at depth 1: there the single device slot's run already waits for the
-        oldest batch's d2h, so the run ahead's d2h would be late instead of its
-        run (measured: 2-6 % fewer items/s, twice the latency, copy-bound), and
-        staging the batch after it waits on the host for the single pinned-in
-        slot's h2d."""
+        """The caller's thread issues every stage itself (NOTE [ inline issue ])."""
         self._device.activate()
-        iterator = self._iterator
         advisor = self._advisor
         run_ahead = self._config.depth > 1 and not self._streams.compute.copies_inline
-        pending: collections.deque[object] = collections.deque()  # run and drained, or END / a failure
-        staged: object | None = None  # produced (h2d enqueued), not yet run
-        ran: _Work | None = None  # run enqueued, not yet drained (running ahead)
-        index, ended = self._first_index, False
+        issued = _Issued(self._first_index)
         while not self._closed:
             measuring = advisor is not None and advisor.measuring
             produce = self._produce_measured if measuring else self._produce_one
             execute = self._execute_measured if measuring else self._execute_one
-            while not ended and len(pending) < self._config.depth:
-                if ran is not None:
-                    item, ran = execute(ran), None  # its run is enqueued: only the d2h is left
-                else:
-                    item = staged if staged is not None else produce(iterator, index)
-                    staged = None
-                    if isinstance(item, _Work):
-                        item = execute(item)
-                        index += 1
-                if item is None:  # closed meanwhile
-                    return
-                ended = not isinstance(item, _Work)
-                pending.append(item)
-            if not pending:
+            if not self._drained_ahead(issued, produce, execute) or not issued.pending:
                 return
-            if not ended and staged is None:
-                staged = produce(iterator, index)
-                if staged is None:
-                    return
-            if run_ahead and ran is None and isinstance(staged, _Work):
-                item = self._run_measured(staged) if measuring else self._run_one(staged)
-                staged = None
-                index += 1
-                if isinstance(item, _Work):
-                    ran = item
-                    staged = produce(iterator, index)
-                    if staged is None:
-                        return
-                else:  # its failure, delivered after the batches before it
-                    pending.append(item)
-                    ended = True
+            if not self._staged_ahead(issued, produce, run_ahead, measuring):
+                return
             if not measuring:
                 if advisor is not None:
                     advisor.rested()
-                yield pending.popleft()
+                yield issued.pending.popleft()
                 continue
             assert advisor is not None
+            staged, ran = issued.staged, issued.ran
             if isinstance(staged, _Work) and advisor.hand_over():
-                yield from self._hand_over([ran, staged] if ran is not None else [staged], pending)
+                yield from self._hand_over([ran, staged] if ran is not None else [staged], issued.pending)
                 return
             t_yield = time.perf_counter()
-            yield pending.popleft()
+            yield issued.pending.popleft()
             advisor.add("consume", time.perf_counter() - t_yield - self._d2h_wait_s)
+
+    def _drained_ahead(self, issued: _Issued, produce: _Produce, execute: _Execute) -> bool:
+        """Up to ``depth`` batches run and drained (the one run ahead first); False once closed."""
+        while not issued.ended and len(issued.pending) < self._config.depth:
+            if issued.ran is not None:
+                item, issued.ran = execute(issued.ran), None  # its run is enqueued: only the d2h is left
+            else:
+                item = issued.staged if issued.staged is not None else produce(self._iterator, issued.index)
+                issued.staged = None
+                if isinstance(item, _Work):
+                    item = execute(item)
+                    issued.index += 1
+            if item is None:  # closed meanwhile
+                return False
+            issued.ended = not isinstance(item, _Work)
+            issued.pending.append(item)
+        return True
+
+    def _staged_ahead(self, issued: _Issued, produce: _Produce, run_ahead: bool, measuring: bool) -> bool:
+        """One batch staged before the wait for the oldest; where ``run_ahead``, its run
+        enqueued too and one more staged (NOTE [ inline issue ]); False once closed."""
+        if issued.ended:
+            return True
+        if issued.staged is None:
+            issued.staged = produce(self._iterator, issued.index)
+            if issued.staged is None:
+                return False
+        if not run_ahead or issued.ran is not None or not isinstance(issued.staged, _Work):
+            return True
+        item = self._run_measured(issued.staged) if measuring else self._run_one(issued.staged)
+        issued.staged = None
+        issued.index += 1
+        if not isinstance(item, _Work):  # its failure, delivered after the batches before it
+            issued.pending.append(item)
+            issued.ended = True
+            return True
+        issued.ran = item
+        issued.staged = produce(self._iterator, issued.index)
+        return issued.staged is not None
 
     def _hand_over(self, issued: list[_Work], pending: collections.deque[object]) -> Iterator[object]:
         """See NOTE [ auto issuing ]: the stage threads take over from the caller's

@@ -33,6 +33,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,61 +70,87 @@ from .session import OrtSession, Shape
 from .windows import InPlace
 
 
+@dataclass(frozen=True)
+class EngineParts:
+    """What a pipeline holds across its runs, and each run uses."""
+
+    device: Device
+    streams: Streams
+    session: OrtSession
+    rings: Rings
+    checker: InputChecker
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """Where a run's batches come from."""
+
+    source: Iterable[object]
+    #: the index of the source's first batch (a run that goes on from another's)
+    first_index: int = 0
+    #: NOTE [ filled slots ]: batches written into the slots, not taken from ``source``
+    fill: Fill | None = None
+    #: the caller's own iterator, told when the run stops reading it (NOTE [ interrupted feed ])
+    user_source: object = None
+    #: NOTE [ registered windows ]: ``run()``'s inputs and outputs registered in place
+    in_place: InPlace | None = None
+
+
 class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], Delivering[T]):
     """One pass of a source through the engine; iterate :meth:`results` once."""
 
     def __init__(
         self,
-        *,
-        device: Device,
-        streams: Streams,
-        session: OrtSession,
-        rings: Rings,
-        checker: InputChecker,
-        source: Iterable[object],
+        parts: EngineParts,
+        batches: RunInput,
         config: RunConfig,
         make_take: MakeTake[T],
+        *,
         on_batch: Callable[[BatchTrace], None] | None = None,
         on_hand_over: Callable[[int], None] | None = None,
-        first_index: int = 0,
-        fill: Fill | None = None,
-        user_source: object = None,
-        in_place: InPlace | None = None,
         advisor: HandOverAdvisor | None = None,
     ) -> None:
-        self._device = device
-        self._streams = streams
-        self._session = session
-        self._rings = rings
-        self._layout: Layout = rings.layout
-        self._checker = checker
-        self._iterator = iter(source)
-        self._fill = fill  # NOTE [ filled slots ]: batches written into the slots, not taken from source
-        #: NOTE [ registered windows ]: the source's batches lie in registered memory while it is
-        #: live; the outputs' d2h writes into registered result arrays where they allow it
-        self._windows = None if in_place is None else in_place.inputs
-        self._results = None if in_place is None else in_place.outputs
-        #: the caller's own iterator, told when this run stops reading it (NOTE [ interrupted feed ])
-        self._user_source = user_source
+        self._device, self._streams, self._session = parts.device, parts.streams, parts.session
+        self._rings, self._checker = parts.rings, parts.checker
+        self._layout: Layout = parts.rings.layout
+        self._take_input(batches)
         self._config = config
         self._copier = HostCopier(config.copy_threads)
-        self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
+        self._h2d_inline = parts.streams.h2d.copies_inline  # NOTE [ inline h2d ]
         #: NOTE [ borrowed inputs ]: inline batches are bound, not copied (until a hand-over)
         self._borrow = (
-            streams.h2d.copies_inline
-            and streams.compute.copies_inline
+            parts.streams.h2d.copies_inline
+            and parts.streams.compute.copies_inline
             and config.stage_threads is not True
-            and not rings.layout.preprocess
+            and not self._layout.preprocess
         )
         self._take = make_take(self._copier)
         #: NOTE [ outputs handed over ]: the slot's arrays are the results, the slot gets new ones
         self._handing_outputs: CopiedOutputs[T] | None = (
-            make_take if isinstance(make_take, CopiedOutputs) and device.cheap_pinned else None
+            make_take if isinstance(make_take, CopiedOutputs) and parts.device.cheap_pinned else None
         )
         self._on_batch = on_batch
         self._on_hand_over = on_hand_over
         #: NOTE [ auto issuing ]: the front end's, shared by the runs of one map() (None: a new one)
         self._advisor = (advisor or HandOverAdvisor()) if config.stage_threads == "auto" else None
+        self._start_plumbing()
+        self._plan_outputs()
+        if config.stage_threads is True:
+            self._start_stage_threads(self._iterator, self._first_index)
+
+    def _take_input(self, batches: RunInput) -> None:
+        self._iterator = iter(batches.source)
+        self._first_index = batches.first_index
+        self._fill = batches.fill
+        self._user_source = batches.user_source
+        in_place = batches.in_place
+        #: the source's batches lie in registered memory while it is live; the outputs'
+        #: d2h writes into registered result arrays where they allow it
+        self._windows = None if in_place is None else in_place.inputs
+        self._results = None if in_place is None else in_place.outputs
+
+    def _start_plumbing(self) -> None:
+        """The queues, flags and locks the stages share."""
         self._d2h_wait_s = 0.0  # the consumer's last wait for a d2h (no side of host work)
         self._stop = threading.Event()
         self._lifecycle = threading.Lock()  # orders starting threads against close()
@@ -134,23 +161,24 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         self._work_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
-        self._coefficients = {name: how.coefficients() for name, how, _ in rings.layout.preprocess}
-        #: (rows, row shapes) -> (bytes per input, total)
-        self._in_nbytes: dict[tuple[int, RowShapes | None], tuple[dict[str, int], int]] = {}
-        self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
         self._threads: list[threading.Thread] = []
-        self._first_index = first_index
-        #: the out_layout of a batch of free shape: every output, its shape to come
-        self._all_outputs = frozenset(session.output_names)
-        self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
         #: set when the run ended at a batch its slots could not hold
         self.outgrown: Outgrown | None = None
         #: :meth:`stop_taking` was called: the producer takes no batch from the source
         self._stop_taking = False
         #: the index of the first batch not taken, once the run stopped taking batches
         self.stopped_at: int | None = None
-        if config.stage_threads is True:
-            self._start_stage_threads(self._iterator, first_index)
+
+    def _plan_outputs(self) -> None:
+        """The per-size plans the stages fill as batches come."""
+        session = self._session
+        self._coefficients = {name: how.coefficients() for name, how, _ in self._layout.preprocess}
+        #: (rows, row shapes) -> (bytes per input, total)
+        self._in_nbytes: dict[tuple[int, RowShapes | None], tuple[dict[str, int], int]] = {}
+        self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
+        #: the out_layout of a batch of free shape: every output, its shape to come
+        self._all_outputs = frozenset(session.output_names)
+        self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
 
     # -- plumbing -----------------------------------------------------------
     def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> bool:

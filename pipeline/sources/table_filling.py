@@ -22,7 +22,7 @@ import numpy as np
 
 from .._engine import TensorSpec
 from ._base import SourceError
-from ._columns import element_type, is_list, numpy_dtype
+from .columns import element_type, is_list, numpy_dtype
 from .tables import _column, _numeric
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from .._arrow import from_numpy, to_numpy
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
-from ._columns import cast_columns, check_footer_nulls, check_widths, column_casts, is_list, map_columns
+from .columns import cast_columns, check_footer_nulls, check_widths, column_casts, is_list, map_columns
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
