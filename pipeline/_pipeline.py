@@ -31,6 +31,7 @@ from ._engine import (
     DEFAULT_BATCH_SIZE,
     SKIP,
     BatchTrace,
+    DeviceFill,
     DirectRun,
     EngineParts,
     EngineRun,
@@ -257,17 +258,23 @@ class Pipeline(OneRunAtATime):
         model: a dim it leaves free beyond the batch dim is given by
         ``row_shapes`` (``{input: dims of one row}``); a dynamic batch dim needs
         ``batch_size``."""
-        self._check_free()
-        layout = layout_of_model(
-            self.source_inputs,
-            self.session.fixed_batch(),
-            batch_size or self.batch_size,
-            self._transforms,
-            static=self.options.static,
-            row_shapes=row_shapes,
-        )
-        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
-        return self._filled(layout, fill, make_take)
+        return self._filled(RunInput(iter(()), fill=fill), take, batch_size, row_shapes)
+
+    def map_device_filled(
+        self,
+        fill: DeviceFill,
+        take: Take[Any] | None = None,
+        batch_size: int | None = None,
+        row_shapes: Mapping[str, Sequence[int]] | None = None,
+    ) -> Iterator[Any]:
+        """Batches written in the device's own memory (NOTE [ device-filled slots ]):
+        ``fill(index, target)`` enqueues on ``target.stream`` the work that writes batch
+        ``index`` into ``target.inputs`` (``DeviceArray``s of ``batch_size`` rows, the
+        dtypes and dims the source sends) and returns the rows it wrote, or None when
+        there are no more - decoded frames converted where the decoder left them
+        (:class:`~pipeline.sources.DeviceVideoFill`).  No host copy, no h2d; otherwise
+        as :meth:`map_filled`."""
+        return self._filled(RunInput(iter(()), fill=fill, fill_on_device=True), take, batch_size, row_shapes)
 
     def warm_up(self, batch: Batch, runs_per_slot: int = 3) -> float:
         """Run ``batch`` (one batch, as :meth:`map` takes it) through every slot
@@ -516,8 +523,27 @@ class Pipeline(OneRunAtATime):
                     run.stop_taking()
                 judged = True
 
-    def _filled(self, layout: Layout, fill: Fill, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
-        run = self._start_run(layout, RunInput(iter(()), fill=fill), make_take, self._new_stats())
+    def _filled(
+        self,
+        batches: RunInput,
+        take: Take[Any] | None,
+        batch_size: int | None,
+        row_shapes: Mapping[str, Sequence[int]] | None,
+    ) -> Generator[Any, None, None]:
+        self._check_free()
+        layout = layout_of_model(
+            self.source_inputs,
+            self.session.fixed_batch(),
+            batch_size or self.batch_size,
+            self._transforms,
+            static=self.options.static,
+            row_shapes=row_shapes,
+        )
+        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
+        return self._ran(layout, batches, make_take)
+
+    def _ran(self, layout: Layout, batches: RunInput, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
+        run = self._start_run(layout, batches, make_take, self._new_stats())
         yield from self._results_of(run)
 
     def _new_stats(self) -> Stats:

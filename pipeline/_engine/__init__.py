@@ -13,12 +13,14 @@ the names this package exports.  Its modules, one idea each:
 * ``windows`` - whole inputs and outputs registered in place instead of staged;
 * ``issuing`` - when the stage threads pay, and when they do not;
 * ``run`` - the stage loops, the caller's thread issuing, one error path;
+* ``device_filled`` - batches written in the device's memory by a fill (decoded frames);
 * ``direct`` - the CPU backend's direct path through ``session.run``.
 """
 
 from __future__ import annotations
 
 from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
+from .device_filled import DeviceFill, DeviceTarget
 from .direct import DirectRun, not_per_row
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
 from .issuing import SKIP, HandOverAdvisor, threads_slower
@@ -72,6 +74,8 @@ __all__ = [
     "CopiedOutputs",
     "CopyThreads",
     "DEFAULT_BATCH_SIZE",
+    "DeviceFill",
+    "DeviceTarget",
     "DirectRun",
     "EngineParts",
     "EngineRun",

@@ -70,7 +70,7 @@ class Producing(RunState[T]):
             self.stopped_at = index
             return _END
         if self._fill is not None:
-            return self._produce_filled(index)
+            return self._produce_device_filled(index) if self._fill_on_device else self._produce_filled(index)
         t_ask = time.perf_counter()
         try:
             batch = next(iterator)

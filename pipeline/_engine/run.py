@@ -40,6 +40,7 @@ import numpy as np
 from .._errors import PipelineClosedError, PipelineError, PipelineStageError
 from ..devices import Device
 from .delivery import Delivering
+from .device_filled import DeviceFill, DeviceFilling
 from .dynamic import DataDependent
 from .executing import Executing
 from .hostcopy import HostCopier
@@ -89,14 +90,16 @@ class RunInput:
     #: the index of the source's first batch (a run that goes on from another's)
     first_index: int = 0
     #: NOTE [ filled slots ]: batches written into the slots, not taken from ``source``
-    fill: Fill | None = None
+    fill: Fill | DeviceFill | None = None
+    #: ``fill`` writes the device slots, not the pinned ones (NOTE [ device-filled slots ])
+    fill_on_device: bool = False
     #: the caller's own iterator, told when the run stops reading it (NOTE [ interrupted feed ])
     user_source: object = None
     #: NOTE [ registered windows ]: ``run()``'s inputs and outputs registered in place
     in_place: InPlace | None = None
 
 
-class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], Delivering[T]):
+class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], InlineIssuing[T], Delivering[T]):
     """One pass of a source through the engine; iterate :meth:`results` once."""
 
     def __init__(
@@ -142,6 +145,7 @@ class EngineRun(Producing[T], Executing[T], DataDependent[T], InlineIssuing[T], 
         self._iterator = iter(batches.source)
         self._first_index = batches.first_index
         self._fill = batches.fill
+        self._fill_on_device = batches.fill_on_device
         self._user_source = batches.user_source
         in_place = batches.in_place
         #: the source's batches lie in registered memory while it is live; the outputs'

@@ -15,7 +15,7 @@ from ..devices import Device, DeviceArray, Event
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, RowShapes
-from .records import BatchTrace, CopiedOutputs, Fill, Outgrown, RunConfig, Streams, T, Take, _Work
+from .records import BatchTrace, CopiedOutputs, Outgrown, RunConfig, Streams, T, Take, _Work
 from .rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from .session import OrtSession, Shape
 from .windows import HostWindows, ResultWindows
@@ -32,7 +32,8 @@ class RunState(Generic[T]):
     _layout: Layout
     _checker: InputChecker
     _iterator: Iterator[object]
-    _fill: Fill | None
+    _fill: Any
+    _fill_on_device: bool
     _windows: HostWindows | None
     _results: ResultWindows | None
     _user_source: object
@@ -98,6 +99,9 @@ class RunState(Generic[T]):
         on_device: dict[str, DeviceArray] | None = None,
     ) -> _Work | None:
         raise NotImplementedError  # in producing
+
+    def _produce_device_filled(self, index: int) -> object | None:
+        raise NotImplementedError  # in device_filled
 
     def _execute_one(self, work: _Work) -> object | None:
         raise NotImplementedError  # in executing

@@ -42,6 +42,7 @@ from ._memory import gib, host_memory_available
 
 if TYPE_CHECKING:
     from ._normalize import NormalizeOp
+    from ._nv12 import ColourSpace, Nv12Frame, Nv12Op
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,23 @@ class Device(abc.ABC):
         """Enqueue ``op`` (``dst = float(src) * mul[c] + add[c]``, NHWC -> NCHW if asked)
         on ``stream``; ``devices/_normalize.py`` has the exact arithmetic."""
         raise NotImplementedError(f"{type(self).__name__} has no device-side preprocessing")
+
+    #: how a decoder's frames reach :meth:`convert_nv12` (NOTE [ NV12 on the device ]):
+    #: "hw" - a hardware decoder leaves them in this device's memory (NVDEC on CUDA);
+    #: "host" - decoded on the CPU, written into the device's model of a decoder's
+    #: surfaces (the host device); None - this device converts no decoded frames
+    nv12_frames: str | None = None
+
+    def nv12_frame(self, luma: Any, chroma: Any, colour: ColourSpace) -> Nv12Frame:
+        """A decoder's frame as this device's :class:`~pipeline.devices._nv12.Nv12Frame`: on
+        "hw" devices its two planes where they lie (objects that export DLPack: PyAV's
+        hardware frames' planes); on "host" ones the CPU decoder's planes as arrays."""
+        raise DeviceError(f"{self.name} converts no decoded frames on the device")
+
+    def convert_nv12(self, stream: Stream, op: Nv12Op) -> None:
+        """Enqueue ``op`` on ``stream``: a decoded NV12 frame made one row of a model's
+        input, in one kernel (NOTE [ NV12 on the device ])."""
+        raise DeviceError(f"{self.name} converts no decoded frames on the device")
 
     def charge_transfer(self, nbytes: int, direction: str) -> None:  # noqa: B027 - optional hook
         """Make the host pay what an emulated link would charge for a copy the

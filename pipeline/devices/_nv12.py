@@ -17,17 +17,30 @@ then written as uint8 NHWC or, normalized with the preprocessing's
 The kernel's text (:func:`kernel_source`) is what a ``cupy.RawKernel`` is to
 compile on the GPU; the tests compile the same text for the CPU (the CUDA
 names defined away: one thread loops over every element) and hold it against
-:func:`nv12_numpy`, written apart in numpy.  Taking
-NVDEC's frames without a download (PyAV's hardware frames through DLPack),
-keeping each frame until the kernel that reads it has run, and the fallbacks
-need a GPU to finish (issue 28).
+:func:`nv12_numpy`, written apart in numpy.  A frame where the decoder left
+it is an :class:`Nv12Frame`; converting it into one row of an input slot
+is an :class:`Nv12Op`, which ``Device.convert_nv12`` enqueues on a stream
+(the host device computes :func:`convert_numpy`, CUDA launches the kernel).
+
+NOTE [ decoded surfaces ]: a decoder hands out frames in surfaces of a
+small pool it reuses (FFmpeg's NVDEC pool: the frames it keeps for
+reference and a few more), so a frame is given back (:meth:`Nv12Frame.release`)
+as soon as - and only once - the last kernel that reads it has run:
+``FrameHold`` (``devices/surfaces.py``) keeps each frame with the event
+recorded after its conversion and releases it when that event completes,
+waiting for the oldest only where it holds as many as the pool can spare.
+Holding a whole batch's frames until the batch is delivered would drain
+the pool at a batch of a few frames.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from ._base import DeviceBuffer
 
 #: (Kr, Kb) of each colour matrix: the shares of red and blue in luma
 MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
@@ -196,3 +209,86 @@ def _matrix(colour: ColourSpace, y: np.ndarray, u: np.ndarray, v: np.ndarray) ->
     b = y_norm + 2 * (1 - kb) * pb
     g = (y_norm - kr * r - kb * b) / (1 - kr - kb)
     return np.stack([r, g, b], axis=-1) * 255
+
+
+def _nothing() -> None:
+    pass
+
+
+#: the planes of a released frame
+_GONE = DeviceBuffer(0, 0, None)
+
+
+@dataclass(eq=False)
+class Nv12Frame:
+    """A decoded frame where the decoder left it, in the device's memory: the
+    ``luma`` and interleaved ``chroma`` planes, ``*_pitch`` bytes a row
+    (NOTE [ NV12 on the device ]).  :meth:`release` gives its surface back to the
+    decoder: only once the last kernel that reads it has run (NOTE [ decoded surfaces ])."""
+
+    luma: DeviceBuffer
+    luma_pitch: int
+    chroma: DeviceBuffer
+    chroma_pitch: int
+    width: int
+    height: int
+    colour: ColourSpace
+    #: the stream the decoder wrote the planes on, as DLPack names streams (1: CUDA's legacy
+    #: default stream), which a conversion waits for; None: written before it was handed over
+    stream: int | None = None
+    #: gives the surface back (drops the decoder's frame)
+    on_release: Callable[[], None] = field(default=_nothing, repr=False)
+    released: bool = False
+
+    def release(self) -> None:
+        """Give the surface back to the decoder (its planes' owners dropped); idempotent."""
+        if not self.released:
+            self.released = True
+            self.luma = self.chroma = _GONE
+            self.on_release()
+
+
+@dataclass(frozen=True, eq=False)
+class Nv12Op:
+    """``frame`` converted into ``dst``, one row of an input slot: the model's ``size``
+    (W, H) picture placed as ``fit`` (resized W, resized H, x, y, fill) says, as
+    uint8 H x W x 3 or, with ``nchw``, float32 3 x H x W normalized with ``mul``/``add``."""
+
+    frame: Nv12Frame
+    dst: DeviceBuffer
+    size: tuple[int, int]
+    fit: tuple[int, int, int, int, int]
+    nchw: bool = False
+    mul: np.ndarray = field(default_factory=lambda: np.ones(1, np.float32))
+    add: np.ndarray = field(default_factory=lambda: np.zeros(1, np.float32))
+    bgr: bool = False
+
+    @property
+    def dst_nbytes(self) -> int:
+        width, height = self.size
+        return width * height * 3 * (4 if self.nchw else 1)
+
+
+def planes_of(frame: Nv12Frame, luma: np.ndarray, chroma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The frame's planes as arrays (H x W, ceil(H/2) x ceil(W/2) x 2) over their
+    pitched bytes ``luma`` and ``chroma`` (host memory: the host device's)."""
+    width, height = frame.width, frame.height
+    chroma_w, chroma_h = (width + 1) // 2, (height + 1) // 2
+    y = luma[: frame.luma_pitch * height].reshape(height, frame.luma_pitch)[:, :width]
+    uv = chroma[: frame.chroma_pitch * chroma_h].reshape(chroma_h, frame.chroma_pitch)[:, : 2 * chroma_w]
+    return y, uv.reshape(chroma_h, chroma_w, 2)
+
+
+def convert_numpy(op: Nv12Op, luma: np.ndarray, chroma: np.ndarray, out: np.ndarray) -> None:
+    """``op`` computed on the host from the frame's pitched bytes into ``out``'s bytes: the
+    reference picture, then (``nchw``) one multiply and one add in float32, as the kernel."""
+    y, uv = planes_of(op.frame, luma, chroma)
+    picture = nv12_numpy(y, uv, op.size, op.fit, op.frame.colour, op.bgr)
+    width, height = op.size
+    if not op.nchw:
+        out[: op.dst_nbytes].view(np.uint8).reshape(height, width, 3)[...] = picture
+        return
+    chw = picture.transpose(2, 0, 1).astype(np.float32)
+    mul = op.mul.astype(np.float32).reshape(-1, 1, 1)
+    add = op.add.astype(np.float32).reshape(-1, 1, 1)
+    out[: op.dst_nbytes].view(np.float32).reshape(3, height, width)[...] = chw * mul + add

@@ -27,6 +27,7 @@ from .._ort import onnxruntime
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream, c_strides
 from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
+from ._nv12 import ColourSpace, Nv12Frame, Nv12Op, kernel_source
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
     import nvtx as _nvtx
@@ -293,11 +294,66 @@ class CudaDevice(Device):
         return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(memory, 0))
 
     def _coefficients(self, values: np.ndarray) -> Any:
-        key = values.astype(np.float32).tobytes()
+        return self._constant(values.astype(np.float32))
+
+    def _constant(self, values: np.ndarray) -> Any:
+        key = values.dtype.str.encode() + values.tobytes()
         cached = self._constants.get(key)
-        if cached is None:  # first use of these coefficients: a tiny copy, then kept
-            cached = self._constants[key] = self._cupy.asarray(values.astype(np.float32))
+        if cached is None:  # first use of these values: a tiny copy, then kept
+            cached = self._constants[key] = self._cupy.asarray(values)
         return cached
+
+    nv12_frames = "hw"
+
+    def nv12_frame(self, luma: Any, chroma: Any, colour: ColourSpace) -> Nv12Frame:
+        """PyAV's hardware frame's planes taken where NVDEC left them, through DLPack:
+        each view holds a reference to the frame, so its surface is the decoder's again
+        once the frame is released and the views dropped (NOTE [ decoded surfaces ])."""
+        cp = self._cupy
+        with cp.cuda.Device(self.device_id):
+            y, uv = cp.from_dlpack(_UnorderedPlane(luma)), cp.from_dlpack(_UnorderedPlane(chroma))
+        height, width = int(y.shape[0]), int(y.shape[1])
+        luma_pitch, chroma_pitch = int(y.strides[0]), int(uv.strides[0])
+        if y.dtype != np.uint8 or uv.dtype != np.uint8 or int(y.strides[1]) != 1:
+            raise DeviceError(f"a decoded frame of {y.dtype} planes, strides {y.strides}: NV12 (8 bits) is converted")
+        chroma_rows = (height + 1) // 2
+        return Nv12Frame(
+            luma=DeviceBuffer(int(y.data.ptr), luma_pitch * height, y),
+            luma_pitch=luma_pitch,
+            chroma=DeviceBuffer(int(uv.data.ptr), chroma_pitch * chroma_rows, uv),
+            chroma_pitch=chroma_pitch,
+            width=width,
+            height=height,
+            colour=colour,
+            stream=_LEGACY_STREAM,
+        )
+
+    def convert_nv12(self, stream: Stream, op: Nv12Op) -> None:
+        if not isinstance(stream, CudaStream):
+            raise TypeError(f"convert_nv12 needs a CUDA stream, got {stream!r}")
+        if op.dst.nbytes < op.dst_nbytes:
+            raise DeviceError(f"an NV12 conversion of {op.dst_nbytes} bytes overruns its row ({op.dst.nbytes})")
+        cp, frame = self._cupy, op.frame
+        width, height = op.size
+        total = width * height * 3
+        kernel = _nv12_kernel(cp, "float32" if op.nchw else "uint8")
+        with cp.cuda.Device(self.device_id), stream.raw:
+            stream.wait_producer(frame.stream)  # the decoder's own copy into the surface first
+            args = (
+                self._pointer(frame.luma), np.int32(frame.luma_pitch),
+                self._pointer(frame.chroma), np.int32(frame.chroma_pitch),
+                np.int32(frame.width), np.int32(frame.height), np.int32(width), np.int32(height),
+                np.int32(op.nchw), np.int32(op.bgr),
+                self._constant(np.asarray(op.fit, np.int32)), self._constant(frame.colour.coefficients()),
+                self._coefficients(op.mul), self._coefficients(op.add), np.int32(op.mul.size > 1),
+                self._pointer(op.dst), np.int64(total),
+            )  # fmt: skip
+            threads = 256
+            kernel((min(-(-total // threads), 65535),), (threads,), args)
+
+    def _pointer(self, buffer: DeviceBuffer) -> Any:
+        memory = self._cupy.cuda.UnownedMemory(buffer.ptr, buffer.nbytes, buffer.owner, self.device_id)
+        return self._cupy.cuda.MemoryPointer(memory, 0)
 
     def memory_shortfall(self, pinned_bytes: int, device_bytes: int) -> str | None:
         host = host_memory_available()
@@ -436,6 +492,36 @@ def _normalize_kernel(cp: Any) -> Any:
             "ortpipe_normalize",
         )
     return _KERNEL
+
+
+#: CUDA's legacy default stream, as DLPack names it: where FFmpeg's NVDEC copies a frame
+#: into its surface unless given a stream of its own
+_LEGACY_STREAM = 1
+
+_NV12_KERNELS: dict[str, Any] = {}
+
+
+def _nv12_kernel(cp: Any, output: str) -> Any:
+    """The kernel of NOTE [ NV12 on the device ] for ``output`` ("uint8", "float32"), compiled once."""
+    found = _NV12_KERNELS.get(output)
+    if found is None:
+        source = '#define EXTERN_C extern "C"\n' + kernel_source(output)
+        found = _NV12_KERNELS[output] = cp.RawKernel(source, "nv12_to_input")
+    return found
+
+
+class _UnorderedPlane:
+    """A plane whose DLPack export takes no stream: PyAV refuses one for hardware frames
+    (the consumer orders its work after the decoder's itself: ``wait_producer``)."""
+
+    def __init__(self, plane: Any) -> None:
+        self._plane = plane
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._plane.__dlpack__()
+
+    def __dlpack_device__(self) -> Any:
+        return self._plane.__dlpack_device__()
 
 
 def _preload_cuda_libraries() -> None:

@@ -31,6 +31,8 @@ import numpy as np
 from .._errors import DeviceError
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream
 from ._normalize import NormalizeOp, normalize_numpy
+from ._nv12 import ColourSpace, Nv12Frame, Nv12Op, convert_numpy
+from .surfaces import HostSurfaces
 
 _POLL_S = 0.05
 _ALIGN = 64
@@ -392,9 +394,12 @@ class HostDevice(Device):
         d2h_gbps: float | None = None,
         chaos: bool | ChaosOptions = False,
         locked_limit_bytes: int | None = None,
+        decoder_surfaces: int = 8,
     ) -> None:
         """``locked_limit_bytes``: host memory that may be registered at once
-        (NOTE [ registered windows ]), as a locked-memory limit caps it; None: no limit."""
+        (NOTE [ registered windows ]), as a locked-memory limit caps it; None: no limit.
+        ``decoder_surfaces``: the surfaces of the modelled hardware decoder's pool
+        (NOTE [ decoded surfaces ])."""
         h2d = h2d_gbps if h2d_gbps is not None else link_gbps
         d2h = d2h_gbps if d2h_gbps is not None else link_gbps
         if (h2d is None) != (d2h is None):
@@ -420,6 +425,8 @@ class HostDevice(Device):
         self.registered_reads = 0
         self.registered_writes = 0
         self.registrations = 0
+        #: the modelled decoder's surfaces, which decoded frames are written into (NOTE [ decoded surfaces ])
+        self.surfaces = HostSurfaces(decoder_surfaces)
 
     @property
     def name(self) -> str:
@@ -484,6 +491,23 @@ class HostDevice(Device):
         if seconds > 0:
             with self._engines[direction]:
                 time.sleep(seconds)
+
+    nv12_frames = "host"
+
+    def nv12_frame(self, luma: Any, chroma: Any, colour: ColourSpace) -> Nv12Frame:
+        return self.surfaces.frame(np.asarray(luma), np.asarray(chroma), colour)
+
+    def convert_nv12(self, stream: Stream, op: Nv12Op) -> None:
+        frame = op.frame
+        if op.dst.nbytes < op.dst_nbytes:
+            raise DeviceError(f"an NV12 conversion of {op.dst_nbytes} bytes overruns its row ({op.dst.nbytes})")
+
+        def run() -> None:  # NOTE [ decoded surfaces ]: its frame must still be held now
+            if frame.released:
+                raise DeviceError("a conversion read a decoded frame whose surface was released before it ran")
+            convert_numpy(op, frame.luma.owner, frame.chroma.owner, op.dst.owner)
+
+        stream.launch(run)
 
     def normalize(self, stream: Stream, op: NormalizeOp) -> None:
         def run() -> None:

@@ -91,6 +91,7 @@ from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, r
 
 if TYPE_CHECKING:
     from .archives import ImageArchiveSource, archive_files, shard_of
+    from .device_video import DeviceVideoFill, device_decoding_unavailable
     from .images import ImageFolderSource, ImageTableSource
     from .live import BATCH_WAIT_S, LiveStreamsSource
     from .video_folders import VideoFolderSource, VideoTableSource, videos_at_once_of
@@ -100,6 +101,7 @@ if TYPE_CHECKING:
 #: needs PyAV's or Pillow's wrappers, nor their modules' start-up time
 _LAZY = {
     **dict.fromkeys(("ImageArchiveSource", "archive_files", "shard_of"), ".archives"),
+    **dict.fromkeys(("DeviceVideoFill", "device_decoding_unavailable"), ".device_video"),
     **dict.fromkeys(("ImageFolderSource", "ImageTableSource"), ".images"),
     **dict.fromkeys(("BATCH_WAIT_S", "LiveStreamsSource"), ".live"),
     **dict.fromkeys(("VideoDecodingFailed", "VideoEndedEarly", "VideoSource", "auto_convert_threads"), ".videos"),
@@ -129,6 +131,7 @@ __all__ = [
     "VIDEO_SUFFIXES",
     "Chunk",
     "CsvSource",
+    "DeviceVideoFill",
     "Fit",
     "ImageArchiveSource",
     "ImageFolderSource",
@@ -150,6 +153,7 @@ __all__ = [
     "VideoTableSource",
     "archive_files",
     "chunk_rows",
+    "device_decoding_unavailable",
     "fewer_rows",
     "files_below",
     "hidden",

@@ -1,0 +1,203 @@
+"""A video decoded into the device's memory and converted there, a kernel a frame.
+
+NOTE [ NV12 on the device ] (``devices/_nv12``) has the kernel; this is its
+source.  :class:`DeviceVideoFill` is a ``fill`` for
+``Pipeline.map_device_filled`` (NOTE [ device-filled slots ]): for each row
+of a batch it takes the decoder's next frame where the decoder left it
+(``Device.nv12_frame``), enqueues its conversion into that row of the
+device input slot on the batch's stream (``Device.convert_nv12``), records
+an event after it and keeps the frame in a :class:`~pipeline.devices.surfaces.FrameHold`
+until that event completes (NOTE [ decoded surfaces ]).  Nothing is
+downloaded, nothing crosses the link.
+
+How the decoder's frames reach the device is the device's to say
+(``Device.nv12_frames``): on CUDA, NVDEC's hardware frames through PyAV
+(``hwaccel``, their planes exported through DLPack); on the host device the
+CPU decoder's NV12 planes, written into its model of a decoder's surface
+pool - the same path, every rule of it tested without a GPU.  Where the
+device path cannot be taken, :func:`device_decoding_unavailable` says why
+before anything is opened, and a frame in another format (10-bit P010)
+stops the fill with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._engine import DeviceTarget, Preprocess
+from ..devices import Device
+from ..devices._nv12 import ColourSpace, Nv12Op
+from ..devices.surfaces import FrameHold
+from ._base import SourceError
+from ._opening import hw_api
+from .fitting import Fit
+
+#: frames a fill holds at most, converted or being converted (NOTE [ decoded surfaces ]): what
+#: a decoder's pool spares beyond the frames it keeps for reference (FFmpeg adds this many to NVDEC's)
+HELD_FRAMES = 4
+
+
+def hw_frames_decoding(hwaccel: str) -> Any:
+    """PyAV's settings to decode on ``hwaccel`` (``cuda[:N]``) keeping the frames in GPU memory:
+    ``output_format="hw"`` in PyAV's newest, ``is_hw_owned=True`` in PyAV 18; a SourceError
+    where this PyAV keeps none."""
+    api = hw_api("decoding into GPU memory: ")
+    kind, _, device = hwaccel.partition(":")
+    for keyword, value in (("output_format", "hw"), ("is_hw_owned", True)):
+        try:
+            return api.HWAccel(kind, device=device or None, allow_software_fallback=False, **{keyword: value})
+        except TypeError:  # not this PyAV's keyword
+            continue
+    import av
+
+    raise SourceError(f"PyAV {av.__version__} keeps no decoded frame in GPU memory: pip install -U av (18 or later)")
+
+
+def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") -> str | None:
+    """Why frames cannot be decoded into ``device``'s memory and converted there; None where they can."""
+    if device.nv12_frames is None:
+        return f"{device.name} converts no decoded frames"
+    if device.nv12_frames == "host":
+        return None
+    if hwaccel is None or hwaccel.partition(":")[0] != "cuda":
+        return f"frames stay in GPU memory only when NVDEC decodes them (--hwaccel cuda), not with {hwaccel!r}"
+    try:
+        hw_frames_decoding(hwaccel)
+    except SourceError as exc:
+        return str(exc)
+    return None
+
+
+class DeviceVideoFill:
+    """``fill`` for ``Pipeline.map_device_filled``: the frames of the video at ``path``
+    (every ``every``-th), each converted on ``device`` into one row of ``input_name``
+    (the model's only input where None) as ``fit`` places it: uint8 H x W x 3 where the
+    slot sends that, float32 3 x H x W normalized by ``normalize`` where it sends that.
+    ``hwaccel`` is NVDEC's device on CUDA.  Use it as a context manager, or ``close()`` it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: Device,
+        *,
+        input_name: str | None = None,
+        fit: str | Fit = "stretch",
+        bgr: bool = False,
+        normalize: Preprocess | None = None,
+        every: int = 1,
+        hwaccel: str = "cuda",
+        held: int = HELD_FRAMES,
+    ) -> None:
+        unavailable = device_decoding_unavailable(device, hwaccel)
+        if unavailable is not None:
+            raise SourceError(f"video {str(path)!r} cannot be decoded into {device.name}'s memory: {unavailable}")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every is an int >= 1, got {every!r}")
+        self.path, self.device, self.input_name = str(path), device, input_name
+        self.fit, self.bgr, self.every = Fit.parse(fit), bgr, every
+        #: ``mul``, ``add`` of a float row (an identity where no ``normalize``)
+        self._coefficients = (
+            normalize.coefficients() if normalize is not None else (np.ones(1, np.float32), np.zeros(1, np.float32))
+        )
+        self._hold = FrameHold(held)
+        self._container = self._open(hwaccel)
+        self._frames = self._decoded()
+        #: frames converted so far
+        self.frames = 0
+
+    def _open(self, hwaccel: str) -> Any:
+        import av
+
+        try:
+            if self.device.nv12_frames == "hw":
+                return av.open(self.path, hwaccel=hw_frames_decoding(hwaccel))
+            return av.open(self.path)
+        except (av.error.FFmpegError, RuntimeError) as exc:
+            raise SourceError(f"video {self.path!r} cannot be opened to decode on the device: {exc}") from exc
+
+    def _decoded(self) -> Iterator[Any]:
+        stream = self._container.streams.video[0]
+        for number, frame in enumerate(self._container.decode(stream)):
+            if number % self.every == 0:
+                yield frame
+
+    def __call__(self, index: int, target: DeviceTarget) -> int | None:
+        name = self.input_name or next(iter(target.inputs))
+        slot = target.inputs[name]
+        nchw, size = self._row_layout(name, slot.shape[1:], slot.dtype)
+        for row in range(target.rows):
+            frame = next(self._frames, None)
+            if frame is None:
+                break
+            self._convert(frame, slot[row : row + 1], target, size, nchw)
+        else:
+            return target.rows
+        return row or None
+
+    def _row_layout(self, name: str, row: tuple[int, ...], dtype: np.dtype) -> tuple[bool, tuple[int, int]]:
+        """Whether the row is float32 NCHW (else uint8 NHWC), and its (W, H)."""
+        if dtype == np.uint8 and len(row) == 3 and row[2] == 3:
+            return False, (row[1], row[0])
+        if dtype == np.float32 and len(row) == 3 and row[0] == 3:
+            return True, (row[2], row[1])
+        raise SourceError(
+            f"input {name!r} takes rows of {list(row)} {dtype}: decoded frames are converted into "
+            "uint8 H x W x 3 or float32 3 x H x W"
+        )
+
+    def _convert(self, frame: Any, row: Any, target: DeviceTarget, size: tuple[int, int], nchw: bool) -> None:
+        device = self.device
+        decoded = device.nv12_frame(*self._planes(frame), ColourSpace.of_frame(*_colour_codes(frame)))
+        placement = self.fit.placement(decoded.width, decoded.height, size)
+        fit = (*placement.resized, *placement.offset, placement.fill)
+        mul, add = self._coefficients
+        device.convert_nv12(target.stream, Nv12Op(decoded, row.buffer, size, fit, nchw, mul, add, self.bgr))
+        read = device.event(False)
+        read.record(target.stream)
+        self._hold.hold(decoded, read)
+        self.frames += 1
+
+    def _planes(self, frame: Any) -> tuple[Any, Any]:
+        """The frame's two planes as the device takes them: hardware planes as they are
+        (DLPack), the CPU decoder's NV12 planes as arrays."""
+        if self.device.nv12_frames == "hw":
+            surface = _surface_format(frame)
+            if surface != "nv12":
+                raise SourceError(
+                    f"video {self.path!r}: NVDEC's frames are {surface}, and only NV12 is converted on the GPU"
+                )
+            return frame.planes[0], frame.planes[1]
+        nv12 = frame if frame.format.name == "nv12" else frame.reformat(format="nv12")
+        luma_plane, chroma_plane = nv12.planes
+        luma = np.frombuffer(luma_plane, np.uint8).reshape(luma_plane.height, luma_plane.line_size)
+        chroma = np.frombuffer(chroma_plane, np.uint8).reshape(chroma_plane.height, chroma_plane.line_size)
+        width = chroma_plane.width
+        return luma[:, : frame.width], chroma[:, : 2 * width].reshape(chroma_plane.height, width, 2)
+
+    def close(self) -> None:
+        """Release every frame once its conversion has run, and close the video."""
+        try:
+            self._hold.close()
+        finally:
+            self._container.close()
+
+    def __enter__(self) -> DeviceVideoFill:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _colour_codes(frame: Any) -> tuple[int, int, int]:
+    return int(getattr(frame, "colorspace", 2)), int(getattr(frame, "color_range", 0)), int(frame.height)
+
+
+def _surface_format(frame: Any) -> str:
+    """The pixel format of a hardware frame's surface (its ``sw_format``), as PyAV names it."""
+    context = getattr(frame, "hw_frames_ctx", None)
+    software = getattr(context, "sw_format", None)
+    return getattr(software, "name", None) or frame.format.name

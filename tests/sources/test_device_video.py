@@ -1,0 +1,188 @@
+"""NOTE [ NV12 on the device ], NOTE [ decoded surfaces ], NOTE [ device-filled slots ]: a
+video's frames converted into the device input slot where the decoder left them - on the
+host device its model of a decoder's surface pool, on CUDA NVDEC's frames (skipped here)."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from pipeline import ChaosOptions, DeviceError, HostDevice, Pipeline, PipelineOptions, Preprocess
+from pipeline.devices import _nv12
+from pipeline.devices.surfaces import FrameHold
+from pipeline.sources import DeviceVideoFill, Fit, SourceError, device_decoding_unavailable
+
+from ..conftest import make_device, wait_no_threads
+from ..helpers import encode_video, frames_model
+
+SIZE = (24, 20)  # the model's W, H
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
+    return encode_video(tmp_path_factory.mktemp("clip") / "clip.mp4", codec, {"g": "6"}, 30, 40)
+
+
+def _reference(clip, fit: str = "stretch") -> np.ndarray:
+    """Each frame of the clip by the CPU decoder's NV12 planes and the numpy reference."""
+    pictures = []
+    with av.open(str(clip)) as container:
+        for frame in container.decode(video=0):
+            planes = frame.reformat(format="nv12").planes
+            luma = np.frombuffer(planes[0], np.uint8).reshape(planes[0].height, planes[0].line_size)[:, : frame.width]
+            chroma = np.frombuffer(planes[1], np.uint8).reshape(planes[1].height, planes[1].line_size)
+            chroma = chroma[:, : 2 * planes[1].width].reshape(planes[1].height, planes[1].width, 2)
+            placement = Fit.parse(fit).placement(frame.width, frame.height, SIZE)
+            place = (*placement.resized, *placement.offset, placement.fill)
+            colour = _nv12.ColourSpace.of_frame(frame.colorspace, frame.color_range, frame.height)
+            pictures.append(_nv12.nv12_numpy(luma, chroma, SIZE, place, colour))
+    return np.stack(pictures)
+
+
+def _seen(device, clip, batch_size: int = 8, **fill_options) -> tuple[np.ndarray, DeviceVideoFill, object]:
+    model = frames_model(SIZE[1], SIZE[0])
+    with Pipeline(model, device=device, depth=3) as pipe, DeviceVideoFill(clip, device, **fill_options) as fill:
+        seen = np.concatenate([out["seen"] for out in pipe.map_device_filled(fill, batch_size=batch_size)])
+        return seen, fill, pipe.stats
+
+
+@pytest.mark.parametrize("fit", ["stretch", "crop:0.875", "pad:114"])
+def test_frames_converted_on_the_device_equal_the_reference_and_nothing_crosses_the_link(clip, fit):
+    device = HostDevice(link_gbps=20.0, decoder_surfaces=6)
+    try:
+        seen, fill, stats = _seen(device, clip, fit=fit)
+    finally:
+        device.close()
+    np.testing.assert_array_equal(seen, _reference(clip, fit))
+    assert fill.frames == 30 and stats.items == 30
+    assert all(t.h2d_bytes == 0 and t.stage_s == 0.0 for t in stats.timings)  # no staging, no h2d
+    assert device.surfaces.frames == 30 and device.surfaces.most_held <= 5  # the hold's bound, and one more
+
+
+def test_chaos_never_releases_a_surface_while_its_conversion_may_run(clip):
+    device = HostDevice(chaos=ChaosOptions(probability=0.7, max_delay_s=5e-4, seed=3), decoder_surfaces=4)
+    try:
+        seen, _, _ = _seen(device, clip, batch_size=5, held=3)
+    finally:
+        device.close()
+    np.testing.assert_array_equal(seen, _reference(clip))
+    assert wait_no_threads() == []
+
+
+class _Hasty(FrameHold):
+    """A mutant that releases each frame the moment its conversion is enqueued."""
+
+    def hold(self, frame, read):
+        frame.release()
+
+
+def test_a_surface_released_before_its_conversion_ran_fails_the_run(clip, monkeypatch):
+    import pipeline.sources.device_video as module
+
+    monkeypatch.setattr(module, "FrameHold", _Hasty)
+    device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
+    try:
+        with pytest.raises(DeviceError, match="surface was released before it ran"):
+            _seen(device, clip)
+    finally:
+        device.close()
+
+
+def test_holding_more_frames_than_the_decoders_pool_has_is_refused_with_why(clip):
+    """A hold larger than the pool would stall a real decoder: the model says so."""
+    device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=2e-3, seed=1), decoder_surfaces=2)
+    try:
+        with pytest.raises(Exception, match="pool of 2 surfaces is exhausted"):
+            _seen(device, clip, held=8)
+    finally:
+        device.close()
+
+
+def test_float_nchw_rows_are_normalized_as_the_preprocessing_says(clip):
+    from onnx import TensorProto, helper
+
+    from pipeline.models import IR_VERSION, OPSET
+
+    width, height = SIZE
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, height, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, height, width])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    how = Preprocess(scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), layout="nchw")
+    device = HostDevice()
+    try:
+        with Pipeline(model, device=device) as pipe, DeviceVideoFill(clip, device, normalize=how) as fill:
+            got = np.concatenate([out["y"] for out in pipe.map_device_filled(fill, batch_size=7)])
+    finally:
+        device.close()
+    mul, add = how.coefficients()
+    want = _reference(clip).transpose(0, 3, 1, 2).astype(np.float32) * mul[:, None, None] + add[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_static_shapes_pad_the_last_batch_with_zeros_on_the_device(clip):
+    device = HostDevice(link_gbps=50.0)
+    try:
+        model = frames_model(SIZE[1], SIZE[0])
+        options = PipelineOptions(static_shapes=True)
+        with Pipeline(model, device=device, options=options) as pipe, DeviceVideoFill(clip, device) as fill:
+            outs = list(pipe.map_device_filled(fill, batch_size=8))
+    finally:
+        device.close()
+    assert [out["seen"].shape[0] for out in outs] == [8, 8, 8, 6]
+    np.testing.assert_array_equal(np.concatenate([out["seen"] for out in outs]), _reference(clip))
+
+
+def test_unusable_device_paths_say_why_before_opening(clip, tmp_path):
+    class NoFrames(HostDevice):
+        nv12_frames = None
+
+    assert device_decoding_unavailable(HostDevice()) is None
+    device = NoFrames()
+    try:
+        assert "converts no decoded frames" in device_decoding_unavailable(device)
+        with pytest.raises(SourceError, match="cannot be decoded into host's memory: host converts no decoded"):
+            DeviceVideoFill(clip, device)
+    finally:
+        device.close()
+    with pytest.raises(SourceError, match="cannot be opened to decode on the device"):
+        DeviceVideoFill(tmp_path / "missing.mp4", HostDevice())
+
+
+def test_a_row_the_conversion_cannot_write_is_refused(clip):
+    from pipeline import models
+
+    device = HostDevice()
+    try:
+        with Pipeline(models.mlp(), device=device) as pipe, DeviceVideoFill(clip, device) as fill:
+            with pytest.raises(
+                Exception, match="decoded frames are converted into uint8 H x W x 3 or float32 3 x H x W"
+            ):
+                list(pipe.map_device_filled(fill, batch_size=4))
+    finally:
+        device.close()
+
+
+@pytest.mark.cuda
+def test_nvdec_frames_converted_on_the_gpu_match_the_cpu_decoder_within_2_levels(clip):
+    """On a GPU: NVDEC's frames through DLPack and the kernel, against the CPU decoder's planes
+    and the numpy reference (NVDEC decodes H.264 bit-exactly; 2 levels for the kernel's float)."""
+    from pipeline.sources._opening import hw_device_unusable
+
+    device = make_device("cuda")
+    unusable = hw_device_unusable("cuda") or device_decoding_unavailable(device)
+    if unusable is not None:
+        device.close()
+        pytest.skip(f"NVDEC's frames cannot be taken here: {unusable}")
+    try:
+        seen, fill, stats = _seen(device, clip, hwaccel="cuda:0")
+    finally:
+        device.close()
+    difference = np.abs(seen.astype(np.int16) - _reference(clip).astype(np.int16))
+    assert difference.max() <= 2, (difference.max(), difference.mean())
+    assert fill.frames == 30 and all(t.h2d_bytes == 0 for t in stats.timings)
