@@ -158,6 +158,24 @@ class CutFromArrays(Protocol):
         ...
 
 
+@runtime_checkable
+class ConvertsOnDevice(Protocol):
+    """A video source whose frames a device can decode into its own memory and convert
+    there (NOTE [ NV12 on the device ] in ``devices/_nv12``)."""
+
+    #: the device FFmpeg decodes on ("cuda:N"), None: the CPU
+    hwaccel: str | None
+    batch_size: int
+
+    @property
+    def filled_rows(self) -> Mapping[str, tuple[int, ...] | None]: ...
+
+    def device_fill(self, device: Any) -> Any:
+        """A fill for ``Pipeline.map_device_filled`` that does (``fill(target)`` gives rows
+        and metadata), or a string saying why it cannot."""
+        ...
+
+
 def where(source: object) -> str:
     """How a message names ``source``: its path, else its kind."""
     return str(source.path) if isinstance(source, Named) else type(source).__name__

@@ -14,10 +14,11 @@ import numpy as np
 
 from .._capabilities import (
     Completable,
+    ConvertsOnDevice,
     CutFromArrays,
     FillsSlots,
 )
-from .._engine import Take, row_shape_fits
+from .._engine import DeviceTarget, Take, row_shape_fits
 from .._pipeline import Pipeline
 from .._rows import close_iteration
 from ..sinks import (
@@ -32,6 +33,7 @@ from .summary import JobSummary, Sink
 
 if TYPE_CHECKING:
     from .._multi import MultiPipeline
+    from ..sources import DeviceVideoFill
 
 
 def run_job(
@@ -42,6 +44,7 @@ def run_job(
     summary: JobSummary | None = None,
     stop: threading.Event | None = None,
     fill_slots: bool = True,
+    decode_on_device: bool | None = None,
 ) -> JobSummary:
     """Every batch of ``source`` through ``pipe`` into ``sink``; the sink is always closed.
 
@@ -52,6 +55,11 @@ def run_job(
     decodes straight into the pipeline's pinned slots where it can
     (``summary.filled``; NOTE [ sources that fill slots ]); ``fill_slots=False``
     has it make arrays of its own that the engine stages, as any source.
+    A video is decoded into the device's memory and converted there instead
+    (NOTE [ NV12 on the device ]; ``summary.decoding`` says so, or why not)
+    where ``decode_on_device`` is True and the device converts decoded frames
+    (the host device models it), and by default (None) where a GPU's decoder
+    is asked for (``hwaccel``); False never.
     A job that wrote every row of its source marks the sink complete
     (``mark_complete()``, where it has one: a data set's ``_SUCCESS``).
     """
@@ -64,13 +72,19 @@ def run_job(
         return summary.interrupted
 
     take = _writing(sink, metas, summary, progress)
-    filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) else None
+    on_device = _device_fill(pipe, source, decode_on_device, summary)
+    filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) and not on_device else None
     feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
     summary.filled = filler is not None
     start = time.perf_counter()
     failed = True  # until the loop ends without an exception
     try:  # the pipeline's refusals too (a closed pipeline, a batch size the model cannot take) close the sink
-        for _ in _results(pipe, source, filler, feed, take, metas, stopped):
+        results = (
+            _converted_on_device(pipe, source, on_device, take, metas, stopped)  # type: ignore[arg-type]
+            if on_device is not None
+            else _results(pipe, source, filler, feed, take, metas, stopped)
+        )
+        for _ in results:
             pass
         stopped()  # a stop the source ended at (a pipe told to stop reading) is a stop too
         failed = False
@@ -80,7 +94,7 @@ def run_job(
     finally:
         summary.seconds = time.perf_counter() - start
         with contextlib.suppress(ValueError):  # ValueError: still running in a thread that did not stop
-            (filler or feed).close()  # the engine's threads are joined: end the source's iteration here
+            (on_device or filler or feed).close()  # the engine's threads are joined: end the source's iteration here
         summary.stats = pipe.stats.to_dict()
         try:
             _close(sink, failed)
@@ -134,6 +148,50 @@ def _results(
         cut = _metas_of_cut(source, metas, take)
         return pipe.map_arrays(arrays, cut, batch_size=source.batch_size, stop=stopped)
     return pipe.map_with(feed, take)
+
+
+def _device_fill(
+    pipe: Pipeline | MultiPipeline, source: Iterable[SourceBatch], asked: bool | None, summary: JobSummary
+) -> DeviceVideoFill | None:
+    """The fill that decodes the source's video into the device's memory (NOTE [ NV12 on the
+    device ]), where asked - by default where a GPU's decoder is (``hwaccel``) - and it can be;
+    ``summary.decoding`` says which way the frames went, and why not this one."""
+    if asked is False or not isinstance(pipe, Pipeline) or not isinstance(source, ConvertsOnDevice):
+        return None
+    device = pipe.device
+    if asked is None and (device.nv12_frames != "hw" or source.hwaccel is None):
+        return None
+    made = source.device_fill(device)
+    if isinstance(made, str):
+        summary.decoding = f"frames converted on the CPU: {made}"
+        return None
+    summary.decoding = "frames decoded into the device's memory and converted there"
+    return made
+
+
+def _converted_on_device(
+    pipe: Pipeline,
+    source: ConvertsOnDevice,
+    fill: DeviceVideoFill,
+    take: Take[None],
+    metas: collections.deque[dict[str, np.ndarray]],
+    stopped: Callable[[], bool],
+) -> Iterable[Any]:
+    """``map_device_filled``'s run of a video converted on the device, its metadata kept in ``metas``."""
+
+    def filled(index: int, target: DeviceTarget) -> int | None:
+        if stopped():
+            return None
+        written = fill.fill(target)
+        if written is None:
+            return None
+        rows, meta = written
+        metas.append(meta)
+        return rows
+
+    # the slots sized from the frames where the model leaves their dims free (a frame's size is known)
+    row_shapes = None if pipe.fills_slots else {name: row for name, row in source.filled_rows.items() if row}
+    return pipe.map_device_filled(filled, take, batch_size=source.batch_size, row_shapes=row_shapes)
 
 
 def _close(sink: Sink, failed: bool) -> None:

@@ -30,6 +30,9 @@ class JobSummary:
     interrupted: bool = False
     #: the source decoded straight into the pinned slots (NOTE [ sources that fill slots ])
     filled: bool = False
+    #: how a video's frames became the model's input where a device path was asked for
+    #: (NOTE [ NV12 on the device ]): converted on the device, or on the CPU and why
+    decoding: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -46,6 +49,8 @@ class JobSummary:
                 text += f"; issued by {self.stats['issuing']}"
         if self.filled:
             text += "; decoded into the pinned slots"
+        if self.decoding:
+            text += f"; {self.decoding}"
         if self.stats.get("host_inputs"):  # NOTE [ registered windows ]
             text += f"; input {self.stats['host_inputs']}"
         return text + (" (interrupted)" if self.interrupted else "")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,10 @@ from ..devices._nv12 import ColourSpace, Nv12Op
 from ..devices.surfaces import FrameHold
 from ._base import SourceError
 from ._opening import hw_api
-from .fitting import Fit
+from .fitting import Fit, Placement, fit_columns
+
+if TYPE_CHECKING:
+    from .videos import VideoSource
 
 #: frames a fill holds at most, converted or being converted (NOTE [ decoded surfaces ]): what
 #: a decoder's pool spares beyond the frames it keeps for reference (FFmpeg adds this many to NVDEC's)
@@ -119,24 +122,40 @@ class DeviceVideoFill:
         except (av.error.FFmpegError, RuntimeError) as exc:
             raise SourceError(f"video {self.path!r} cannot be opened to decode on the device: {exc}") from exc
 
-    def _decoded(self) -> Iterator[Any]:
+    def _decoded(self) -> Iterator[tuple[int, Any]]:
         stream = self._container.streams.video[0]
         for number, frame in enumerate(self._container.decode(stream)):
             if number % self.every == 0:
-                yield frame
+                yield number, frame
 
     def __call__(self, index: int, target: DeviceTarget) -> int | None:
+        written = self.fill(target)
+        return None if written is None else written[0]
+
+    def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The next batch converted into ``target``: (rows, metadata as a video source
+        gives it: ``frame_index``, ``timestamp``, and where the fit moves pictures its
+        columns), or None at the end."""
         name = self.input_name or next(iter(target.inputs))
         slot = target.inputs[name]
         nchw, size = self._row_layout(name, slot.shape[1:], slot.dtype)
+        indices: list[int] = []
+        times: list[float] = []
+        placed: list[Placement] = []
         for row in range(target.rows):
-            frame = next(self._frames, None)
-            if frame is None:
+            taken = next(self._frames, None)
+            if taken is None:
                 break
-            self._convert(frame, slot[row : row + 1], target, size, nchw)
-        else:
-            return target.rows
-        return row or None
+            number, frame = taken
+            placed.append(self._convert(frame, slot[row : row + 1], target, size, nchw))
+            indices.append(number)
+            times.append(float(frame.time) if frame.time is not None else float("nan"))
+        if not indices:
+            return None
+        meta = {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
+        if self.fit.moves:
+            meta.update(fit_columns(placed))
+        return len(indices), meta
 
     def _row_layout(self, name: str, row: tuple[int, ...], dtype: np.dtype) -> tuple[bool, tuple[int, int]]:
         """Whether the row is float32 NCHW (else uint8 NHWC), and its (W, H)."""
@@ -149,7 +168,7 @@ class DeviceVideoFill:
             "uint8 H x W x 3 or float32 3 x H x W"
         )
 
-    def _convert(self, frame: Any, row: Any, target: DeviceTarget, size: tuple[int, int], nchw: bool) -> None:
+    def _convert(self, frame: Any, row: Any, target: DeviceTarget, size: tuple[int, int], nchw: bool) -> Placement:
         device = self.device
         decoded = device.nv12_frame(*self._planes(frame), ColourSpace.of_frame(*_colour_codes(frame)))
         placement = self.fit.placement(decoded.width, decoded.height, size)
@@ -160,6 +179,7 @@ class DeviceVideoFill:
         read.record(target.stream)
         self._hold.hold(decoded, read)
         self.frames += 1
+        return placement
 
     def _planes(self, frame: Any) -> tuple[Any, Any]:
         """The frame's two planes as the device takes them: hardware planes as they are
@@ -201,3 +221,31 @@ def _surface_format(frame: Any) -> str:
     context = getattr(frame, "hw_frames_ctx", None)
     software = getattr(context, "sw_format", None)
     return getattr(software, "name", None) or frame.format.name
+
+
+def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str:
+    """A fill that decodes ``source``'s video into ``device``'s memory and converts each
+    frame there as the source would make it (NOTE [ NV12 on the device ]), or why it
+    cannot (the source then decodes as it does: on the CPU, or NVDEC's frames downloaded)."""
+    hwaccel = source.hwaccel if device.nv12_frames == "hw" else "cuda"
+    unavailable = device_decoding_unavailable(device, hwaccel)
+    if unavailable is not None:
+        return unavailable
+    if source.is_stream:
+        return "a stream or a pipe is decoded on the CPU path (the device path reads files)"
+    if source.windowed:
+        return "a resumed, windowed or sharded run seeks in the video, which the device path does not"
+    if source.pix_fmt not in ("rgb24", "bgr24"):
+        return f"frames of {source.pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
+    try:
+        return DeviceVideoFill(
+            source.path,
+            device,
+            input_name=source.spec.name,
+            fit=source.fit,
+            bgr=source.pix_fmt == "bgr24",
+            every=source.every,
+            hwaccel=hwaccel or "cuda",
+        )
+    except SourceError as exc:
+        return str(exc)

@@ -391,6 +391,17 @@ class VideoSource(RowSource):
         later._limit = max(0, min(limits)) if limits else None
         return later
 
+    def device_fill(self, device: Any) -> Any:
+        """NOTE [ NV12 on the device ]: ``sources.device_fill_of`` this video on ``device``."""
+        from .device_video import device_fill_of
+
+        return device_fill_of(self, device)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether it gives some of its frames only: resumed after a row, or a window (:meth:`between`)."""
+        return bool(self.skip) or self._window or self._limit is not None
+
     def chunks(self) -> Iterator[Chunk]:
         chunks = self._counted(self._chunks())
         return chunks if self._limit is None else take_first(chunks, self._limit, chunk_rows, sliced_chunk)
