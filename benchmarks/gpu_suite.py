@@ -29,7 +29,9 @@ against device arrays, one-row batches against a ``session.run`` loop); and a jo
 made a row at a time, written straight into the pinned slots against stacked
 and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
 against NVDEC, each converting in the decoding thread and beside it (``video_decoding``;
-PyAV travels in benchmarks/device.sh's bundle).
+PyAV travels in benchmarks/device.sh's bundle); last, that clip through the conv net
+by ``run_job``, its frames decoded into the device's memory and converted there
+against NVDEC's frames downloaded and the CPU decoder's (``video_on_device``: issue 28).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     steps.append(("host share", lambda: report.update(host_share=_host_share(device, big, report.get("copy_gbps")))))
     steps.append(("frames into slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
     steps.append(("video decoding", lambda: report.update(video_decoding=_video_decoding(args.out, big))))
+    steps.append(("video on device", lambda: report.update(video_on_device=_video_on_device(args.out, device, big))))
     if not args.no_tests:  # last: a hung test must not cost the figures
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
     run_steps(steps, report, args.out / "results.json", args.budget_s)
@@ -496,6 +499,51 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
         difference = np.abs(decoded["cpu"].astype(np.int16) - decoded["cuda"].astype(np.int16))
         result["max_abs_diff"], result["mean_abs_diff"] = int(difference.max()), float(difference.mean())
     print(f"\nvideo decoding: {json.dumps(result)}", flush=True)
+    return result
+
+
+def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 3) -> dict[str, Any]:
+    """Issue 28's rows (NOTE [ NV12 on the device ]): the clip of ``_video_decoding``
+    through the conv net at 224x224 by ``run_job``, frames/s, best of ``rounds``
+    alternated: decoded into the device's memory and converted there (``device``:
+    NVDEC's frames on a GPU, the host device's model elsewhere), NVDEC's frames
+    downloaded and converted on the CPU (``download``, on a GPU), and the CPU decoder's."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return {"skipped": "PyAV is not installed (benchmarks/device.sh carries it in its bundle)"}
+    from pipeline.sources import VideoSource, device_decoding_unavailable
+    from pipeline.sources._opening import hw_device_unusable
+
+    frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
+    clip = out / "clip.mp4"
+    if not clip.exists():
+        clip = _clip(clip, frames, width, height)
+    gpu = getattr(device, "kind", None) == "cuda"
+    nvdec = f"cuda:{device.device_id}" if gpu else None
+    ways: dict[str, tuple[bool, str | None]] = {"device": (True, nvdec), "cpu": (False, None)}
+    if gpu and hw_device_unusable("cuda") is None:
+        ways["download"] = (False, nvdec)
+    result: dict[str, Any] = {"frames": frames, "size": [width, height]}
+    unusable = device_decoding_unavailable(device, nvdec)
+    if unusable is not None:
+        result["device_unavailable"] = unusable
+        del ways["device"]
+    best = {way: float("inf") for way in ways}
+    preprocess = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device, depth=3, preprocess=preprocess) as pipe:
+        for round_ in range(rounds + 1):  # the first warms up
+            for way, (on_device, hwaccel) in ways.items():
+                source = VideoSource(clip, 32, pipe.source_inputs, size=(224, 224), hwaccel=hwaccel)
+                summary = run_job(pipe, source, CallbackSink(lambda *_: None), decode_on_device=on_device)
+                if round_:
+                    best[way] = min(best[way], summary.seconds)
+                result[f"{way}_decoding"] = summary.decoding
+    for way, seconds in best.items():
+        result[f"{way}_frames_per_s"] = frames / seconds
+    if "device" in best and "download" in best:
+        result["device_over_download"] = best["download"] / best["device"]
+    print(f"\nvideo on the device: {json.dumps(result)}", flush=True)
     return result
 
 

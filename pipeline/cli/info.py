@@ -47,8 +47,26 @@ def _io_lines() -> list[str]:
         ffmpeg = getattr(package, "ffmpeg_version_info", None)
         lines.append(f"{reads}: {version}" + (f" (FFmpeg {ffmpeg})" if ffmpeg else ""))
         if module == "av":
-            lines.append(f"video decoding on a GPU (--hwaccel cuda): {_nvdec_line()}")
+            nvdec = _nvdec_line()
+            lines.append(f"video decoding on a GPU (--hwaccel cuda): {nvdec}")
+            lines.append(f"frames converted where NVDEC leaves them: {_frames_on_gpu_line(nvdec)}")
     return lines
+
+
+def _frames_on_gpu_line(nvdec: str) -> str:
+    """Whether NVDEC's frames can stay in GPU memory and be converted there (NOTE [ NV12 on the
+    device ]): NVDEC usable, and a PyAV that keeps hardware frames; else why not (the frames
+    are then downloaded and converted on the CPU)."""
+    if not nvdec.startswith("yes"):
+        return "no: NVDEC cannot be used here (the line above)"
+    from ..sources import SourceError
+    from ..sources.device_video import hw_frames_decoding
+
+    try:
+        hw_frames_decoding("cuda")
+    except SourceError as exc:
+        return f"no: {exc}"
+    return "yes (--hwaccel cuda converts them on the GPU by default)"
 
 
 def _nvdec_line() -> str:

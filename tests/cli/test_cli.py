@@ -276,6 +276,9 @@ def test_info(capsys):
     assert "videos and streams: " in out and "Parquet, CSV: " in out and "images: " in out  # installed or how to
     if "videos and streams: av " in out:  # whether FFmpeg can decode on the GPU, and why not
         assert "video decoding on a GPU (--hwaccel cuda): " in out
+        nvdec = re.search(r"video decoding on a GPU \(--hwaccel cuda\): (.*)", out).group(1)  # type: ignore[union-attr]
+        converted = "frames converted where NVDEC leaves them: " + ("" if nvdec.startswith("yes") else "no: NVDEC")
+        assert converted in out  # issue 28: the device path, or why not
     if sys.platform.startswith("linux"):  # what a pipeline's buffers are checked against
         assert re.search(r"\nhost memory: [0-9,.]+ [GM]iB available\n", out)
     assert re.search(r"host threads, auto on \d+ usable CPU\(s\): host copies \d+, video frames converted \d+", out)
