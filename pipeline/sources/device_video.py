@@ -22,21 +22,26 @@ stops the fill with that reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._engine import DeviceTarget, Preprocess
+from .._rows import close_iteration
 from ..devices import Device
 from ..devices._nv12 import ColourSpace, Nv12Op
 from ..devices.surfaces import FrameHold
 from ._base import SourceError
 from ._opening import hw_api
+from ._prefetch import in_order
 from .fitting import Fit, Placement, fit_columns
 
 if TYPE_CHECKING:
+    from .video_folders import VideoFolderSource
     from .videos import VideoSource
 
 #: frames a fill holds at most, converted or being converted (NOTE [ decoded surfaces ]): what
@@ -75,16 +80,31 @@ def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") ->
     return None
 
 
+@dataclass(frozen=True)
+class _Decoded:
+    """One decoded frame as a decoding thread hands it on: its planes as the device takes them."""
+
+    video: int
+    number: int
+    time: float
+    planes: tuple[Any, Any]
+    colour: ColourSpace
+
+
 class DeviceVideoFill:
     """``fill`` for ``Pipeline.map_device_filled``: the frames of the video at ``path``
-    (every ``every``-th), each converted on ``device`` into one row of ``input_name``
-    (the model's only input where None) as ``fit`` places it: uint8 H x W x 3 where the
-    slot sends that, float32 3 x H x W normalized by ``normalize`` where it sends that.
-    ``hwaccel`` is NVDEC's device on CUDA.  Use it as a context manager, or ``close()`` it."""
+    (or of each of several, in order: a folder's), every ``every``-th, each converted on
+    ``device`` into one row of ``input_name`` (the model's only input where None) as
+    ``fit`` places it: uint8 H x W x 3 where the slot sends that, float32 3 x H x W
+    normalized by ``normalize`` where it sends that.  ``hwaccel`` is NVDEC's device on
+    CUDA; ``videos_at_once`` videos are decoded at once by threads of their own, so that
+    a GPU's several decoders work together (NOTE [ videos decoded at once ]).  Use it as a
+    context manager, or ``close()`` it.  ``video_meta(number, rows)``: the metadata of
+    ``rows`` rows of video ``number`` beside each frame's own (a folder's ``path``)."""
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | Sequence[str | Path],
         device: Device,
         *,
         input_name: str | None = None,
@@ -93,40 +113,60 @@ class DeviceVideoFill:
         normalize: Preprocess | None = None,
         every: int = 1,
         hwaccel: str = "cuda",
+        videos_at_once: int = 1,
+        video_meta: Callable[[int, int], dict[str, np.ndarray]] | None = None,
         held: int = HELD_FRAMES,
     ) -> None:
+        self.paths = [str(path)] if isinstance(path, (str, Path)) else [str(one) for one in path]
+        if not self.paths:
+            raise SourceError("no videos to decode on the device")
         unavailable = device_decoding_unavailable(device, hwaccel)
         if unavailable is not None:
-            raise SourceError(f"video {str(path)!r} cannot be decoded into {device.name}'s memory: {unavailable}")
+            raise SourceError(f"video {self.paths[0]!r} cannot be decoded into {device.name}'s memory: {unavailable}")
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every is an int >= 1, got {every!r}")
-        self.path, self.device, self.input_name = str(path), device, input_name
+        self.device, self.input_name, self.hwaccel = device, input_name, hwaccel
+        #: the metadata of ``rows`` rows of video ``number`` beside their frames' own (a folder's path)
+        self._video_meta = video_meta
         self.fit, self.bgr, self.every = Fit.parse(fit), bgr, every
         #: ``mul``, ``add`` of a float row (an identity where no ``normalize``)
         self._coefficients = (
             normalize.coefficients() if normalize is not None else (np.ones(1, np.float32), np.zeros(1, np.float32))
         )
         self._hold = FrameHold(held)
-        self._container = self._open(hwaccel)
-        self._frames = self._decoded()
+        first = self._first_frames()  # the first video's, its first frame checked before the run
+        make = lambda video: first if video == 0 else self._frames_of(video)  # noqa: E731
+        self._streams = in_order(iter(range(len(self.paths))), make, max(1, videos_at_once), name="ortpipe-nvdec")
+        self._frames = (item for _, frames in self._streams for item in frames)
         #: frames converted so far
         self.frames = 0
 
-    def _open(self, hwaccel: str) -> Any:
+    def _first_frames(self) -> Iterator[_Decoded]:
+        """The first video's frames, its first one decoded here: a video that cannot be
+        opened, or whose frames the device does not take (10-bit), is said before the run."""
+        frames = self._frames_of(0)
+        first = next(frames, None)
+        return frames if first is None else itertools.chain([first], frames)
+
+    def _frames_of(self, video: int) -> Iterator[_Decoded]:
+        """Video ``video``'s frames taken (every ``every``-th), decoded and made ready for the
+        device: run by a decoding thread of its own where several are decoded at once."""
         import av
 
+        path = self.paths[video]
         try:
-            if self.device.nv12_frames == "hw":
-                return av.open(self.path, hwaccel=hw_frames_decoding(hwaccel))
-            return av.open(self.path)
+            container = av.open(path, **self._opening())
         except (av.error.FFmpegError, RuntimeError) as exc:
-            raise SourceError(f"video {self.path!r} cannot be opened to decode on the device: {exc}") from exc
+            raise SourceError(f"video {path!r} cannot be opened to decode on the device: {exc}") from exc
+        with container:
+            for number, frame in enumerate(container.decode(container.streams.video[0])):
+                if number % self.every == 0:
+                    time = float(frame.time) if frame.time is not None else float("nan")
+                    colour = ColourSpace.of_frame(*_colour_codes(frame))
+                    yield _Decoded(video, number, time, self._planes(path, frame), colour)
 
-    def _decoded(self) -> Iterator[tuple[int, Any]]:
-        stream = self._container.streams.video[0]
-        for number, frame in enumerate(self._container.decode(stream)):
-            if number % self.every == 0:
-                yield number, frame
+    def _opening(self) -> dict[str, Any]:
+        return {"hwaccel": hw_frames_decoding(self.hwaccel)} if self.device.nv12_frames == "hw" else {}
 
     def __call__(self, index: int, target: DeviceTarget) -> int | None:
         written = self.fill(target)
@@ -134,28 +174,37 @@ class DeviceVideoFill:
 
     def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch converted into ``target``: (rows, metadata as a video source
-        gives it: ``frame_index``, ``timestamp``, and where the fit moves pictures its
-        columns), or None at the end."""
+        gives it: ``frame_index``, ``timestamp``, where the fit moves pictures its columns,
+        and of several videos each row's ``path``), or None at the end."""
         name = self.input_name or next(iter(target.inputs))
         slot = target.inputs[name]
         nchw, size = self._row_layout(name, slot.shape[1:], slot.dtype)
-        indices: list[int] = []
-        times: list[float] = []
+        taken: list[_Decoded] = []
         placed: list[Placement] = []
         for row in range(target.rows):
-            taken = next(self._frames, None)
-            if taken is None:
+            decoded = next(self._frames, None)
+            if decoded is None:
                 break
-            number, frame = taken
-            placed.append(self._convert(frame, slot[row : row + 1], target, size, nchw))
-            indices.append(number)
-            times.append(float(frame.time) if frame.time is not None else float("nan"))
-        if not indices:
+            placed.append(self._convert(decoded, slot[row : row + 1], target, size, nchw))
+            taken.append(decoded)
+        if not taken:
             return None
-        meta = {"frame_index": np.asarray(indices, np.int64), "timestamp": np.asarray(times, np.float64)}
+        meta = {
+            "frame_index": np.asarray([one.number for one in taken], np.int64),
+            "timestamp": np.asarray([one.time for one in taken], np.float64),
+        }
         if self.fit.moves:
             meta.update(fit_columns(placed))
-        return len(indices), meta
+        if self._video_meta is not None:
+            meta = {**self._videos_meta(taken), **meta}
+        return len(taken), meta
+
+    def _videos_meta(self, taken: list[_Decoded]) -> dict[str, np.ndarray]:
+        """``video_meta`` of the rows ``taken``, a run of rows of one video at a time."""
+        assert self._video_meta is not None
+        runs = [(video, len(list(rows))) for video, rows in itertools.groupby(one.video for one in taken)]
+        parts = [self._video_meta(video, rows) for video, rows in runs]
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
     def _row_layout(self, name: str, row: tuple[int, ...], dtype: np.dtype) -> tuple[bool, tuple[int, int]]:
         """Whether the row is float32 NCHW (else uint8 NHWC), and its (W, H)."""
@@ -168,27 +217,30 @@ class DeviceVideoFill:
             "uint8 H x W x 3 or float32 3 x H x W"
         )
 
-    def _convert(self, frame: Any, row: Any, target: DeviceTarget, size: tuple[int, int], nchw: bool) -> Placement:
+    def _convert(
+        self, decoded: _Decoded, row: Any, target: DeviceTarget, size: tuple[int, int], nchw: bool
+    ) -> Placement:
+        """One frame's conversion into ``row`` enqueued, the frame held until it has run."""
         device = self.device
-        decoded = device.nv12_frame(*self._planes(frame), ColourSpace.of_frame(*_colour_codes(frame)))
-        placement = self.fit.placement(decoded.width, decoded.height, size)
+        frame = device.nv12_frame(*decoded.planes, decoded.colour)
+        placement = self.fit.placement(frame.width, frame.height, size)
         fit = (*placement.resized, *placement.offset, placement.fill)
         mul, add = self._coefficients
-        device.convert_nv12(target.stream, Nv12Op(decoded, row.buffer, size, fit, nchw, mul, add, self.bgr))
+        device.convert_nv12(target.stream, Nv12Op(frame, row.buffer, size, fit, nchw, mul, add, self.bgr))
         read = device.event(False)
         read.record(target.stream)
-        self._hold.hold(decoded, read)
+        self._hold.hold(frame, read)
         self.frames += 1
         return placement
 
-    def _planes(self, frame: Any) -> tuple[Any, Any]:
+    def _planes(self, path: str, frame: Any) -> tuple[Any, Any]:
         """The frame's two planes as the device takes them: hardware planes as they are
         (DLPack), the CPU decoder's NV12 planes as arrays."""
         if self.device.nv12_frames == "hw":
             surface = _surface_format(frame)
             if surface != "nv12":
                 raise SourceError(
-                    f"video {self.path!r}: NVDEC's frames are {surface}, and only NV12 is converted on the GPU"
+                    f"video {path!r}: NVDEC's frames are {surface}, and only NV12 is converted on the GPU"
                 )
             return frame.planes[0], frame.planes[1]
         nv12 = frame if frame.format.name == "nv12" else frame.reformat(format="nv12")
@@ -199,11 +251,11 @@ class DeviceVideoFill:
         return luma[:, : frame.width], chroma[:, : 2 * width].reshape(chroma_plane.height, width, 2)
 
     def close(self) -> None:
-        """Release every frame once its conversion has run, and close the video."""
+        """Release every frame once its conversion has run, and stop the decoding."""
         try:
             self._hold.close()
         finally:
-            self._container.close()
+            close_iteration(self._streams)
 
     def __enter__(self) -> DeviceVideoFill:
         return self
@@ -235,17 +287,49 @@ def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str
         return "a stream or a pipe is decoded on the CPU path (the device path reads files)"
     if source.windowed:
         return "a resumed, windowed or sharded run seeks in the video, which the device path does not"
-    if source.pix_fmt not in ("rgb24", "bgr24"):
-        return f"frames of {source.pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
+    return _made(source, [source.path], device, hwaccel or "cuda", 1)
+
+
+def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVideoFill | str:
+    """:func:`device_fill_of` for a folder's (or a table's) videos, ``videos_at_once`` of them
+    decoded at once (a GPU's several decoders), their rows each with its ``path``."""
+    videos = source.videos
+    hwaccel = videos[0].hwaccel if device.nv12_frames == "hw" else "cuda"
+    unavailable = device_decoding_unavailable(device, hwaccel)
+    if unavailable is not None:
+        return unavailable
+    if source.skip or source.end is not None:
+        return "a resumed, windowed or sharded run seeks in the videos, which the device path does not"
+    if source.skip_unreadable:
+        return "videos that cannot be read are left out on the CPU path (--skip-unreadable)"
+    if len({video.every for video in videos}) > 1:
+        return "the videos take frames at strides of their own (--fps): the device path takes one"
+    paths = [video.path for video in videos]
+    return _made(videos[0], paths, device, hwaccel or "cuda", source.videos_at_once, source.video_meta)
+
+
+def _made(
+    video: VideoSource,
+    paths: list[Any],
+    device: Device,
+    hwaccel: str,
+    at_once: int,
+    video_meta: Callable[[int, int], dict[str, np.ndarray]] | None = None,
+) -> DeviceVideoFill | str:
+    """The fill for ``paths`` decoded as ``video`` is (its fit, channel order, stride), or why not."""
+    if video.pix_fmt not in ("rgb24", "bgr24"):
+        return f"frames of {video.pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
     try:
         return DeviceVideoFill(
-            source.path,
+            paths,
             device,
-            input_name=source.spec.name,
-            fit=source.fit,
-            bgr=source.pix_fmt == "bgr24",
-            every=source.every,
-            hwaccel=hwaccel or "cuda",
+            input_name=video.spec.name,
+            fit=video.fit,
+            bgr=video.pix_fmt == "bgr24",
+            every=video.every,
+            hwaccel=hwaccel,
+            videos_at_once=at_once,
+            video_meta=video_meta,
         )
     except SourceError as exc:
         return str(exc)

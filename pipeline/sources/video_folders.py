@@ -162,7 +162,7 @@ class VideoFolderSource(RowSource):
         """What the output's ``key_name`` column holds for the rows of video ``number``."""
         return str(self.videos[number].path)
 
-    def _video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
+    def video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
         """The metadata of ``rows`` rows of video ``number`` beside their frame's own."""
         return {"path": np.full(rows, str(self.videos[number].path))}
 
@@ -198,6 +198,17 @@ class VideoFolderSource(RowSource):
             end = self.skip + stop
             later.end = end if self.end is None else min(self.end, end)
         return later
+
+    @property
+    def hwaccel(self) -> str | None:
+        """The device FFmpeg decodes the videos on, None: the CPU (NOTE [ decoding on the GPU ])."""
+        return self.videos[0].hwaccel
+
+    def device_fill(self, device: Any) -> Any:
+        """NOTE [ NV12 on the device ]: ``sources.device_video.folder_device_fill_of`` these videos."""
+        from .device_video import folder_device_fill_of
+
+        return folder_device_fill_of(self, device)
 
     def chunks(self) -> Iterator[Chunk]:
         return recut(self._videos_chunks(), self.batch_size, chunk_rows, sliced_chunk, _joined_chunks)
@@ -246,7 +257,7 @@ class VideoFolderSource(RowSource):
         where = str(plan.video.path)
         try:
             for rows, meta in decoded:
-                yield rows, {**self._video_meta(plan.number, len(rows)), **meta}
+                yield rows, {**self.video_meta(plan.number, len(rows)), **meta}
         except VideoDecodingFailed as exc:
             self.cut_short.extend(plan.video.cut_short)
             if not self.skip_unreadable:
@@ -329,7 +340,7 @@ class VideoTableSource(VideoFolderSource):
     def _key(self, number: int) -> str:
         return str(self._table.ids[self.opened[number]])
 
-    def _video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
+    def video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]:
         row = self.opened[number]
         return {
             self.column: np.full(rows, self._table.names[row].as_py()),

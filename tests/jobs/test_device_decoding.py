@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import HostDevice, Pipeline
+from pipeline import ChaosOptions, HostDevice, Pipeline
 from pipeline.jobs import run_job
 from pipeline.sinks import ParquetSink
-from pipeline.sources import VideoSource
+from pipeline.sources import VideoFolderSource, VideoSource, VideoTableSource
 
 from ..helpers import frames_model
 
@@ -19,21 +19,32 @@ av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ort
 SIZE = 40  # the clip's own: no resize, so the two paths differ only in colour conversion
 
 
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory):
-    """21 frames of smooth colour ramps (sharp chroma edges would measure the two paths'
+def _ramps(path, frames: int, shift: int = 0):
+    """``frames`` frames of smooth colour ramps (sharp chroma edges would measure the two paths'
     chroma upsampling - FFmpeg's nearest against the kernel's bilinear - not the conversion)."""
-    path = tmp_path_factory.mktemp("clip") / "clip.mp4"
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=30)
         stream.width = stream.height = SIZE
         stream.pix_fmt = "yuv420p"
         y, x = np.mgrid[0:SIZE, 0:SIZE]
-        for index in range(21):
-            image = np.stack([40 + x * 3 + index, 60 + y * 3, np.full_like(x, 200 - index * 4)], -1)
+        for index in range(frames):
+            image = np.stack([40 + x * 3 + index + shift, 60 + y * 3, np.full_like(x, 200 - index * 4)], -1)
             container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
         container.mux(stream.encode())
     return path
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return _ramps(tmp_path_factory.mktemp("clip") / "clip.mp4", 21)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("videos")
+    for number, frames in enumerate((7, 12, 5)):
+        _ramps(folder / f"v{number}.mp4", frames, shift=number * 20)
+    return folder
 
 
 def _job(device, clip, path, decode_on_device, **video):
@@ -63,6 +74,45 @@ def test_a_video_converted_on_the_device_has_the_cpu_paths_rows_within_a_level_o
         np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
     # FFmpeg's fixed-point conversion and nearest chroma against the kernel's float and bilinear
     # chroma (measured: mean 1.4 levels, at most 5): close, not equal
+    difference = np.abs(_seen(got) - _seen(want))
+    assert np.median(difference) <= 1 and difference.max() <= 6, (np.median(difference), difference.max())
+
+
+def _folder_job(device, source_of, path, decode_on_device):
+    with Pipeline(frames_model(SIZE, SIZE), device=device, depth=3) as pipe:
+        summary = run_job(pipe, source_of(pipe), ParquetSink(path), decode_on_device=decode_on_device)
+    return summary, pq.read_table(path)
+
+
+@pytest.mark.parametrize("kind", ["folder", "table"])
+def test_several_videos_decoded_at_once_convert_on_the_device_in_order(tmp_path, folder, kind):
+    """A folder's (or a table's) videos, two decoded at once by threads of their own (a GPU's
+    several decoders), batches across their ends, each row with its video's columns."""
+    import pyarrow as pa
+
+    table = tmp_path / "videos.parquet"
+    pq.write_table(pa.table({"video": [f"v{n}.mp4" for n in (2, 0, 1)], "id": [30, 10, 20]}), table)
+    (tmp_path / "v0.mp4").symlink_to(folder / "v0.mp4")
+    (tmp_path / "v1.mp4").symlink_to(folder / "v1.mp4")
+    (tmp_path / "v2.mp4").symlink_to(folder / "v2.mp4")
+
+    def source_of(pipe):
+        if kind == "folder":
+            return VideoFolderSource(folder, 8, pipe.source_inputs, size=(SIZE, SIZE), videos_at_once=2)
+        return VideoTableSource(
+            table, "video", 8, pipe.source_inputs, size=(SIZE, SIZE), id_column="id", videos_at_once=2
+        )
+
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=2e-4, seed=9), decoder_surfaces=6)
+    try:
+        on_device, got = _folder_job(device, source_of, tmp_path / "a.parquet", True)
+        on_cpu, want = _folder_job(device, source_of, tmp_path / "b.parquet", False)
+    finally:
+        device.close()
+    assert on_device.decoding == "frames decoded into the device's memory and converted there"
+    assert on_device.items == on_cpu.items == 24 and got.column_names == want.column_names
+    for column in want.column_names[:-1]:
+        np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
     difference = np.abs(_seen(got) - _seen(want))
     assert np.median(difference) <= 1 and difference.max() <= 6, (np.median(difference), difference.max())
 
