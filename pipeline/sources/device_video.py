@@ -16,8 +16,18 @@ How the decoder's frames reach the device is the device's to say
 CPU decoder's NV12 planes, written into its model of a decoder's surface
 pool - the same path, every rule of it tested without a GPU.  Where the
 device path cannot be taken, :func:`device_decoding_unavailable` says why
-before anything is opened, and a frame in another format (10-bit P010)
-stops the fill with that reason.
+before anything is opened, and a video whose first frame is in another
+format (10-bit P010) is refused with that reason before the run.
+
+From PyAV's source (``av/codec/hwaccel``, ``av/video/plane``; not yet seen
+on a GPU here): ``HWAccel(..., is_hw_owned=True)`` in PyAV 18 keeps decoded
+frames in GPU memory (``output_format="hw"`` in later versions); a hardware
+frame's planes export through ``__dlpack__`` - NV12's luma as H x W, its
+chroma as H/2 x W/2 x 2, each row ``line_size`` bytes apart - holding a
+reference to the frame until the consumer drops them, and refuse any
+``stream=`` argument ("synchronize before calling"), so the conversion's
+stream waits for the legacy default stream, where FFmpeg's NVDEC copies a
+frame into its surface unless given a stream of its own.
 """
 
 from __future__ import annotations
