@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import PipelineInputError, PipelineStageError
+from .._errors import PipelineInputError
 from ..devices import DeviceArray, DeviceBuffer, Stream
+from .producing import source_failure
 from .records import _END, BatchEvents, BatchTrace, T, _Failure, _rows_written, _Work
 from .rings import DeviceSlot
 from .state import RunState
@@ -65,7 +66,7 @@ class DeviceFilling(RunState[T]):
             return _Failure(exc)
         except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
             self._rings.device_slots.release(slot)
-            return _Failure(PipelineStageError("source", index, exc) if isinstance(exc, Exception) else exc)
+            return source_failure(index, exc)
         t_filled = time.perf_counter()
         if rows == 0 or self._stop.is_set():
             self._rings.device_slots.release(slot)

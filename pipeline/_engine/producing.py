@@ -77,7 +77,7 @@ class Producing(RunState[T]):
         except StopIteration:
             return _END
         except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
-            return _source_failure(index, exc)
+            return source_failure(index, exc)
         if self._stop.is_set():  # closed while the source was busy: touch no buffer
             return None
         t_submit = time.perf_counter()
@@ -227,7 +227,7 @@ class Producing(RunState[T]):
         try:
             rows = self._fill(index, views)
         except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
-            return _source_failure(index, exc)
+            return source_failure(index, exc)
         if self._stop.is_set():
             return None
         t_submit = time.perf_counter()
@@ -277,7 +277,7 @@ class Producing(RunState[T]):
         return found
 
 
-def _source_failure(index: int, error: BaseException) -> _Failure:
+def source_failure(index: int, error: BaseException) -> _Failure:
     """The source failed at batch ``index``: after every earlier batch, the consumer raises
     it wrapped with its stage and batch - or as it is, a KeyboardInterrupt or SystemExit
     (NOTE [ one error path ]: one raised in a stage thread is the consumer's too)."""

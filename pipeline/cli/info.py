@@ -54,9 +54,9 @@ def _io_lines() -> list[str]:
 
 
 def _frames_on_gpu_line(nvdec: str) -> str:
-    """Whether NVDEC's frames can stay in GPU memory and be converted there (NOTE [ NV12 on the
-    device ]): NVDEC usable, and a PyAV that keeps hardware frames; else why not (the frames
-    are then downloaded and converted on the CPU)."""
+    """Whether NVDEC's frames can stay in GPU memory and be converted there: NVDEC usable,
+    and a PyAV that keeps hardware frames; else why not (the frames are then downloaded
+    and converted on the CPU).  See NOTE [ NV12 on the device ]."""
     if not nvdec.startswith("yes"):
         return "no: NVDEC cannot be used here (the line above)"
     from ..sources import SourceError

@@ -153,9 +153,9 @@ def _results(
 def _device_fill(
     pipe: Pipeline | MultiPipeline, source: Iterable[SourceBatch], asked: bool | None, summary: JobSummary
 ) -> DeviceVideoFill | None:
-    """The fill that decodes the source's video into the device's memory (NOTE [ NV12 on the
-    device ]), where asked - by default where a GPU's decoder is (``hwaccel``) - and it can be;
-    ``summary.decoding`` says which way the frames went, and why not this one."""
+    """The fill that decodes the source's video into the device's memory, where asked - by
+    default where a GPU's decoder is (``hwaccel``) - and it can be; ``summary.decoding``
+    says which way the frames went, and why not this one.  See NOTE [ NV12 on the device ]."""
     if asked is False or not isinstance(pipe, Pipeline) or not isinstance(source, ConvertsOnDevice):
         return None
     device = pipe.device
