@@ -18,7 +18,7 @@ from .._capabilities import (
     CutFromArrays,
     FillsSlots,
 )
-from .._engine import DeviceTarget, Take, row_shape_fits
+from .._engine import Take, row_shape_fits
 from .._pipeline import Pipeline
 from .._rows import close_iteration
 from ..sinks import (
@@ -141,7 +141,7 @@ def _results(
     slots (NOTE [ sources that fill slots ]), whole arrays registered in place
     (NOTE [ registered windows ]), or its batches staged."""
     if filler is not None and isinstance(pipe, Pipeline):
-        fill = _fill_from(filler, metas, stopped)
+        fill = _fill_from(filler.fill, metas, stopped)
         return pipe.map_filled(fill, take, batch_size=filler.batch_size, row_shapes=filler.row_shapes)
     arrays = _registrable_arrays(pipe, source)
     if arrays is not None and isinstance(pipe, Pipeline) and isinstance(source, CutFromArrays):
@@ -178,17 +178,7 @@ def _converted_on_device(
     stopped: Callable[[], bool],
 ) -> Iterable[Any]:
     """``map_device_filled``'s run of a video converted on the device, its metadata kept in ``metas``."""
-
-    def filled(index: int, target: DeviceTarget) -> int | None:
-        if stopped():
-            return None
-        written = fill.fill(target)
-        if written is None:
-            return None
-        rows, meta = written
-        metas.append(meta)
-        return rows
-
+    filled = _fill_from(fill.fill, metas, stopped)
     # the slots sized from the frames where the model leaves their dims free (a frame's size is known)
     row_shapes = None if pipe.fills_slots else {name: row for name, row in source.filled_rows.items() if row}
     return pipe.map_device_filled(filled, take, batch_size=source.batch_size, row_shapes=row_shapes)
@@ -298,14 +288,17 @@ class Filler(Protocol):
 
 
 def _fill_from(
-    filler: Filler, metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
-) -> Callable[[int, dict[str, np.ndarray]], int | None]:
-    """``map_filled``'s fill: the filler's next batch into the slot, its metadata kept in ``metas``."""
+    next_batch: Callable[[Any], tuple[int, dict[str, np.ndarray]] | None],
+    metas: collections.deque[dict[str, np.ndarray]],
+    stopped: Callable[[], bool],
+) -> Callable[[int, Any], int | None]:
+    """``map_filled``'s (or ``map_device_filled``'s) fill: ``next_batch(slot)`` writes the next
+    batch into the slot (the target), its metadata kept in ``metas``."""
 
-    def fill(index: int, slot: dict[str, np.ndarray]) -> int | None:
+    def fill(index: int, slot: Any) -> int | None:
         if stopped():
             return None
-        written = filler.fill(slot)
+        written = next_batch(slot)
         if written is None:
             return None
         rows, meta = written

@@ -54,35 +54,30 @@ class _Forgetful(HostWindows):
         pass
 
 
-def test_a_window_released_while_its_copy_may_run_fails_the_run(monkeypatch):
-    """The host model catches the mistake the rule forbids (chaos delays the copies)."""
-    import pipeline._pipeline as front
-
-    monkeypatch.setattr(front, "HostWindows", _Forgetful)
-    device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
-    try:
-        with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(1, 2)) as pipe:
-            with pytest.raises(DeviceError, match="registration was released before it ran"):
-                pipe.run(_inputs(2 * 200), batch_size=2)
-    finally:
-        device.close()
-
-
 class _ForgetfulResults(ResultWindows):
-    """A mutant that forgets each d2h's event: its windows are released at once."""
+    """The same mutant of the result's windows: each d2h's event forgotten."""
 
     def copied(self, event):
         pass
 
 
-def test_a_result_window_released_while_its_d2h_may_run_fails_the_run(monkeypatch):
+@pytest.mark.parametrize(
+    "name, mutant, said",
+    [
+        ("HostWindows", _Forgetful, "an h2d copy read host memory whose registration was released before it ran"),
+        ("ResultWindows", _ForgetfulResults, "a d2h copy wrote host memory whose registration was released"),
+    ],
+    ids=["inputs", "outputs"],
+)
+def test_a_window_released_while_its_copy_may_run_fails_the_run(monkeypatch, name, mutant, said):
+    """The host model catches the mistake the rule forbids (chaos delays the copies)."""
     import pipeline._pipeline as front
 
-    monkeypatch.setattr(front, "ResultWindows", _ForgetfulResults)
+    monkeypatch.setattr(front, name, mutant)
     device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
     try:
         with Pipeline(models.identity(features=FEATURES), device=device, depth=3, options=_registering(1, 2)) as pipe:
-            with pytest.raises(DeviceError, match="a d2h copy wrote host memory whose registration was released"):
+            with pytest.raises(DeviceError, match=said):
                 pipe.run(_inputs(2 * 200), batch_size=2)
     finally:
         device.close()
