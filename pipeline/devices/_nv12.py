@@ -43,10 +43,11 @@ import numpy as np
 from ._base import DeviceBuffer
 
 #: (Kr, Kb) of each colour matrix: the shares of red and blue in luma
-MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
 
-#: FFmpeg's AVColorSpace values that name each matrix (BT.470BG and SMPTE 170M are BT.601's)
-_FFMPEG_MATRICES = {1: "bt709", 5: "bt601", 6: "bt601"}
+#: FFmpeg's AVColorSpace values that name each matrix (BT.470BG and SMPTE 170M are BT.601's;
+#: BT.2020's constant-luminance form is taken as its non-constant one)
+_FFMPEG_MATRICES = {1: "bt709", 5: "bt601", 6: "bt601", 9: "bt2020", 10: "bt2020"}
 #: FFmpeg's AVColorRange for full ("JPEG") range; 1 ("MPEG") and 0 (unspecified) are limited
 _FFMPEG_FULL_RANGE = 2
 
@@ -83,10 +84,12 @@ class ColourSpace:
 
 
 # A device function: ``plane`` sampled bilinearly at (u, v) in its own pixels, the
-# coordinates clamped to its edges; ``step`` bytes between a row's samples, ``k`` the
-# sample's byte within them (0 for luma; 0 U, 1 V in the interleaved chroma).
+# coordinates clamped to its edges, as a level 0-255; ``pitch`` samples between rows,
+# ``step`` between a row's pixels, ``k`` the sample within them (0 for luma; 0 U, 1 V
+# in the interleaved chroma).  ``S`` is the samples' type, ``SAMPLE_SCALE`` what makes
+# one a level (NV12's bytes as they are; P010's words hold 10 bits in their high bits).
 CUDA_PREAMBLE = r"""
-__device__ float nv12_sample(const unsigned char* plane, int pitch, int w, int h, float u, float v,
+__device__ float nv12_sample(const S* plane, int pitch, int w, int h, float u, float v,
                              int step, int k) {
     u = fminf(fmaxf(u, 0.0f), (float)(w - 1));
     v = fminf(fmaxf(v, 0.0f), (float)(h - 1));
@@ -96,7 +99,7 @@ __device__ float nv12_sample(const unsigned char* plane, int pitch, int w, int h
     const float a = plane[y0 * pitch + x0 * step + k], b = plane[y0 * pitch + x1 * step + k];
     const float c = plane[y1 * pitch + x0 * step + k], d = plane[y1 * pitch + x1 * step + k];
     const float top = a + (b - a) * fx, bottom = c + (d - c) * fx;
-    return top + (bottom - top) * fy;
+    return (top + (bottom - top) * fy) * SAMPLE_SCALE;
 }
 """
 
@@ -133,7 +136,7 @@ CUDA_BODY = r"""
 #: frame's output elements, ``O`` the output's element type
 _KERNEL = r"""
 EXTERN_C __global__ void nv12_to_input(
-        const unsigned char* luma_plane, int luma_pitch, const unsigned char* chroma_plane, int chroma_pitch,
+        const S* luma_plane, int luma_pitch, const S* chroma_plane, int chroma_pitch,
         int src_w, int src_h, int W, int H, int nchw, int bgr, const int* fit, const float* colour,
         const float* mul, const float* add, int per_channel, O* out_array, long total) {
     for (long i_ = (long)blockIdx.x * blockDim.x + threadIdx.x; i_ < total; i_ += (long)blockDim.x * gridDim.x) {
@@ -148,12 +151,20 @@ EXTERN_C __global__ void nv12_to_input(
 #: the C types of the outputs the kernel writes: a uint8 NHWC slot, a float NCHW one
 OUTPUT_TYPES = {"uint8": "unsigned char", "float32": "float"}
 
+#: the planes' samples the kernel reads: their C type, and the scale that makes one a level
+#: 0-255 - NV12's bytes as they are, P010's 16-bit words (10 bits, high) over 256
+SAMPLE_TYPES = {"uint8": ("unsigned char", "1.0f"), "uint16": ("unsigned short", "0.00390625f")}
 
-def kernel_source(output: str) -> str:
-    """The whole kernel for an ``output`` of :data:`OUTPUT_TYPES` ("uint8", "float32"): what
-    the GPU compiles, and the tests compile for the CPU with the CUDA names defined away."""
+
+def kernel_source(output: str, sample: str = "uint8") -> str:
+    """The whole kernel for an ``output`` of :data:`OUTPUT_TYPES` ("uint8", "float32") from
+    planes of ``sample`` s (:data:`SAMPLE_TYPES`: "uint8" NV12, "uint16" P010): what the GPU
+    compiles, and the tests compile for the CPU with the CUDA names defined away."""
+    c_type, scale = SAMPLE_TYPES[sample]
     body = _KERNEL.replace("BODY", CUDA_BODY.strip())
-    return f"typedef {OUTPUT_TYPES[output]} O;\n{CUDA_PREAMBLE}{body}"
+    return (
+        f"typedef {OUTPUT_TYPES[output]} O;\ntypedef {c_type} S;\n#define SAMPLE_SCALE {scale}\n{CUDA_PREAMBLE}{body}"
+    )
 
 
 def nv12_numpy(
@@ -165,8 +176,8 @@ def nv12_numpy(
     bgr: bool = False,
 ) -> np.ndarray:
     """The reference: an NV12 frame (``luma`` H x W, ``chroma`` ceil(H/2) x ceil(W/2) x 2,
-    uint8) as the model's ``size`` (W, H) RGB (or BGR) picture, H x W x 3 uint8, placed
-    as ``fit`` (resized W, resized H, x, y, fill) says."""
+    uint8; or P010's uint16 words) as the model's ``size`` (W, H) RGB (or BGR) picture,
+    H x W x 3 uint8, placed as ``fit`` (resized W, resized H, x, y, fill) says."""
     width, height = size
     resized_w, resized_h, off_x, off_y, fill = fit
     src_h, src_w = luma.shape
@@ -174,10 +185,11 @@ def nv12_numpy(
     ry = np.arange(height, dtype=np.float32) - off_y
     u = (rx + 0.5) * np.float32(src_w / resized_w) - 0.5
     v = (ry + 0.5) * np.float32(src_h / resized_h) - 0.5
-    y_level = _bilinear(luma.astype(np.float32), u, v)
+    scale = np.float32(1 / 256) if luma.dtype == np.uint16 else np.float32(1)  # P010's words as levels
+    y_level = _bilinear(luma.astype(np.float32), u, v) * scale
     cu, cv = (u + 0.5) * 0.5 - 0.5, (v + 0.5) * 0.5 - 0.5
-    u_level = _bilinear(chroma[:, :, 0].astype(np.float32), cu, cv)
-    v_level = _bilinear(chroma[:, :, 1].astype(np.float32), cu, cv)
+    u_level = _bilinear(chroma[:, :, 0].astype(np.float32), cu, cv) * scale
+    v_level = _bilinear(chroma[:, :, 1].astype(np.float32), cu, cv) * scale
     rgb = _matrix(colour, y_level, u_level, v_level)
     picture = np.rint(np.clip(rgb, 0, 255)).astype(np.uint8)
     inside = ((rx >= 0) & (rx < resized_w))[None, :] & ((ry >= 0) & (ry < resized_h))[:, None]
@@ -222,9 +234,10 @@ _GONE = DeviceBuffer(0, 0, None)
 @dataclass(eq=False)
 class Nv12Frame:
     """A decoded frame where the decoder left it, in the device's memory: the
-    ``luma`` and interleaved ``chroma`` planes, ``*_pitch`` bytes a row
-    (NOTE [ NV12 on the device ]).  :meth:`release` gives its surface back to the
-    decoder: only once the last kernel that reads it has run (NOTE [ decoded surfaces ])."""
+    ``luma`` and interleaved ``chroma`` planes, ``*_pitch`` bytes a row, of ``sample`` s
+    ("uint8": NV12; "uint16": P010, a 10-bit video's) (NOTE [ NV12 on the device ]).
+    :meth:`release` gives its surface back to the decoder: only once the last kernel
+    that reads it has run (NOTE [ decoded surfaces ])."""
 
     luma: DeviceBuffer
     luma_pitch: int
@@ -233,6 +246,7 @@ class Nv12Frame:
     width: int
     height: int
     colour: ColourSpace
+    sample: str = "uint8"
     #: the stream the decoder wrote the planes on, as DLPack names streams (1: CUDA's legacy
     #: default stream), which a conversion waits for; None: written before it was handed over
     stream: int | None = None
@@ -274,8 +288,10 @@ def planes_of(frame: Nv12Frame, luma: np.ndarray, chroma: np.ndarray) -> tuple[n
     pitched bytes ``luma`` and ``chroma`` (host memory: the host device's)."""
     width, height = frame.width, frame.height
     chroma_w, chroma_h = (width + 1) // 2, (height + 1) // 2
-    y = luma[: frame.luma_pitch * height].reshape(height, frame.luma_pitch)[:, :width]
-    uv = chroma[: frame.chroma_pitch * chroma_h].reshape(chroma_h, frame.chroma_pitch)[:, : 2 * chroma_w]
+    kind = np.dtype(frame.sample)
+    luma_row, chroma_row = frame.luma_pitch // kind.itemsize, frame.chroma_pitch // kind.itemsize
+    y = luma[: frame.luma_pitch * height].view(kind).reshape(height, luma_row)[:, :width]
+    uv = chroma[: frame.chroma_pitch * chroma_h].view(kind).reshape(chroma_h, chroma_row)[:, : 2 * chroma_w]
     return y, uv.reshape(chroma_h, chroma_w, 2)
 
 

@@ -27,7 +27,7 @@ from .._ort import onnxruntime
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream, c_strides
 from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
-from ._nv12 import ColourSpace, Nv12Frame, Nv12Op, kernel_source
+from ._nv12 import SAMPLE_TYPES, ColourSpace, Nv12Frame, Nv12Op, kernel_source
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
     import nvtx as _nvtx
@@ -314,8 +314,9 @@ class CudaDevice(Device):
             y, uv = cp.from_dlpack(_UnorderedPlane(luma)), cp.from_dlpack(_UnorderedPlane(chroma))
         height, width = int(y.shape[0]), int(y.shape[1])
         luma_pitch, chroma_pitch = int(y.strides[0]), int(uv.strides[0])
-        if y.dtype != np.uint8 or uv.dtype != np.uint8 or int(y.strides[1]) != 1:
-            raise DeviceError(f"a decoded frame of {y.dtype} planes, strides {y.strides}: NV12 (8 bits) is converted")
+        kind = np.dtype(y.dtype)
+        if kind.name not in SAMPLE_TYPES or uv.dtype != kind or int(y.strides[1]) != kind.itemsize:
+            raise DeviceError(f"a decoded frame of {kind} planes, strides {y.strides}: NV12 and P010 are converted")
         chroma_rows = (height + 1) // 2
         return Nv12Frame(
             luma=DeviceBuffer(int(y.data.ptr), luma_pitch * height, y),
@@ -325,6 +326,7 @@ class CudaDevice(Device):
             width=width,
             height=height,
             colour=colour,
+            sample=kind.name,
             stream=_LEGACY_STREAM,
         )
 
@@ -336,12 +338,13 @@ class CudaDevice(Device):
         cp, frame = self._cupy, op.frame
         width, height = op.size
         total = width * height * 3
-        kernel = _nv12_kernel(cp, "float32" if op.nchw else "uint8")
+        kernel = _nv12_kernel(cp, "float32" if op.nchw else "uint8", frame.sample)
+        itemsize = np.dtype(frame.sample).itemsize  # the kernel's pitches count samples
         with cp.cuda.Device(self.device_id), stream.raw:
             stream.wait_producer(frame.stream)  # the decoder's own copy into the surface first
             args = (
-                self._pointer(frame.luma), np.int32(frame.luma_pitch),
-                self._pointer(frame.chroma), np.int32(frame.chroma_pitch),
+                self._pointer(frame.luma), np.int32(frame.luma_pitch // itemsize),
+                self._pointer(frame.chroma), np.int32(frame.chroma_pitch // itemsize),
                 np.int32(frame.width), np.int32(frame.height), np.int32(width), np.int32(height),
                 np.int32(op.nchw), np.int32(op.bgr),
                 self._constant(np.asarray(op.fit, np.int32)), self._constant(frame.colour.coefficients()),
@@ -498,15 +501,16 @@ def _normalize_kernel(cp: Any) -> Any:
 #: into its surface unless given a stream of its own
 _LEGACY_STREAM = 1
 
-_NV12_KERNELS: dict[str, Any] = {}
+_NV12_KERNELS: dict[tuple[str, str], Any] = {}
 
 
-def _nv12_kernel(cp: Any, output: str) -> Any:
-    """The kernel of NOTE [ NV12 on the device ] for ``output`` ("uint8", "float32"), compiled once."""
-    found = _NV12_KERNELS.get(output)
+def _nv12_kernel(cp: Any, output: str, sample: str) -> Any:
+    """The kernel of NOTE [ NV12 on the device ] for ``output`` ("uint8", "float32") from
+    ``sample`` planes ("uint8" NV12, "uint16" P010), compiled once."""
+    found = _NV12_KERNELS.get((output, sample))
     if found is None:
-        source = '#define EXTERN_C extern "C"\n' + kernel_source(output)
-        found = _NV12_KERNELS[output] = cp.RawKernel(source, "nv12_to_input")
+        source = '#define EXTERN_C extern "C"\n' + kernel_source(output, sample)
+        found = _NV12_KERNELS[(output, sample)] = cp.RawKernel(source, "nv12_to_input")
     return found
 
 

@@ -84,16 +84,19 @@ class HostSurfaces:
         self.most_held = 0
 
     def frame(self, luma: np.ndarray, chroma: np.ndarray, colour: ColourSpace) -> Nv12Frame:
-        """The CPU decoder's planes (H x W, ceil(H/2) x ceil(W/2) x 2 uint8) written into a free surface."""
+        """The CPU decoder's planes (H x W, ceil(H/2) x ceil(W/2) x 2; uint8 NV12, or uint16
+        P010) written into a free surface, each row ``_PITCH``-aligned as a decoder's."""
         height, width = luma.shape
         chroma_h, chroma_w = chroma.shape[:2]
-        pitch = -(-2 * chroma_w // _PITCH) * _PITCH if chroma_w else _PITCH
-        pitch = max(pitch, -(-width // _PITCH) * _PITCH)
+        kind = luma.dtype
+        row_bytes = max(width, 2 * chroma_w, 1) * kind.itemsize
+        pitch = -(-row_bytes // _PITCH) * _PITCH
         surface = self._take(pitch * (height + chroma_h))
         luma_bytes = surface[: pitch * height]
         chroma_bytes = surface[pitch * height : pitch * (height + chroma_h)]
-        luma_bytes.reshape(height, pitch)[:, :width] = luma
-        chroma_bytes.reshape(chroma_h, pitch)[:, : 2 * chroma_w] = chroma.reshape(chroma_h, 2 * chroma_w)
+        row = pitch // kind.itemsize
+        luma_bytes.view(kind).reshape(height, row)[:, :width] = luma
+        chroma_bytes.view(kind).reshape(chroma_h, row)[:, : 2 * chroma_w] = chroma.reshape(chroma_h, 2 * chroma_w)
         return Nv12Frame(
             luma=DeviceBuffer(luma_bytes.ctypes.data, luma_bytes.nbytes, luma_bytes),
             luma_pitch=pitch,
@@ -102,6 +105,7 @@ class HostSurfaces:
             width=width,
             height=height,
             colour=colour,
+            sample=kind.name,
             on_release=lambda: self._give_back(surface),
         )
 

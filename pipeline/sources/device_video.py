@@ -16,8 +16,10 @@ How the decoder's frames reach the device is the device's to say
 CPU decoder's NV12 planes, written into its model of a decoder's surface
 pool - the same path, every rule of it tested without a GPU.  Where the
 device path cannot be taken, :func:`device_decoding_unavailable` says why
-before anything is opened, and a video whose first frame is in another
-format (10-bit P010) is refused with that reason before the run.
+before anything is opened.  NVDEC leaves 8-bit video as NV12 and 10-bit as
+P010 (16-bit words, the 10 bits high), and the kernel reads both; a video
+whose first frame is in another format (4:4:4, 12-bit) is refused with that
+reason before the run, and goes the CPU way.
 
 From PyAV's source (``av/codec/hwaccel``, ``av/video/plane``; not yet seen
 on a GPU here): ``HWAccel(..., is_hw_owned=True)`` in PyAV 18 keeps decoded
@@ -53,6 +55,9 @@ from .fitting import Fit, Placement, fit_columns
 if TYPE_CHECKING:
     from .video_folders import VideoFolderSource
     from .videos import VideoSource
+
+#: the surfaces NVDEC leaves that the kernel reads: 8-bit NV12, and 10-bit P010
+_SURFACES = ("nv12", "p010le")
 
 #: frames a fill holds at most, converted or being converted (NOTE [ decoded surfaces ]): what
 #: a decoder's pool spares beyond the frames it keeps for reference (FFmpeg adds this many to NVDEC's)
@@ -248,15 +253,19 @@ class DeviceVideoFill:
         (DLPack), the CPU decoder's NV12 planes as arrays."""
         if self.device.nv12_frames == "hw":
             surface = _surface_format(frame)
-            if surface != "nv12":
+            if surface not in _SURFACES:
                 raise SourceError(
-                    f"video {path!r}: NVDEC's frames are {surface}, and only NV12 is converted on the GPU"
+                    f"video {path!r}: NVDEC's frames are {surface}; NV12 and P010 are converted on the GPU"
                 )
             return frame.planes[0], frame.planes[1]
-        nv12 = frame if frame.format.name == "nv12" else frame.reformat(format="nv12")
-        luma_plane, chroma_plane = nv12.planes
-        luma = np.frombuffer(luma_plane, np.uint8).reshape(luma_plane.height, luma_plane.line_size)
-        chroma = np.frombuffer(chroma_plane, np.uint8).reshape(chroma_plane.height, chroma_plane.line_size)
+        # the CPU decoder's frame as NVDEC would leave it: NV12, or P010 where it has more than 8 bits
+        deep = max(component.bits for component in frame.format.components) > 8
+        kind = "p010le" if deep else "nv12"
+        surface = frame if frame.format.name == kind else frame.reformat(format=kind)
+        sample = np.uint16 if deep else np.uint8
+        luma_plane, chroma_plane = surface.planes
+        luma = np.frombuffer(luma_plane, sample).reshape(luma_plane.height, -1)
+        chroma = np.frombuffer(chroma_plane, sample).reshape(chroma_plane.height, -1)
         width = chroma_plane.width
         return luma[:, : frame.width], chroma[:, : 2 * width].reshape(chroma_plane.height, width, 2)
 
@@ -279,10 +288,10 @@ def _colour_codes(frame: Any) -> tuple[int, int, int]:
 
 
 def _surface_format(frame: Any) -> str:
-    """The pixel format of a hardware frame's surface (its ``sw_format``), as PyAV names it."""
-    context = getattr(frame, "hw_frames_ctx", None)
-    software = getattr(context, "sw_format", None)
-    return getattr(software, "name", None) or frame.format.name
+    """The pixel format of a hardware frame's surface, as PyAV names it (``VideoFrame.sw_format``
+    in PyAV 18: ``nv12``, ``p010le``, ...; None for a software frame, named by its own format)."""
+    software = getattr(frame, "sw_format", None)
+    return str(getattr(software, "name", None) or frame.format.name)
 
 
 def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str:

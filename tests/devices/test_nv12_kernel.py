@@ -28,9 +28,9 @@ static const struct { int x; } blockIdx = {0}, threadIdx = {0}, blockDim = {1}, 
 """
 
 
-def _build(folder, output: str) -> ctypes.CDLL:
-    source, library = folder / f"k_{output}.c", folder / f"k_{output}.so"
-    source.write_text(CPU_CUDA + kernel_source(output))
+def _build(folder, output: str, sample: str = "uint8") -> ctypes.CDLL:
+    source, library = folder / f"k_{output}_{sample}.c", folder / f"k_{output}_{sample}.so"
+    source.write_text(CPU_CUDA + kernel_source(output, sample))
     flags = ["-O1", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC"]
     subprocess.run([COMPILER, *flags, str(source), "-o", str(library), "-lm"], check=True, capture_output=True)
     return ctypes.CDLL(str(library))
@@ -39,7 +39,11 @@ def _build(folder, output: str) -> ctypes.CDLL:
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nv12")
-    return {"uint8": _build(folder, "uint8"), "float": _build(folder, "float32")}
+    return {
+        "uint8": _build(folder, "uint8"),
+        "float": _build(folder, "float32"),
+        "p010": _build(folder, "uint8", "uint16"),  # a 10-bit video's frames, P010 words
+    }
 
 
 def _frame(width: int, height: int, pad: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +109,10 @@ def test_bgr_and_normalized_nchw_are_the_same_levels(kernels):
         ((255, 128, 128), ColourSpace("bt709", full_range=True), (255, 255, 255)),
         ((81, 90, 240), ColourSpace("bt601"), (255, 0, 0)),  # BT.601's red
         ((63, 102, 240), ColourSpace("bt709"), (255, 0, 0)),  # BT.709's red
+        ((235, 128, 128), ColourSpace("bt2020"), (255, 255, 255)),
+        ((74, 97, 240), ColourSpace("bt2020"), (255, 0, 0)),  # BT.2020's red
     ],
-    ids=["601 white", "709 black", "709 full white", "601 red", "709 red"],
+    ids=["601 white", "709 black", "709 full white", "601 red", "709 red", "2020 white", "2020 red"],
 )
 def test_the_colours_a_matrix_is_known_by(kernels, yuv, colour, rgb):
     luma = np.full((4, 4), yuv[0], np.uint8)
@@ -122,5 +128,29 @@ def test_an_unspecified_matrix_is_taken_as_ffmpeg_takes_it():
         ColourSpace.of_frame(2, 0, 1080) == ColourSpace("bt709") and ColourSpace.of_frame(2, 0, 480).matrix == "bt601"
     )
     assert ColourSpace.of_frame(1, 2, 480) == ColourSpace("bt709", full_range=True)
+    assert ColourSpace.of_frame(9, 1, 2160) == ColourSpace("bt2020")  # BT.2020 NCL, a 10-bit video's
     with pytest.raises(ValueError, match="colour matrix is one of"):
-        ColourSpace("bt2020")
+        ColourSpace("smpte240m")
+
+
+def _p010(luma: np.ndarray, chroma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8-bit planes as P010 words: each level in the high byte (the 10 bits' top 8)."""
+    return luma.astype(np.uint16) << 8, chroma.astype(np.uint16) << 8
+
+
+@pytest.mark.parametrize("how", ["stretch", "pad:114"])
+@pytest.mark.parametrize("width, height, size", [(64, 36, (32, 32)), (37, 29, (20, 24))])
+def test_p010_frames_equal_the_reference_and_their_8_bit_selves(kernels, how, width, height, size):
+    """A 10-bit video's frames (P010: 16-bit words, 10 bits high): random 10-bit levels
+    against the reference within a level; 8-bit levels in P010 words exactly as NV12."""
+    rng = np.random.default_rng(5)
+    luma = (rng.integers(64, 941, (height, width + 3)) << 6).astype(np.uint16)
+    chroma = (rng.integers(64, 961, ((height + 1) // 2, (width + 1) // 2 * 2 + 3)) << 6).astype(np.uint16)
+    fit, colour = _fit(width, height, size, how), ColourSpace("bt2020")
+    got = _run(kernels["p010"], luma, chroma, width, height, size, fit, colour)
+    planes = luma[:, :width], chroma[:, : (width + 1) // 2 * 2].reshape(len(chroma), -1, 2)
+    want = nv12_numpy(*planes, size, fit, colour)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    nv12 = _frame(width, height, pad=3, seed=2)
+    as_p010 = _run(kernels["p010"], *_p010(*nv12), width, height, size, fit, colour)
+    np.testing.assert_array_equal(as_p010, _run(kernels["uint8"], *nv12, width, height, size, fit, colour))

@@ -25,14 +25,15 @@ def clip(tmp_path_factory):
     return encode_video(tmp_path_factory.mktemp("clip") / "clip.mp4", codec, {"g": "6"}, 30, 40)
 
 
-def _reference(clip, fit: str = "stretch") -> np.ndarray:
-    """Each frame of the clip by the CPU decoder's NV12 planes and the numpy reference."""
+def _reference(clip, fit: str = "stretch", surface: str = "nv12") -> np.ndarray:
+    """Each frame of the clip by the CPU decoder's NV12 (or P010) planes and the numpy reference."""
     pictures = []
+    sample = np.uint16 if surface == "p010le" else np.uint8
     with av.open(str(clip)) as container:
         for frame in container.decode(video=0):
-            planes = frame.reformat(format="nv12").planes
-            luma = np.frombuffer(planes[0], np.uint8).reshape(planes[0].height, planes[0].line_size)[:, : frame.width]
-            chroma = np.frombuffer(planes[1], np.uint8).reshape(planes[1].height, planes[1].line_size)
+            planes = frame.reformat(format=surface).planes
+            luma = np.frombuffer(planes[0], sample).reshape(planes[0].height, -1)[:, : frame.width]
+            chroma = np.frombuffer(planes[1], sample).reshape(planes[1].height, -1)
             chroma = chroma[:, : 2 * planes[1].width].reshape(planes[1].height, planes[1].width, 2)
             placement = Fit.parse(fit).placement(frame.width, frame.height, SIZE)
             place = (*placement.resized, *placement.offset, placement.fill)
@@ -59,6 +60,41 @@ def test_frames_converted_on_the_device_equal_the_reference_and_nothing_crosses_
     assert fill.frames == 30 and stats.items == 30
     assert all(t.h2d_bytes == 0 and t.stage_s == 0.0 for t in stats.timings)  # no staging, no h2d
     assert device.surfaces.frames == 30 and device.surfaces.most_held <= 5  # the hold's bound, and one more
+
+
+@pytest.fixture(scope="module")
+def deep_clip(tmp_path_factory):
+    """A 10-bit H.264 clip (High 10): P010 frames.  (Not x265: PyAV's wheel's x265 corrupts
+    its heap on frames this small.)"""
+    if "libx264" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no libx264 to encode a 10-bit video with")
+    path = tmp_path_factory.mktemp("deep") / "deep.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p10le"
+        y, x = np.mgrid[0:32, 0:48]
+        for index in range(9):
+            image = np.stack([40 + x * 3 + index, 60 + y * 4, np.full_like(x, 200 - index * 8)], -1)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
+def test_a_10_bit_videos_p010_frames_are_converted_from_all_their_bits(deep_clip):
+    """P010 surfaces (a 10-bit video's, as NVDEC leaves them): the kernel's reference from
+    their 16-bit words exactly, and the CPU decoder's 8-bit RGB within a few levels."""
+    device = HostDevice(link_gbps=20.0)
+    try:
+        seen, fill, _ = _seen(device, deep_clip, batch_size=4)
+    finally:
+        device.close()
+    np.testing.assert_array_equal(seen, _reference(deep_clip, surface="p010le"))
+    with av.open(str(deep_clip)) as container:
+        frames = [
+            f.reformat(width=SIZE[0], height=SIZE[1], format="rgb24").to_ndarray() for f in container.decode(video=0)
+        ]
+    difference = np.abs(seen.astype(np.int16) - np.stack(frames).astype(np.int16))
+    assert fill.frames == 9 and np.median(difference) <= 3, (np.median(difference), difference.max())
 
 
 def test_chaos_never_releases_a_surface_while_its_conversion_may_run(clip):
@@ -169,20 +205,23 @@ def test_a_row_the_conversion_cannot_write_is_refused(clip):
 
 
 @pytest.mark.cuda
-def test_nvdec_frames_converted_on_the_gpu_match_the_cpu_decoder_within_2_levels(clip):
-    """On a GPU: NVDEC's frames through DLPack and the kernel, against the CPU decoder's planes
-    and the numpy reference (NVDEC decodes H.264 bit-exactly; 2 levels for the kernel's float)."""
+@pytest.mark.parametrize("which, surface", [("clip", "nv12"), ("deep_clip", "p010le")], ids=["8-bit", "10-bit"])
+def test_nvdec_frames_converted_on_the_gpu_match_the_cpu_decoder_within_2_levels(request, which, surface):
+    """On a GPU: NVDEC's frames (NV12; P010 for a 10-bit video) through DLPack and the kernel,
+    against the CPU decoder's planes and the numpy reference (NVDEC decodes H.264 bit-exactly;
+    2 levels for the kernel's float arithmetic)."""
     from pipeline.sources._opening import hw_device_unusable
 
+    video = request.getfixturevalue(which)
     device = make_device("cuda")
     unusable = hw_device_unusable("cuda") or device_decoding_unavailable(device)
     if unusable is not None:
         device.close()
         pytest.skip(f"NVDEC's frames cannot be taken here: {unusable}")
     try:
-        seen, fill, stats = _seen(device, clip, hwaccel="cuda:0")
+        seen, fill, stats = _seen(device, video, hwaccel=f"cuda:{device.device_id}")
     finally:
         device.close()
-    difference = np.abs(seen.astype(np.int16) - _reference(clip).astype(np.int16))
+    difference = np.abs(seen.astype(np.int16) - _reference(video, surface=surface).astype(np.int16))
     assert difference.max() <= 2, (difference.max(), difference.mean())
-    assert fill.frames == 30 and all(t.h2d_bytes == 0 for t in stats.timings)
+    assert fill.frames == len(seen) and all(t.h2d_bytes == 0 for t in stats.timings)
