@@ -31,7 +31,8 @@ and staged (``frames_into_slots``); and a 1080p H.264 clip decoded on the CPU
 against NVDEC, each converting in the decoding thread and beside it (``video_decoding``;
 PyAV travels in benchmarks/device.sh's bundle); last, that clip through the conv net
 by ``run_job``, its frames decoded into the device's memory and converted there
-against NVDEC's frames downloaded and the CPU decoder's (``video_on_device``: issue 28).
+against NVDEC's frames downloaded and the CPU decoder's, then four copies of it
+decoded at once, with ``nvidia-smi``'s decoder utilization (``video_on_device``: issue 28).
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
@@ -46,9 +47,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -502,49 +505,137 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     return result
 
 
-def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 3) -> dict[str, Any]:
+def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 2) -> dict[str, Any]:
     """Issue 28's rows (NOTE [ NV12 on the device ]): the clip of ``_video_decoding``
     through the conv net at 224x224 by ``run_job``, frames/s, best of ``rounds``
     alternated: decoded into the device's memory and converted there (``device``:
     NVDEC's frames on a GPU, the host device's model elsewhere), NVDEC's frames
-    downloaded and converted on the CPU (``download``, on a GPU), and the CPU decoder's."""
+    downloaded and converted on the CPU (``download``, on a GPU), and the CPU decoder's;
+    then four copies of it as a folder, decoded four at once (``four_*``), with
+    ``nvidia-smi``'s decoder utilization sampled during the device path's run."""
     try:
         import av  # noqa: F401
     except ImportError:
         return {"skipped": "PyAV is not installed (benchmarks/device.sh carries it in its bundle)"}
-    from pipeline.sources import VideoSource, device_decoding_unavailable
-    from pipeline.sources._opening import hw_device_unusable
+    from pipeline.sources import VideoFolderSource, VideoSource
 
     frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
     clip = out / "clip.mp4"
     if not clip.exists():
         clip = _clip(clip, frames, width, height)
+    folder = out / "four_clips"
+    folder.mkdir(exist_ok=True)
+    for number in range(4):
+        copy = folder / f"clip{number}.mp4"
+        if not copy.exists():
+            copy.write_bytes(clip.read_bytes())
+    ways, result = _decoding_ways(device)
+    result.update(frames=frames, size=[width, height])
+
+    def one(hwaccel: str | None, inputs: Any) -> Any:
+        return VideoSource(clip, 32, inputs, size=(224, 224), hwaccel=hwaccel)
+
+    def four(hwaccel: str | None, inputs: Any) -> Any:
+        return VideoFolderSource(folder, 32, inputs, size=(224, 224), hwaccel=hwaccel, videos_at_once=4)
+
+    preprocess = Preprocess(scale=1 / 255, layout="nhwc")
+    with Pipeline(models.convnet(), device, depth=3, preprocess=preprocess) as pipe:
+        for name, make, count in (("", one, frames), ("four_", four, 4 * frames)):
+            best = _best_jobs(pipe, ways, make, rounds, result, name, getattr(device, "device_id", 0))
+            for way, seconds in best.items():
+                result[f"{name}{way}_frames_per_s"] = count / seconds
+            if "device" in best and "download" in best:
+                result[f"{name}device_over_download"] = best["download"] / best["device"]
+    print(f"\nvideo on the device: {json.dumps(result)}", flush=True)
+    return result
+
+
+def _decoding_ways(device: Any) -> tuple[dict[str, tuple[bool, str | None]], dict[str, Any]]:
+    """The ways a video reaches the model here, by name: (decoded on the device, NVDEC's device)."""
+    from pipeline.sources import device_decoding_unavailable
+    from pipeline.sources._opening import hw_device_unusable
+
     gpu = getattr(device, "kind", None) == "cuda"
     nvdec = f"cuda:{device.device_id}" if gpu else None
     ways: dict[str, tuple[bool, str | None]] = {"device": (True, nvdec), "cpu": (False, None)}
     if gpu and hw_device_unusable("cuda") is None:
         ways["download"] = (False, nvdec)
-    result: dict[str, Any] = {"frames": frames, "size": [width, height]}
+    result: dict[str, Any] = {}
     unusable = device_decoding_unavailable(device, nvdec)
     if unusable is not None:
         result["device_unavailable"] = unusable
         del ways["device"]
+    return ways, result
+
+
+def _best_jobs(
+    pipe: Pipeline,
+    ways: dict[str, tuple[bool, str | None]],
+    make: Callable[[str | None, Any], Any],
+    rounds: int,
+    result: dict[str, Any],
+    name: str,
+    gpu_index: int,
+) -> dict[str, float]:
+    """The best seconds of each way's job over ``rounds`` (after one to warm up), alternated;
+    each way's summary line, and the decoders' utilization during the device path's jobs."""
     best = {way: float("inf") for way in ways}
-    preprocess = Preprocess(scale=1 / 255, layout="nhwc")
-    with Pipeline(models.convnet(), device, depth=3, preprocess=preprocess) as pipe:
-        for round_ in range(rounds + 1):  # the first warms up
-            for way, (on_device, hwaccel) in ways.items():
-                source = VideoSource(clip, 32, pipe.source_inputs, size=(224, 224), hwaccel=hwaccel)
-                summary = run_job(pipe, source, CallbackSink(lambda *_: None), decode_on_device=on_device)
-                if round_:
-                    best[way] = min(best[way], summary.seconds)
-                result[f"{way}_decoding"] = summary.decoding
-    for way, seconds in best.items():
-        result[f"{way}_frames_per_s"] = frames / seconds
-    if "device" in best and "download" in best:
-        result["device_over_download"] = best["download"] / best["device"]
-    print(f"\nvideo on the device: {json.dumps(result)}", flush=True)
-    return result
+    for round_ in range(rounds + 1):
+        for way, (on_device, hwaccel) in ways.items():
+            with _DecoderUtilization(gpu_index) as utilization:
+                summary = run_job(
+                    pipe, make(hwaccel, pipe.source_inputs), CallbackSink(lambda *_: None), decode_on_device=on_device
+                )
+            if round_:
+                best[way] = min(best[way], summary.seconds)
+            result[f"{name}{way}_decoding"] = summary.decoding
+            if way == "device":
+                result[f"{name}device_decoder_utilization"] = utilization.result()
+    return best
+
+
+class _DecoderUtilization:
+    """``nvidia-smi``'s decoder utilization (%) of GPU ``index``, sampled every ``every_s``
+    while the block runs: its samples' mean and max, or why there are none."""
+
+    def __init__(self, index: int, every_s: float = 0.2) -> None:
+        self._command = [
+            "nvidia-smi",
+            "-i",
+            str(index),
+            "--query-gpu=utilization.decoder",
+            "--format=csv,noheader,nounits",
+        ]
+        self._every_s = every_s
+        self._samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._why: str | None = None if shutil.which("nvidia-smi") else "no nvidia-smi here"
+
+    def __enter__(self) -> _DecoderUtilization:
+        if self._why is None:
+            self._thread = threading.Thread(target=self._sample, name="ortpipe-nvidia-smi", daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                said = subprocess.run(self._command, capture_output=True, text=True, timeout=5, check=True).stdout
+                self._samples.append(float(said.strip().splitlines()[0]))
+            except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+                self._why = f"nvidia-smi: {exc}"
+                return
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> dict[str, Any]:
+        if not self._samples:
+            return {"unavailable": self._why or "the run ended before the first sample"}
+        return {"mean_percent": sum(self._samples) / len(self._samples), "max_percent": max(self._samples)}
 
 
 def run_steps(steps: list[tuple[str, Callable[[], None]]], report: dict[str, Any], path: Path, budget_s: float) -> None:

@@ -96,6 +96,8 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert "frames_per_s" in video["cuda"] or "unavailable" in video["cuda"]
     on_device = report["video_on_device"]  # issue 28: the host device's model of it here
     assert on_device["device_frames_per_s"] > 0 and on_device["cpu_frames_per_s"] > 0
+    assert on_device["four_device_frames_per_s"] > 0 and on_device["four_cpu_frames_per_s"] > 0
+    assert "unavailable" in on_device["four_device_decoder_utilization"]  # no nvidia-smi without a GPU
     assert on_device["device_decoding"] == "frames decoded into the device's memory and converted there"
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
