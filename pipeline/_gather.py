@@ -1,10 +1,35 @@
-"""How ``Pipeline.run`` gathers whole outputs, and which whole inputs it may register in place."""
+"""How ``Pipeline.run`` gathers whole outputs, and which whole inputs and outputs it
+registers in place (NOTE [ registered windows ])."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._engine import CopiedOutputs, HostCopier, ResultWindows, Take, not_per_row
+from ._engine import CopiedOutputs, HostCopier, HostRegistering, HostWindows, ResultWindows, Take, not_per_row
+from .devices import Device
+
+
+def input_windows(
+    device: Device, how: HostRegistering | None, feeds: dict[str, np.ndarray], batch_size: int, poll_s: float
+) -> HostWindows | None:
+    """``run()``'s inputs registered in place, where the device gains from it and they are
+    large (``how.min_bytes``), C-ordered host arrays; None: staged."""
+    arrays = list(feeds.values())
+    if how is None or not device.registers_host or sum(array.nbytes for array in arrays) < how.min_bytes:
+        return None
+    if not all(registrable(array) for array in arrays):
+        return None  # strided or byte-swapped: staging converts them
+    return HostWindows(device, feeds, batch_size, how, poll_s)
+
+
+def result_windows(
+    device: Device, how: HostRegistering | None, total: int, batch_size: int, poll_s: float
+) -> ResultWindows | None:
+    """``run()``'s whole outputs, registered in place a window at a time where the device
+    gains from it (made once their shapes are known); None: copied out of pinned slots."""
+    if how is None or not device.registers_host:
+        return None
+    return ResultWindows(device, total, batch_size, how, poll_s)
 
 
 def registrable(array: np.ndarray) -> bool:

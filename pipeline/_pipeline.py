@@ -37,7 +37,6 @@ from ._engine import (
     EngineRun,
     Fill,
     HandOverAdvisor,
-    HostWindows,
     InPlace,
     InputChecker,
     Layout,
@@ -64,7 +63,7 @@ from ._engine import (
     threads_slower,
 )
 from ._errors import ModelError, PipelineError, PipelineStageError
-from ._gather import Gather, registrable
+from ._gather import Gather, input_windows, result_windows
 from ._lifecycle import ANOTHER_RUN, OneRunAtATime
 from ._options import PipelineOptions
 from ._submit import SUBMIT_QUEUE, Submitter
@@ -299,7 +298,7 @@ class Pipeline(OneRunAtATime):
         size = self._whole_rows_per_batch(feeds, batch_size)
         if self._runs_whole(size):
             return self._run_direct(feeds, size)
-        results = self._results_for(total, size)
+        results = result_windows(self.device, self.options.registering, total, size, self.options.poll_s)
         gathered = Gather(total, results)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot,
         # or written in place)
@@ -307,14 +306,6 @@ class Pipeline(OneRunAtATime):
         for _ in self._cut(feeds, size, make_take, results=results):
             pass
         return gathered.arrays
-
-    def _results_for(self, total: int, batch_size: int) -> ResultWindows | None:
-        """See NOTE [ registered windows ]: ``run()``'s whole outputs, registered in place
-        a window at a time where the device gains from it (made once their shapes are known)."""
-        how = self.options.registering
-        if how is None or not self.device.registers_host:
-            return None
-        return ResultWindows(self.device, total, batch_size, how, self.options.poll_s)
 
     def map_arrays(
         self,
@@ -352,7 +343,7 @@ class Pipeline(OneRunAtATime):
     ) -> Generator[Any, None, None]:
         """``feeds`` through the engine in batches of ``size`` rows, registered in place where
         it pays (the outputs too, where ``results`` holds them)."""
-        windows = self._windows_for(feeds, size)
+        windows = input_windows(self.device, self.options.registering, feeds, size, self.options.poll_s)
         batches: Iterator[dict[str, np.ndarray]] = split_rows(feeds, size) if windows is None else iter(windows)
         if stop is not None:
             batches = itertools.takewhile(lambda _: not stop(), batches)
@@ -365,17 +356,6 @@ class Pipeline(OneRunAtATime):
             if results is not None:
                 results.close()
                 self._stats.host_outputs = results.describe()
-
-    def _windows_for(self, feeds: dict[str, np.ndarray], batch_size: int) -> HostWindows | None:
-        """See NOTE [ registered windows ]: ``run()``'s inputs registered in place, where
-        the device gains from it and they are large, C-ordered host arrays."""
-        how = self.options.registering
-        arrays = list(feeds.values())
-        if how is None or not self.device.registers_host or sum(array.nbytes for array in arrays) < how.min_bytes:
-            return None
-        if not all(registrable(array) for array in arrays):
-            return None  # strided or byte-swapped: staging converts them
-        return HostWindows(self.device, feeds, batch_size, how, self.options.poll_s)
 
     def _runs_whole(self, batch_size: int) -> bool:
         """See NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
