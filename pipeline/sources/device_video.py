@@ -35,7 +35,7 @@ frame into its surface unless given a stream of its own.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,21 +149,18 @@ class DeviceVideoFill:
             normalize.coefficients() if normalize is not None else (np.ones(1, np.float32), np.zeros(1, np.float32))
         )
         self._hold = FrameHold(held)
-        first = self._first_frames()  # the first video's, its first frame checked before the run
+        # the first video opened and its first frame decoded here: a video that cannot be opened,
+        # or whose frames the device does not take, is said before the run
+        self._first = self._frames_of(0)
+        peeked = next(self._first, None)
+        first = itertools.chain([] if peeked is None else [peeked], self._first)
         make = lambda video: first if video == 0 else self._frames_of(video)  # noqa: E731
         self._streams = in_order(iter(range(len(self.paths))), make, max(1, videos_at_once), name="ortpipe-nvdec")
         self._frames = (item for _, frames in self._streams for item in frames)
         #: frames converted so far
         self.frames = 0
 
-    def _first_frames(self) -> Iterator[_Decoded]:
-        """The first video's frames, its first one decoded here: a video that cannot be
-        opened, or whose frames the device does not take (10-bit), is said before the run."""
-        frames = self._frames_of(0)
-        first = next(frames, None)
-        return frames if first is None else itertools.chain([first], frames)
-
-    def _frames_of(self, video: int) -> Iterator[_Decoded]:
+    def _frames_of(self, video: int) -> Generator[_Decoded, None, None]:
         """Video ``video``'s frames taken (every ``every``-th), decoded and made ready for the
         device: run by a decoding thread of its own where several are decoded at once."""
         import av
@@ -274,7 +271,8 @@ class DeviceVideoFill:
         try:
             self._hold.close()
         finally:
-            close_iteration(self._streams)
+            close_iteration(self._streams)  # the decoding threads stopped and joined
+            self._first.close()  # its video closed, also where no batch was asked for
 
     def __enter__(self) -> DeviceVideoFill:
         return self

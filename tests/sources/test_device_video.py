@@ -225,3 +225,20 @@ def test_nvdec_frames_converted_on_the_gpu_match_the_cpu_decoder_within_2_levels
     difference = np.abs(seen.astype(np.int16) - _reference(video, surface=surface).astype(np.int16))
     assert difference.max() <= 2, (difference.max(), difference.mean())
     assert fill.frames == len(seen) and all(t.h2d_bytes == 0 for t in stats.timings)
+
+
+def test_a_fill_closed_early_stops_its_decoding_threads_and_releases_every_frame(clip):
+    """Several videos decoded at once by threads: a map left after one batch, and a fill
+    closed before any, leave no thread behind and no surface held."""
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=2e-4, seed=4), decoder_surfaces=8)
+    try:
+        with DeviceVideoFill([clip] * 3, device, videos_at_once=2):
+            pass  # opened, never asked
+        with Pipeline(frames_model(SIZE[1], SIZE[0]), device=device) as pipe:
+            with DeviceVideoFill([clip] * 3, device, videos_at_once=2) as fill:
+                for _ in pipe.map_device_filled(fill, batch_size=8):
+                    break
+            assert fill.frames >= 8 and len(fill._hold) == 0
+    finally:
+        device.close()
+    assert wait_no_threads() == []
