@@ -170,12 +170,16 @@ class DeviceVideoFill:
             container = av.open(path, **self._opening())
         except (av.error.FFmpegError, RuntimeError) as exc:
             raise SourceError(f"video {path!r} cannot be opened to decode on the device: {exc}") from exc
+        number = 0
         with container:
-            for number, frame in enumerate(container.decode(container.streams.video[0])):
-                if number % self.every == 0:
-                    time = float(frame.time) if frame.time is not None else float("nan")
-                    colour = ColourSpace.of_frame(*_colour_codes(frame))
-                    yield _Decoded(video, number, time, self._planes(path, frame), colour)
+            try:
+                for number, frame in enumerate(container.decode(container.streams.video[0])):
+                    if number % self.every == 0:
+                        time = float(frame.time) if frame.time is not None else float("nan")
+                        colour = ColourSpace.of_frame(*_colour_codes(frame))
+                        yield _Decoded(video, number, time, self._planes(path, frame), colour)
+            except av.error.FFmpegError as exc:
+                raise SourceError(f"video {path!r}: decoding failed after frame {number}: {exc}") from exc
 
     def _opening(self) -> dict[str, Any]:
         return {"hwaccel": hw_frames_decoding(self.hwaccel)} if self.device.nv12_frames == "hw" else {}
@@ -187,7 +191,7 @@ class DeviceVideoFill:
     def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch converted into ``target``: (rows, metadata as a video source
         gives it: ``frame_index``, ``timestamp``, where the fit moves pictures its columns,
-        and of several videos each row's ``path``), or None at the end."""
+        and ``video_meta``'s columns), or None at the end."""
         name = self.input_name or next(iter(target.inputs))
         slot = target.inputs[name]
         nchw, size = self._row_layout(name, slot.shape[1:], slot.dtype)

@@ -242,3 +242,20 @@ def test_a_fill_closed_early_stops_its_decoding_threads_and_releases_every_frame
     finally:
         device.close()
     assert wait_no_threads() == []
+
+
+def test_a_video_whose_decoding_fails_partway_says_which_and_after_which_frame(tmp_path):
+    """The frames before are delivered; the failure names the video and the frame."""
+    from ..helpers import corrupt_frame
+
+    broken = corrupt_frame(encode_video(tmp_path / "broken.mp4", "mpeg4", {"g": "12"}, 30, 40), 12)
+    device = HostDevice()
+    seen = []
+    try:
+        with Pipeline(frames_model(SIZE[1], SIZE[0]), device=device) as pipe, DeviceVideoFill(broken, device) as fill:
+            with pytest.raises(Exception, match=r"broken.mp4'?: decoding failed after frame 1[12]"):
+                for out in pipe.map_device_filled(fill, batch_size=4):
+                    seen.append(out["seen"])
+    finally:
+        device.close()
+    assert sum(len(batch) for batch in seen) >= 8  # the batches before the failure
