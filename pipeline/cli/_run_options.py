@@ -323,8 +323,9 @@ def _stream_options(video: Any) -> None:
         "--hwaccel",
         metavar="DEVICE",
         help="videos: decode on this device instead of the CPU, cuda or cuda:N for NVIDIA's NVDEC on GPU N (cuda: "
-        "the GPU the model runs on; each frame downloaded as it is decoded; a codec the device cannot decode is an "
-        "error)",
+        "the GPU the model runs on; with --device cuda each frame is converted on the GPU where NVDEC leaves it, "
+        "else downloaded as it is decoded, the summary saying which and why; a codec the device cannot decode is "
+        "an error)",
     )
 
 
