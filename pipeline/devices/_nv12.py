@@ -167,6 +167,11 @@ def kernel_source(output: str, sample: str = "uint8") -> str:
     )
 
 
+def cuda_source(output: str, sample: str = "uint8") -> str:
+    """:func:`kernel_source` as NVRTC compiles it (CUDA C++: the kernel's name unmangled)."""
+    return '#define EXTERN_C extern "C"\n' + kernel_source(output, sample)
+
+
 def nv12_numpy(
     luma: np.ndarray,
     chroma: np.ndarray,

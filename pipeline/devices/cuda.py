@@ -27,7 +27,7 @@ from .._ort import onnxruntime
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream, c_strides
 from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
-from ._nv12 import SAMPLE_TYPES, ColourSpace, Nv12Frame, Nv12Op, kernel_source
+from ._nv12 import SAMPLE_TYPES, ColourSpace, Nv12Frame, Nv12Op, cuda_source
 
 try:  # NVTX ranges show the stages in Nsight Systems; optional
     import nvtx as _nvtx
@@ -509,8 +509,7 @@ def _nv12_kernel(cp: Any, output: str, sample: str) -> Any:
     ``sample`` planes ("uint8" NV12, "uint16" P010), compiled once."""
     found = _NV12_KERNELS.get((output, sample))
     if found is None:
-        source = '#define EXTERN_C extern "C"\n' + kernel_source(output, sample)
-        found = _NV12_KERNELS[(output, sample)] = cp.RawKernel(source, "nv12_to_input")
+        found = _NV12_KERNELS[(output, sample)] = cp.RawKernel(cuda_source(output, sample), "nv12_to_input")
     return found
 
 

@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline.devices._nv12 import ColourSpace, kernel_source, nv12_numpy
+from pipeline.devices._nv12 import OUTPUT_TYPES, SAMPLE_TYPES, ColourSpace, cuda_source, kernel_source, nv12_numpy
 from pipeline.sources import Fit
 
 COMPILER = shutil.which("gcc") or shutil.which("cc")
@@ -154,3 +154,28 @@ def test_p010_frames_equal_the_reference_and_their_8_bit_selves(kernels, how, wi
     nv12 = _frame(width, height, pad=3, seed=2)
     as_p010 = _run(kernels["p010"], *_p010(*nv12), width, height, size, fit, colour)
     np.testing.assert_array_equal(as_p010, _run(kernels["uint8"], *nv12, width, height, size, fit, colour))
+
+
+#: CUDA's names for a C++ compiler's syntax check of the text NVRTC is given (EXTERN_C its own)
+CXX_CUDA = """
+#include <math.h>
+#define __global__
+#define __device__ static inline
+struct dim { unsigned x; };
+static const dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None or shutil.which("nm") is None, reason="needs g++ and nm to check the CUDA C++ text"
+)
+@pytest.mark.parametrize("sample", sorted(SAMPLE_TYPES))
+@pytest.mark.parametrize("output", sorted(OUTPUT_TYPES))
+def test_the_text_nvrtc_compiles_is_valid_cpp_with_an_unmangled_kernel(tmp_path, output, sample):
+    """What ``cupy.RawKernel`` is given on a GPU (``cuda_source``), checked as C++ here: it
+    compiles, and its kernel keeps its C name (``extern "C"``), which RawKernel looks up."""
+    source, objects = tmp_path / "k.cu.cpp", tmp_path / "k.o"
+    source.write_text(CXX_CUDA + cuda_source(output, sample))
+    subprocess.run(["g++", "-std=c++17", "-c", str(source), "-o", str(objects)], check=True, capture_output=True)
+    symbols = subprocess.run(["nm", str(objects)], check=True, capture_output=True, text=True).stdout
+    assert " T nv12_to_input" in symbols
