@@ -311,7 +311,10 @@ class CudaDevice(Device):
         once the frame is released and the views dropped (NOTE [ decoded surfaces ])."""
         cp = self._cupy
         with cp.cuda.Device(self.device_id):
-            y, uv = cp.from_dlpack(_UnorderedPlane(luma)), cp.from_dlpack(_UnorderedPlane(chroma))
+            # the planes' capsules themselves: PyAV exports a hardware frame for no stream (it
+            # refuses one), and CuPy takes a bare capsule as it is; the conversion then waits
+            # for the decoder's stream itself (``Nv12Frame.stream``)
+            y, uv = cp.from_dlpack(luma.__dlpack__()), cp.from_dlpack(chroma.__dlpack__())
         height, width = int(y.shape[0]), int(y.shape[1])
         luma_pitch, chroma_pitch = int(y.strides[0]), int(uv.strides[0])
         kind = np.dtype(y.dtype)
@@ -511,20 +514,6 @@ def _nv12_kernel(cp: Any, output: str, sample: str) -> Any:
     if found is None:
         found = _NV12_KERNELS[(output, sample)] = cp.RawKernel(cuda_source(output, sample), "nv12_to_input")
     return found
-
-
-class _UnorderedPlane:
-    """A plane whose DLPack export takes no stream: PyAV refuses one for hardware frames
-    (the consumer orders its work after the decoder's itself: ``wait_producer``)."""
-
-    def __init__(self, plane: Any) -> None:
-        self._plane = plane
-
-    def __dlpack__(self, **_: Any) -> Any:
-        return self._plane.__dlpack__()
-
-    def __dlpack_device__(self) -> Any:
-        return self._plane.__dlpack_device__()
 
 
 def _preload_cuda_libraries() -> None:
