@@ -60,7 +60,7 @@ def _frames_on_gpu_line(nvdec: str) -> str:
     if not nvdec.startswith("yes"):
         return "no: NVDEC cannot be used here (the line above)"
     from ..sources import SourceError
-    from ..sources.device_video import hw_frames_decoding
+    from ..sources.device_frames import hw_frames_decoding
 
     try:
         hw_frames_decoding("cuda")

@@ -91,7 +91,8 @@ from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, r
 
 if TYPE_CHECKING:
     from .archives import ImageArchiveSource, archive_files, shard_of
-    from .device_video import DeviceVideoFill, device_decoding_unavailable, device_fill_of
+    from .device_frames import device_decoding_unavailable
+    from .device_video import DeviceVideoFill, device_fill_of
     from .images import ImageFolderSource, ImageTableSource
     from .live import BATCH_WAIT_S, LiveStreamsSource
     from .video_folders import VideoFolderSource, VideoTableSource, videos_at_once_of
@@ -101,7 +102,8 @@ if TYPE_CHECKING:
 #: needs PyAV's or Pillow's wrappers, nor their modules' start-up time
 _LAZY = {
     **dict.fromkeys(("ImageArchiveSource", "archive_files", "shard_of"), ".archives"),
-    **dict.fromkeys(("DeviceVideoFill", "device_decoding_unavailable", "device_fill_of"), ".device_video"),
+    **dict.fromkeys(("DeviceVideoFill", "device_fill_of"), ".device_video"),
+    "device_decoding_unavailable": ".device_frames",
     **dict.fromkeys(("ImageFolderSource", "ImageTableSource"), ".images"),
     **dict.fromkeys(("BATCH_WAIT_S", "LiveStreamsSource"), ".live"),
     **dict.fromkeys(("VideoDecodingFailed", "VideoEndedEarly", "VideoSource", "auto_convert_threads"), ".videos"),

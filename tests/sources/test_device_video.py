@@ -115,7 +115,7 @@ class _Hasty(FrameHold):
 
 
 def test_a_surface_released_before_its_conversion_ran_fails_the_run(clip, monkeypatch):
-    import pipeline.sources.device_video as module
+    import pipeline.sources.device_frames as module
 
     monkeypatch.setattr(module, "FrameHold", _Hasty)
     device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))
@@ -238,7 +238,7 @@ def test_a_fill_closed_early_stops_its_decoding_threads_and_releases_every_frame
             with DeviceVideoFill([clip] * 3, device, videos_at_once=2) as fill:
                 for _ in pipe.map_device_filled(fill, batch_size=8):
                     break
-            assert fill.frames >= 8 and len(fill._hold) == 0
+            assert fill.frames >= 8 and len(fill._converter.hold) == 0
     finally:
         device.close()
     assert wait_no_threads() == []
