@@ -26,7 +26,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,33 @@ class LiveStreamsSource(RowSource):
         for stream in self.streams:
             stream.stop_reading()
 
+    @property
+    def hwaccel(self) -> str | None:
+        """The device FFmpeg decodes the streams on, None: the CPU (NOTE [ decoding on the GPU ])."""
+        return self.streams[0].hwaccel
+
+    def device_fill(self, device: Any) -> Any:
+        """NOTE [ NV12 on the device ]: ``sources.device_streams.streams_device_fill_of`` these streams."""
+        from .device_streams import streams_device_fill_of
+
+        return streams_device_fill_of(self, device)
+
     def chunks(self) -> Iterator[Chunk]:
+        return self.arrivals(self._rows_of)
+
+    def arrivals(
+        self, frames_of: Callable[[int], Iterator[tuple[Any, dict[str, Any]]]]
+    ) -> Iterator[tuple[list[Any], dict[str, np.ndarray]]]:
+        """Batches of what ``frames_of(k)`` makes of stream ``k`` - (a frame, its row's metadata)
+        each - as they arrive, a thread a stream (NOTE [ several streams ]): the decoded frames
+        (:meth:`chunks`), or frames left in a device's memory (``device_streams``)."""
         self.frames_given = [0] * len(self.streams)
         arrivals: queue.Queue[tuple[int, Any, Any]] = queue.Queue(maxsize=4 * self.batch_size)
         done = threading.Event()  # the batches are no longer wanted: the readers stop
         readers = [
-            threading.Thread(target=self._read, args=(k, arrivals, done), name=f"ortpipe-stream-{k}", daemon=True)
+            threading.Thread(
+                target=self._read, args=(k, arrivals, done, frames_of), name=f"ortpipe-stream-{k}", daemon=True
+            )
             for k in range(len(self.streams))
         ]
         for reader in readers:
@@ -185,27 +206,41 @@ class LiveStreamsSource(RowSource):
                     _drain(arrivals)
                     reader.join(_POLL_S)
 
-    def _read(self, k: int, arrivals: queue.Queue[tuple[int, Any, Any]], done: threading.Event) -> None:
-        """Stream ``k``'s frames into ``arrivals``, one at a time, then :data:`_ENDED` and its error or None."""
-        outcome: BaseException | None = None
+    def _rows_of(self, k: int) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+        """Stream ``k``'s decoded frames, a row and its metadata at a time."""
         chunks = self.streams[k].chunks()
         try:
             for rows, meta in chunks:
                 for row in range(len(rows)):
-                    row_meta = {name: values[row] for name, values in meta.items()}
-                    row_meta["received"] = time.time()  # one clock for every stream: their own timestamps are not
-                    if not put_until_stopped(arrivals, (k, rows[row], row_meta), done, _POLL_S):
-                        return
+                    yield rows[row], {name: values[row] for name, values in meta.items()}
+        finally:
+            close_iteration(chunks)
+
+    def _read(
+        self,
+        k: int,
+        arrivals: queue.Queue[tuple[int, Any, Any]],
+        done: threading.Event,
+        frames_of: Callable[[int], Iterator[tuple[Any, dict[str, Any]]]],
+    ) -> None:
+        """Stream ``k``'s frames into ``arrivals``, one at a time, then :data:`_ENDED` and its error or None."""
+        outcome: BaseException | None = None
+        frames = frames_of(k)
+        try:
+            for frame, row_meta in frames:
+                row_meta["received"] = time.time()  # one clock for every stream: their own timestamps are not
+                if not put_until_stopped(arrivals, (k, frame, row_meta), done, _POLL_S):
+                    return
         except Exception as exc:  # noqa: BLE001 - handed to the batcher, which raises or skips it
             outcome = exc
         finally:
-            close_iteration(chunks)
+            close_iteration(frames)
         put_until_stopped(arrivals, (k, _ENDED, outcome), done, _POLL_S)
 
     def _batched(self, arrivals: queue.Queue[tuple[int, Any, Any]], running: int) -> Iterator[Chunk]:
         """Batches of the frames as they arrive, each handed on when full or ``batch_wait_s``
         after its first frame; until every stream has ended."""
-        frames: list[np.ndarray] = []
+        frames: list[Any] = []
         metas: list[tuple[int, dict[str, Any]]] = []
         deadline: float | None = None
         while running:
@@ -237,7 +272,7 @@ class LiveStreamsSource(RowSource):
         if frames:
             yield self._chunk(frames, metas)
 
-    def _chunk(self, frames: list[np.ndarray], metas: list[tuple[int, dict[str, Any]]]) -> Chunk:
+    def _chunk(self, frames: list[Any], metas: list[tuple[int, dict[str, Any]]]) -> Chunk:
         paths = self.paths
         meta = {"path": np.asarray([paths[k] for k, _ in metas])}
         for name in metas[0][1]:

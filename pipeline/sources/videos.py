@@ -295,14 +295,22 @@ class VideoSource(RowSource):
             )
         return container
 
-    def _opened(self, hw: bool = True) -> Any:
+    def opened_on(self, device: Any) -> Any:
+        """NOTE [ NV12 on the device ]: the video opened as for an iteration, its frames left
+        where ``device``'s decoder leaves them (NVDEC's in GPU memory; on the host device's
+        model, the CPU decoder's)."""
+        from .device_frames import device_opening
+
+        return self._opened(hw=False, settings=device_opening(device, self.hwaccel or "cuda"))
+
+    def _opened(self, hw: bool = True, settings: Mapping[str, Any] | None = None) -> Any:
         """The video newly opened as ``format`` and ``options`` say, to be decoded on
         ``hwaccel``'s device where one is named (and ``hw``: not for reading packets or a
-        header); a stream with FFmpeg's timeouts, a pipe read by a :class:`PipeReader`
-        (NOTE [ video streams ])."""
+        header), or as ``settings`` say; a stream with FFmpeg's timeouts, a pipe read by a
+        :class:`PipeReader` (NOTE [ video streams ])."""
         import av
 
-        opening: dict[str, Any] = {"format": self.format, "options": self.options or None}
+        opening: dict[str, Any] = {"format": self.format, "options": self.options or None, **(settings or {})}
         if self.hwaccel is not None and hw:
             opening["hwaccel"] = hw_decoding(self.hwaccel)
         try:
