@@ -101,18 +101,20 @@ class DeviceVideoFill:
     def _open_path(self, video: int) -> Any:
         import av
 
-        path = self.paths[video]
-        try:
-            return av.open(path, **device_opening(self.device, self.hwaccel))
-        except (av.error.FFmpegError, RuntimeError) as exc:
-            raise SourceError(f"video {path!r} cannot be opened to decode on the device: {exc}") from exc
+        return av.open(self.paths[video], **device_opening(self.device, self.hwaccel))
 
     def _frames_of(self, video: int) -> Generator[Decoded, None, None]:
         """Video ``video``'s frames, decoded and made ready for the device: run by a decoding
         thread of its own where several are decoded at once."""
-        on_gpu = self.device.nv12_frames == "hw"
-        with self._opened(video) as container:
-            yield from decoded_frames(container, video, self.paths[video], self.every, on_gpu)
+        import av
+
+        path, on_gpu = self.paths[video], self.device.nv12_frames == "hw"
+        try:
+            container = self._opened(video)
+        except (av.error.FFmpegError, RuntimeError, OSError) as exc:
+            raise SourceError(f"video {path!r} cannot be opened to decode on the device: {exc}") from exc
+        with container:
+            yield from decoded_frames(container, video, path, self.every, on_gpu)
 
     def __call__(self, index: int, target: DeviceTarget) -> int | None:
         written = self.fill(target)
@@ -173,11 +175,13 @@ def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str
     unavailable = device_decoding_unavailable(device, hwaccel)
     if unavailable is not None:
         return unavailable
-    if source.is_stream:
-        return "a stream or a pipe is decoded on the CPU path (the device path reads files)"
+    if source.is_pipe:
+        return "a pipe is read once, and its header was read by the CPU path"
+    if source.reconnect:
+        return "a stream opened again when it drops (--reconnect) is read on the CPU path"
     if source.windowed:
         return "a resumed, windowed or sharded run seeks in the video, which the device path does not"
-    return _made(source, [source.path], device, hwaccel or "cuda", 1)
+    return _made([source], device, hwaccel or "cuda", 1)
 
 
 def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVideoFill | str:
@@ -194,24 +198,24 @@ def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVi
         return "videos that cannot be read are left out on the CPU path (--skip-unreadable)"
     if len({video.every for video in videos}) > 1:
         return "the videos take frames at strides of their own (--fps): the device path takes one"
-    paths = [video.path for video in videos]
-    return _made(videos[0], paths, device, hwaccel or "cuda", source.videos_at_once, source.video_meta)
+    return _made(videos, device, hwaccel or "cuda", source.videos_at_once, source.video_meta)
 
 
 def _made(
-    video: VideoSource,
-    paths: list[Any],
+    videos: list[VideoSource],
     device: Device,
     hwaccel: str,
     at_once: int,
     video_meta: Callable[[int, int], dict[str, np.ndarray]] | None = None,
 ) -> DeviceVideoFill | str:
-    """The fill for ``paths`` decoded as ``video`` is (its fit, channel order, stride), or why not."""
+    """The fill for ``videos``, decoded as the first is (its fit, channel order, stride) and
+    each opened as it opens itself (format, options, a stream's timeouts), or why not."""
+    video = videos[0]
     if video.pix_fmt not in ("rgb24", "bgr24"):
         return f"frames of {video.pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
     try:
         return DeviceVideoFill(
-            paths,
+            [one.path for one in videos],
             device,
             input_name=video.spec.name,
             fit=video.fit,
@@ -220,6 +224,7 @@ def _made(
             hwaccel=hwaccel,
             videos_at_once=at_once,
             video_meta=video_meta,
+            opened=lambda number: videos[number].opened_on(device),
         )
     except SourceError as exc:
         return str(exc)

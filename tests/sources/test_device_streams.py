@@ -104,3 +104,18 @@ class _Discarding:
 
     def close(self):
         pass
+
+
+def test_one_stream_converts_on_the_device_opened_as_the_source_opens_it(tmp_path, streams):
+    """One live stream (a URL, with its timeouts) on the device path, as a video file is."""
+    from pipeline.sources import VideoSource
+
+    device = HostDevice(link_gbps=20.0)
+    try:
+        with Pipeline(frames_model(SIZE, SIZE), device=device) as pipe:
+            summary = run_job(
+                pipe, VideoSource(streams[0], 4, pipe.source_inputs), _Discarding(), decode_on_device=True
+            )
+    finally:
+        device.close()
+    assert summary.items == 14 and summary.decoding == "frames decoded into the device's memory and converted there"
