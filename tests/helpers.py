@@ -203,3 +203,31 @@ def corrupt_frame(path: Path, index: int) -> Path:
     data[offset : offset + size] = b"\xff" * size
     path.write_bytes(bytes(data))
     return path
+
+
+def ramps_video(
+    path: Path,
+    frames: int,
+    size: int,
+    shift: int = 0,
+    slope: int = 3,
+    codec: str | None = None,
+    container_format: str | None = None,
+    options: dict[str, str] | None = None,
+) -> Path:
+    """A ``size`` x ``size`` video of ``frames`` frames of smooth colour ramps (``slope``
+    levels a pixel, each frame its own): sharp chroma edges would measure two decoders'
+    chroma upsampling - FFmpeg's nearest against a bilinear one - not their conversion."""
+    import av
+
+    codec = codec or ("libx264" if "libx264" in av.codecs_available else "mpeg4")
+    with av.open(str(path), "w", format=container_format) as container:
+        stream = container.add_stream(codec, rate=30, options=options or {})
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        y, x = np.mgrid[0:size, 0:size]
+        for index in range(frames):
+            image = np.stack([40 + x * slope + index + shift, 60 + y * slope, np.full_like(x, 200 - index * 4)], -1)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
+        container.mux(stream.encode())
+    return path

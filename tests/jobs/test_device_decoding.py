@@ -13,37 +13,22 @@ from pipeline.jobs import run_job
 from pipeline.sinks import ParquetSink
 from pipeline.sources import VideoFolderSource, VideoSource, VideoTableSource
 
-from ..helpers import frames_model
+from ..helpers import frames_model, ramps_video
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
 SIZE = 40  # the clip's own: no resize, so the two paths differ only in colour conversion
 
 
-def _ramps(path, frames: int, shift: int = 0):
-    """``frames`` frames of smooth colour ramps (sharp chroma edges would measure the two paths'
-    chroma upsampling - FFmpeg's nearest against the kernel's bilinear - not the conversion)."""
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=30)
-        stream.width = stream.height = SIZE
-        stream.pix_fmt = "yuv420p"
-        y, x = np.mgrid[0:SIZE, 0:SIZE]
-        for index in range(frames):
-            image = np.stack([40 + x * 3 + index + shift, 60 + y * 3, np.full_like(x, 200 - index * 4)], -1)
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
-        container.mux(stream.encode())
-    return path
-
-
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    return _ramps(tmp_path_factory.mktemp("clip") / "clip.mp4", 21)
+    return ramps_video(tmp_path_factory.mktemp("clip") / "clip.mp4", 21, SIZE)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("videos")
     for number, frames in enumerate((7, 12, 5)):
-        _ramps(folder / f"v{number}.mp4", frames, shift=number * 20)
+        ramps_video(folder / f"v{number}.mp4", frames, SIZE, shift=number * 20)
     return folder
 
 

@@ -16,23 +16,10 @@ from pipeline.sinks import ParquetSink
 from pipeline.sources import LiveStreamsSource
 
 from ..conftest import wait_no_threads
-from ..helpers import frames_model
+from ..helpers import frames_model, ramps_video
 from ..streaming import RAW_OPTIONS, SIZE, Quiet, piped, raw_frames, serving
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
-
-
-def _ramps(path, frames: int, shift: int) -> None:
-    """Smooth colour ramps (the two paths' chroma upsampling apart, not their conversion)."""
-    with av.open(str(path), "w", format="mpegts") as container:
-        stream = container.add_stream("mpeg4", rate=30, options={"g": "6"})
-        stream.width = stream.height = SIZE
-        stream.pix_fmt = "yuv420p"
-        y, x = np.mgrid[0:SIZE, 0:SIZE]
-        for index in range(frames):
-            image = np.stack([40 + x * 4 + index + shift, 60 + y * 4, np.full_like(x, 200 - index * 3)], -1)
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
-        container.mux(stream.encode())
 
 
 @pytest.fixture
@@ -40,7 +27,7 @@ def streams(tmp_path):
     folder = tmp_path / "served"
     folder.mkdir()
     for name, frames, shift in (("a", 14, 0), ("b", 9, 30), ("c", 11, 60)):
-        _ramps(folder / f"{name}.ts", frames, shift)
+        ramps_video(folder / f"{name}.ts", frames, SIZE, shift, 3, "mpeg4", "mpegts", {"g": "6"})
     with serving(functools.partial(Quiet, directory=str(folder))) as base:  # type: ignore[arg-type]
         yield [f"{base}/{name}.ts" for name in "abc"]
 
