@@ -151,3 +151,33 @@ def test_ortpipe_run_hwaccel_cuda_converts_nvdecs_frames_on_the_gpu(tmp_path, cl
         check=True,
     )
     assert "frames decoded into the device's memory and converted there" in done.stderr + done.stdout
+
+
+def test_a_job_stopped_midway_on_the_device_path_ends_cleanly(tmp_path, folder):
+    """``stop`` set after the first batch: the batches in flight are written, the summary
+    says interrupted, every decoding thread ends and no frame is left held."""
+    import threading
+
+    from ..conftest import wait_no_threads
+
+    stop = threading.Event()
+    written: list[int] = []
+
+    class Stopping:
+        def write(self, index, rows, outputs, meta):
+            written.append(rows)
+            stop.set()
+
+        def close(self):
+            pass
+
+    device = HostDevice(chaos=ChaosOptions(probability=0.5, max_delay_s=2e-4, seed=2))
+    try:
+        with Pipeline(frames_model(SIZE, SIZE), device=device, depth=2) as pipe:
+            source = VideoFolderSource(folder, 4, pipe.source_inputs, size=(SIZE, SIZE), videos_at_once=2)
+            summary = run_job(pipe, source, Stopping(), stop=stop, decode_on_device=True)
+    finally:
+        device.close()
+    assert summary.interrupted and 4 <= summary.items < 24 and summary.items == sum(written)
+    assert summary.decoding == "frames decoded into the device's memory and converted there"
+    assert wait_no_threads() == []
