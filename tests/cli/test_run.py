@@ -389,6 +389,7 @@ def models_inputs():
     [
         "video_frames",
         "video_clips",
+        "video_on_gpu",
         "camera_streams",
         "image_classes",
         "image_shards",
@@ -414,6 +415,8 @@ def test_examples_run(tmp_path, name, capsys):
         assert "18 photos of 3 classes, top-1 100%" in out
     if name == "camera_streams":  # every camera's every frame, once and in order, batched together
         assert out.count("30 frames, each once and in order: True") == 3
+    if name == "video_on_gpu":  # the device path: NVDEC's frames on a GPU, the host device's model elsewhere
+        assert "frames decoded into the device's memory and converted there" in out
     if name == "image_shards":  # the archives' images and the Parquet-held ones, tagged alike
         assert "12 images of 2 shards, 12 tagged right" in out and "the same tags: True" in out
 
