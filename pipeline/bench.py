@@ -39,6 +39,7 @@ engine's events, the baselines from perf_counter marks around their steps.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import time
@@ -269,12 +270,21 @@ def bench_pipelined(
         if options.cuda_graph
         else next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
     )
+    with _warmed(model, device, work, depth, options) as pipe:
+        return _timed(mode, depth, pipe, work, tick)
+
+
+@contextlib.contextmanager
+def _warmed(
+    model: ModelSource, device: Device, work: Workload, depth: int, options: PipelineOptions | None
+) -> Iterator[Pipeline]:
+    """The engine's pipeline for ``work`` at ``depth``, its warm-up batches run (not timed)."""
     with Pipeline(
         model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
         for _ in pipe.map_with(work.warm(), discard):
             pass
-        return _timed(mode, depth, pipe, work, tick)
+        yield pipe
 
 
 def bench_arrays(
@@ -300,11 +310,7 @@ def bench_arrays(
         ended = ended or next(timed, None) is None
         return ended
 
-    with Pipeline(
-        model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
-    ) as pipe:
-        for _ in pipe.map_with(work.warm(), discard):
-            pass
+    with _warmed(model, device, work, depth, options) as pipe:
         start = time.perf_counter()
         while not ended:
             for _ in pipe.map_arrays(whole, discard, batch_size=work.batch_size, stop=stop):
