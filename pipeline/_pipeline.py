@@ -325,8 +325,7 @@ class Pipeline(OneRunAtATime):
         self._check_free()
         feeds = self.checker.feeds(None, inputs)
         size = self._whole_rows_per_batch(feeds, batch_size)
-        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
-        return self._cut(feeds, size, make_take, stop)
+        return self._cut(feeds, size, _make_take(take), stop)
 
     def _whole_rows_per_batch(self, feeds: dict[str, np.ndarray], batch_size: int | None) -> int:
         """The rows a batch cut from whole arrays gets: :meth:`rows_per_batch` for their bytes a row."""
@@ -519,8 +518,7 @@ class Pipeline(OneRunAtATime):
             static=self.options.static,
             row_shapes=row_shapes,
         )
-        make_take: MakeTake[Any] = copy_outputs if take is None else (lambda copier: take)
-        return self._ran(layout, batches, make_take)
+        return self._ran(layout, batches, _make_take(take))
 
     def _ran(self, layout: Layout, batches: RunInput, make_take: MakeTake[Any]) -> Generator[Any, None, None]:
         run = self._start_run(layout, batches, make_take, self._new_stats())
@@ -674,6 +672,11 @@ def _preprocess_by_input(
             raise ValueError(f"preprocess makes float tensors, but model input {name!r} is {dtype.name}")
         found[name] = how
     return found
+
+
+def _make_take(take: Take[Any] | None) -> MakeTake[Any]:
+    """The engine's ``make_take`` for a caller's ``take``: the outputs copied out where none is given."""
+    return copy_outputs if take is None else (lambda copier: take)
 
 
 def _both(
