@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -82,6 +82,20 @@ def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") ->
     except SourceError as exc:
         return str(exc)
     return None
+
+
+def device_path(device: Device, hwaccel: str | None) -> tuple[str, str | None]:
+    """The device a source decoding on ``hwaccel`` decodes on for ``device``'s path (NVDEC's on
+    a "hw" device; the host device's model takes any), and why that path cannot be taken (None: it can)."""
+    decoding = hwaccel if device.nv12_frames == "hw" else "cuda"
+    return decoding or "cuda", device_decoding_unavailable(device, decoding)
+
+
+def pix_fmt_refused(pix_fmt: str) -> str | None:
+    """Why frames made ``pix_fmt`` are not made on the device path (None: they are)."""
+    if pix_fmt in ("rgb24", "bgr24"):
+        return None
+    return f"frames of {pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
 
 
 def device_opening(device: Device, hwaccel: str) -> dict[str, Any]:
@@ -198,3 +212,37 @@ class FrameConverter:
         self.hold.hold(frame, read)
         self.frames += 1
         return placement
+
+
+_Fill = TypeVar("_Fill", bound="ConvertingFill")
+
+
+class ConvertingFill:
+    """What a fill of frames converted on the device (``map_device_filled``'s) is besides
+    its :meth:`fill` and :meth:`close`: its frames counted, its call as the engine makes
+    it, and a context manager that closes it."""
+
+    _converter: FrameConverter
+
+    @property
+    def frames(self) -> int:
+        """Frames converted so far."""
+        return self._converter.frames
+
+    def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The next batch converted into ``target``: (rows, metadata), or None at the end."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release every frame once its conversion has run, and stop the decoding."""
+        raise NotImplementedError
+
+    def __call__(self, index: int, target: DeviceTarget) -> int | None:
+        written = self.fill(target)
+        return None if written is None else written[0]
+
+    def __enter__(self: _Fill) -> _Fill:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -21,14 +21,14 @@ from .._engine import DeviceTarget
 from .._rows import close_iteration
 from ..devices import Device
 from ._base import SourceError
-from .device_frames import Decoded, FrameConverter, decoded_frames, device_decoding_unavailable
+from .device_frames import ConvertingFill, Decoded, FrameConverter, decoded_frames, device_path, pix_fmt_refused
 from .fitting import fit_columns
 
 if TYPE_CHECKING:
     from .live import LiveStreamsSource
 
 
-class DeviceStreamsFill:
+class DeviceStreamsFill(ConvertingFill):
     """``fill`` for ``Pipeline.map_device_filled``: ``source``'s streams decoded into
     ``device``'s memory, batched as they arrive, each frame converted into its row as the
     source would make it.  Use it as a context manager, or ``close()`` it."""
@@ -39,11 +39,6 @@ class DeviceStreamsFill:
         self._converter = FrameConverter(device, first.fit, bgr=first.pix_fmt == "bgr24")
         self._chunks: Iterator[tuple[list[Decoded], dict[str, np.ndarray]]] = source.arrivals(self._frames_of)
 
-    @property
-    def frames(self) -> int:
-        """Frames converted so far."""
-        return self._converter.frames
-
     def _frames_of(self, k: int) -> Generator[tuple[Decoded, dict[str, Any]], None, None]:
         """Stream ``k``'s frames where its decoder leaves them, each with its own metadata."""
         stream = self._source.streams[k]
@@ -51,10 +46,6 @@ class DeviceStreamsFill:
         with stream.opened_on(self.device) as container:
             for decoded in decoded_frames(container, k, str(stream.path), stream.every, on_gpu):
                 yield decoded, {"frame_index": decoded.number, "timestamp": decoded.time}
-
-    def __call__(self, index: int, target: DeviceTarget) -> int | None:
-        written = self.fill(target)
-        return None if written is None else written[0]
 
     def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch as it arrived, converted into ``target``: (rows, metadata), or None at the end."""
@@ -80,19 +71,12 @@ class DeviceStreamsFill:
         finally:
             close_iteration(self._chunks)
 
-    def __enter__(self) -> DeviceStreamsFill:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
 
 def streams_device_fill_of(source: LiveStreamsSource, device: Device) -> DeviceStreamsFill | str:
     """A fill that decodes ``source``'s streams into ``device``'s memory and converts them
     there, or why it cannot (the streams are then decoded as they are: on the CPU, or
     NVDEC's frames downloaded)."""
-    hwaccel = source.hwaccel if device.nv12_frames == "hw" else "cuda"
-    unavailable = device_decoding_unavailable(device, hwaccel)
+    _, unavailable = device_path(device, source.hwaccel)
     if unavailable is not None:
         return unavailable
     streams = source.streams
@@ -100,6 +84,4 @@ def streams_device_fill_of(source: LiveStreamsSource, device: Device) -> DeviceS
         return "a pipe is read once, and its header was read by the CPU path"
     if any(stream.reconnect for stream in streams):
         return "streams opened again when they drop (--reconnect) are read on the CPU path"
-    if streams[0].pix_fmt not in ("rgb24", "bgr24"):
-        return f"frames of {streams[0].pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
-    return DeviceStreamsFill(source, device)
+    return pix_fmt_refused(streams[0].pix_fmt) or DeviceStreamsFill(source, device)

@@ -27,11 +27,14 @@ from ._base import SourceError
 from ._prefetch import in_order
 from .device_frames import (
     HELD_FRAMES,
+    ConvertingFill,
     Decoded,
     FrameConverter,
     decoded_frames,
     device_decoding_unavailable,
     device_opening,
+    device_path,
+    pix_fmt_refused,
 )
 from .fitting import Fit, Placement, fit_columns
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from .videos import VideoSource
 
 
-class DeviceVideoFill:
+class DeviceVideoFill(ConvertingFill):
     """``fill`` for ``Pipeline.map_device_filled``: the frames of the video at ``path``
     (or of each of several, in order: a folder's), every ``every``-th, each converted on
     ``device`` into one row of ``input_name`` (the model's only input where None) as
@@ -90,11 +93,6 @@ class DeviceVideoFill:
         self._frames = (item for _, frames in self._streams for item in frames)
 
     @property
-    def frames(self) -> int:
-        """Frames converted so far."""
-        return self._converter.frames
-
-    @property
     def fit(self) -> Fit:
         return self._converter.fit
 
@@ -115,10 +113,6 @@ class DeviceVideoFill:
             raise SourceError(f"video {path!r} cannot be opened to decode on the device: {exc}") from exc
         with container:
             yield from decoded_frames(container, video, path, self.every, on_gpu)
-
-    def __call__(self, index: int, target: DeviceTarget) -> int | None:
-        written = self.fill(target)
-        return None if written is None else written[0]
 
     def fill(self, target: DeviceTarget) -> tuple[int, dict[str, np.ndarray]] | None:
         """The next batch converted into ``target``: (rows, metadata as a video source
@@ -160,19 +154,12 @@ class DeviceVideoFill:
             close_iteration(self._streams)  # the decoding threads stopped and joined
             self._first.close()  # its video closed, also where no batch was asked for
 
-    def __enter__(self) -> DeviceVideoFill:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
 
 def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str:
     """A fill that decodes ``source``'s video into ``device``'s memory and converts each
     frame there as the source would make it (NOTE [ NV12 on the device ]), or why it
     cannot (the source then decodes as it does: on the CPU, or NVDEC's frames downloaded)."""
-    hwaccel = source.hwaccel if device.nv12_frames == "hw" else "cuda"
-    unavailable = device_decoding_unavailable(device, hwaccel)
+    hwaccel, unavailable = device_path(device, source.hwaccel)
     if unavailable is not None:
         return unavailable
     if source.is_pipe:
@@ -181,15 +168,14 @@ def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str
         return "a stream opened again when it drops (--reconnect) is read on the CPU path"
     if source.windowed:
         return "a resumed, windowed or sharded run seeks in the video, which the device path does not"
-    return _made([source], device, hwaccel or "cuda", 1)
+    return _made([source], device, hwaccel, 1)
 
 
 def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVideoFill | str:
     """:func:`device_fill_of` for a folder's (or a table's) videos, ``videos_at_once`` of them
     decoded at once (a GPU's several decoders), their rows each with its ``path``."""
     videos = source.videos
-    hwaccel = videos[0].hwaccel if device.nv12_frames == "hw" else "cuda"
-    unavailable = device_decoding_unavailable(device, hwaccel)
+    hwaccel, unavailable = device_path(device, videos[0].hwaccel)
     if unavailable is not None:
         return unavailable
     if source.skip or source.end is not None:
@@ -198,7 +184,7 @@ def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVi
         return "videos that cannot be read are left out on the CPU path (--skip-unreadable)"
     if len({video.every for video in videos}) > 1:
         return "the videos take frames at strides of their own (--fps): the device path takes one"
-    return _made(videos, device, hwaccel or "cuda", source.videos_at_once, source.video_meta)
+    return _made(videos, device, hwaccel, source.videos_at_once, source.video_meta)
 
 
 def _made(
@@ -211,8 +197,9 @@ def _made(
     """The fill for ``videos``, decoded as the first is (its fit, channel order, stride) and
     each opened as it opens itself (format, options, a stream's timeouts), or why not."""
     video = videos[0]
-    if video.pix_fmt not in ("rgb24", "bgr24"):
-        return f"frames of {video.pix_fmt} are made on the CPU (the device path makes rgb24 and bgr24)"
+    refused = pix_fmt_refused(video.pix_fmt)
+    if refused is not None:
+        return refused
     try:
         return DeviceVideoFill(
             [one.path for one in videos],
