@@ -69,10 +69,11 @@ def _table(path, rows: int = 10) -> None:
     pq.write_table(pa.table({name: pa.array(range(rows)) for name in "abcd"}), path)
 
 
-@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
-def test_a_table_run_imports_neither_the_picture_sources_nor_the_measuring_nor_pandas(tmp_path, suffix):
-    """pyarrow's own numpy conversions import pandas where it is installed (0.2 s):
-    a table's columns go through ``pipeline._arrow``'s views instead."""
+@pytest.mark.parametrize("suffix, written", [(".csv", ".csv"), (".parquet", ".parquet"), (".csv", ".jsonl")])
+def test_a_table_run_imports_neither_the_picture_sources_nor_the_measuring_nor_pandas(tmp_path, suffix, written):
+    """pyarrow's own numpy conversions, and its Python strings made scalars, import pandas
+    where it is installed (0.2 s): a table's columns go through ``pipeline._arrow``'s views
+    instead, and JSON Lines' literal pieces are scalars made from their bytes."""
     from pipeline import models
 
     model = tmp_path / "m.onnx"
@@ -81,7 +82,7 @@ def test_a_table_run_imports_neither_the_picture_sources_nor_the_measuring_nor_p
     _table(table)
     script = (
         "import json, sys\nfrom pipeline.cli import main\n"
-        f"main(['run', {str(model)!r}, '--input', {str(table)!r}, '--output', {str(tmp_path / ('o' + suffix))!r}, "
+        f"main(['run', {str(model)!r}, '--input', {str(table)!r}, '--output', {str(tmp_path / ('o' + written))!r}, "
         "'--device', 'cpu', '--no-progress'])\n"
         f"print(json.dumps(sorted(set(sys.modules) & set({(*NOT_FOR_A_TABLE, 'pandas')!r}))))"
     )

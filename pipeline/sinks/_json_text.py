@@ -10,6 +10,11 @@ and reads back, cast to float32, as the same float32), strings quoted (escaped
 by ``json`` only where a value needs it), lists joined; then the columns are
 joined into lines, and the lines' bytes are one Arrow buffer, taken whole.
 
+The literal pieces (the braces, the keys, ``null``) are Arrow scalars made from
+their bytes (:func:`_text`): pyarrow turns a Python string into a scalar through
+its pandas shim, which imports pandas where it is installed - a fifth of a
+second of a run's first write.
+
 JSON has no NaN or infinity: such a value, and a null, is written ``null``, so
 that any JSON reader reads every line.  A float16 goes through numpy, whose
 shortest text is float16's own (Arrow writes a float16 exactly, 13 digits for
@@ -19,16 +24,29 @@ way, through ``json.dumps``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
 
 import numpy as np
 
+from .._arrow import from_numpy, to_numpy
+
 #: a string holding one of these is escaped by json.dumps; any other is only quoted
 _NEEDS_ESCAPING = r'["\\\x00-\x1f]'
 #: a float's text that would read back as an integer
 _WHOLE_NUMBER = r"^-?[0-9]+$"
+
+
+@functools.lru_cache(maxsize=1024)
+def _text(value: str) -> Any:
+    """``value`` as an Arrow string scalar, made from its UTF-8 bytes (no pandas: see above)."""
+    import pyarrow as pa
+
+    data = value.encode()
+    offsets = from_numpy(np.array([0, len(data)], np.int32)).buffers()[1]
+    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
 
 
 def json_lines(batch: Any) -> bytes:
@@ -40,8 +58,9 @@ def json_lines(batch: Any) -> bytes:
         return b""
     pieces: list[Any] = []
     for number, (name, column) in enumerate(zip(batch.schema.names, batch.columns, strict=True)):
-        pieces += [("{" if number == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":", _json_values(column)]
-    lines = pc.binary_join_element_wise(*pieces, "}\n", "")
+        key = ("{" if number == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":"
+        pieces += [_text(key), _json_values(column)]
+    lines = pc.binary_join_element_wise(*pieces, _text("}\n"), _text(""))
     return _text_bytes(lines)
 
 
@@ -63,7 +82,7 @@ def _json_values(column: Any) -> Any:
         text = _joined_lists(column)
     else:
         text = pa.array([json.dumps(_finite(value), ensure_ascii=False) for value in column.to_pylist()])
-    return pc.fill_null(text, "null")
+    return pc.fill_null(text, _text("null"))
 
 
 def _float_text(column: Any) -> Any:
@@ -80,8 +99,8 @@ def _float_text(column: Any) -> Any:
         # test on the numbers is cheap, the one on the text is not, and seldom needed
         if pc.any(pc.equal(pc.trunc(column), column)).as_py():
             whole = pc.match_substring_regex(text, _WHOLE_NUMBER)
-            text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
-    return text if pc.all(finite).as_py() else pc.if_else(finite, text, "null")
+            text = pc.if_else(whole, pc.binary_join_element_wise(text, _text(".0"), _text("")), text)
+    return text if pc.all(finite).as_py() else pc.if_else(finite, text, _text("null"))
 
 
 def _quoted(column: Any) -> Any:
@@ -93,7 +112,7 @@ def _quoted(column: Any) -> Any:
     if pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPING)).as_py():
         values = column.to_pylist()
         return pa.array([None if value is None else json.dumps(value, ensure_ascii=False) for value in values])
-    return pc.binary_join_element_wise('"', column, '"', "")
+    return pc.binary_join_element_wise(_text('"'), column, _text('"'), _text(""))
 
 
 def _joined_lists(column: Any) -> Any:
@@ -102,10 +121,12 @@ def _joined_lists(column: Any) -> Any:
     import pyarrow.compute as pc
 
     # flatten() leaves out what a slice or a null list covers; the offsets are made anew to match
-    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy()
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    lengths = pc.list_value_length(column)
+    zero = from_numpy(np.zeros(1, np.dtype(lengths.type.to_pandas_dtype())))[0]  # a scalar of its type
+    lengths = to_numpy(pc.fill_null(lengths, zero))
+    offsets = from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     lists = pa.ListArray.from_arrays(offsets, _json_values(column.flatten()), mask=column.is_null())
-    return pc.binary_join_element_wise("[", pc.binary_join(lists, ","), "]", "")
+    return pc.binary_join_element_wise(_text("["), pc.binary_join(lists, _text(",")), _text("]"), _text(""))
 
 
 def _text_bytes(lines: Any) -> bytes:
