@@ -10,6 +10,7 @@ of its own in ``test_issuing.py``.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -28,6 +29,22 @@ def pytest_collection_finish(session) -> None:
 
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C as Python sets it up where it is not ignored (``KeyboardInterrupt``), for every test:
+    a runner that ignores SIGINT (``nohup``, ``&`` in a script) would otherwise pass the ignoring
+    on, and ``_thread.interrupt_main`` would do nothing (issue 34, item 7).  Subprocesses that are
+    sent a signal set theirs with ``helpers.stop_signals_handled``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 DEVICE_KINDS = ["host", "host-link", "host-chaos", "cuda"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,14 @@ from pipeline.models import IR_VERSION, OPSET
 
 #: the repository's root: the examples and benchmarks are loaded from their files
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def stop_signals_handled() -> None:
+    """A ``preexec_fn`` for a child that is sent SIGINT, SIGTERM or SIGHUP: each at its default
+    there, whatever this process inherited (``nohup``, ``&`` in a script, a runner that ignores
+    SIGINT); an ignored one would stay ignored in the child, as ortpipe leaves it (NOTE in cli.run)."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def load_module(relative: str) -> ModuleType:

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Literal
 from .. import models
 from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, restarted, skipped
 from ..jobs import Progress, SourceOptions, output_lock
-from ..sinks import LabelledSink, SinkError, read_labels, writable
+from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
 from ._args import (
     constant_arrays,
     ort_options,
@@ -205,7 +205,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     with _open_pipeline(args, model, preprocess, constants) as pipe:
         batch_size = pipe.rows_per_batch()  # --batch-size, the model's fixed batch dim, or picked for a row's bytes
         source = _open_source(args, pipe, batch_size)
-        sink = _open_sink(args, pipe, rows, labelled)
+        sink = _open_sink(args, pipe, rows, labelled, None if rows is not None else job_record(args))
         kept = kept_rows(sink)
         for line in restarted(sink):
             print(f"resume: {line}")
@@ -306,8 +306,31 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
     )
 
 
-def _open_sink(args: argparse.Namespace, pipe: Any, rows: BinaryIO | None, labelled: Any) -> Any:
-    """The output's sink (labelled where --labels names classes), refused where it would replace one."""
+#: the options of ``ortpipe run`` that change what rows an output holds (NOTE [ who wrote it ] in sinks)
+ROW_OPTIONS = (
+    "input_name", "input_column", "id_column", "image_column", "video_column", "constant", "preprocess",
+    "size", "pix_fmt", "fit", "every", "fps", "skip_unreadable", "video_format", "video_option", "jpeg_draft",
+    "exif_orientation", "shard", "top_k", "softmax", "labels", "output_names", "data_dependent",
+)  # fmt: skip
+
+
+def job_record(args: argparse.Namespace, engine: str = "local") -> JobRecord:
+    """The record of the job ``args`` asks for, kept beside its output: its input, its model, the
+    options that change rows, the first row (--rows), and the ``engine`` that writes it."""
+    model = args.model
+    if model in models.BUILTIN:
+        model = models.get(model)
+    options = {name: getattr(args, name, None) for name in ROW_OPTIONS}
+    options["first_row"] = args.rows[0] if getattr(args, "rows", None) else 0
+    options["engine"] = engine
+    return JobRecord.of(args.input, model, options)
+
+
+def _open_sink(
+    args: argparse.Namespace, pipe: Any, rows: BinaryIO | None, labelled: Any, record: JobRecord | None
+) -> Any:
+    """The output's sink (labelled where --labels names classes), refused where it would replace one,
+    and ``record``ed as the job that writes it."""
     from ..jobs import open_sink, refuse_replacing
 
     sink = open_sink(
@@ -321,6 +344,7 @@ def _open_sink(args: argparse.Namespace, pipe: Any, rows: BinaryIO | None, label
         part_rows=args.part_rows,
         part_seconds=args.part_seconds,
         compression=args.compression or "snappy",
+        record=record,
     )
     if labelled is not None:
         sink = LabelledSink(sink, *labelled)

@@ -20,15 +20,18 @@ from ..sinks import (
     JOURNAL_PART_SECONDS,
     CsvSink,
     CsvStreamSink,
+    JobRecord,
     JsonLinesSink,
     JsonLinesStreamSink,
     NpySink,
     ParquetDatasetSink,
     ParquetSink,
+    RecordingSink,
     ReplacingSink,
     SinkError,
     finish_replacing,
     refuse_other_files,
+    refuse_other_job,
     refuse_used_folder,
     replacement_of,
     replacement_under_way,
@@ -345,6 +348,7 @@ def open_sink(
     stream: BinaryIO | None = None,
     stream_format: str = "csv",
     part_seconds: float | None = None,
+    record: JobRecord | None = None,
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
@@ -359,7 +363,9 @@ def open_sink(
     on the data by the first write are written per batch
     (NOTE [ per-batch outputs ] in sinks).  ``resume``: keep the rows an earlier run left in the
     file and write after them (``sink.kept_rows``; run the source
-    :func:`rows_after` them: NOTE [ resuming ] in sinks)."""
+    :func:`rows_after` them: NOTE [ resuming ] in sinks).  ``record``: the job writing it,
+    kept beside the output from its first row on; a resume of another job's output is
+    refused, naming both (NOTE [ who wrote it ] in sinks)."""
     kind = sink_kind(path, stream_format)
     output_names = pipe.output_names
     unknown = sorted(set(data_dependent) - set(output_names))
@@ -400,16 +406,23 @@ def open_sink(
             part_seconds=part_seconds,
         )
 
+    def recorded(at: str | Path, resume: bool, overwrite: bool) -> Sink:
+        if record is None:
+            return made(at, resume, overwrite)
+        if resume:  # before the sink looks at the rows: another job's are never kept
+            refuse_other_job(at, record, shown=path)
+        return RecordingSink(made(at, resume, overwrite), at, record)
+
     if kind != "npy":
         _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if kind not in REPLACED_WHEN_WHOLE:
         return made(path, resume, overwrite)
-    return _replaced_when_whole(path, kind, resume, overwrite, made)
+    return _replaced_when_whole(path, kind, resume, overwrite, recorded)
 
 
-#: the kinds of output that ``--overwrite`` writes beside the earlier one (NOTE [ replaced when whole ]);
-#: a Parquet file's journal does the same by itself
-REPLACED_WHEN_WHOLE = ("npy", "csv", "jsonl", "parquet data set")
+#: the kinds of output that ``--overwrite`` writes beside the earlier one (NOTE [ replaced when whole ]): a
+#: Parquet file too, whose journal is merged at every close, a stopped or failed run's included
+REPLACED_WHEN_WHOLE = ("npy", "csv", "jsonl", "parquet", "parquet data set")
 
 
 def _replaced_when_whole(

@@ -84,6 +84,7 @@ from .replacing import (
     replacement_under_way,
     staging_folder,
 )
+from .written_by import JobRecord, RecordingSink, read_record, record_path, refuse_other_job, write_record
 
 __all__ = [
     "CallbackSink",
@@ -93,6 +94,7 @@ __all__ = [
     "DataDependent",
     "JOURNAL_PART_BYTES",
     "JOURNAL_PART_SECONDS",
+    "JobRecord",
     "JsonLinesSink",
     "JsonLinesStreamSink",
     "LabelledSink",
@@ -101,6 +103,7 @@ __all__ = [
     "PARQUET_CODECS",
     "ParquetDatasetSink",
     "ParquetSink",
+    "RecordingSink",
     "ReplacingSink",
     "SUCCESS",
     "Several",
@@ -117,7 +120,10 @@ __all__ = [
     "parquet_writer",
     "read_labels",
     "read_npy_header_rows",
+    "read_record",
+    "record_path",
     "refuse_other_files",
+    "refuse_other_job",
     "refuse_used_folder",
     "remove_journal",
     "replacement_of",
@@ -127,4 +133,5 @@ __all__ = [
     "whole_parts",
     "writable",
     "writable_folder",
+    "write_record",
 ]

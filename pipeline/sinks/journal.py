@@ -51,10 +51,9 @@ class _Journal(_ParquetParts):
     to twice its size on the disk until it is closed.  A killed run leaves
     the journal: resuming goes on after its whole parts.  A resumed file that
     was closed is moved into the journal as part 0 (and is the file again at
-    close, moved back when nothing was added).  A new run over a closed file
-    (``--overwrite``) leaves it in place until its own close moves the merged
-    journal over it: killed, it leaves the earlier file whole and its own rows in
-    the journal, which ``--resume`` finishes.  A close cut short while it
+    close, moved back when nothing was added).  Every close merges, a stopped
+    run's too: ``--overwrite`` writes its file in a folder of its own and moves it
+    over the earlier one once whole (NOTE [ replaced when whole ]).  A close cut short while it
     moved the merged tables into place (:data:`_MERGED` marks that every merge
     was done) is finished by the next resume."""
 

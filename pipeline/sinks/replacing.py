@@ -1,7 +1,7 @@
 """An earlier output replaced only once the new one is whole (``--overwrite``).
 
 NOTE [ replaced when whole ]: ``--overwrite`` of an output that holds an
-earlier run's rows - a CSV, JSON Lines or ``.npy`` file, a data set - writes
+earlier run's rows - a Parquet, CSV, JSON Lines or ``.npy`` file, a data set - writes
 the new output into a hidden folder beside it, ``.ortpipe-overwrite.<name>``,
 under the same names (and its files beside it there too: a multi-output
 ``.npy``'s, a per-batch output's, a data set's side folders), and moves them
@@ -10,9 +10,11 @@ A run killed or stopped halfway leaves the earlier output whole, and
 ``--resume`` goes on with the new one in its folder.  The moves are a rename a
 file (a folder: two, the earlier one set aside first); a marker written before
 the first makes the next open of the output finish them where a kill cut them
-short (:func:`finish_replacing`).  A Parquet file needs none of this: its
-journal is beside it already and replaces it at its close
-(NOTE [ journaled Parquet ]).
+short (:func:`finish_replacing`).  A Parquet file needs it as much as the
+others: its journal is merged into the file at every close, a stopped or failed
+run's too (NOTE [ journaled Parquet ]), so it is journaled in the staging folder
+and the merged file moved up; a journal a killed earlier run left beside the
+replaced file is removed with it (a later ``--resume`` would go on from it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from ._handing_on import HandingOn
 from ._parts import durable
+from .journal import journal_of, remove_journal
 
 #: the hidden folder beside an output that its replacement is written in
 STAGING_PREFIX = ".ortpipe-overwrite."
@@ -68,6 +71,7 @@ def _move_up(folder: Path) -> None:
         if entry.name == _MOVING or entry.name.startswith(_REPLACED):
             continue
         target = beside / entry.name
+        remove_journal(journal_of(target))  # a killed earlier run's: of the file replaced, not of this one
         if entry.is_dir():
             if target.exists():  # a folder cannot be renamed over a full one: the earlier is set aside
                 os.rename(target, folder / f"{_REPLACED}{entry.name}")

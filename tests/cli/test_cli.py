@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.cli import main
 
-from ..helpers import ROOT
+from ..helpers import ROOT, stop_signals_handled
 
 
 def test_bench_prints_its_table(capsys):
@@ -256,7 +256,12 @@ def test_ctrl_c_before_the_job_starts_ends_it_with_130_and_no_traceback(tmp_path
     argv = ["run", "identity", "--input", str(tmp_path / "x.npy"), "--output", str(output), "--device", "cpu"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_START, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", _SLOW_START, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=stop_signals_handled,
     )
     try:
         assert process.stdout.readline() == "reading the input\n"

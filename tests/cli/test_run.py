@@ -22,7 +22,7 @@ from pipeline.jobs import JobSummary, run_job
 from pipeline.sinks import CallbackSink, NpySink, read_npy_header_rows
 from pipeline.sources import ImageFolderSource, NpySource, ParquetSource, VideoSource
 
-from ..helpers import frames_model, load_module
+from ..helpers import frames_model, load_module, stop_signals_handled
 
 
 def _example(name: str):
@@ -843,7 +843,9 @@ def test_a_signal_after_the_job_does_not_kill_the_command_by_its_default_action(
         f"os.kill(os.getpid(), signal.{signum})  # late: after the job, before the process exits\n"
         "print('exits with', code)\nsys.exit(code)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, preexec_fn=stop_signals_handled
+    )
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "exits with 0" in done.stdout
     assert np.load(tmp_path / "y.npy").shape[0] == 64

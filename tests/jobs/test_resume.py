@@ -40,6 +40,7 @@ from pipeline.sinks import (
     finish_replacing,
     journal_of,
     read_npy_header_rows,
+    record_path,
     replacement_of,
     replacement_under_way,
     staging_folder,
@@ -57,7 +58,7 @@ from pipeline.sources import (
     VideoSource,
 )
 
-from ..helpers import ROOT, load_module
+from ..helpers import ROOT, load_module, stop_signals_handled
 
 
 def _specs(features: int = 4):
@@ -680,15 +681,14 @@ def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int,
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        preexec_fn=stop_signals_handled,  # a runner that ignores SIGINT does not pass that on
     )
     try:
         started = process.stdout.readline()  # "device: ...": the job is about to read its first batch
         assert started.startswith("device:"), started
         deadline = time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline:
-            # .npy and CSV grow batch by batch; Parquet keeps its closed parts (a file's in its journal)
-            parts = journal_of(output) if output.suffix == ".parquet" else output
-            if (parts / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024):
+            if _has_written(output) or _has_written(replacement_of(output)):
                 break
             time.sleep(0.005)
         for signum in signums:
@@ -697,6 +697,13 @@ def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int,
     finally:
         process.kill()
     return process.returncode, rest
+
+
+def _has_written(output: Path) -> bool:
+    """Whether a run has written rows into ``output``: .npy and CSV grow batch by batch; Parquet
+    keeps its closed parts (a file's in its journal)."""
+    parts = journal_of(output) if output.suffix == ".parquet" else output
+    return (parts / "part-00000.parquet").exists() or (output.is_file() and output.stat().st_size > 64 * 1024)
 
 
 def _written(output: Path) -> tuple[np.ndarray, np.ndarray | None]:
@@ -856,6 +863,10 @@ def test_ortpipe_run_resume_of_another_input_is_refused_before_any_work(tmp_path
     assert main(argv) == 0
     np.save(data, np.zeros((30, 64), np.float32))
     assert main([*argv, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "was written by another job (this run / that one: input" in err and "7,808 bytes" in err
+    record_path(output).unlink()  # an output of an earlier ortpipe, with no record: the rows' own check
+    assert main([*argv, "--resume"]) == 1
     assert "holds 30 rows, fewer than the 40 to leave out" in capsys.readouterr().err
     assert read_npy_header_rows(output) == 40 and len(np.load(output)) == 40
 
@@ -934,6 +945,9 @@ def test_resuming_from_another_input_is_refused_where_the_output_keeps_ids(tmp_p
     _table_with_ids(data, range(1000, 1100))
     assert main([*argv, "--limit", "30"]) == 0
     _table_with_ids(data, range(2000, 2100))  # regenerated: as many rows, other ids
+    assert main([*argv, "--resume"]) == 1
+    assert "was written by another job (this run / that one: input" in capsys.readouterr().err
+    record_path(output).unlink()  # an output of an earlier ortpipe, with no record: the rows' own check
     assert main([*argv, "--resume"]) == 1
     err = capsys.readouterr().err
     assert "cannot resume: row 29 of" in err and "(id 2029 where the output has " in err
@@ -1258,13 +1272,69 @@ def test_a_killed_overwrite_leaves_the_earlier_parquet_file_whole(tmp_path, caps
     assert main(_argv(busy_job, output, "--limit", "1000")) == 0
     shutil.copyfile(output, earlier)
     # killed once the new run has closed a part into its journal: it has written rows
-    _killed_when(_argv(busy_job, output, "--overwrite"), lambda: (journal_of(output) / "part-00000.parquet").exists())
-    assert whole_parts(journal_of(output))  # the new run's rows, in its journal
+    journal = journal_of(replacement_of(output))  # NOTE [ replaced when whole ]: the journal is the replacement's
+    _killed_when(_argv(busy_job, output, "--overwrite"), lambda: (journal / "part-00000.parquet").exists())
+    assert whole_parts(journal)  # the new run's rows, in its journal
     assert pq.read_table(output).equals(pq.read_table(earlier))  # the earlier rows, whole and readable
     assert main(_argv(busy_job, output, "--resume")) == 0
     scores, ids = _written(output)
     np.testing.assert_allclose(scores, busy_job[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(ids, np.arange(ROWS))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_overwrite_of_a_parquet_file_keeps_the_earlier_one(tmp_path, busy_job, signum):
+    """Issue 34, item 1: a graceful stop closes the new file - in its staging folder, not over the
+    earlier one, which stays whole; the stop says where the new rows are, and --resume finishes them."""
+    output = tmp_path / "scores.parquet"
+    assert main(_argv(busy_job, output, "--limit", "1000")) == 0
+    earlier = pq.read_table(output)
+    code, said = _stopped_mid_run(_argv(busy_job, output, "--overwrite"), output, signum)
+    assert code == 128 + signum and "interrupted after" in said, said
+    assert str(replacement_of(output)) in said and "the earlier" in said and "is kept whole" in said
+    assert pq.read_table(output).equals(earlier)
+    assert 0 < pq.read_metadata(replacement_of(output)).num_rows < ROWS
+    assert main(_argv(busy_job, output, "--resume")) == 0
+    np.testing.assert_array_equal(_written(output)[1], np.arange(ROWS))
+    assert not replacement_under_way(output)
+
+
+def test_an_overwrite_whose_input_fails_partway_keeps_the_earlier_parquet_file(tmp_path, capsys):
+    """Issue 34, item 1: an input that fails after some batches were written (a CSV's bad value
+    near its end) leaves the earlier file as it was; the new rows stay in the replacement."""
+    rows = np.random.default_rng(0).random((20_000, 64)).astype(np.float32)
+    lines = [",".join(f"f{i}" for i in range(64))] + [",".join(f"{v:.4f}" for v in row) for row in rows]
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text("\n".join(lines) + "\n")
+    lines[19_000] = "oops" + lines[19_000][lines[19_000].index(",") :]
+    bad.write_text("\n".join(lines) + "\n")
+    output = tmp_path / "scores.parquet"
+    argv = ["run", "mlp", "--output", str(output), "--batch-size", "100", "--part-rows", "500", "--no-progress"]
+    assert main([*argv, "--input", str(good)]) == 0
+    earlier = pq.read_table(output)
+    assert main([*argv, "--input", str(bad), "--overwrite"]) == 1
+    assert "invalid value 'oops'" in capsys.readouterr().err
+    assert pq.read_table(output).equals(earlier)
+    assert 0 < pq.read_metadata(replacement_of(output)).num_rows < 19_000  # the new rows, closed beside it
+    assert main([*argv, "--input", str(good), "--overwrite"]) == 0  # a new --overwrite starts afresh
+    assert pq.read_table(output).equals(earlier) and not replacement_under_way(output)
+
+
+def test_an_overwrite_removes_the_journal_a_killed_run_left_beside_the_earlier_file(tmp_path):
+    """A journal beside the replaced file belongs to it: left there, a later --resume would go on
+    from another run's parts."""
+    batches = _batches()
+    output = tmp_path / "o.parquet"
+    _write_all(ParquetSink(output), batches)
+    stale = journal_of(output)
+    stale.mkdir()
+    (stale / "part-00000.parquet").write_bytes(output.read_bytes())
+    with Pipeline(models.identity(features=FEATURES), device="cpu") as pipe:
+        sink = open_sink(output, pipe, overwrite=True)
+        sink.write(0, 2, {"y": np.zeros((2, FEATURES), np.float32)}, {"row_id": np.arange(2)})
+        sink.close()
+        sink.mark_complete()
+    assert not stale.exists() and pq.read_metadata(output).num_rows == 2
 
 
 def _holds_new_rows(output: Path) -> bool:
@@ -1295,7 +1365,7 @@ def test_a_killed_overwrite_leaves_the_earlier_output_whole_and_resume_finishes_
     if ids is not None:
         np.testing.assert_array_equal(ids, np.arange(ROWS))
     assert not replacement_under_way(output) and sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [name, earlier.name]
+        [name, earlier.name, record_path(output).name]
     )
 
 

@@ -29,7 +29,7 @@ from pipeline.cli.run import input_path
 from pipeline.jobs import source_kind
 from pipeline.sources import STDIN, SourceError, VideoSource, is_live, is_pipe, is_stream_url
 
-from ..helpers import ROOT, encode_video
+from ..helpers import ROOT, encode_video, stop_signals_handled
 from ..streaming import RAW, RAW_OPTIONS, SIZE, Quiet, dropping, piped, raw_frames, serving
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
@@ -288,6 +288,7 @@ def _ortpipe(argv: list[str]) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=stop_signals_handled,
     )
 
 
