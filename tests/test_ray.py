@@ -16,7 +16,9 @@ import pytest
 
 from pipeline import Pipeline, SourceError, models
 from pipeline.cli import main
+from pipeline.jobs import output_lock
 from pipeline.ray import Predictor, predict
+from pipeline.sinks import read_record, replacement_of, replacement_under_way
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed: pip install 'ortpipe[ray]'", allow_module_level=True)
@@ -80,6 +82,26 @@ def test_ortpipe_run_on_ray(ray, data, tmp_path, capsys):
     assert "holds files already: --overwrite replaces them" in capsys.readouterr().err
     assert main([*argv, "--ray", "--resume"]) == 1
     assert "--resume is not for a run on Ray" in capsys.readouterr().err
+    _ray_output_rules(argv, output, capsys, lambda table: _by_id(table, ids), expected)
+
+
+def _ray_output_rules(argv, output, capsys, scores, expected) -> None:
+    """Issue 34, item 3: a --ray output keeps a local one's rules - whole with its _SUCCESS and its
+    job's record, one writer at a time (the lock, taken before Ray starts), an --overwrite moved
+    over the earlier output once whole (a killed one's staging folder replaced), and a local
+    --resume of it refused: Ray wrote it, in Ray's order."""
+    assert (output / "_SUCCESS").exists() and read_record(output).options["engine"] == "ray"
+    with output_lock(output):  # another ortpipe run writing it
+        assert main([*argv, "--ray", "--overwrite"]) == 1
+    assert "is being written by another ortpipe run (process " in capsys.readouterr().err
+    (replacement_of(output)).mkdir(parents=True)  # what a killed --ray run leaves: a partial data set aside
+    (replacement_of(output) / "0000.parquet").write_bytes(b"PAR1 cut short")
+    assert main([*argv, "--ray", "--overwrite"]) == 0
+    assert not replacement_under_way(output) and (output / "_SUCCESS").exists()
+    np.testing.assert_allclose(scores(pq.read_table(output)), expected, rtol=1e-6)
+    assert main([*argv, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "was written by another job (this run / that one:" in err and "engine 'local' / 'ray'" in err
 
 
 def test_ortpipe_run_on_ray_over_a_folder_of_images(ray, tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 from .._errors import SinkError, SourceError
 from ..jobs import Progress
+from ..sinks import SUCCESS, JobRecord, move_replacement_up, replacement_of, staging_folder, write_record
 from ..sources import Fit
 
 #: options of a local run that a Ray job does not take, and why
@@ -34,8 +36,13 @@ _NOT_ON_RAY = (
 )
 
 
-def run_on_ray(args: argparse.Namespace) -> int:
-    """The job on Ray: ``args.ray`` is ``local`` (a cluster started for the run), ``auto`` or an address."""
+def run_on_ray(args: argparse.Namespace, record: JobRecord | None = None) -> int:
+    """The job on Ray: ``args.ray`` is ``local`` (a cluster started for the run), ``auto`` or an address.
+
+    The caller holds the output's lock (NOTE [ one writer ]).  Ray writes the data set into the
+    output's staging folder, which is moved over the output once whole, with its ``_SUCCESS`` and
+    the job's ``record`` (NOTE [ replaced when whole ], NOTE [ who wrote it ]): a Ray job stopped
+    or killed halfway leaves no partial data set under the output's name, and an earlier one whole."""
     from .. import models
 
     _refuse_local_options(args)
@@ -46,13 +53,13 @@ def run_on_ray(args: argparse.Namespace) -> int:
         ray.init(address=None if args.ray == "local" else args.ray, logging_level="ERROR", include_dashboard=False)
     try:
         model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
-        return _score(args, ray, model, source, output)
+        return _score(args, ray, model, source, output, record)
     finally:
         if started:
             ray.shutdown()
 
 
-def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> int:
+def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path, record: JobRecord | None) -> int:
     from ..jobs import source_kind
 
     begun = time.perf_counter()
@@ -63,8 +70,13 @@ def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output:
     progress = Progress("ray", total=total, enabled=False if args.no_progress else None, unit="rows")
     if progress.enabled:
         ray.data.DataContext.get_current().enable_progress_bars = False  # ours instead of Ray's, as a local run's
-    with _watched(output, progress):
-        scored.write_parquet(str(output), mode="overwrite" if args.overwrite else "create")
+    staged = _staged(output)
+    with _watched(staged, progress):
+        scored.write_parquet(str(staged), mode="create")
+    (staged / SUCCESS).touch()
+    if record is not None:
+        write_record(staged, record)
+    move_replacement_up(output)
     seconds = time.perf_counter() - begun
     rows = _rows_in(output)
     print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
@@ -163,11 +175,30 @@ def _ray_input(path: str | Path) -> Path:
 
 
 def _data_set_output(path: Path, overwrite: bool) -> Path:
+    """The output folder, refused where it holds files (``overwrite``: other than a data set's)."""
+    from ..sources import PARQUET_SUFFIXES
+
     if path.suffix:
         raise SinkError(f"--ray writes a Parquet data set, a folder: give a path without a suffix, not {str(path)!r}")
-    if path.exists() and any(path.iterdir()) and not overwrite:
+    if path.exists() and not path.is_dir():
+        raise SinkError(f"{str(path)!r} is a file: --ray writes a Parquet data set, a folder")
+    held = sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) if path.is_dir() else []
+    if held and not overwrite:
         raise SinkError(f"{str(path)!r} holds files already: --overwrite replaces them")
+    others = [name for name in held if name != SUCCESS and Path(name).suffix.lower() not in PARQUET_SUFFIXES]
+    if others:  # the folder is replaced whole: a data set's files only
+        raise SinkError(
+            f"cannot replace {str(path)!r}: it holds other files than a data set's ({', '.join(others[:3])}): "
+            "write to a folder of its own"
+        )
     return path
+
+
+def _staged(output: Path) -> Path:
+    """Where Ray writes the data set: in the output's staging folder, made afresh (a killed run's removed)."""
+    shutil.rmtree(staging_folder(output), ignore_errors=True)
+    staging_folder(output).mkdir(parents=True)
+    return replacement_of(output)
 
 
 def _input_rows(source: Path) -> int | None:

@@ -181,18 +181,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     inputs = args.input if isinstance(args.input, list) else [args.input]
     args.input, args.more_inputs = inputs[0], inputs[1:]
-    if getattr(args, "ray", None) is not None:  # the job on a Ray cluster: docs/scale-out.md
-        from .ray_run import run_on_ray
-
-        return run_on_ray(args)
-
+    on_ray = getattr(args, "ray", None) is not None
+    if on_ray and str(args.output) == STDOUT:
+        raise SinkError("--ray writes a Parquet data set, a folder: give its path, not - (standard output)")
     if str(args.output) != STDOUT:
         with output_lock(args.output, SinkError):  # NOTE [ one writer ]: before the output is looked at
-            return _run(args)
+            return _on_ray(args) if on_ray else _run(args)
     rows = sys.stdout.buffer
     sys.stdout.flush()
     with contextlib.redirect_stdout(sys.stderr):  # a reader of the rows that goes away: see cli.main
         return _run(args, rows)
+
+
+def _on_ray(args: argparse.Namespace) -> int:
+    """The job on a Ray cluster: docs/scale-out.md."""
+    from .ray_run import run_on_ray
+
+    return run_on_ray(args, job_record(args, engine="ray"))
 
 
 def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:

@@ -80,6 +80,7 @@ from .parquet import ParquetDatasetSink, ParquetSink
 from .replacing import (
     ReplacingSink,
     finish_replacing,
+    move_replacement_up,
     replacement_of,
     replacement_under_way,
     staging_folder,
@@ -116,6 +117,7 @@ __all__ = [
     "finish_moving_merged",
     "finish_replacing",
     "journal_of",
+    "move_replacement_up",
     "parquet_codec",
     "parquet_writer",
     "read_labels",

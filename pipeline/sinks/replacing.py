@@ -62,6 +62,13 @@ def finish_replacing(path: str | Path) -> bool:
     return True
 
 
+def move_replacement_up(path: str | Path) -> None:
+    """Move the whole replacement of ``path`` written in its staging folder over ``path`` (and
+    anything written beside it there): what a writer that is not one of ortpipe's sinks (Ray's
+    ``write_parquet``) calls once its output is whole."""
+    _move_up(staging_folder(path))
+
+
 def _move_up(folder: Path) -> None:
     """Every file and folder written in the staging ``folder`` over its namesake beside it, then the folder removed."""
     (folder / _MOVING).touch()
