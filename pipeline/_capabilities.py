@@ -50,6 +50,13 @@ class Restarts(Protocol):
 
 
 @runtime_checkable
+class HasNotes(Protocol):
+    """A sink with something to say once about what it wrote (JSON Lines' infinities)."""
+
+    def notes(self) -> list[str]: ...
+
+
+@runtime_checkable
 class Completable(Protocol):
     """A sink that marks its output whole once the job wrote every row (a data set's ``_SUCCESS``)."""
 
@@ -190,6 +197,11 @@ def last_kept_row(sink: object) -> Mapping[str, Any] | None:
     """The last row a resumed sink kept, column by column (None where it keeps none, or
     no columns): what ``jobs.resumed`` and the sources that say where to go on read."""
     return sink.last_kept_row() if isinstance(sink, KeepsLastRow) and kept_rows(sink) else None
+
+
+def notes(sink: object) -> list[str]:
+    """What a sink says once about what it wrote ([] where nothing)."""
+    return sink.notes() if isinstance(sink, HasNotes) else []
 
 
 def restarted(sink: object) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, restarted, skipped
+from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
 from ..jobs import Progress, SourceOptions, output_lock
 from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
 from ._args import (
@@ -422,6 +422,8 @@ def _report_the_end(
             nothing = _nothing_in(args, bounds, source)
             print(f"no rows to run: {nothing}, so {_shown(args.output)} was not written", file=sys.stderr)
     _report_per_batch(sink)
+    for line in notes(sink):
+        print(f"note: {line}")
 
 
 def _say_batch_size(args: argparse.Namespace, pipe: Any, batch_size: int) -> None:

@@ -8,7 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from .._capabilities import Completable, HasOutputs, KeepsColumns, Restarts, WritesPerBatch, kept_rows, last_kept_row
+from .._capabilities import (
+    Completable,
+    HasOutputs,
+    KeepsColumns,
+    Restarts,
+    WritesPerBatch,
+    kept_rows,
+    last_kept_row,
+    notes,
+)
 
 
 class HandingOn:
@@ -45,6 +54,9 @@ class HandingOn:
     @property
     def restarted(self) -> list[str]:
         return self._sink.restarted if isinstance(self._sink, Restarts) else []
+
+    def notes(self) -> list[str]:
+        return notes(self._sink)
 
     def mark_complete(self) -> None:
         if isinstance(self._sink, Completable):

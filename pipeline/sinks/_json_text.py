@@ -15,8 +15,11 @@ their bytes (:func:`_text`): pyarrow turns a Python string into a scalar through
 its pandas shim, which imports pandas where it is installed - a fifth of a
 second of a run's first write.
 
-JSON has no NaN or infinity: such a value, and a null, is written ``null``, so
-that any JSON reader reads every line.  A float16 goes through numpy, whose
+JSON has no NaN or infinity.  A NaN, and a null, is written ``null``; +inf and
+-inf are written ``Infinity`` and ``-Infinity``, as Python's ``json``, pandas and
+pyarrow write and read them, so that they read back as themselves, not as a
+missing value (a strict parser, such as JavaScript's ``JSON.parse``, refuses
+them: :func:`infinities` counts them, for the run to say so).  A float16 goes through numpy, whose
 shortest text is float16's own (Arrow writes a float16 exactly, 13 digits for
 ``0.1``).  A column of any other type (none that the sinks make) goes the slow
 way, through ``json.dumps``.
@@ -86,7 +89,7 @@ def _json_values(column: Any) -> Any:
 
 
 def _float_text(column: Any) -> Any:
-    """Floats as their type's shortest text; NaN and infinities as ``null``."""
+    """Floats as their type's shortest text; NaN as ``null``, infinities as ``Infinity`` and ``-Infinity``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -100,7 +103,28 @@ def _float_text(column: Any) -> Any:
         if pc.any(pc.equal(pc.trunc(column), column)).as_py():
             whole = pc.match_substring_regex(text, _WHOLE_NUMBER)
             text = pc.if_else(whole, pc.binary_join_element_wise(text, _text(".0"), _text("")), text)
-    return text if pc.all(finite).as_py() else pc.if_else(finite, text, _text("null"))
+    if pc.all(finite).as_py():
+        return text
+    values = column.to_numpy(zero_copy_only=False)  # seldom here: numpy's tests take float16 too; a null is NaN
+    infinite = pc.if_else(pa.array(values > 0), _text("Infinity"), _text("-Infinity"))
+    return pc.if_else(finite, text, pc.if_else(pa.array(np.isnan(values)), _text("null"), infinite))
+
+
+def infinities(batch: Any) -> int:
+    """How many values of the record batch ``batch``'s float columns (lists of floats too) are
+    +inf or -inf: JSON Lines writes them as ``Infinity``, which a strict JSON parser refuses."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = 0
+    for column in batch.columns:
+        while pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type):
+            column = column.flatten()
+        if pa.types.is_float16(column.type):  # Arrow 16 cannot test one
+            count += int(np.isinf(column.to_numpy(zero_copy_only=False)).sum())
+        elif pa.types.is_floating(column.type):
+            count += pc.sum(pc.is_inf(column)).as_py() or 0
+    return count
 
 
 def _quoted(column: Any) -> Any:
@@ -136,9 +160,9 @@ def _text_bytes(lines: Any) -> bytes:
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity in it made None (JSON's null)."""
+    """``value`` with every NaN in it made None (JSON's null); infinities as json writes them."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return None if math.isnan(value) else value
     if isinstance(value, list):
         return [_finite(item) for item in value]
     if isinstance(value, dict):

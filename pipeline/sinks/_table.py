@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .._capabilities import notes
 from .._closing import close_all
 from .._errors import SinkError
 from ._base import (
@@ -215,6 +216,10 @@ class _TableSink:
     def per_batch_paths(self) -> dict[str, tuple[Path, ...]]:
         """Each output written per batch: (its table,)."""
         return {name: (path,) for name, path in self.side_paths.items()}
+
+    def notes(self) -> list[str]:
+        """What the table's files say once about what they hold (JSON Lines' infinities)."""
+        return [note for table in (self._main, *self._sides.values()) for note in notes(table)]
 
     def close(self) -> None:
         self._storage.close(self._main, list(self._sides.values()), self.path)

@@ -11,22 +11,24 @@ import numpy as np
 
 from .._errors import SinkError
 from ._base import DataDependent, _after_last_line, _list_column
-from ._json_text import json_lines
+from ._json_text import infinities, json_lines
 from ._table import Storage, StreamStorage, _TableSink
 
 
 class _JsonLines:
     """JSON Lines written batch by batch: an object a row, the outputs of several values a
     row as lists (:class:`JsonLinesSink`), to a file (``path``) or an open ``stream``,
-    flushed after each batch, the text made a column at a time (:mod:`pipeline._jsonl`:
-    a float32 as float32's shortest text; NaN and infinities, which JSON lacks, as
-    ``null``, so that any JSON reader reads every line)."""
+    flushed after each batch, the text made a column at a time (:mod:`._json_text`:
+    a float32 as float32's shortest text; NaN, which JSON lacks, as ``null``, and
+    infinities as ``Infinity`` and ``-Infinity``, counted and said once: :meth:`notes`)."""
 
     def __init__(self, path: Path | None = None, stream: BinaryIO | None = None) -> None:
         self.path, self._stream = path, stream
         self._file: BinaryIO | None = None
         #: the whole lines an earlier run left, kept when resuming (NOTE [ resuming ])
         self._kept = 0
+        #: values written as Infinity or -Infinity
+        self.infinities = 0
 
     def resume(self) -> int:
         """The whole lines of the file an earlier run left (0 when there is none), to be kept;
@@ -63,6 +65,15 @@ class _JsonLines:
             self._file = self._stream if self._stream is not None else self._open()
         self._file.write(json_lines(batch))
         self._file.flush()  # a line a row for whatever reads it now
+        self.infinities += infinities(batch)
+
+    def notes(self) -> list[str]:
+        if not self.infinities:
+            return []
+        return [
+            f"{self.infinities:,} value(s) were +inf or -inf: written to JSON Lines as Infinity and -Infinity, "
+            "as Python's json, pandas and pyarrow read them (a strict JSON parser refuses them; NaN is null)"
+        ]
 
     def _open(self) -> BinaryIO:
         assert self.path is not None

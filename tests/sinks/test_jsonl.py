@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.sinks._json_text import json_lines
+from pipeline.sinks._json_text import infinities, json_lines
 
 pa = pytest.importorskip("pyarrow")
 
@@ -21,9 +21,9 @@ def _read(text: bytes) -> list[dict]:
 
 
 def _as_json(value):
-    """What a row's value reads back as: NaN and infinities null, as JSON has none."""
+    """What a row's value reads back as: NaN null, as JSON has none; infinities as themselves."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return None if math.isnan(value) else value
     if isinstance(value, list):
         return [_as_json(item) for item in value]
     if isinstance(value, dict):
@@ -47,17 +47,32 @@ def test_float64_reads_back_exactly():
     assert read == values.tolist()
 
 
-def test_nan_infinity_and_null_are_written_null_in_scalars_and_lists():
-    values = np.array([[1.5, np.nan], [np.inf, -np.inf]], dtype=np.float32)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_nan_and_null_are_null_and_infinities_read_back_as_themselves_in_scalars_and_lists(dtype):
+    """Issue 34, item 4: +inf and -inf as Infinity and -Infinity (Python's json, pandas and pyarrow
+    read them back), never null as NaN is; counted for the run to say so."""
+    values = np.array([[1.5, np.nan], [np.inf, -np.inf]], dtype=dtype)
     batch = pa.record_batch(
         {
             "x": pa.array(values[:, 1]),
             "v": pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 2),
             "i": pa.array([7, None], type=pa.int64()),
+            "n": pa.array([None, 2.5], type=pa.float32()),
         }
     )
-    expected = [{"x": None, "v": [1.5, None], "i": 7}, {"x": None, "v": [None, None], "i": None}]
-    assert _read(json_lines(batch)) == expected
+    text = json_lines(batch)
+    expected = [
+        {"x": None, "v": [1.5, None], "i": 7, "n": None},
+        {"x": -math.inf, "v": [math.inf, -math.inf], "i": None, "n": 2.5},
+    ]
+    assert _read(text) == expected
+    assert b'"v":[Infinity,-Infinity]' in text
+    assert infinities(batch) == 3
+    import io
+
+    import pyarrow.json as pjson
+
+    assert pjson.read_json(io.BytesIO(text)).to_pylist() == expected
 
 
 def test_strings_are_quoted_and_escaped_only_where_needed_and_kept_utf8():
@@ -135,3 +150,40 @@ def test_any_rows_read_back_as_json_reads_the_same_rows(rows, start):
         for value, wanted in [(got["score"], want["score"]), *zip(got["v"], want["v"], strict=True)]:
             # each float32 as its own shortest text: the same float32 once read back
             assert (value is None) == (wanted is None) and (value is None or np.float32(value) == np.float32(wanted))
+
+
+@pytest.mark.parametrize("output", ["o.csv", "o.jsonl", "-csv", "-jsonl"])
+def test_infinities_and_nan_read_back_distinctly_through_every_text_output(tmp_path, capsys, output):
+    """Issue 34, item 4, through ``ortpipe run``: +inf, -inf, NaN and a finite value each read back
+    as itself (CSV: inf, -inf, nan; JSON Lines: Infinity, -Infinity, null), said once for JSON Lines."""
+    import io
+
+    import onnx
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    from pipeline import models
+    from pipeline.cli import main
+
+    onnx.save(models.identity(features=4), tmp_path / "id.onnx")
+    x = np.ones((4, 4), np.float32)
+    x[0, 0], x[1, 1], x[2, 2] = np.inf, -np.inf, np.nan
+    np.save(tmp_path / "x.npy", x)
+    argv = ["run", str(tmp_path / "id.onnx"), "--input", str(tmp_path / "x.npy"), "--no-progress", "--output"]
+    if output.startswith("-"):
+        argv += ["-", "--output-format", output[1:]]
+    else:
+        argv += [str(tmp_path / output)]
+    assert main(argv) == 0
+    said = capsys.readouterr()  # standard output: the rows alone, the run's lines on standard error
+    text = said.out if output.startswith("-") else (tmp_path / output).read_text()
+    if "csv" in output:
+        table = pcsv.read_csv(io.BytesIO(text.encode()))
+        got = np.stack([table[f"y_{i}"].to_numpy(zero_copy_only=False) for i in range(4)], axis=1)
+        assert "0,inf,1,1,1" in text and "1,1,-inf,1,1" in text and "2,1,1,nan,1" in text
+        np.testing.assert_array_equal(got, x)
+    else:
+        rows = pjson.read_json(io.BytesIO(text.encode()))["y"].to_pylist()
+        assert rows[0][0] == math.inf and rows[1][1] == -math.inf and rows[2][2] is None
+        shown = said.err if output.startswith("-") else said.out
+        assert shown.count("2 value(s) were +inf or -inf: written to JSON Lines as Infinity and -Infinity") == 1
