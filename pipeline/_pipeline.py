@@ -200,6 +200,7 @@ class Pipeline(OneRunAtATime):
             try:
                 return submitter.submit(batch, timeout)
             except PipelineError:
+                self._check_open()  # closed as this batch came: PipelineClosedError
                 if not submitter.ended:
                     raise
         raise PipelineError("submit: the map of submitted batches ended as this batch came, twice")

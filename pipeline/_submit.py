@@ -38,6 +38,9 @@ from ._feed import Feed, FeedClosed
 #: batches submitted and waiting for the map to take them, at most
 SUBMIT_QUEUE = 8
 
+#: how long a submit that found the map's feed closed waits for the map's thread to end
+_ENDING_S = 10.0
+
 
 class Submitter:
     """One map over submitted batches (NOTE [ submitted batches ])."""
@@ -57,6 +60,9 @@ class Submitter:
         return self._ended is not None or not self._thread.is_alive()
 
     def submit(self, batch: Any, timeout: float | None) -> Future[dict[str, np.ndarray]]:
+        """``batch`` put into the map's feed, its future queued; a PipelineError once the map
+        has ended - said only after its thread has recorded why (:attr:`ended`), so that the
+        pipeline starts a new map for the batch instead of refusing it."""
         future: Future[dict[str, np.ndarray]] = Future()
         with self._lock:
             if self._ended is not None:
@@ -64,13 +70,17 @@ class Submitter:
             self._futures.append(future)
             try:
                 self._feed.put(batch, timeout)
+                return future
             except (TimeoutError, FeedClosed) as exc:
                 if self._futures and self._futures[-1] is future:
                     self._futures.pop()
                 if isinstance(exc, TimeoutError):
                     raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s") from None
-                raise PipelineError(f"submit: the map of submitted batches ended: {self._ended}") from exc
-        return future
+                closed = exc
+        # the engine stopped taking batches (a failure, a close) before the map's thread said so:
+        # wait for it outside the lock, which its last steps take
+        self._thread.join(_ENDING_S)
+        raise PipelineError(f"submit: the map of submitted batches ended: {self._ended}") from closed
 
     def drain(self, timeout: float | None) -> None:
         """Every batch submitted run and its future done; the map ended."""

@@ -3,6 +3,7 @@ submission order, bounded, failures on their batch's future, ``drain`` and ``clo
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import Future
@@ -17,10 +18,12 @@ from pipeline import (
     PipelineError,
     PipelineInputError,
     PipelineOptions,
+    PipelineStageError,
     models,
 )
 
 from .conftest import make_device, wait_no_threads
+from .helpers import gather_model
 
 FEATURES = 8
 
@@ -156,3 +159,50 @@ def test_map_is_refused_while_submitted_batches_run():
             list(pipe.map([batch]))
         pipe.drain(timeout=30)
         assert future.result().keys() == {"y"}
+
+
+@pytest.mark.parametrize("kind", ["cpu", "host-link"])
+def test_submits_right_after_a_failure_start_a_new_map_with_stage_threads(kind):
+    """Issue 34, item 5: a batch that fails in the run stops the engine a moment before the map's
+    thread records the failure; a submit in that moment starts a new map, it is not refused
+    ("the map of submitted batches ended: None", thousands of times in a second before the fix)."""
+    device = "cpu" if kind == "cpu" else make_device(kind)
+    options = PipelineOptions(stage_threads=True)
+    good, bad = np.arange(4, dtype=np.int64), np.array([0, 99, 1, 2], np.int64)  # 99: out of the table
+    with Pipeline(gather_model(10), device=device, depth=2, options=options) as pipe:
+        for attempt in range(3):
+            failed = pipe.submit(bad)
+            futures, deadline = [], time.monotonic() + 0.3
+            while time.monotonic() < deadline:
+                futures.append(pipe.submit(good))  # none of these may raise
+            assert isinstance(failed.exception(timeout=10), PipelineStageError), attempt
+            for future in futures:
+                error = future.exception(timeout=10)
+                assert error is None or re.match(r"not run: batch \d+, submitted before this one, failed", str(error))
+            assert futures[-1].exception() is None  # the last ones ran, on a new map
+        pipe.drain()
+    assert wait_no_threads() == []
+
+
+def test_a_submit_racing_close_is_told_the_pipeline_is_closed():
+    pipe = Pipeline(
+        models.identity(features=FEATURES), device="cpu", depth=2, options=PipelineOptions(stage_threads=True)
+    )
+    raised: list[BaseException] = []
+    started = threading.Event()
+
+    def submitting() -> None:
+        try:
+            while True:
+                pipe.submit(_batch(1))
+                started.set()
+        except BaseException as exc:  # noqa: BLE001 - what submit raised is the test's subject
+            raised.append(exc)
+
+    thread = threading.Thread(target=submitting)
+    thread.start()
+    assert started.wait(10)
+    pipe.close()
+    thread.join(10)
+    assert len(raised) == 1 and isinstance(raised[0], PipelineClosedError), raised
+    assert wait_no_threads() == []
