@@ -50,6 +50,14 @@ class Restarts(Protocol):
 
 
 @runtime_checkable
+class Interruptible(Protocol):
+    """A source whose iteration, blocked waiting for a batch (a Feed, a pipe, a live
+    stream), ends when told that no more batches will be taken (NOTE [ interrupted feed ])."""
+
+    def interrupt(self) -> None: ...
+
+
+@runtime_checkable
 class HasNotes(Protocol):
     """A sink with something to say once about what it wrote (JSON Lines' infinities)."""
 

@@ -49,6 +49,7 @@ import numpy as np
 from ._closing import close_all
 from ._cpus import usable_cpus
 from ._engine import (
+    BLOCKED_SOURCE,
     THREAD_PREFIX,
     CopiedOutputs,
     ModelSource,
@@ -444,7 +445,7 @@ class _MultiRun:
             thread.join(timeout=_JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
-            raise PipelineError(f"device threads still running after close: {alive} (is the source blocking?)")
+            raise PipelineError(f"device threads still running after close: {alive}{BLOCKED_SOURCE}")
 
 
 def _earlier(new: _Failed, old: _Failed) -> bool:

@@ -36,6 +36,7 @@ from .layout import (
 )
 from .preprocess import Preprocess
 from .records import (
+    BLOCKED_SOURCE,
     CLOSED_MID_RUN,
     STAGE_FIELDS,
     STAGES,
@@ -112,6 +113,7 @@ __all__ = [
     "declared_inputs",
     "declared_outputs",
     "fixed_row_shape",
+    "BLOCKED_SOURCE",
     "interrupt_source",
     "layout_for",
     "layout_of_model",

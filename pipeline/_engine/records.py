@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import numpy as np
 
+from .._capabilities import Interruptible
 from .._errors import PipelineInputError, PipelineStageError
 from ..devices import Device, DeviceArray, Event, Stream
 from .hostcopy import HostCopier
@@ -277,9 +278,15 @@ class BatchTiming:
         return getattr(self, STAGE_FIELDS[stage])
 
 
+#: what a close that found a thread still running says of the source it waits in
+BLOCKED_SOURCE = (
+    ": the source is blocked waiting for its next batch, and cannot be interrupted (only a source with an "
+    "interrupt() method can: a Feed, ortpipe's pipe and stream sources); its thread ends when next() returns"
+)
+
+
 def interrupt_source(source: object) -> None:
     """See NOTE [ interrupted feed ] (in ``_feed``): tell a source that no more batches
     will be taken, if it listens."""
-    interrupt = getattr(source, "interrupt", None)
-    if callable(interrupt):
-        interrupt()
+    if isinstance(source, Interruptible):
+        source.interrupt()

@@ -52,6 +52,7 @@ from .records import (
     _CLOSED,
     _END,
     _JOIN_S,
+    BLOCKED_SOURCE,
     CLOSED_MID_RUN,
     THREAD_PREFIX,
     BatchTrace,
@@ -279,4 +280,4 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
             stream.synchronize(timeout=10.0)
         self._rings.reset()
         if alive:
-            raise PipelineError(f"threads still running after close: {alive} (is the source blocking?)")
+            raise PipelineError(f"threads still running after close: {alive}{BLOCKED_SOURCE}")

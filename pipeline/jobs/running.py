@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,6 +17,7 @@ from .._capabilities import (
     ConvertsOnDevice,
     CutFromArrays,
     FillsSlots,
+    Interruptible,
 )
 from .._engine import Take, row_shape_fits
 from .._pipeline import Pipeline
@@ -74,7 +75,7 @@ def run_job(
     take = _writing(sink, metas, summary, progress)
     on_device = _device_fill(pipe, source, decode_on_device, summary)
     filler = _slot_filler(pipe, source) if fill_slots and isinstance(pipe, Pipeline) and not on_device else None
-    feed = _batches(source, metas, stopped)  # a generator: reads nothing unless the engine asks
+    feed = _Batches(source, metas, stopped)  # reads nothing unless the engine asks
     summary.filled = filler is not None
     start = time.perf_counter()
     failed = True  # until the loop ends without an exception
@@ -213,19 +214,49 @@ def _reason(error: OSError) -> str:
     return f"[Errno {error.errno}] {os.strerror(error.errno)}" if error.errno else str(error)
 
 
-def _batches(
-    source: Iterable[SourceBatch], metas: collections.deque[dict[str, np.ndarray]], stopped: Callable[[], bool]
-) -> Generator[dict[str, np.ndarray], None, None]:
-    """The source's batches' inputs, their metadata kept in ``metas``, until ``stopped()``."""
-    items = iter(source)
-    try:
-        for item in items:
-            if stopped():
-                return
-            metas.append(item.meta)
-            yield item.inputs
-    finally:
-        close_iteration(items)  # a source's own threads (image decoding) end with the job
+#: each batch's metadata, in the order its results come back
+Metas = collections.deque[dict[str, np.ndarray]]
+
+
+class _Batches:
+    """The source's batches' inputs, their metadata kept in ``metas``, until ``stopped()``; an
+    ``interrupt()`` from the engine (NOTE [ interrupted feed ]) handed on to the source where it
+    listens (a pipe, a live stream), so that closing the pipeline does not wait on it."""
+
+    def __init__(
+        self,
+        source: Iterable[SourceBatch],
+        metas: collections.deque[dict[str, np.ndarray]],
+        stopped: Callable[[], bool],
+    ) -> None:
+        self._source = source
+        self._inputs = self._read(iter(source), metas, stopped)
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        return next(self._inputs)
+
+    def interrupt(self) -> None:
+        if isinstance(self._source, Interruptible):
+            self._source.interrupt()
+
+    def close(self) -> None:
+        self._inputs.close()
+
+    @staticmethod
+    def _read(
+        items: Iterator[SourceBatch], metas: Metas, stopped: Callable[[], bool]
+    ) -> Generator[dict[str, np.ndarray], None, None]:
+        try:
+            for item in items:
+                if stopped():
+                    return
+                metas.append(item.meta)
+                yield item.inputs
+        finally:
+            close_iteration(items)  # a source's own threads (image decoding) end with the job
 
 
 def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> Filler | None:

@@ -165,6 +165,10 @@ class LiveStreamsSource(RowSource):
         for stream in self.streams:
             stream.stop_reading()
 
+    def interrupt(self) -> None:
+        """The pipeline takes no more batches (NOTE [ interrupted feed ]): stop every stream."""
+        self.stop_reading()
+
     @property
     def hwaccel(self) -> str | None:
         """The device FFmpeg decodes the streams on, None: the CPU (NOTE [ decoding on the GPU ])."""

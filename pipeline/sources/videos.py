@@ -334,6 +334,11 @@ class VideoSource(RowSource):
         file or URL needs no such thing: their reads end, or time out, by themselves."""
         self._stop_reading.set()
 
+    def interrupt(self) -> None:
+        """The pipeline takes no more batches (NOTE [ interrupted feed ]): stop reading, as
+        :meth:`stop_reading` does, so that a close does not wait on a quiet pipe."""
+        self.stop_reading()
+
     def _piped_hint(self, decoded: int) -> str:
         """Why a pipe may give no frame at all: a container that needs to seek."""
         if decoded or not self.is_pipe:
