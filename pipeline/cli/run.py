@@ -394,6 +394,8 @@ def _report_what_was_left_out(args: argparse.Namespace, source: Any) -> None:
     streams = "the streams" if args.more_inputs else repr(str(args.input))
     _report_reconnections(streams, getattr(source, "reconnections", []))
     _report_streams(source)
+    for line in notes(source):
+        print(f"note: {line}", file=sys.stderr)
 
 
 def _report_the_end(

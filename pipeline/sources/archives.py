@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import posixpath
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -70,10 +71,12 @@ class ArchiveIndex:
         self.archives = list(archives)
         #: (archive, why) of each archive left out, or cut where its headers broke
         self.unreadable: list[tuple[str, str]] = []
+        #: (archive/member, why) of each image member left out: a link, a name outside the archive
+        self.left_out: list[tuple[str, str]] = []
         where, offsets, sizes, names = [], [], [], []
         for number, archive in enumerate(self.archives):
             try:
-                for offset, size, name in _image_members(archive):
+                for offset, size, name in _image_members(archive, self.left_out):
                     where.append(number)
                     offsets.append(offset)
                     sizes.append(size)
@@ -115,16 +118,22 @@ class ArchiveIndex:
 _TAIL_CHECKED = 1 << 20
 
 
-def _image_members(archive: Path) -> Iterator[tuple[int, int, str]]:
+def _image_members(archive: Path, left_out: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, int, str]]:
     """(data offset, size, name) of each image member of a plain tar archive, in order:
-    read by :func:`_plain_members` where it can, else by ``tarfile``."""
+    read by :func:`_plain_members` where it can, else by ``tarfile``.  A name is made plain
+    (``./a.jpg`` is ``a.jpg``); an image member that is a link, or whose name is absolute or
+    climbs out of the archive (``../x.jpg``, as tar's extraction refuses it), is left out and
+    added to ``left_out`` with why."""
+    left_out = [] if left_out is None else left_out
     members = _plain_members(archive)
-    if members is None:
-        yield from _tarfile_members(archive)
-        return
-    for offset, size, name in members:
-        if _is_image(name):
-            yield offset, size, name
+    for offset, size, name in _tarfile_members(archive, left_out) if members is None else members:
+        if not _is_image(name):
+            continue
+        plain = posixpath.normpath(name)
+        if plain.startswith(("/", "../")) or plain == "..":
+            left_out.append((f"{archive}/{name}", "its name is outside the archive"))
+            continue
+        yield offset, size, plain
 
 
 def _is_image(name: str) -> bool:
@@ -132,12 +141,16 @@ def _is_image(name: str) -> bool:
     return not hidden(base) and base.lower().endswith(IMAGE_SUFFIXES)
 
 
-def _tarfile_members(archive: Path) -> Iterator[tuple[int, int, str]]:
-    """:func:`_image_members` by ``tarfile``: every format it reads, errors with its words."""
+def _tarfile_members(archive: Path, left_out: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, int, str]]:
+    """:func:`_image_members` by ``tarfile``: every format it reads, errors with its words; an
+    image that is a link (symbolic or hard) added to ``left_out``: its bytes are another member's,
+    or outside the archive."""
     with tarfile.open(archive, "r:") as tar:  # plain tar only: a compressed one has no offsets to read at
         for member in tar:
             if member.isfile() and _is_image(member.name):
                 yield member.offset_data, member.size, member.name
+            elif (member.issym() or member.islnk()) and _is_image(member.name) and left_out is not None:
+                left_out.append((f"{archive}/{member.name}", f"a link to {member.linkname!r}"))
         end = tar.offset  # where the header after the last member begins
     if not _ends_there(archive, end):  # tarfile ends quietly at a header cut in two
         raise tarfile.ReadError(f"after its last whole member, at byte {end}, comes a broken header (cut short?)")
@@ -247,6 +260,17 @@ class ImageArchiveSource(_ImageFiles):
         choices = (size, decode_threads, skip_unreadable, jpeg_draft, fit, exif_orientation)
         self._setup(len(self._index), batch_size, inputs, input_name, *choices)
         self.skipped.extend(self._index.unreadable)
+
+    def notes(self) -> list[str]:
+        """The image members left out - links, names outside the archive - said once, with the first few."""
+        left_out = self._index.left_out
+        if not left_out:
+            return []
+        shown = "; ".join(f"{name!r}: {why}" for name, why in left_out[:3]) + ("; ..." if len(left_out) > 3 else "")
+        return [
+            f"left out {len(left_out):,} image member(s) of the tar archive(s) that are links or named outside the "
+            f"archive, which ortpipe does not read ({shown})"
+        ]
 
     @property
     def archives(self) -> list[Path]:

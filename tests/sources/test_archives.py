@@ -219,3 +219,32 @@ def test_ortpipe_run_shards_a_folder_of_archives_by_file(shards, tmp_path, capsy
     one = ["--input", str(shards / "00000.tar"), "--output"]  # one archive: split by its rows
     assert main([*argv[:2], *one, str(tmp_path / "rows.parquet"), *argv[4:], "--shard", "1/2"]) == 0
     assert pq.read_table(tmp_path / "rows.parquet")["key"].to_pylist() == ["0002", "0003", "0004"]
+
+
+@pytest.mark.parametrize("plain_headers", [True, False], ids=["plain", "tarfile"])
+def test_links_and_names_outside_the_archive_have_no_row_and_are_counted(tmp_path, inputs, capsys, plain_headers):
+    """Issue 34, item 8: an image member that is a link, or named outside the archive, is left out
+    and said; a name is made plain (``./a.png`` is ``a.png``)."""
+    archive = tmp_path / "a.tar"
+    members = [("./a.png", _png(1)), ("../../evil.png", _png(2)), ("b/../../c.png", _png(3)), ("d.png", _png(4))]
+    with tarfile.open(archive, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if not plain_headers:  # a link's header is not a plain one: tarfile reads the archive
+            for kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                link = tarfile.TarInfo(f"link{kind.decode()}.png")
+                link.type, link.linkname = kind, "d.png"
+                tar.addfile(link)
+    source = ImageArchiveSource(archive, 8, inputs, size=(16, 16))
+    _, paths, keys = _rows(source)
+    assert paths == [f"{archive}/a.png", f"{archive}/d.png"] and keys == ["a", "d"]
+    (note,) = source.notes()
+    left = 4 if not plain_headers else 2
+    assert f"left out {left} image member(s)" in note and "'../../evil.png'" not in note  # named with the archive
+    assert f"{archive}/../../evil.png': its name is outside the archive" in note
+    output = tmp_path / "o.parquet"
+    argv = ["run", "convnet", "--input", str(archive), "--output", str(output), "--size", "16x16", "--no-progress"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err.count(f"note: left out {left} image member(s)") == 1
