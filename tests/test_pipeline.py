@@ -298,3 +298,8 @@ def test_one_dtype_rule_refuse_or_cast_within_the_kind():
     with Pipeline(models.identity(features=4, dtype=7), device="cpu", options=PipelineOptions(cast_inputs=True)) as p:
         with pytest.raises(PipelineInputError, match=r"wrong dtype \(expected int64, got float64\)"):
             p.run(np.ones((2, 4)))  # float to int: not within its kind
+    with Pipeline(models.identity(features=4), device="cpu", options=PipelineOptions(cast_inputs=True)) as p:
+        exact = np.full((2, 4), 2**24, np.int64)
+        np.testing.assert_array_equal(p.run(exact)["y"], exact.astype(np.float32))
+        with pytest.raises(PipelineInputError, match=r"int64 value -16,777,217 is not exact as float32"):
+            p.run(-exact - 1)  # integers to floats only where exact (issue 34, item 8)

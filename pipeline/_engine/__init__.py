@@ -20,6 +20,7 @@ the names this package exports.  Its modules, one idea each:
 from __future__ import annotations
 
 from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
+from .casting import castable, exact_cast_refusal
 from .device_filled import DeviceFill, DeviceTarget
 from .direct import DirectRun, not_per_row
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
@@ -69,6 +70,8 @@ from .session import (
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
+    "castable",
+    "exact_cast_refusal",
     "BatchTiming",
     "BatchTrace",
     "CLOSED_MID_RUN",

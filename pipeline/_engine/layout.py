@@ -38,6 +38,7 @@ import numpy as np
 
 from .._errors import ModelError, PipelineInputError
 from ..devices import DeviceArray
+from .casting import castable, exact_cast_refusal
 from .preprocess import Preprocess
 from .session import Shape, TensorSpec, nbytes_of
 
@@ -75,7 +76,8 @@ class InputChecker:
     precision, and costs a copy a batch, unseen.  With ``cast_inputs`` (a
     ``PipelineOptions`` field; ``ortpipe run`` turns it on and says so) an
     array is cast where numpy's ``same_kind`` allows - float64 to float32, int64
-    to int32, not float to int - and the casts made are kept (``casts``:
+    to int32, not float to int; integers to floats only where every value of the
+    batch is exact in the float (``casting``) - and the casts made are kept (``casts``:
     ``Pipeline.input_casts``).  A table source applies the same rule to its
     columns (``sources.tables``), and says its casts before the run."""
 
@@ -158,14 +160,23 @@ class InputChecker:
     ) -> np.ndarray | DeviceArray:
         """See NOTE [ input dtypes ]: a host array cast within its kind where casting is
         on, else refused saying how to cast it."""
-        castable = np.can_cast(value.dtype, spec.dtype, casting="same_kind")
-        if self._cast and castable and isinstance(value, np.ndarray):
+        can = castable(value.dtype, spec.dtype)
+        if self._cast and can and isinstance(value, np.ndarray):
+            inexact = exact_cast_refusal(value, spec.dtype)
+            if inexact is not None:  # NOTE [ input dtypes ]: integers to floats only where exact
+                raise PipelineInputError(
+                    f"cannot be cast: {inexact}; cast it yourself if that is meant",
+                    batch_index=index,
+                    input_name=spec.name,
+                    expected=spec.dtype.name,
+                    got=value.dtype.name,
+                )
             self.casts.setdefault(spec.name, f"{value.dtype.name} -> {spec.dtype.name}")
             return value.astype(spec.dtype)
         how = (
             f": cast it (.astype(numpy.{spec.dtype.name})), or let the pipeline cast such inputs: "
             "PipelineOptions(cast_inputs=True)"
-            if castable and not self._cast
+            if can and not self._cast
             else ""
         )
         raise PipelineInputError(

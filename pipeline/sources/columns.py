@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import TensorSpec
+from .._engine import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
 
 #: column names that usually hold a row's id or key, not a feature
@@ -123,8 +123,11 @@ def cast_columns(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
     else refused naming both."""
     if values.dtype == spec.dtype:
         return values
-    if not np.can_cast(values.dtype, spec.dtype, casting="same_kind"):
+    if not castable(values.dtype, spec.dtype):
         raise SourceError(f"columns for input {spec.name!r} are {values.dtype}; the model takes {spec.dtype}")
+    inexact = exact_cast_refusal(values, spec.dtype)
+    if inexact is not None:
+        raise SourceError(f"columns for input {spec.name!r} cannot be cast: {inexact}; cast them yourself if meant")
     return values.astype(spec.dtype)
 
 
@@ -136,7 +139,7 @@ def column_casts(schema: Any, columns: Mapping[str, Sequence[str]], specs: Mappi
         kinds = [element_type(schema.field(c).type) for c in cols]
         got = sorted({numpy_dtype(kind).name for kind in kinds if kind is not None})
         want = specs[name].dtype
-        if got and got != [want.name] and all(np.can_cast(np.dtype(g), want, casting="same_kind") for g in got):
+        if got and got != [want.name] and all(castable(np.dtype(g), want) for g in got):
             casts[name] = f"{'/'.join(got)} -> {want.name}"
     return casts
 

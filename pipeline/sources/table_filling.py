@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._engine import TensorSpec
+from .._engine import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
 from .columns import element_type, is_list, numpy_dtype
 from .tables import _column, _numeric
@@ -41,7 +41,7 @@ def filled_rows(
         element = [element_type(kind) for kind in kinds]
         if any(kind is None for kind in element):
             return {}
-        if not all(np.can_cast(numpy_dtype(kind), specs[name].dtype, casting="same_kind") for kind in element):
+        if not all(castable(numpy_dtype(kind), specs[name].dtype) for kind in element):
             return {}
         if len(kinds) > 1 and any(is_list(kind) for kind in kinds):
             return {}  # lists beside other columns: the iteration says what is wrong
@@ -102,7 +102,7 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
                     f"{path!r}: column {columns[0]!r} holds lists of {values.shape[1]} values, input {name!r} "
                     f"takes rows of {list(target.shape[1:])}"
                 )
-            target[...] = values
+            target[...] = _exact(values, target.dtype, name, path)
             return
     if target.shape[1:] != (len(columns),):
         raise SourceError(
@@ -111,4 +111,14 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
             "or name an id column with --id-column (id_column=)"
         )
     for index, column in enumerate(columns):
-        target[:, index] = _numeric(column, _column(record, column), place)
+        target[:, index] = _exact(_numeric(column, _column(record, column), place), target.dtype, name, path)
+
+
+def _exact(values: np.ndarray, dtype: np.dtype, name: str, path: str) -> np.ndarray:
+    """``values``, refused where their cast into the slot would change an integer (NOTE [ input dtypes ])."""
+    inexact = exact_cast_refusal(values, dtype)
+    if inexact is not None:
+        raise SourceError(
+            f"{path!r}: columns for input {name!r} cannot be cast: {inexact}; cast them yourself if meant"
+        )
+    return values

@@ -117,6 +117,21 @@ def test_integer_columns_are_cast_as_the_iteration_casts_them(tmp_path, pipe):
     np.testing.assert_array_equal(outs["y"], x.astype(np.float32))
 
 
+@pytest.mark.parametrize("fill", [True, False], ids=["filled", "iterated"])
+def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(tmp_path, pipe, fill):
+    """Issue 34, item 8 (NOTE [ input dtypes ]): integers to floats only where every value is exact."""
+    from pipeline import PipelineStageError
+    from pipeline.sources import SourceError
+
+    x = np.ones((ROWS, FEATURES), np.int64)
+    x[500, 3] = 2**24 + 1  # float32 would make it 2**24
+    pq.write_table(_scalar_table(x, np.int64), tmp_path / "t.parquet")
+    with pytest.raises(
+        (SourceError, PipelineStageError), match=r"int64 value 16,777,217 is not exact as float32 .* get"
+    ):
+        _job(pipe, ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs), fill=fill)
+
+
 def test_a_resumed_table_fills_from_its_first_row_left(tmp_path, pipe):
     x = _features()
     pq.write_table(_scalar_table(x), tmp_path / "t.parquet", row_group_size=300)
