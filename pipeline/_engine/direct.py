@@ -36,7 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from .._errors import PipelineClosedError, PipelineInputError, PipelineStageError
+from .._errors import DeviceError, PipelineClosedError, PipelineInputError, PipelineStageError
 from ..devices import DeviceArray, typed_view
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
@@ -165,7 +165,7 @@ class DirectRun(Generic[T]):
         if self._pads:
             bound = self._bound_rows(index, feeds, rows)
         if bound != rows or self._unusual(feeds):
-            feeds = _as_host_arrays(feeds, bound)
+            feeds = self._padded(feeds, bound)
         constants = self._session.constants
         t_run = time.perf_counter()
         try:
@@ -260,6 +260,22 @@ class DirectRun(Generic[T]):
         if self._timings:
             self._stats.add_many(self._timings)
             self._timings = []
+
+    def _padded(self, feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
+        """:func:`_as_host_arrays`; padding that does not fit in memory said as the model's doing where
+        it fixes the batch dim (NOTE [ buffers that do not fit ])."""
+        try:
+            return _as_host_arrays(feeds, bound)
+        except MemoryError as exc:
+            what = f"the model fixes its batch dim at {bound:,}" if self._layout.fixed else f"batches of {bound:,} rows"
+            raise DeviceError(
+                f"{what}, and a batch padded to it does not fit in the host's memory ({exc}): "
+                + (
+                    "export it with a free batch dim, or a smaller fixed one"
+                    if self._layout.fixed
+                    else "choose a smaller batch size"
+                )
+            ) from exc
 
     def _bound_rows(self, index: int, feeds: dict[str, np.ndarray], rows: int) -> int:
         """The rows a batch runs at where short batches are padded (a fixed batch dim, static shapes)."""

@@ -186,7 +186,7 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
     in_bytes = layout.input_nbytes(layout.batch_size)
     full = layout.model_inputs(layout.batch_size)
     model_bytes = {name: nbytes_of(*full[name]) for name, _, _ in layout.preprocess}
-    fit = _Fit(device, layout.batch_size, depth)
+    fit = _Fit(device, layout.batch_size, depth, fixed_by_model=layout.fixed)
     slot_in, slot_model = sum(in_bytes.values()), sum(model_bytes.values())  # a slot's bytes of each kind
     fit.check(pinned=slot_in, device=slot_in + slot_model)
     with fit.translated("running the model once at that size, to learn its outputs' shapes"):
@@ -220,14 +220,20 @@ class _Fit:
     allocation that fails all the same told in the same words
     (NOTE [ buffers that do not fit ] in devices/_memory.py).  Sizes are of one slot; there are ``depth``."""
 
-    def __init__(self, device: Device, batch_size: int, depth: int) -> None:
+    def __init__(self, device: Device, batch_size: int, depth: int, fixed_by_model: bool = False) -> None:
         self.device, self.batch_size, self.depth = device, batch_size, depth
+        self.fixed_by_model = fixed_by_model  # the model fixes the batch dim: no batch size to choose
         self._needed = ""  # what the last check found the buffers take
 
     def _what(self) -> str:
         return f"batch size {self.batch_size:,} at depth {self.depth} is too large for {self.device.name}"
 
     def _advice(self) -> str:
+        if self.fixed_by_model:
+            return (
+                f"the model fixes its batch dim at {self.batch_size:,}: export it with a free batch dim (or a "
+                "smaller fixed one), then choose a batch size"
+            )
         return "choose a smaller batch size (or depth, or fewer outputs)"
 
     def check(self, pinned: int, device: int) -> None:

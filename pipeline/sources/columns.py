@@ -36,6 +36,8 @@ def map_columns(
                 "each to its columns with --input-column (input_columns= in Python)"
             )
         numeric = [n for n in names if n != id_column and is_numeric(schema.field(n).type)]
+        if not numeric and _typeless(schema):  # a CSV of a header alone: its columns' types are null
+            raise SourceError(f"{where!r} has no rows (a header only): there is nothing to run")
         if not numeric:
             raise SourceError(f"{where!r} has no numeric columns for input {input_names[0]!r}: {names}")
         given = {input_names[0]: numeric}
@@ -116,6 +118,13 @@ def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
                     "(pyarrow.compute.fill_null, or a filter)"
                 )
         first += group.num_rows
+
+
+def _typeless(schema: Any) -> bool:
+    """Whether every column's type is null: a CSV with no rows, whose types cannot be inferred."""
+    import pyarrow as pa
+
+    return bool(schema.names) and all(pa.types.is_null(field.type) for field in schema)
 
 
 def cast_columns(spec: TensorSpec, values: np.ndarray) -> np.ndarray:

@@ -62,3 +62,15 @@ def test_ortpipe_run_says_what_it_picked(tmp_path, capsys):
     assert "batch size: 8,192 rows, picked for 256 bytes a row (--batch-size to choose)" in capsys.readouterr().out
     assert main([*argv, "--no-progress", "--overwrite", "--batch-size", "10"]) == 0
     assert "picked" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["cpu", "host-link"])
+def test_a_fixed_batch_dim_too_large_for_memory_says_it_is_the_models(kind):
+    """Issue 34, item 8: a model that fixes its batch dim at 4e9 is not told to choose a smaller
+    batch size - it has none to choose - but to export a free (or smaller) batch dim."""
+    from pipeline import DeviceError, HostDevice
+
+    device = "cpu" if kind == "cpu" else HostDevice(link_gbps=10)
+    with Pipeline(models.identity(batch=4_000_000_000, features=4), device=device) as pipe:
+        with pytest.raises(DeviceError, match="the model fixes its batch dim at 4,000,000,000.*export it with a free"):
+            pipe.run(np.ones((3, 4), np.float32))
