@@ -267,14 +267,13 @@ class DirectRun(Generic[T]):
         try:
             return _as_host_arrays(feeds, bound)
         except MemoryError as exc:
-            what = f"the model fixes its batch dim at {bound:,}" if self._layout.fixed else f"batches of {bound:,} rows"
+            fixed = self._layout is not None and self._layout.fixed
+            what = f"the model fixes its batch dim at {bound:,}" if fixed else f"batches of {bound:,} rows"
+            advice = (
+                "export it with a free batch dim, or a smaller fixed one" if fixed else "choose a smaller batch size"
+            )
             raise DeviceError(
-                f"{what}, and a batch padded to it does not fit in the host's memory ({exc}): "
-                + (
-                    "export it with a free batch dim, or a smaller fixed one"
-                    if self._layout.fixed
-                    else "choose a smaller batch size"
-                )
+                f"{what}, and a batch padded to it does not fit in the host's memory ({exc}): {advice}"
             ) from exc
 
     def _bound_rows(self, index: int, feeds: dict[str, np.ndarray], rows: int) -> int:
