@@ -65,6 +65,9 @@ def test_bench_writes_json(tmp_path, capsys):
     for row in data["results"]:  # the documented schema
         assert row["items_per_s"] > 0 and row["bound_items_per_s"] > 0
         assert 0 < row["efficiency"] < 2
+        # one consistent set (issue 34, item 8): the efficiency is of the row's own items/s
+        assert row["efficiency"] == pytest.approx(row["items_per_s"] / row["bound_items_per_s"], rel=1e-12)
+        assert row["stats_efficiency"] == pytest.approx(row["stats_items_per_s"] / row["bound_items_per_s"], rel=1e-9)
         assert {"h2d", "compute", "d2h"} <= set(row["stage_ms"])
         assert {"p50", "p99"} <= set(row["latency_ms"])
         assert all(row["stage_percentiles_ms"][stage]["p99"] > 0 for stage in ("h2d", "compute", "d2h"))
