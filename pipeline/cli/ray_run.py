@@ -18,6 +18,7 @@ from .._errors import SinkError, SourceError
 from ..jobs import Progress
 from ..sinks import SUCCESS, JobRecord, move_replacement_up, replacement_of, staging_folder, write_record
 from ..sources import Fit
+from ._ray_cluster import local_cluster
 
 #: options of a local run that a Ray job does not take, and why
 _NOT_ON_RAY = (
@@ -48,15 +49,12 @@ def run_on_ray(args: argparse.Namespace, record: JobRecord | None = None) -> int
     _refuse_local_options(args)
     source, output = _ray_input(args.input), _data_set_output(args.output, args.overwrite)
     ray = _ray()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=None if args.ray == "local" else args.ray, logging_level="ERROR", include_dashboard=False)
-    try:
-        model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
+    model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
+    if ray.is_initialized():  # a cluster of the caller's (Python): its to end
         return _score(args, ray, model, source, output, record)
-    finally:
-        if started:
-            ray.shutdown()
+    address = None if args.ray == "local" else args.ray
+    with local_cluster(ray, address=address, logging_level="ERROR", include_dashboard=False):
+        return _score(args, ray, model, source, output, record)
 
 
 def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path, record: JobRecord | None) -> int:
