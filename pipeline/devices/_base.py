@@ -298,6 +298,12 @@ class Device(abc.ABC):
     #: surfaces (the host device); None - this device converts no decoded frames
     nv12_frames: str | None = None
 
+    def hw_decoder_context(self) -> tuple[str, dict[str, str]]:
+        """Where a hardware decoder ("hw" :attr:`nv12_frames`) opened in the calling thread leaves
+        its frames in this device's own memory: the decoder's device index and FFmpeg's options
+        for its device context.  See NOTE [ one context for the decoder ] in ``cuda``."""
+        raise DeviceError(f"{self.name} has no hardware decoder")
+
     def nv12_frame(self, luma: Any, chroma: Any, colour: ColourSpace) -> Nv12Frame:
         """A decoder's frame as this device's :class:`~pipeline.devices._nv12.Nv12Frame`: on
         "hw" devices its two planes where they lie (objects that export DLPack: PyAV's

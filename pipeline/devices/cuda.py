@@ -270,6 +270,20 @@ class CudaDevice(Device):
     def activate(self) -> None:
         self._cupy.cuda.Device(self.device_id).use()
 
+    def hw_decoder_context(self) -> tuple[str, dict[str, str]]:
+        """NOTE [ one context for the decoder ]: NVDEC's frames must live in the context the
+        pipeline's streams and ORT's session use - this GPU's primary context.  FFmpeg asked for
+        the primary context (``primary_ctx=1``, what PyAV's ``is_hw_owned`` sets) refuses one
+        already active with other flags than ``CU_CTX_SCHED_BLOCKING_SYNC`` ("Primary context
+        already active with incompatible flags"), and the pipeline has always started it; with
+        neither option it makes a context of its own, whose pointers the kernel cannot read.  So
+        the decoder is opened on the current context (``current_ctx=1``; FFmpeg 6.1 and later),
+        which this makes the primary one in the calling thread (``cudaFree(0)`` starts it where
+        no runtime call did); FFmpeg neither retains nor destroys a context it only borrowed."""
+        self._cupy.cuda.Device(self.device_id).use()
+        self._cupy.cuda.runtime.free(0)
+        return str(self.device_id), {"primary_ctx": "0", "current_ctx": "1"}
+
     def annotate(self, stage: str, index: int) -> contextlib.AbstractContextManager[None]:
         if _nvtx is None:
             return contextlib.nullcontext()

@@ -53,15 +53,17 @@ _SURFACES = ("nv12", "p010le")
 HELD_FRAMES = 4
 
 
-def hw_frames_decoding(hwaccel: str) -> Any:
+def hw_frames_decoding(hwaccel: str, options: dict[str, str] | None = None) -> Any:
     """PyAV's settings to decode on ``hwaccel`` (``cuda[:N]``) keeping the frames in GPU memory:
-    ``output_format="hw"`` in PyAV's newest, ``is_hw_owned=True`` in PyAV 18; a SourceError
-    where this PyAV keeps none."""
+    ``output_format="hw"`` in PyAV's newest, ``is_hw_owned=True`` in PyAV 18; ``options`` for
+    FFmpeg's device context (``Device.hw_decoder_context``); a SourceError where this PyAV keeps none."""
     api = hw_api("decoding into GPU memory: ")
     kind, _, device = hwaccel.partition(":")
     for keyword, value in (("output_format", "hw"), ("is_hw_owned", True)):
         try:
-            return api.HWAccel(kind, device=device or None, allow_software_fallback=False, **{keyword: value})
+            return api.HWAccel(
+                kind, device=device or None, allow_software_fallback=False, options=options, **{keyword: value}
+            )
         except TypeError:  # not this PyAV's keyword
             continue
     import av
@@ -78,10 +80,26 @@ def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") ->
     if hwaccel is None or hwaccel.partition(":")[0] != "cuda":
         return f"frames stay in GPU memory only when NVDEC decodes them (--hwaccel cuda), not with {hwaccel!r}"
     try:
+        nvdec_on(device, hwaccel)
         hw_frames_decoding(hwaccel)
     except SourceError as exc:
         return str(exc)
     return None
+
+
+def nvdec_on(device: Device, hwaccel: str) -> str:
+    """The GPU index NVDEC decodes on for ``device``: its own, whether ``hwaccel`` says ``cuda``
+    or ``cuda:N`` with its N; another GPU's frames would not be in its memory (the kernel would
+    read an illegal address, an error that poisons the context): a SourceError."""
+    own = str(getattr(device, "device_id", 0))
+    index = hwaccel.partition(":")[2]
+    if index and index != own:
+        raise SourceError(
+            f"--hwaccel {hwaccel} decodes on GPU {index}, but the model runs on GPU {own}: frames decoded into GPU "
+            f"memory are converted where they lie; decode on the model's GPU (--hwaccel cuda), or without keeping "
+            "the frames there (--hwaccel with the CPU path)"
+        )
+    return own
 
 
 def device_path(device: Device, hwaccel: str | None) -> tuple[str, str | None]:
@@ -100,8 +118,14 @@ def pix_fmt_refused(pix_fmt: str) -> str | None:
 
 def device_opening(device: Device, hwaccel: str) -> dict[str, Any]:
     """What ``av.open`` is given so that ``device`` takes the frames where they are decoded:
-    NVDEC keeping them in GPU memory on a "hw" device; the CPU decoder on the host device."""
-    return {"hwaccel": hw_frames_decoding(hwaccel)} if device.nv12_frames == "hw" else {}
+    NVDEC keeping them in GPU memory on a "hw" device - on its GPU (:func:`nvdec_on`) and its
+    context, made current in the calling thread, which must be the one that decodes
+    (NOTE [ one context for the decoder ] in ``devices/cuda``); the CPU decoder on the host device."""
+    if device.nv12_frames != "hw":
+        return {}
+    nvdec_on(device, hwaccel)
+    index, options = device.hw_decoder_context()
+    return {"hwaccel": hw_frames_decoding(f"cuda:{index}", options)}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ host device its model of a decoder's surface pool, on CUDA NVDEC's frames (skipp
 
 from __future__ import annotations
 
-import av
 import numpy as np
 import pytest
 
@@ -15,6 +14,8 @@ from pipeline.sources import DeviceVideoFill, Fit, SourceError, device_decoding_
 
 from ..conftest import make_device, wait_no_threads
 from ..helpers import encode_video, frames_model
+
+av = pytest.importorskip("av", reason="the device paths decode with PyAV: pip install 'ortpipe[video]'")
 
 SIZE = (24, 20)  # the model's W, H
 
@@ -204,8 +205,35 @@ def test_a_row_the_conversion_cannot_write_is_refused(clip):
         device.close()
 
 
+@pytest.fixture(scope="module")
+def deep_hevc_clip(tmp_path_factory):
+    """A 10-bit HEVC clip (Main 10), which NVDEC decodes from Pascal on (its H.264 High 10 only from
+    Blackwell: "Hardware is lacking required capabilities"), at 128x64: PyAV's wheel's x265
+    corrupts its heap on smaller frames."""
+    if "libx265" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no libx265 to encode a 10-bit HEVC video with")
+    path = tmp_path_factory.mktemp("deep_hevc") / "deep.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx265", rate=30, options={"x265-params": "log-level=error"})
+        stream.width, stream.height, stream.pix_fmt = 128, 64, "yuv420p10le"
+        y, x = np.mgrid[0:64, 0:128]
+        for index in range(9):
+            image = np.stack([40 + x + index, 60 + y * 2, np.full_like(x, 200 - index * 8)], -1)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
+def test_a_10_bit_hevc_clip_is_main_10_p010(deep_hevc_clip):
+    """The CUDA test's 10-bit clip is what NVDEC before Blackwell decodes: HEVC Main 10, P010 frames."""
+    with av.open(str(deep_hevc_clip)) as container:
+        context = container.streams.video[0].codec_context
+        assert (context.name, context.profile) == ("hevc", "Main 10")
+        assert {frame.format.name for frame in container.decode(video=0)} == {"yuv420p10le"}
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("which, surface", [("clip", "nv12"), ("deep_clip", "p010le")], ids=["8-bit", "10-bit"])
+@pytest.mark.parametrize("which, surface", [("clip", "nv12"), ("deep_hevc_clip", "p010le")], ids=["8-bit", "10-bit"])
 def test_nvdec_frames_converted_on_the_gpu_match_the_cpu_decoder_within_2_levels(request, which, surface):
     """On a GPU: NVDEC's frames (NV12; P010 for a 10-bit video) through DLPack and the kernel,
     against the CPU decoder's planes and the numpy reference (NVDEC decodes H.264 bit-exactly;
@@ -259,3 +287,26 @@ def test_a_video_whose_decoding_fails_partway_says_which_and_after_which_frame(t
     finally:
         device.close()
     assert sum(len(batch) for batch in seen) >= 8  # the batches before the failure
+
+
+def test_nvdec_decodes_on_the_models_gpu_and_another_index_is_refused():
+    """Issue 35, item 3: a bare "cuda" is the model's GPU (not PyAV's device 0); another GPU's
+    frames would not be in the model's memory (an illegal address, which poisons the context)."""
+    from pipeline.sources.device_frames import nvdec_on
+
+    device = HostDevice()  # device 0's stand-in: its index is 0
+    assert nvdec_on(device, "cuda") == "0" and nvdec_on(device, "cuda:0") == "0"
+    with pytest.raises(SourceError, match=r"--hwaccel cuda:1 decodes on GPU 1, but the model runs on GPU 0"):
+        nvdec_on(device, "cuda:1")
+
+
+def test_the_decoder_is_opened_on_the_current_context_not_the_primary_one():
+    """Issue 35, item 1 (NOTE [ one context for the decoder ]): PyAV's is_hw_owned asks FFmpeg for
+    the primary context, which it refuses once the pipeline has started it with other flags; the
+    options the CUDA device gives override that (built here by PyAV itself, no GPU needed)."""
+    pytest.importorskip("av.codec.hwaccel")
+    from pipeline.sources.device_frames import hw_frames_decoding
+
+    accel = hw_frames_decoding("cuda:1", {"primary_ctx": "0", "current_ctx": "1"})
+    assert accel.options == {"primary_ctx": "0", "current_ctx": "1"} and accel.device_id == 1
+    assert hw_frames_decoding("cuda").options == {"primary_ctx": "1"}  # PyAV's own default, which failed
