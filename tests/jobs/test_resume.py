@@ -673,7 +673,8 @@ def _argv(job, output: Path, *more: str) -> list[str]:
 
 
 def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int, str]:
-    """``ortpipe run argv`` in a process of its own, sent ``signums`` at once when it has written some rows."""
+    """``ortpipe run argv`` in a process of its own, sent ``signums`` at once when it has written some
+    rows into ``output`` (an --overwrite's into its replacement, not the earlier file beside it)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline.cli", *argv],
@@ -688,7 +689,7 @@ def _stopped_mid_run(argv: list[str], output: Path, *signums: int) -> tuple[int,
         assert started.startswith("device:"), started
         deadline = time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline:
-            if _has_written(output) or _has_written(replacement_of(output)):
+            if _has_written(replacement_of(output) if "--overwrite" in argv else output):
                 break
             time.sleep(0.005)
         for signum in signums:
@@ -1293,6 +1294,7 @@ def test_a_stopped_overwrite_of_a_parquet_file_keeps_the_earlier_one(tmp_path, b
     assert code == 128 + signum and "interrupted after" in said, said
     assert str(replacement_of(output)) in said and "the earlier" in said and "is kept whole" in said
     assert pq.read_table(output).equals(earlier)
+    assert replacement_of(output).exists(), said
     assert 0 < pq.read_metadata(replacement_of(output)).num_rows < ROWS
     assert main(_argv(busy_job, output, "--resume")) == 0
     np.testing.assert_array_equal(_written(output)[1], np.arange(ROWS))
