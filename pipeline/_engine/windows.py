@@ -33,6 +33,7 @@ before, into the same arrays.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class _OneWindowAtATime:
         self._device = device
         self._poll_s = poll_s
         self._registered: list[Registration] = []
+        self._in_place = False  # the live window's memory is page-locked: registered, or already
         self._last_copy: Event | None = None
         #: why the device refused (None: every window asked for was registered)
         self.refused: str | None = None
@@ -76,8 +78,8 @@ class _OneWindowAtATime:
 
     @property
     def live(self) -> bool:
-        """Whether a window is registered now."""
-        return bool(self._registered)
+        """Whether a window is page-locked now (registered, or locked already), read where it lies."""
+        return self._in_place
 
     def copied(self, event: Event) -> None:
         """A copy that uses the live window was enqueued; ``event`` completes after it."""
@@ -89,12 +91,14 @@ class _OneWindowAtATime:
         if self.refused is not None:
             return False
         try:
-            for view in views:
-                self._registered.append(self._device.register_host(view))
+            for span in _spans(views):
+                if not self._device.host_locked(span):  # pinned already, or another's registration
+                    self._registered.append(self._device.register_host(span))
         except RegistrationRefused as exc:
             self._release()
             self.refused = str(exc)
             return False
+        self._in_place = True
         self.windows += 1
         return True
 
@@ -102,6 +106,7 @@ class _OneWindowAtATime:
         """Unregister the live window once the last copy that uses it has completed."""
         last, self._last_copy = self._last_copy, None
         registered, self._registered = self._registered, []
+        self._in_place = False
         try:
             # the streams finish their work, also when the run is closing; a failed
             # stream's event completes too (raising its failure)
@@ -114,6 +119,37 @@ class _OneWindowAtATime:
     def close(self) -> None:
         """Release the live window (after its last copy); call once the run has ended."""
         self._release()
+
+
+def _spans(views: list[np.ndarray]) -> list[np.ndarray]:
+    """The memory of ``views`` as ranges to register, each once: views whose pages overlap (the
+    same array given as two inputs, two views of one buffer) become one byte view of their span -
+    the driver refuses a page registered twice - read-only where any of them is."""
+    ordered = sorted((view for view in views if view.nbytes), key=lambda view: view.ctypes.data)
+    groups: list[list[np.ndarray]] = []
+    for view in ordered:
+        if groups and view.ctypes.data // _PAGE <= _end(groups[-1]) // _PAGE:
+            groups[-1].append(view)
+        else:
+            groups.append([view])
+    return [group[0] if len(group) == 1 else _span_of(group) for group in groups]
+
+
+#: the page size registration locks in
+_PAGE = 4096
+
+
+def _end(group: list[np.ndarray]) -> int:
+    """The last byte's address of a group of views (inclusive)."""
+    return max(view.ctypes.data + view.nbytes for view in group) - 1
+
+
+def _span_of(group: list[np.ndarray]) -> np.ndarray:
+    """One byte view from the first view's first byte to the group's last (the views keep the memory alive)."""
+    start = group[0].ctypes.data
+    span = np.ctypeslib.as_array((ctypes.c_uint8 * (_end(group) + 1 - start)).from_address(start))
+    span.flags.writeable = all(view.flags.writeable for view in group)
+    return span
 
 
 class HostWindows(_OneWindowAtATime):

@@ -108,6 +108,14 @@ class RegistrationRefused(DeviceError):
     the batches instead."""
 
 
+#: NOTE [ registered windows ]: why a read-only array (a memory-mapped ``.npy``) is staged where the
+#: device cannot register read-only memory (CUDA's ``cudaDevAttrHostRegisterReadOnlySupported`` 0)
+READ_ONLY_UNSUPPORTED = (
+    "this device cannot register read-only host memory (hostRegisterReadOnlySupported is 0): "
+    "a read-only array, a memory-mapped .npy, is staged"
+)
+
+
 class Registration(abc.ABC):
     """A window of the caller's host memory page-locked where it lies, so that copies
     read it straight, with no staging copy (NOTE [ registered windows ] in ``_engine/windows``).
@@ -249,6 +257,11 @@ class Device(abc.ABC):
     #: whether copies gain from host memory registered in place (:meth:`register_host`):
     #: a device whose copies run while the host goes on reads it without a staging copy
     registers_host: bool = False
+
+    def host_locked(self, array: np.ndarray) -> bool:
+        """Whether ``array``'s memory is page-locked already (pinned, or registered by another):
+        a copy reads it where it lies, and registering it again would be refused."""
+        return False
 
     def register_host(self, array: np.ndarray) -> Registration:
         """Page-lock ``array`` (C-contiguous) where it lies, read-only where it is

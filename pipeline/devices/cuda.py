@@ -24,7 +24,17 @@ import numpy as np
 
 from .._errors import DeviceError, DeviceUnavailableError, RuntimeMissingError
 from .._ort import onnxruntime
-from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream, c_strides
+from ._base import (
+    READ_ONLY_UNSUPPORTED,
+    Device,
+    DeviceArray,
+    DeviceBuffer,
+    Event,
+    Registration,
+    RegistrationRefused,
+    Stream,
+    c_strides,
+)
 from ._memory import gib, host_memory_available
 from ._normalize import CUDA_SOURCE, NormalizeOp
 from ._nv12 import SAMPLE_TYPES, ColourSpace, Nv12Frame, Nv12Op, cuda_source
@@ -214,6 +224,12 @@ class CudaStream(Stream):
 #: (the device only reads the memory: a read-only mapping can be registered)
 _REGISTER_DEFAULT, _REGISTER_READ_ONLY = 0, 8
 
+#: cudaDevAttrHostRegisterReadOnlySupported: whether cudaHostRegisterReadOnly is taken
+_ATTR_HOST_REGISTER_READ_ONLY = 113
+
+#: cudaPointerAttributes.type of page-locked host memory (cudaMemoryTypeHost)
+_MEMORY_TYPE_HOST = 1
+
 
 class CudaRegistration(Registration):
     """Host memory page-locked in place with ``cudaHostRegister`` (NOTE [ registered windows ])."""
@@ -254,6 +270,7 @@ class CudaDevice(Device):
         self._cupy = _import_cupy()
         self.device_id = device_id
         self.ort_device = ("cuda", device_id)
+        self._read_only_registration: bool | None = None  # cudaDevAttrHostRegisterReadOnlySupported, once asked
         #: options of ORT's CUDA execution provider, as strings (ORT's own names)
         self.provider_options = checked
         _preload_cuda_libraries()
@@ -414,10 +431,30 @@ class CudaDevice(Device):
     def ort_output_buffer(self, value: Any, nbytes: int) -> DeviceBuffer:
         return DeviceBuffer(ptr=value.data_ptr(), nbytes=nbytes, owner=value)
 
+    def host_locked(self, array: np.ndarray) -> bool:
+        """Page-locked already (``cudaPointerGetAttributes``: host memory the driver knows: a
+        CuPy pinned array, another's registration); numpy's own memory is unknown to it."""
+        try:
+            with self._cupy.cuda.Device(self.device_id):
+                kind = self._cupy.cuda.runtime.pointerGetAttributes(array.ctypes.data).type
+        except Exception:  # noqa: BLE001 - not memory the driver knows (older drivers raise for it)
+            return False
+        return bool(kind == _MEMORY_TYPE_HOST)
+
     def register_host(self, array: np.ndarray) -> CudaRegistration:
         if not array.flags.c_contiguous:
             raise RegistrationRefused("the array is not C-contiguous")
+        if not array.flags.writeable and not self._registers_read_only():
+            raise RegistrationRefused(READ_ONLY_UNSUPPORTED)
         return CudaRegistration(self._cupy, self.device_id, array)
+
+    def _registers_read_only(self) -> bool:
+        """Whether this GPU takes cudaHostRegisterReadOnly (asked once)."""
+        if self._read_only_registration is None:
+            with self._cupy.cuda.Device(self.device_id):
+                attribute = self._cupy.cuda.runtime.deviceGetAttribute(_ATTR_HOST_REGISTER_READ_ONLY, self.device_id)
+            self._read_only_registration = bool(attribute)
+        return self._read_only_registration
 
     def device_array(self, value: object) -> DeviceArray | None:
         """An array with the CUDA array interface (CuPy, PyTorch, Numba) in this GPU's memory."""

@@ -22,6 +22,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,16 @@ from typing import Any
 import numpy as np
 
 from .._errors import DeviceError
-from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream
+from ._base import (
+    READ_ONLY_UNSUPPORTED,
+    Device,
+    DeviceArray,
+    DeviceBuffer,
+    Event,
+    Registration,
+    RegistrationRefused,
+    Stream,
+)
 from ._normalize import NormalizeOp, normalize_numpy
 from ._nv12 import ColourSpace, Nv12Frame, Nv12Op, convert_numpy
 from .surfaces import HostSurfaces
@@ -86,6 +96,15 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
     return raw[offset : offset + nbytes]
+
+
+#: the page size registration works in (cudaHostRegister locks whole pages)
+PAGE = 4096
+
+
+def _pages(start: int, nbytes: int) -> tuple[int, int]:
+    """The first and last page a range of ``nbytes`` from ``start`` touches."""
+    return start // PAGE, (start + max(nbytes, 1) - 1) // PAGE
 
 
 def typed_view(flat: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -395,9 +414,12 @@ class HostDevice(Device):
         chaos: bool | ChaosOptions = False,
         locked_limit_bytes: int | None = None,
         decoder_surfaces: int = 8,
+        read_only_registration: bool = True,
     ) -> None:
         """``locked_limit_bytes``: host memory that may be registered at once
         (NOTE [ registered windows ]), as a locked-memory limit caps it; None: no limit.
+        ``read_only_registration``: whether read-only memory can be registered (False: a GPU
+        whose ``hostRegisterReadOnlySupported`` is 0).
         ``decoder_surfaces``: the surfaces of the modelled hardware decoder's pool
         (NOTE [ decoded surfaces ])."""
         h2d = h2d_gbps if h2d_gbps is not None else link_gbps
@@ -418,7 +440,10 @@ class HostDevice(Device):
         # link, chaos); the CPU backend reads the caller's memory where it lies anyway
         self.registers_host = self.threaded
         self.locked_limit_bytes = locked_limit_bytes
+        self.read_only_registration = read_only_registration
         self._registered: list[HostRegistration] = []
+        #: (start, end) of the page-locked buffers this device made (pinned_empty), while they live
+        self._pinned: dict[int, tuple[int, int]] = {}
         self._registry_lock = threading.Lock()
         #: h2d copies that read registered memory, d2h copies that wrote it, and
         #: registrations made (counted for tests)
@@ -453,12 +478,23 @@ class HostDevice(Device):
             if remaining > 0:
                 time.sleep(remaining)
 
+    def host_locked(self, array: np.ndarray) -> bool:
+        """In pinned memory this device made, or in a live registration (the driver's answer)."""
+        start, end = array.ctypes.data, array.ctypes.data + array.nbytes
+        with self._registry_lock:
+            pinned = self._pinned.values()
+            ranges = [*pinned, *((window.start, window.end) for window in self._registered)]
+        return any(low <= start and end <= high for low, high in ranges)
+
     def register_host(self, array: np.ndarray) -> HostRegistration:
         if not self.registers_host:
             return super().register_host(array)  # type: ignore[return-value] # raises
         if not array.flags.c_contiguous:
             raise RegistrationRefused("the array is not C-contiguous")
+        if not array.flags.writeable and not self.read_only_registration:
+            raise RegistrationRefused(READ_ONLY_UNSUPPORTED)
         with self._registry_lock:
+            self._refuse_locked_pages(array)
             locked = sum(window.array.nbytes for window in self._registered)
             limit = self.locked_limit_bytes
             if limit is not None and locked + array.nbytes > limit:
@@ -470,6 +506,19 @@ class HostDevice(Device):
             self._registered.append(window)
             self.registrations += 1
         return window
+
+    def _refuse_locked_pages(self, array: np.ndarray) -> None:
+        """As the driver does (cudaErrorHostMemoryAlreadyRegistered): memory on a page that is
+        page-locked already - registered, or pinned - cannot be registered again."""
+        first, last = _pages(array.ctypes.data, array.nbytes)
+        held = [*self._pinned.values(), *((window.start, window.end) for window in self._registered)]
+        for start, end in held:
+            low, high = _pages(start, end - start)
+            if first <= high and low <= last:
+                raise RegistrationRefused(
+                    f"cudaHostRegister of {array.nbytes:,} bytes failed: cudaErrorHostMemoryAlreadyRegistered "
+                    "(part of the range is page-locked already)"
+                )
 
     def _unregistered(self, window: HostRegistration) -> None:
         with self._registry_lock:
@@ -518,7 +567,16 @@ class HostDevice(Device):
         stream.launch(run)
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
-        return _aligned_bytes(nbytes)
+        buffer = _aligned_bytes(nbytes)
+        key = id(buffer.base)
+        with self._registry_lock:  # page-locked while it lives (host_locked, _refuse_locked_pages)
+            self._pinned[key] = (buffer.ctypes.data, buffer.ctypes.data + max(nbytes, 1))
+        weakref.finalize(buffer.base, self._unpinned, key)
+        return buffer
+
+    def _unpinned(self, key: int) -> None:
+        with self._registry_lock:
+            self._pinned.pop(key, None)
 
     def device_empty(self, nbytes: int) -> DeviceBuffer:
         owner = _aligned_bytes(nbytes)

@@ -189,3 +189,74 @@ def test_map_arrays_stops_when_asked_and_releases_its_window():
     assert 10 <= len(taken) < 50 and taken == list(range(len(taken)))
     assert device._registered == []
     assert wait_no_threads() == []
+
+
+def _sum_model():
+    """y = a + b, both float [N, FEATURES]: two inputs that may be one array."""
+    from onnx import TensorProto, helper
+
+    from pipeline.models import IR_VERSION, OPSET
+
+    spec = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", FEATURES]) for name in ("a", "b", "y")]
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "sum", spec[:2], spec[2:])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def test_one_array_given_as_two_inputs_is_registered_once():
+    """Issue 35, item 5: the driver refuses a page registered twice, and one refusal staged every
+    later window; the window's views whose pages overlap are registered once, as their span."""
+    device = HostDevice(chaos=ChaosOptions(probability=0.3, max_delay_s=1e-4, seed=5))
+    x = _inputs(64)
+    try:
+        with Pipeline(_sum_model(), device=device, depth=2, options=_registering(2, 8)) as pipe:
+            out = pipe.run({"a": x, "b": x}, batch_size=8)["y"]
+            stats = pipe.stats
+        np.testing.assert_array_equal(out, x + x)
+        assert stats.host_inputs == "registered in place, 8 window(s), no staging copy"  # two inputs' bytes a batch
+        assert device.registrations == 8 + 4 and device._registered == []  # one span an input window, not two
+        assert all(t.stage_s == 0.0 for t in stats.timings)
+    finally:
+        device.close()
+    assert wait_no_threads() == []
+
+
+def test_memory_pinned_already_is_read_where_it_lies_not_registered_again():
+    """Issue 35, item 5: pinned memory (a CuPy pinned array on a GPU; the host device's own pinned
+    buffers here) is page-locked already: read in place, never registered."""
+    device = HostDevice(link_gbps=50.0)
+    x = _inputs(64)
+    try:
+        pinned = device.pinned_empty(x.nbytes).view(np.float32).reshape(x.shape)
+        pinned[:] = x
+        assert device.host_locked(pinned) and not device.host_locked(x)
+        with pytest.raises(RegistrationRefused, match="cudaErrorHostMemoryAlreadyRegistered"):
+            device.register_host(pinned)  # as the driver answers
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=2, options=_registering(2, 8)) as pipe:
+            out = pipe.run(pinned, batch_size=8)["y"]
+            stats = pipe.stats
+        np.testing.assert_array_equal(out, x)
+        assert stats.host_inputs == "registered in place, 4 window(s), no staging copy"
+        assert device.registrations == 4  # the outputs' windows only
+        assert all(t.stage_s == 0.0 for t in stats.timings)
+    finally:
+        device.close()
+
+
+def test_a_read_only_map_is_staged_with_the_reason_where_the_device_cannot_register_it(tmp_path):
+    """Issue 35, item 4: a GPU whose hostRegisterReadOnlySupported is 0 stages a memory-mapped
+    .npy, and says so (the benchmark row then measures staging, and says that too)."""
+    x = _inputs(64)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    device = HostDevice(link_gbps=50.0, read_only_registration=False)
+    try:
+        with Pipeline(models.identity(features=FEATURES), device=device, depth=2, options=_registering(2, 8)) as pipe:
+            np.testing.assert_array_equal(pipe.run(mapped, batch_size=8)["y"], x)
+            assert pipe.stats.host_inputs == (
+                "staged into pinned memory: this device cannot register read-only host memory "
+                "(hostRegisterReadOnlySupported is 0): a read-only array, a memory-mapped .npy, is staged"
+            )
+            np.testing.assert_array_equal(pipe.run(x, batch_size=8)["y"], x)  # a writable array still is registered
+            assert pipe.stats.host_inputs == "registered in place, 4 window(s), no staging copy"
+    finally:
+        device.close()
