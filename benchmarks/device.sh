@@ -10,9 +10,11 @@
 #   here:   bash benchmarks/device.sh prepare   # download, bundle, split into .whl/00, .whl/01, ... (ignored by git)
 #   there:  bash benchmarks/device.sh append    # one call per part but the last: carry=[".whl/NN"]
 #   there:  bash benchmarks/device.sh check     # carry=[".whl/<last>"]: store it, assemble, verify, unpack
-#                                               # to /tmp/site, run the CUDA tests and gpu_suite.py into $OUT
-#                                               # (GPU_BUDGET_S, GPU_SECONDS, TESTS_TIMEOUT_S; ALL_TESTS_TIMEOUT_S=N
-#                                               # runs the whole suite after them, for at most N seconds)
+#                                               # to /tmp/site, run gpu_suite.py (least proven steps first,
+#                                               # saved as it goes) and then the CUDA tests into $OUT
+#                                               # (GPU_BUDGET_S, GPU_SECONDS, GPU_STEPS, TESTS_TIMEOUT_S;
+#                                               # ALL_TESTS_TIMEOUT_S=N runs the whole suite after them,
+#                                               # for at most N seconds)
 #
 # Each part is kept under its own number in $STORE (default /tmp/ort-wheel) while
 # the machine stays warm, so a part sent twice, or out of order, does no harm;
@@ -143,13 +145,18 @@ case "${1:-}" in
     export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1
     python3 -c "import onnxruntime as o; o.preload_dlls(); print(o.__version__, o.__file__, o.get_available_providers())" \
       || echo "onnxruntime from $SITE does not import (above): the CUDA steps will say why"
-    # the CUDA tests first (each at most 60 s), then the benchmarks within GPU_BUDGET_S
+    # the benchmarks first, least proven steps first, each saved as it ends (GPU_STEPS=a,b for
+    # some only), within GPU_BUDGET_S; then the CUDA tests (each at most 60 s): with the unpacking,
+    # a first call of about 5 minutes
+    steps=()
+    [ -n "${GPU_STEPS:-}" ] && steps=(--steps "$GPU_STEPS")
+    python3 benchmarks/gpu_suite.py "$out" --no-tests --seconds "${GPU_SECONDS:-1}" \
+      --budget-s "${GPU_BUDGET_S:-150}" "${steps[@]}" 2>&1 | tee "$out/suite.log"
     per_test=()  # pytest-timeout, where installed: a hung test costs 60 s, not the call
     python3 -c "import pytest_timeout" 2> /dev/null && per_test=(--timeout 60)
-    timeout "${TESTS_TIMEOUT_S:-170}" python3 -m pytest -q -rs -p no:cacheprovider "${per_test[@]}" \
+    timeout "${TESTS_TIMEOUT_S:-90}" python3 -m pytest -q -rs -p no:cacheprovider "${per_test[@]}" \
       -k "cuda or hwaccel" tests > "$out/cuda_tests.log" 2>&1 || echo "CUDA tests: exit $?"
     tail -n 40 "$out/cuda_tests.log"
-    python3 benchmarks/gpu_suite.py "$out" --no-tests --seconds "${GPU_SECONDS:-1}" --budget-s "${GPU_BUDGET_S:-200}" 2>&1 | tee "$out/suite.log"
     if [ "${ALL_TESTS_TIMEOUT_S:-0}" -gt 0 ]; then  # the whole suite too, on that machine's numpy, onnx, pyarrow
       timeout "$ALL_TESTS_TIMEOUT_S" python3 -m pytest -q -rs -p no:cacheprovider "${per_test[@]}" tests \
         > "$out/all_tests.log" 2>&1 || echo "all tests: exit $?"

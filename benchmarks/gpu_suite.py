@@ -36,10 +36,17 @@ decoded at once, with ``nvidia-smi``'s decoder utilization (``video_on_device``:
 Without a GPU it runs on the host device with an emulated link, so the script
 itself is tested on any machine.
 
-Device time is scarce, so every step (copy bandwidth, each model, the tests,
-last) is run on its own: ``results.json`` is rewritten after each, a step
-that fails is listed under ``errors`` and the next one runs, and no step
-starts after ``--budget-s``.  The exit code is 1 when a step failed, else the
+Device time is scarce, so every step is run on its own, the least proven
+first (issue 35): the pinned copy's GB/s, then registered windows
+(``host_share``), NVDEC's frames converted on the device (``video_on_device``),
+``submit()`` on the device (``submit_and_ray``), then the rows measured
+before, the tests last.  ``results.json`` is rewritten after each step, a
+step that fails is listed under ``errors`` and the next one runs, no step
+starts after ``--budget-s``, and ``--steps a,b`` runs only those.  On a GPU a
+step meant to measure a device path that went the CPU's way instead (a
+refused registration, NVDEC's frames downloaded) is a failure, its figures
+kept.  Clips are made in a temporary folder, so OUTDIR holds only the report,
+the trace and the picture.  The exit code is 1 when a step failed, else the
 tests' own.
 """
 
@@ -224,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=270.0, help="start no new step after this many seconds (default 270)"
     )
+    parser.add_argument(
+        "--steps",
+        default=None,
+        help="only these steps, comma-separated (a model's name in snake case, or 'models' for every model): "
+        f"{', '.join(STEP_NAMES)}",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     gpu = cuda_unavailable_reason(0) is None
@@ -236,27 +249,96 @@ def main(argv: list[str] | None = None) -> int:
     }
     copy_bytes = (256 if gpu else 16) << 20
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
+    big = gpu and not args.quick
+    scratch = Path(tempfile.mkdtemp(prefix="ortpipe-gpu-"))  # clips: never among the files that come back
+
+    def recorded(key: str, make: Callable[[], dict[str, Any]], fell_back: Callable[[dict[str, Any]], str | None]):
+        def step() -> None:
+            result = report[key] = make()
+            why = fell_back(result) if gpu else None
+            if why is not None:  # recorded, and a failure: the CPU's way is not what this step measures
+                raise DevicePathFellBack(why)
+
+        return step
+
+    # the least proven first (issue 35): registered windows, NVDEC on the device, submit() and
+    # Ray on CUDA; then the rows measured before; the tests last (a hung test costs no figures)
     steps: list[tuple[str, Callable[[], None]]] = [
         ("copy_gbps", lambda: report.update(copy_gbps=measure_copy_gbps(device, copy_bytes))),
+        ("host_share", recorded("host_share", lambda: _host_share(device, big, report.get("copy_gbps")), _staged)),
+        ("video_on_device", recorded("video_on_device", lambda: _video_on_device(scratch, device, big), _cpu_way)),
+        ("submit_and_ray", recorded("submit_and_ray", lambda: _submit_and_ray(device, big), lambda _: None)),
+        ("video_decoding", lambda: report.update(video_decoding=_video_decoding(scratch, big))),
         (
             "host_copy_gbps",
             lambda: report.update(host_copy_gbps=measure_host_copy_gbps(device, copy_bytes, (1, 2, 4, 8))),
         ),
     ]
-    steps += [(entry["name"], _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)]
-    steps.append(("convnet ops", lambda: report.update(convnet_ops=_convnet_ops(device, gpu and not args.quick))))
-    big = gpu and not args.quick
-    steps.append(("host share", lambda: report.update(host_share=_host_share(device, big, report.get("copy_gbps")))))
-    steps.append(("frames into slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
-    steps.append(("video decoding", lambda: report.update(video_decoding=_video_decoding(args.out, big))))
-    steps.append(("video on device", lambda: report.update(video_on_device=_video_on_device(args.out, device, big))))
-    if not args.no_tests:  # last: a hung test must not cost the figures
+    steps += [
+        (_key(entry["name"]), _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)
+    ]
+    steps.append(("convnet_ops", lambda: report.update(convnet_ops=_convnet_ops(device, big))))
+    steps.append(("frames_into_slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
+    if not args.no_tests:
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
-    run_steps(steps, report, args.out / "results.json", args.budget_s)
+    steps = chosen_steps(steps, args.steps)
+    try:
+        run_steps(steps, report, args.out / "results.json", args.budget_s)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"\nwrote {args.out}/results.json, trace.json, timeline.png in {report['wall_s']:.0f} s")
     for error in report["errors"]:
         print(f"FAILED {error['step']}: {error['error']}", file=sys.stderr)
     return 1 if report["errors"] else int(report.get("tests_exit_code", 0))
+
+
+#: the steps, in the order they run (a model's own step is its name in snake case)
+STEP_NAMES = (
+    "copy_gbps", "host_share", "video_on_device", "submit_and_ray", "video_decoding", "host_copy_gbps",
+    "models", "convnet_ops", "frames_into_slots", "tests",
+)  # fmt: skip
+
+
+class DevicePathFellBack(RuntimeError):
+    """A step meant to measure a device path measured the CPU's way instead: a failure, not a figure."""
+
+
+def _key(name: str) -> str:
+    """A model's step name: ``copy-bound identity`` is ``copy_bound_identity``."""
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_").replace("__", "_")
+
+
+def chosen_steps(steps: list[tuple[str, Any]], asked: str | None) -> list[tuple[str, Any]]:
+    """``steps`` filtered by ``--steps`` (None: all), in their own order; an unknown name refused."""
+    if asked is None:
+        return steps
+    names = [name.strip() for name in asked.split(",") if name.strip()]
+    models_asked = "models" in names
+    known = {name for name, _ in steps} | set(STEP_NAMES)
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise SystemExit(f"--steps: no step {unknown}; the steps: {', '.join(name for name, _ in steps)}")
+    return [(name, step) for name, step in steps if name in names or (models_asked and name not in STEP_NAMES)]
+
+
+def _staged(result: dict[str, Any]) -> str | None:
+    """Why the host share's registered rows measured staging (a refused registration), None where they did not."""
+    for key in ("copy_bound_host_inputs", "npy_host_inputs"):
+        said = str(result.get(key))
+        if not said.startswith("registered in place"):
+            return f"{key}: {said}"
+    return None
+
+
+def _cpu_way(result: dict[str, Any]) -> str | None:
+    """Why the video's device path went the CPU's way, None where it did not."""
+    if "device_unavailable" in result:
+        return f"the device path was not taken: {result['device_unavailable']}"
+    for key in ("device_decoding", "four_device_decoding"):
+        said = str(result.get(key))
+        if not said.startswith("frames decoded into the device's memory"):
+            return f"{key}: {said}"
+    return None
 
 
 def _model_step(
@@ -457,7 +539,7 @@ def _clip(path: Path, frames: int, width: int, height: int) -> Path:
     return path
 
 
-def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
+def _video_decoding(folder: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     """NOTE [ decoding on the GPU ]: a clip decoded and converted to 224x224 RGB by
     ``VideoSource`` on the CPU and with ``hwaccel="cuda"`` (NVDEC): frames/s, the
     fastest of ``rounds`` each, and how far apart the two decodes' pixels are."""
@@ -470,7 +552,9 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     from pipeline.sources.videos import auto_convert_threads
 
     frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
-    clip = _clip(out / "clip.mp4", frames, width, height)
+    clip = folder / "clip.mp4"
+    if not clip.exists():
+        clip = _clip(clip, frames, width, height)
     with Pipeline(models.convnet(), device="cpu", preprocess=Preprocess(scale=1 / 255, layout="nhwc")) as pipe:
         inputs = pipe.source_inputs
     with av.open(str(clip)) as container:
@@ -505,7 +589,7 @@ def _video_decoding(out: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
     return result
 
 
-def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 2) -> dict[str, Any]:
+def _video_on_device(folder: Path, device: Any, big: bool, rounds: int = 2) -> dict[str, Any]:
     """Issue 28's rows (NOTE [ NV12 on the device ]): the clip of ``_video_decoding``
     through the conv net at 224x224 by ``run_job``, frames/s, best of ``rounds``
     alternated: decoded into the device's memory and converted there (``device``:
@@ -520,13 +604,13 @@ def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 2) -> dict
     from pipeline.sources import VideoFolderSource, VideoSource
 
     frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
-    clip = out / "clip.mp4"
+    clip = folder / "clip.mp4"
     if not clip.exists():
         clip = _clip(clip, frames, width, height)
-    folder = out / "four_clips"
-    folder.mkdir(exist_ok=True)
+    clips = folder / "four_clips"
+    clips.mkdir(exist_ok=True)
     for number in range(4):
-        copy = folder / f"clip{number}.mp4"
+        copy = clips / f"clip{number}.mp4"
         if not copy.exists():
             copy.write_bytes(clip.read_bytes())
     ways, result = _decoding_ways(device)
@@ -536,7 +620,7 @@ def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 2) -> dict
         return VideoSource(clip, 32, inputs, size=(224, 224), hwaccel=hwaccel)
 
     def four(hwaccel: str | None, inputs: Any) -> Any:
-        return VideoFolderSource(folder, 32, inputs, size=(224, 224), hwaccel=hwaccel, videos_at_once=4)
+        return VideoFolderSource(clips, 32, inputs, size=(224, 224), hwaccel=hwaccel, videos_at_once=4)
 
     preprocess = Preprocess(scale=1 / 255, layout="nhwc")
     with Pipeline(models.convnet(), device, depth=3, preprocess=preprocess) as pipe:
@@ -548,6 +632,43 @@ def _video_on_device(out: Path, device: Any, big: bool, rounds: int = 2) -> dict
                 result[f"{name}device_over_download"] = best["download"] / best["device"]
     print(f"\nvideo on the device: {json.dumps(result)}", flush=True)
     return result
+
+
+def _submit_and_ray(device: Any, big: bool, rounds: int = 3) -> dict[str, Any]:
+    """``Pipeline.submit`` on the device (NOTE [ submitted batches ]): a copy-bound model's
+    batches handed in one at a time, each answered by its future, against ``map`` over the same
+    batches - items/s, best of ``rounds`` alternated - and its outputs exact (the identity's: its inputs).
+    The Ray rows (``Predictor(num_gpus=1)`` against Ray's documented pattern) need Ray, which a
+    device machine with no network has not; ``benchmarks/test_scale_out.py`` has them where it is."""
+    wide, rows, count = (65536, 256, 16) if big else (1024, 64, 16)
+    batches = [np.random.default_rng(i).random((rows, wide), np.float32) for i in range(count)]
+    model = models.identity(features=wide)
+    out: dict[str, Any] = {}
+    with Pipeline(model, device, depth=3) as pipe:
+        futures = [pipe.submit(batch) for batch in batches]
+        got = [future.result(timeout=60)["y"] for future in futures]
+        pipe.drain()
+        out["submit_outputs_exact"] = all(np.array_equal(a, b) for a, b in zip(got, batches, strict=True))
+
+        def submitted() -> None:
+            for future in [pipe.submit(batch) for batch in batches]:
+                future.result(timeout=60)
+            pipe.drain()
+
+        best = _alternated_best({"submit": submitted, "map": lambda: _drained(pipe.map(batches))}, rounds)
+    for way, seconds in best.items():
+        out[f"{way}_items_per_s"] = rows * count / seconds
+    out["submit_over_map"] = best["map"] / best["submit"]
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        out["ray"] = {"skipped": "Ray is not installed here (benchmarks/test_scale_out.py measures it where it is)"}
+    else:
+        out["ray"] = {"skipped": "measured by benchmarks/test_scale_out.py (pytest-benchmark), not in this check"}
+    if not out["submit_outputs_exact"]:
+        raise AssertionError(f"submit's outputs differ from what the identity model was given: {out}")
+    print(f"\nsubmit on {device.name}: {json.dumps(out)}", flush=True)
+    return out
 
 
 def _decoding_ways(device: Any) -> tuple[dict[str, tuple[bool, str | None]], dict[str, Any]]:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .helpers import ROOT, load_module
 
 
@@ -99,8 +101,12 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
     assert on_device["four_device_frames_per_s"] > 0 and on_device["four_cpu_frames_per_s"] > 0
     assert "unavailable" in on_device["four_device_decoder_utilization"]  # no nvidia-smi without a GPU
     assert on_device["device_decoding"] == "frames decoded into the device's memory and converted there"
+    submitted = report["submit_and_ray"]  # issue 35: submit() on the device
+    assert submitted["submit_outputs_exact"] and submitted["submit_items_per_s"] > 0 and "skipped" in submitted["ray"]
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000
+    # the clips are made in a temporary folder: what comes back from a device machine is these three
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["results.json", "timeline.png", "trace.json"]
 
 
 def _load_suite():
@@ -142,3 +148,40 @@ def test_no_step_starts_after_the_budget(tmp_path):
     suite.run_steps(steps, report, tmp_path / "results.json", budget_s=0.01)
     assert ran == ["slow"]
     assert json.loads((tmp_path / "results.json").read_text())["skipped"] == ["later"]
+
+
+def test_the_least_proven_steps_run_first_and_steps_can_be_chosen(capsys):
+    """Issue 35, item 6: registered windows, NVDEC on the device and submit() first (a short call
+    reaches them); ``--steps`` runs only those named, and refuses a name it does not know."""
+    suite = _load_suite()
+    with pytest.raises(SystemExit, match="no step") as refused:
+        suite.main(["/tmp/unused", "--quick", "--no-tests", "--steps", "host_share,nope"])
+    listed = str(refused.value).split("the steps: ")[1].split(", ")
+    assert listed[:4] == ["copy_gbps", "host_share", "video_on_device", "submit_and_ray"]
+    assert listed[-2:] == ["convnet_ops", "frames_into_slots"]
+    steps = [(name, None) for name in ("copy_gbps", "host_share", "tiny_identity", "convnet_ops")]
+    assert suite.chosen_steps(steps, "convnet_ops,host_share") == [("host_share", None), ("convnet_ops", None)]
+    assert suite.chosen_steps(steps, "models") == [("tiny_identity", None)]
+    assert suite.chosen_steps(steps, None) == steps
+
+
+def test_a_device_path_that_went_the_cpus_way_is_a_failure_with_its_figures_kept(tmp_path):
+    """Issue 35, item 6: NVDEC's frames downloaded, or a registration refused, measure the CPU's way:
+    the step fails (listed under errors) and what it measured stays in the report."""
+    suite = _load_suite()
+    fell_back = {"device_decoding": "frames converted on the CPU: no NVDEC", "device_frames_per_s": 10.0}
+    assert "frames converted on the CPU" in suite._cpu_way(fell_back)
+    assert "not taken" in suite._cpu_way({"device_unavailable": "PyAV 13"})
+    took = {"device_decoding": "frames decoded into the device's memory and converted there"}
+    assert suite._cpu_way({**took, "four_device_decoding": took["device_decoding"]}) is None
+    assert "copy_bound_host_inputs: staged" in suite._staged({"copy_bound_host_inputs": "staged into pinned memory"})
+    report: dict = {}
+
+    def step() -> None:
+        report["video_on_device"] = fell_back
+        raise suite.DevicePathFellBack(suite._cpu_way(fell_back))
+
+    suite.run_steps([("video_on_device", step)], report, tmp_path / "results.json", 60)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["video_on_device"]["device_frames_per_s"] == 10.0
+    assert written["errors"][0]["error"].startswith("DevicePathFellBack: device_decoding: frames converted on the CPU")
