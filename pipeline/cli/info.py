@@ -59,14 +59,21 @@ def _frames_on_gpu_line(nvdec: str) -> str:
     and converted on the CPU).  See NOTE [ NV12 on the device ]."""
     if not nvdec.startswith("yes"):
         return "no: NVDEC cannot be used here (the line above)"
+    from ..devices import CudaDevice
     from ..sources import SourceError
-    from ..sources.device_frames import hw_frames_decoding
+    from ..sources.device_frames import hw_frames_decoding, nvdec_context_refused
 
     try:
         hw_frames_decoding("cuda")
     except SourceError as exc:
         return f"no: {exc}"
-    return "yes (--hwaccel cuda converts them on the GPU by default)"
+    device = CudaDevice(0)  # its context started, as a pipeline's is before a decoder opens
+    try:
+        device.activate()
+        refused = nvdec_context_refused(device)
+    finally:
+        device.close()
+    return "yes (--hwaccel cuda converts them on the GPU by default)" if refused is None else f"no: {refused}"
 
 
 def _nvdec_line() -> str:

@@ -84,6 +84,31 @@ def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") ->
         hw_frames_decoding(hwaccel)
     except SourceError as exc:
         return str(exc)
+    return nvdec_context_refused(device)
+
+
+def nvdec_context_refused(device: Device) -> str | None:
+    """Why FFmpeg refuses to open NVDEC on ``device``'s own context (NOTE [ one context for the
+    decoder ] in ``devices/cuda``): tried once per GPU, as a decoder would open it - after the
+    pipeline has started the context - with an H.264 decoder; None where it opens."""
+    index = getattr(device, "device_id", 0)
+    if index not in _NVDEC_CONTEXT:
+        _NVDEC_CONTEXT[index] = _open_nvdec_context(device)
+    return _NVDEC_CONTEXT[index]
+
+
+#: per GPU index: why NVDEC could not be opened on the pipeline's context (None: it could)
+_NVDEC_CONTEXT: dict[int, str | None] = {}
+
+
+def _open_nvdec_context(device: Device) -> str | None:
+    import av
+
+    try:
+        gpu, options = device.hw_decoder_context()
+        hw_frames_decoding(f"cuda:{gpu}", options).create(av.Codec("h264", "r"))
+    except Exception as exc:  # noqa: BLE001 - FFmpeg's refusal, in its words, is the reason
+        return f"FFmpeg cannot open NVDEC on the pipeline's CUDA context: {exc}"
     return None
 
 
