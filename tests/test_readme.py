@@ -51,3 +51,15 @@ def test_every_page_is_linked_from_the_readme_and_every_relative_link_exists():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.name}: {target}")
     assert not broken, f"links to files that do not exist: {broken}"
+
+
+def test_every_path_in_the_package_the_pages_name_exists():
+    """Issue 36: a page that names ``pipeline/...`` names a file or folder that is there (the
+    modules move as the house is rearranged; the pages must move with them)."""
+    named = {
+        path.rstrip(".")
+        for page in PAGES
+        for path in re.findall(r"pipeline/[A-Za-z0-9_/.]*[A-Za-z0-9_/]", page.read_text())
+    }
+    assert len(named) >= 5
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []

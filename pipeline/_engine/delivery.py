@@ -14,7 +14,8 @@ from .state import RunState
 
 
 class Delivering(RunState[T]):
-    """The consumer's side of a run: a batch's outputs taken out of its"""
+    """The consumer's side of a run: a batch's outputs taken out of its pinned-out slot once
+    its d2h is done."""
 
     def _deliver(self, work: _Work) -> T:
         trace = work.trace

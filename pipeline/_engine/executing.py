@@ -15,7 +15,8 @@ from .state import RunState
 
 
 class Executing(RunState[T]):
-    """The execute side of a run: the run bound and enqueued on the compute"""
+    """The execute side of a run: each batch's run bound and enqueued on the compute stream,
+    then the d2h of its outputs on the drain stream."""
 
     # -- execute (compute + enqueue d2h) -----------------------------------
     def _execute(self) -> None:

@@ -51,7 +51,8 @@ from .state import RunState
 
 
 class Producing(RunState[T]):
-    """The producer's side of a run: a batch taken from the source, checked,"""
+    """The producer's side of a run: a batch taken from the source, checked, staged into
+    pinned memory (or not: NOTE [ inline h2d ]) and sent h2d."""
 
     # -- producer -----------------------------------------------------------
     def _produce(self, iterator: Iterator[object], index: int) -> None:
