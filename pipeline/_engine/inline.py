@@ -19,15 +19,15 @@ batch's slot is free: there is a run's time of slack before the d2h
 stream gets to it.  Without this, at depth 2 with balanced stages
 the next h2d and run were enqueued only once the oldest d2h was done,
 just when they should start, and every batch paid the caller's wake-up
-and host work on the streams' critical path (measured on the emulated
-link: 0.86 of the bound against 0.90 with stage threads).  At most one
+and host work on the streams' critical path (a lower share of the bound
+than stage threads reached on the emulated link: docs/results.md).  At most one
 batch is run and not drained, and it is drained before any other batch
 is run, so a slot's next run is always enqueued after the d2h that
 guards its outputs.  On inline streams (the CPU backend) nothing
 overlaps the wait: running ahead would only keep results longer.  Nor
 at depth 1: there the single device slot's run already waits for the
 oldest batch's d2h, so the run ahead's d2h would be late instead of its
-run (measured: 2-6 % fewer items/s, twice the latency, copy-bound), and
+run (fewer items/s and twice the latency, copy-bound: docs/results.md), and
 staging the batch after it waits on the host for the single pinned-in
 slot's h2d.
 """

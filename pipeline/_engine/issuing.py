@@ -7,8 +7,8 @@ d2h; on the host device with no link model, ORT's run and the d2h memcpy
 themselves) and *consume* (taking the outputs, and your loop's work until it
 asks for the next result).  With stage threads each side has a thread of its
 own, so a batch costs about the largest side, plus the hand-offs between the
-threads (wake-ups and GIL switches: 15-70 us a batch more than the caller's
-thread alone, measured on the project machine).  Threads overlap sides only
+threads (wake-ups and GIL switches: tens of microseconds a batch more than
+the caller's thread alone; docs/results.md).  Threads overlap sides only
 where one of them leaves the GIL (ORT's run, large memcpys, sleeps, file
 reads, PyAV decoding), which every side that is slow for a real reason does.
 
@@ -41,8 +41,8 @@ from __future__ import annotations
 import statistics
 
 #: hand over once threads would save this much host time a batch: a few times
-#: what their hand-offs cost on the project machine (2 vCPUs), so a wrong
-#: hand-over costs less than a missed one
+#: what their hand-offs cost (docs/results.md), so a wrong hand-over costs less
+#: than a missed one
 HAND_OVER_GAIN_S = 150e-6
 #: batches in one window of measurements
 WINDOW = 8

@@ -3,8 +3,8 @@
 NOTE [ registered windows ]: a copy engine reads only page-locked host
 memory, so each batch of an ordinary numpy array is first copied into a
 pinned slot (the ``stage`` stage): on a fast link that copy, not the link,
-bounds large batches (the H200 run: 20-23 GB/s of staging against a 55 GB/s
-link).  ``Pipeline.run`` knows its whole input up front, so instead it asks
+bounds large batches (the H200 run's staging ran at well under half the
+link's speed: docs/results.md).  ``Pipeline.run`` knows its whole input up front, so instead it asks
 the device to page-lock the caller's memory where it lies
 (``Device.register_host``: ``cudaHostRegister``, read-only for a read-only
 memory map) and the h2d copies read each batch straight from it: no staging

@@ -44,10 +44,9 @@ class _Journal(_ParquetParts):
     ``JOURNAL_PART_BYTES``, whichever comes first - and merged into the file,
     row groups re-joined to ``row_group_rows``: by a thread beside the job from
     the second part on (:class:`_Merger`), the rest at close; a journal of one
-    part is moved into place, no copy.  The price, measured (2 vCPUs, 400,000
-    rows of 16 float32 a row, snappy): one part 2.0-2.3M rows/s written and
-    closed, six parts 1.1-1.2M rows/s (0.78-0.80M when all of the merge waited
-    for the close); the merged copy grows beside the parts, so the file needs up
+    part is moved into place, no copy.  The price (docs/results.md): a file of
+    several parts is written at about half the rows/s of one part; the merged
+    copy grows beside the parts, so the file needs up
     to twice its size on the disk until it is closed.  A killed run leaves
     the journal: resuming goes on after its whole parts.  A resumed file that
     was closed is moved into the journal as part 0 (and is the file again at

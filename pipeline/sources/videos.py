@@ -71,8 +71,8 @@ class VideoSource(RowSource):
     ``fps=F`` takes the stride from the video's frame rate: round(rate / F).  FFmpeg decodes with threads
     of its own: ``decode_threads`` of them (None: as many as FFmpeg picks).
     One swscale context converts every frame of an iteration: ``frame.reformat``
-    would make a new one, and start its threads, for each frame (0.8 against
-    0.35 ms a 480p frame to 224x224 on the project machine).  Frames are
+    would make a new one, and start its threads, for each frame (docs/results.md:
+    more than twice the time a frame).  Frames are
     converted beside the decoder by ``convert_threads`` threads (None: one per
     four CPUs, 1 to 4; 0: by the decoding thread), each with a swscale context
     of its own (NOTE [ converting beside the decoder ]).
@@ -108,11 +108,9 @@ class VideoSource(RowSource):
     (``"cuda:N"``: GPU N) has FFmpeg decode there; each frame is downloaded to
     host memory as it is decoded and converted as any other, so everything
     after decoding is unchanged.  A codec the device cannot decode is an
-    error, not a quiet fall back to the CPU.  On an H200 machine (2026-12-04)
-    a 1080p H.264 clip to 224x224 ran at 294 frames/s, against 755 with
-    FFmpeg's threads on its 16 CPU cores: each frame is downloaded and
+    error, not a quiet fall back to the CPU.  Each frame is downloaded and
     converted on the CPU, one at a time, so decoding there frees the CPU
-    rather than outrunning it.
+    rather than outrunning it (docs/results.md, the H200 machine).
 
     NOTE [ reconnecting ]: a camera's stream drops - a network blip, the
     camera restarting - and a job that is to run for days should not end
@@ -624,21 +622,17 @@ class _Converter:
     """Decoded frames converted to RGB beside the decoder, in order.
 
     NOTE [ converting beside the decoder ]: each frame decoded is converted to the
-    model's picture - swscale's colour conversion and resize, 0.75-1.65 ms a 1080p
-    frame to 224x224 on the project machine, as long as FFmpeg's decoding of it -
-    and the decoding thread did both in turn.  With ``threads`` > 0, each frame is
+    model's picture - swscale's colour conversion and resize, as long as FFmpeg's
+    decoding of the frame (docs/results.md) - and the decoding thread did both in turn.  With ``threads`` > 0, each frame is
     handed to a pool of that many threads (PyAV releases the GIL in swscale; each
     thread keeps a swscale context of its own) as it is decoded, while the decoder
     goes on; a chunk takes its frames' pictures in order.  With 0, the caller's
     thread converts each frame as it comes, one swscale context for the iteration.
-    Measured on the project machine (2 vCPUs, one conversion thread against none,
-    ``benchmarks/test_video.py``, alternated with the commit before): a video read
-    1,297-1,309 against 1,223-1,225 frames/s, a job through the conv net 662-695
-    against 603-613 staged and 712-741 against 634-639 into the slots.  A folder
+    One conversion thread beside the decoder reads a video faster than none, and a
+    job through a model too (``benchmarks/test_video.py``; docs/results.md).  A folder
     decoding several videos at once has its parallelism already (a thread each
-    made 3 at once 1,220-1,225 against 1,332-1,338 frames/s), so its videos
-    convert in their own thread, as does a chunk of one frame (a live stream's:
-    nothing to overlap)."""
+    made it slower there), so its videos convert in their own thread, as does a
+    chunk of one frame (a live stream's: nothing to overlap)."""
 
     def __init__(self, convert: Callable[[Any, Any], tuple[np.ndarray, Placement | None]], threads: int) -> None:
         from av.video.reformatter import VideoReformatter
