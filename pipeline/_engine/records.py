@@ -191,9 +191,10 @@ class CopiedOutputs(Generic[T]):
     memory is as cheap as any (``Device.cheap_pinned``: the host device) the
     engine skips that copy for a take of this kind: it hands the slot's own
     arrays on and gives the slot new ones of the same sizes before it is
-    reused (a millisecond a 16 MB batch less on the CPU backend: docs/results.md).  On CUDA, where ``cudaHostAlloc`` costs milliseconds, the copy
-    stays.  An output that is not in the slot (one ORT allocated and the run
-    found data-dependent) is copied as before."""
+    reused (a millisecond a 16 MB batch less on the CPU backend: docs/results.md).
+    On CUDA, where ``cudaHostAlloc`` costs milliseconds, the copy stays.  An output
+    that is not in the slot (one ORT allocated and the run found data-dependent) is
+    copied as before."""
 
     then: Callable[[int, int, dict[str, np.ndarray]], T] | None = None
 

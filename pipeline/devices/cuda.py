@@ -288,7 +288,9 @@ class CudaDevice(Device):
         self._cupy.cuda.Device(self.device_id).use()
 
     def hw_decoder_context(self) -> tuple[str, dict[str, str]]:
-        """NOTE [ one context for the decoder ]: NVDEC's frames must live in the context the
+        """Where NVDEC opened in the calling thread leaves its frames: this GPU, this context.
+
+        NOTE [ one context for the decoder ]: NVDEC's frames must live in the context the
         pipeline's streams and ORT's session use - this GPU's primary context.  FFmpeg asked for
         the primary context (``primary_ctx=1``, what PyAV's ``is_hw_owned`` sets) refuses one
         already active with other flags than ``CU_CTX_SCHED_BLOCKING_SYNC`` ("Primary context

@@ -8,8 +8,8 @@ records the job that writes it, in a hidden file beside it,
 ``.NAME.ortpipe-job.json``: the input (its path, and a file's size and
 a digest of its first and last bytes), the model (its SHA-256), and the options that change rows.
 It is written before the first row (:class:`RecordingSink`), atomically, and a
-replacement's lies in its staging folder, moved with it (NOTE [ replaced when
-whole ]).  A resume whose job does not match refuses, naming both
+replacement's lies in its staging folder, moved with it
+(NOTE [ replaced when whole ]).  A resume whose job does not match refuses, naming both
 (:func:`refuse_other_job`).  An output with no record (written by an earlier
 ortpipe) is resumed on its rows' own checks, as before.
 """

@@ -88,9 +88,10 @@ def device_decoding_unavailable(device: Device, hwaccel: str | None = "cuda") ->
 
 
 def nvdec_context_refused(device: Device) -> str | None:
-    """Why FFmpeg refuses to open NVDEC on ``device``'s own context (NOTE [ one context for the
-    decoder ] in ``devices/cuda``): tried once per GPU, as a decoder would open it - after the
-    pipeline has started the context - with an H.264 decoder; None where it opens."""
+    """Why FFmpeg refuses to open NVDEC on ``device``'s own context
+    (NOTE [ one context for the decoder ] in ``devices/cuda``): tried once per GPU, as a
+    decoder would open it - after the pipeline has started the context - with an H.264
+    decoder; None where it opens."""
     index = getattr(device, "device_id", 0)
     if index not in _NVDEC_CONTEXT:
         _NVDEC_CONTEXT[index] = _open_nvdec_context(device)
