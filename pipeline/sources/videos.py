@@ -625,8 +625,8 @@ class _Converter:
     model's picture - swscale's colour conversion and resize, as long as FFmpeg's
     decoding of the frame (docs/results.md) - and the decoding thread did both in
     turn.  With ``threads`` > 0, each frame is handed to a pool of that many threads
-    (PyAV releases the GIL in swscale; each thread keeps a swscale context of its own) as it is decoded, while the decoder
-    goes on; a chunk takes its frames' pictures in order.  With 0, the caller's
+    (PyAV releases the GIL in swscale; each thread keeps a swscale context of its
+    own) as it is decoded, while the decoder goes on; a chunk takes its frames' pictures in order.  With 0, the caller's
     thread converts each frame as it comes, one swscale context for the iteration.
     One conversion thread beside the decoder reads a video faster than none, and a
     job through a model too (``benchmarks/test_video.py``; docs/results.md).  A folder
