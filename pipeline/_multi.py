@@ -67,7 +67,7 @@ from ._pipeline import Batch, Pipeline, PipelineOptions
 from .devices import Device, device_specs
 from .stats import Delivered, MultiStats, Stats
 
-_JOIN_S = 5.0
+JOIN_S = 5.0
 
 #: ``take(index, rows, outputs)`` of :meth:`MultiPipeline.map_with`
 Take = Callable[[int, int, dict[str, np.ndarray]], Any]
@@ -442,7 +442,7 @@ class _MultiRun:
         self._source.end()
         interrupt_source(self._source.iterator)  # NOTE [ interrupted feed ]: a device may wait in it
         for thread in self._threads:
-            thread.join(timeout=_JOIN_S)
+            thread.join(timeout=JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
             raise PipelineError(f"device threads still running after close: {alive}{BLOCKED_SOURCE}")

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from .._errors import PipelineClosedError
-from .records import CLOSED_MID_RUN, T, _Work, compute_failed
+from .records import CLOSED_MID_RUN, T, Work, compute_failed
 from .rings import PinnedOutSlot
 from .state import RunState
 
@@ -17,7 +17,7 @@ class Delivering(RunState[T]):
     """The consumer's side of a run: a batch's outputs taken out of its pinned-out slot once
     its d2h is done."""
 
-    def _deliver(self, work: _Work) -> T:
+    def _deliver(self, work: Work) -> T:
         trace = work.trace
         t_wait = time.perf_counter()
         while not trace.events.d2h_done.synchronize(self._config.poll_s):

@@ -24,7 +24,7 @@ import numpy as np
 from .._errors import PipelineInputError
 from ..devices import DeviceArray, DeviceBuffer, Stream
 from .producing import source_failure
-from .records import _END, BatchEvents, BatchTrace, T, _Failure, _rows_written, _Work
+from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, T, Work, rows_written
 from .rings import DeviceSlot
 from .state import RunState
 
@@ -60,17 +60,17 @@ class DeviceFilling(RunState[T]):
         target = DeviceTarget(link, self._slot_arrays(slot), layout.batch_size)
         t_ask = time.perf_counter()
         try:
-            rows = _rows_written(self._fill(index, target), index, layout.batch_size)  # type: ignore[arg-type]
+            rows = rows_written(self._fill(index, target), index, layout.batch_size)  # type: ignore[arg-type]
         except PipelineInputError as exc:
             self._rings.device_slots.release(slot)
-            return _Failure(exc)
+            return Failure(exc)
         except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
             self._rings.device_slots.release(slot)
             return source_failure(index, exc)
         t_filled = time.perf_counter()
         if rows == 0 or self._stop.is_set():
             self._rings.device_slots.release(slot)
-            return _END if rows == 0 else None
+            return END_OF_SOURCE if rows == 0 else None
         bound = layout.bound_rows(rows)
         self._zero_padding(link, target, rows, bound)
         events.h2d_done.record(link)
@@ -86,7 +86,7 @@ class DeviceFilling(RunState[T]):
             wait_in_s=t_ask - t_wait,
             events=events,
         )
-        return _Work(trace=trace, slot=slot)
+        return Work(trace=trace, slot=slot)
 
     def _slot_arrays(self, slot: DeviceSlot) -> dict[str, DeviceArray]:
         """The slot's inputs as arrays of ``batch_size`` rows (its buffers may hold more)."""

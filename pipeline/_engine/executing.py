@@ -8,7 +8,7 @@ import numpy as np
 from .._errors import ModelError, PipelineError
 from ..devices import DeviceBuffer, NormalizeOp
 from .layout import RowShapes
-from .records import _GRAPH_RUN_FAILED, T, _Failure, _Work, compute_failed
+from .records import GRAPH_RUN_FAILED, Failure, T, Work, compute_failed
 from .rings import DeviceSlot, PinnedOutSlot
 from .session import Shape, nbytes_of
 from .state import RunState
@@ -24,34 +24,34 @@ class Executing(RunState[T]):
             item = self._get(self._work_q)
             if item is None:
                 return
-            if isinstance(item, _Work):
+            if isinstance(item, Work):
                 item = self._execute_one(item)
                 if item is None:
                     return
-            # _END or a _Failure: passed on in order, and this thread is done
-            if not self._put(self._result_q, item) or not isinstance(item, _Work):
+            # END_OF_SOURCE or a Failure: passed on in order, and this thread is done
+            if not self._put(self._result_q, item) or not isinstance(item, Work):
                 return
 
-    def _execute_one(self, work: _Work) -> object | None:
+    def _execute_one(self, work: Work) -> object | None:
         """Run (unless already enqueued) and d2h of one staged batch: the work,
-        a ``_Failure``, or None once stopped."""
+        a ``Failure``, or None once stopped."""
         try:  # one frame for both halves: this is the per-batch path
             if not work.run_issued:
                 self._issue_run(work)
             return work if self._issue_drain(work) else None
         except Exception as exc:  # noqa: BLE001
-            return _Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
+            return Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
 
-    def _run_one(self, work: _Work) -> object | None:
+    def _run_one(self, work: Work) -> object | None:
         """The run of one staged batch enqueued (its device slot handed back),
-        its d2h left for later (NOTE [ inline issue ]): the work, or a ``_Failure``."""
+        its d2h left for later (NOTE [ inline issue ]): the work, or a ``Failure``."""
         try:
             self._issue_run(work)
         except Exception as exc:  # noqa: BLE001
-            return _Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
+            return Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
         return work
 
-    def _issue_run(self, work: _Work) -> None:
+    def _issue_run(self, work: Work) -> None:
         slot, trace = work.slot, work.trace
         events = trace.events
         compute = self._streams.compute
@@ -73,7 +73,7 @@ class Executing(RunState[T]):
         # enqueue the slot's next run.
         self._rings.device_slots.release(slot)
 
-    def _issue_drain(self, work: _Work) -> bool:
+    def _issue_drain(self, work: Work) -> bool:
         slot, trace = work.slot, work.trace
         events = trace.events
         out_sizes = work.out_sizes
@@ -109,7 +109,7 @@ class Executing(RunState[T]):
             self._results.copied(events.d2h_done)  # type: ignore[union-attr]
         return True
 
-    def _plan_allocated(self, work: _Work, pinned_out: PinnedOutSlot) -> tuple[dict[str, int], dict[str, DeviceBuffer]]:
+    def _plan_allocated(self, work: Work, pinned_out: PinnedOutSlot) -> tuple[dict[str, int], dict[str, DeviceBuffer]]:
         """Sizes and sources of the d2h when ORT allocated some outputs: their
         shapes are this run's, their memory ORT's; the pinned-out slot is
         grown to hold them."""
@@ -154,7 +154,7 @@ class Executing(RunState[T]):
             )
             self._device.normalize(self._streams.compute, op)
 
-    def _outputs_for(self, work: _Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
+    def _outputs_for(self, work: Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
         """dtype and shape of every output at this batch's bound rows, their bytes and the total."""
         if work.row_shapes is not None:  # ORT allocates them all: shapes once it has run
             return self._unplanned, {}, 0
@@ -178,7 +178,7 @@ class Executing(RunState[T]):
         found = self._out_plans[rows] = (layout, sizes, sum(sizes.values()))
         return found
 
-    def _bind(self, slot: DeviceSlot, work: _Work) -> None:
+    def _bind(self, slot: DeviceSlot, work: Work) -> None:
         shapes = work.row_shapes
         allocated = self._session.dynamic_outputs if shapes is None else self._all_outputs
         borrowed = work.borrowed
@@ -206,7 +206,7 @@ class Executing(RunState[T]):
             self._session.bind_host_inputs(slot.binding, borrowed)
         slot.bound_key = key
 
-    def _run_bound(self, slot: DeviceSlot, work: _Work) -> None:
+    def _run_bound(self, slot: DeviceSlot, work: Work) -> None:
         # Runs in the compute stream's order.
         # NOTE [ bind in stream order ]: the
         # binding is (re)pointed here, not by the enqueuing thread, because on a
@@ -219,7 +219,7 @@ class Executing(RunState[T]):
                 session.run_bound(slot.binding, slot.run_options)
             except Exception as exc:
                 if session.cuda_graph:  # NOTE [ CUDA graphs ]: no output ORT allocates
-                    raise ModelError(_GRAPH_RUN_FAILED.format(exc)) from exc
+                    raise ModelError(GRAPH_RUN_FAILED.format(exc)) from exc
                 if work.row_shapes is not None:  # nothing was preallocated: nothing to retry
                     raise
                 work.allocated = self._rerun_allocating(slot, work, exc)  # maybe a data-dependent shape

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .records import T, _Work
+from .records import T, Work
 from .state import RunState
 
 
@@ -52,12 +52,12 @@ class _Issued:
     #: run and drained, or END / a failure, in order
     pending: collections.deque[object] = field(default_factory=collections.deque)
     staged: object | None = None  # produced (h2d enqueued), not yet run
-    ran: _Work | None = None  # run enqueued, not yet drained (running ahead)
+    ran: Work | None = None  # run enqueued, not yet drained (running ahead)
     ended: bool = False  # END or a failure is pending: nothing more is taken
 
 
 _Produce = Callable[[Iterator[object], int], object | None]
-_Execute = Callable[[_Work], object | None]
+_Execute = Callable[[Work], object | None]
 
 
 class InlineIssuing(RunState[T]):
@@ -85,7 +85,7 @@ class InlineIssuing(RunState[T]):
                 continue
             assert advisor is not None
             staged, ran = issued.staged, issued.ran
-            if isinstance(staged, _Work) and advisor.hand_over():
+            if isinstance(staged, Work) and advisor.hand_over():
                 yield from self._hand_over([ran, staged] if ran is not None else [staged], issued.pending)
                 return
             t_yield = time.perf_counter()
@@ -100,12 +100,12 @@ class InlineIssuing(RunState[T]):
             else:
                 item = issued.staged if issued.staged is not None else produce(self._iterator, issued.index)
                 issued.staged = None
-                if isinstance(item, _Work):
+                if isinstance(item, Work):
                     item = execute(item)
                     issued.index += 1
             if item is None:  # closed meanwhile
                 return False
-            issued.ended = not isinstance(item, _Work)
+            issued.ended = not isinstance(item, Work)
             issued.pending.append(item)
         return True
 
@@ -118,12 +118,12 @@ class InlineIssuing(RunState[T]):
             issued.staged = produce(self._iterator, issued.index)
             if issued.staged is None:
                 return False
-        if not run_ahead or issued.ran is not None or not isinstance(issued.staged, _Work):
+        if not run_ahead or issued.ran is not None or not isinstance(issued.staged, Work):
             return True
         item = self._run_measured(issued.staged) if measuring else self._run_one(issued.staged)
         issued.staged = None
         issued.index += 1
-        if not isinstance(item, _Work):  # its failure, delivered after the batches before it
+        if not isinstance(item, Work):  # its failure, delivered after the batches before it
             issued.pending.append(item)
             issued.ended = True
             return True
@@ -131,7 +131,7 @@ class InlineIssuing(RunState[T]):
         issued.staged = produce(self._iterator, issued.index)
         return issued.staged is not None
 
-    def _hand_over(self, issued: list[_Work], pending: collections.deque[object]) -> Iterator[object]:
+    def _hand_over(self, issued: list[Work], pending: collections.deque[object]) -> Iterator[object]:
         """See NOTE [ auto issuing ]: the stage threads take over from the caller's
         thread.  The batches it issued but did not drain (one run ahead, if
         any, whose run the execute thread does not repeat, then the staged
@@ -153,7 +153,7 @@ class InlineIssuing(RunState[T]):
         yield from pending
         yield from self._from_threads()
 
-    def _copy_borrowed(self, work: _Work) -> None:
+    def _copy_borrowed(self, work: Work) -> None:
         """A batch that was to be bound where it lies copied into its slot after all
         (NOTE [ borrowed inputs ]): its run comes after the source is asked again."""
         if work.borrowed is None:
@@ -168,13 +168,13 @@ class InlineIssuing(RunState[T]):
         start = time.perf_counter()
         item = self._produce_one(iterator, index)
         spent = time.perf_counter() - start
-        if isinstance(item, _Work):
+        if isinstance(item, Work):
             spent -= item.trace.wait_in_s  # waiting for a free buffer is no side of host work
         assert self._advisor is not None
         self._advisor.add("produce", spent)
         return item
 
-    def _execute_measured(self, work: _Work) -> object | None:
+    def _execute_measured(self, work: Work) -> object | None:
         start = time.perf_counter()
         item = self._execute_one(work)
         assert self._advisor is not None
@@ -182,7 +182,7 @@ class InlineIssuing(RunState[T]):
         self._advisor.add("execute", time.perf_counter() - start + work.run_issue_s)
         return item
 
-    def _run_measured(self, work: _Work) -> object | None:
+    def _run_measured(self, work: Work) -> object | None:
         start = time.perf_counter()
         item = self._run_one(work)
         work.run_issue_s = time.perf_counter() - start

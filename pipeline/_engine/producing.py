@@ -45,7 +45,7 @@ import numpy as np
 from .._errors import PipelineInputError, PipelineStageError
 from ..devices import DeviceArray, Stream, typed_view
 from .layout import RowShapes, SlotsOutgrown
-from .records import _END, BatchEvents, BatchTrace, Outgrown, T, _as_laid_out, _Failure, _rows_written, _Work
+from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, Outgrown, T, Work, as_laid_out, rows_written
 from .rings import DeviceSlot, PinnedInSlot
 from .state import RunState
 
@@ -58,25 +58,25 @@ class Producing(RunState[T]):
     def _produce(self, iterator: Iterator[object], index: int) -> None:
         while True:
             item = self._produce_one(iterator, index)
-            if item is None or not self._put(self._work_q, item) or not isinstance(item, _Work):
+            if item is None or not self._put(self._work_q, item) or not isinstance(item, Work):
                 return
             index += 1
 
     def _produce_one(self, iterator: Iterator[object], index: int) -> object | None:
         """Batch ``index`` taken from the source, checked, staged and sent h2d:
-        its ``_Work``, or ``_END``, a ``_Failure``, or None once stopped."""
+        its ``Work``, or ``END_OF_SOURCE``, a ``Failure``, or None once stopped."""
         if self._stop.is_set():
             return None
         if self._stop_taking:
             self.stopped_at = index
-            return _END
+            return END_OF_SOURCE
         if self._fill is not None:
             return self._produce_device_filled(index) if self._fill_on_device else self._produce_filled(index)
         t_ask = time.perf_counter()
         try:
             batch = next(iterator)
         except StopIteration:
-            return _END
+            return END_OF_SOURCE
         except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
             return source_failure(index, exc)
         if self._stop.is_set():  # closed while the source was busy: touch no buffer
@@ -86,13 +86,13 @@ class Producing(RunState[T]):
             feeds = self._checker.feeds(index, batch)
             rows, shapes = self._layout.rows_of(index, feeds)
         except PipelineInputError as exc:
-            return _Failure(exc)
+            return Failure(exc)
         except SlotsOutgrown as grown:
             return Outgrown(index, feeds, grown.layout)
         try:
             return self._stage_and_send(index, feeds, rows, shapes, t_submit, t_submit - t_ask)
         except Exception as exc:  # noqa: BLE001
-            return _Failure(PipelineStageError("stage", index, exc))
+            return Failure(PipelineStageError("stage", index, exc))
 
     def _stage_and_send(
         self,
@@ -102,7 +102,7 @@ class Producing(RunState[T]):
         shapes: RowShapes | None,
         t_submit: float,
         source_s: float,
-    ) -> _Work | None:
+    ) -> Work | None:
         bound = self._layout.bound_rows(rows)
         t_wait = time.perf_counter()
         on_device = None
@@ -116,7 +116,7 @@ class Producing(RunState[T]):
             (self._h2d_inline or registered)
             and shapes is None
             and bound == rows
-            and all(map(_as_laid_out, feeds.values()))
+            and all(map(as_laid_out, feeds.values()))
         ):
             # NOTE [ inline h2d ], NOTE [ registered windows ]: the copy reads the batch
             # itself (or no input is on the host)
@@ -144,7 +144,7 @@ class Producing(RunState[T]):
         shapes: RowShapes | None,
         times: tuple[float, float, float, float, float],
         on_device: dict[str, DeviceArray] | None = None,
-    ) -> _Work | None:
+    ) -> Work | None:
         """The h2d of a batch whose ``bound`` rows are in ``sources`` (a pinned-in
         slot's arrays, or the batch itself), once a device slot is free; its
         inputs ``on_device`` copied device to device (NOTE [ device arrays ]).
@@ -186,7 +186,7 @@ class Producing(RunState[T]):
             wait_in_s=wait_s + (t_slot - t_staged),
             events=events,
         )
-        return _Work(trace=trace, slot=slot, row_shapes=shapes, device_feeds=on_device, borrowed=borrowed)
+        return Work(trace=trace, slot=slot, row_shapes=shapes, device_feeds=on_device, borrowed=borrowed)
 
     @staticmethod
     def _send_mixed(
@@ -233,11 +233,11 @@ class Producing(RunState[T]):
             return None
         t_submit = time.perf_counter()
         try:
-            rows = _rows_written(rows, index, layout.batch_size)
+            rows = rows_written(rows, index, layout.batch_size)
         except PipelineInputError as exc:
-            return _Failure(exc)
+            return Failure(exc)
         if rows == 0:
-            return _END
+            return END_OF_SOURCE
         bound = layout.bound_rows(rows)
         if bound > rows:
             for view in views.values():
@@ -246,7 +246,7 @@ class Producing(RunState[T]):
         try:
             return self._send(index, pinned.arrays, pinned, rows, bound, None, times)
         except Exception as exc:  # noqa: BLE001
-            return _Failure(PipelineStageError("stage", index, exc))
+            return Failure(PipelineStageError("stage", index, exc))
 
     def _stage(
         self, pinned: PinnedInSlot, feeds: dict[str, np.ndarray], rows: int, bound: int, shapes: RowShapes | None
@@ -278,8 +278,8 @@ class Producing(RunState[T]):
         return found
 
 
-def source_failure(index: int, error: BaseException) -> _Failure:
+def source_failure(index: int, error: BaseException) -> Failure:
     """The source failed at batch ``index``: after every earlier batch, the consumer raises
     it wrapped with its stage and batch - or as it is, a KeyboardInterrupt or SystemExit
     (NOTE [ one error path ]: one raised in a stage thread is the consumer's too)."""
-    return _Failure(PipelineStageError("source", index, error) if isinstance(error, Exception) else error)
+    return Failure(PipelineStageError("source", index, error) if isinstance(error, Exception) else error)

@@ -24,7 +24,7 @@ T = TypeVar("T")
 THREAD_PREFIX = "ortpipe-"
 
 
-_JOIN_S = 2.0
+JOIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class BatchTrace:
 
 
 @dataclass(eq=False, slots=True)
-class _Work:
+class Work:
     trace: BatchTrace
     slot: DeviceSlot
     out_layout: dict[str, tuple[np.dtype, Shape]] = field(default_factory=dict)
@@ -115,19 +115,19 @@ class Outgrown:
 
 
 @dataclass(frozen=True)
-class _Failure:
+class Failure:
     error: BaseException
 
 
-_GRAPH_RUN_FAILED = (
+GRAPH_RUN_FAILED = (
     "{} (with CUDA graphs every output is preallocated at the shape the probe run gave: a model whose "
     "output shapes depend on the data cannot run as a graph; run it with cuda_graph off)"
 )
 
 
-_END = object()
+END_OF_SOURCE = object()
 #: put by ``close()``: a consumer waiting for a result learns the run was closed
-_CLOSED = object()
+CLOSED = object()
 
 
 def compute_failed(index: int, error: BaseException, rows: int, full_rows: int | None) -> PipelineStageError:
@@ -157,12 +157,12 @@ Fill = Callable[[int, dict[str, np.ndarray]], int | None]
 MakeTake = Callable[[HostCopier], Take[T]]
 
 
-def _as_laid_out(array: np.ndarray) -> bool:
+def as_laid_out(array: np.ndarray) -> bool:
     """The array's bytes are those of its slot: C order, native byte order (NOTE [ inline h2d ])."""
     return array.flags.c_contiguous and array.dtype.isnative
 
 
-def _rows_written(value: object, index: int, batch_size: int) -> int:
+def rows_written(value: object, index: int, batch_size: int) -> int:
     """What a ``fill`` returned, as rows (0: the end), or why it cannot be (NOTE [ filled slots ])."""
     if value is None:
         return 0

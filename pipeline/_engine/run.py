@@ -49,22 +49,22 @@ from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, RowShapes
 from .producing import Producing
 from .records import (
-    _CLOSED,
-    _END,
-    _JOIN_S,
     BLOCKED_SOURCE,
+    CLOSED,
     CLOSED_MID_RUN,
+    END_OF_SOURCE,
+    JOIN_S,
     THREAD_PREFIX,
     BatchTrace,
     CopiedOutputs,
+    Failure,
     Fill,
     MakeTake,
     Outgrown,
     RunConfig,
     Streams,
     T,
-    _Failure,
-    _Work,
+    Work,
     interrupt_source,
 )
 from .rings import Rings
@@ -209,9 +209,9 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
                 self._device.activate()
                 loop()
             except Exception as exc:  # noqa: BLE001 - a bug in a loop still reaches the consumer
-                self._put(self._result_q, _Failure(PipelineStageError(stage, None, exc)))
+                self._put(self._result_q, Failure(PipelineStageError(stage, None, exc)))
             except BaseException as exc:  # noqa: BLE001 - NOTE [ one error path ]: raised as it is
-                self._put(self._result_q, _Failure(exc))
+                self._put(self._result_q, Failure(exc))
 
         return run
 
@@ -232,16 +232,16 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
         try:
             items = self._issued_inline() if self._config.stage_threads is not True else self._from_threads()
             for item in items:
-                if item is _END:
+                if item is END_OF_SOURCE:
                     return
-                if item is _CLOSED:
+                if item is CLOSED:
                     break
-                if isinstance(item, _Failure):
+                if isinstance(item, Failure):
                     raise item.error
                 if isinstance(item, Outgrown):  # every earlier batch is delivered: the caller regrows
                     self.outgrown = item
                     return
-                assert isinstance(item, _Work)
+                assert isinstance(item, Work)
                 yield self._deliver(item)
             raise PipelineClosedError(CLOSED_MID_RUN)
         finally:
@@ -267,13 +267,13 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
                 return
             self._closed = True
             self._stop.set()
-        self._result_q.put(_CLOSED)  # a consumer waiting for a result wakes at once, whatever the source does
+        self._result_q.put(CLOSED)  # a consumer waiting for a result wakes at once, whatever the source does
         # a re-sized run (NOTE [ free dims ]) and one that stopped taking batches (the caller's
         # thread goes on: NOTE [ auto issuing ]) leave the source to the next run
         if self.outgrown is None and self.stopped_at is None:
             interrupt_source(self._user_source)  # a producer waiting in a Feed wakes up
         for thread in self._threads:
-            thread.join(timeout=_JOIN_S)
+            thread.join(timeout=JOIN_S)
         alive = [t.name for t in self._threads if t.is_alive()]
         self._copier.close()
         for stream in self._streams.all():

@@ -15,7 +15,7 @@ from ..devices import Device, DeviceArray, Event
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, RowShapes
-from .records import BatchTrace, CopiedOutputs, Outgrown, RunConfig, Streams, T, Take, _Work
+from .records import BatchTrace, CopiedOutputs, Outgrown, RunConfig, Streams, T, Take, Work
 from .rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
 from .session import OrtSession, Shape
 from .windows import HostWindows, ResultWindows
@@ -97,25 +97,25 @@ class RunState(Generic[T]):
         shapes: RowShapes | None,
         times: tuple[float, float, float, float, float],
         on_device: dict[str, DeviceArray] | None = None,
-    ) -> _Work | None:
+    ) -> Work | None:
         raise NotImplementedError  # in producing
 
     def _produce_device_filled(self, index: int) -> object | None:
         raise NotImplementedError  # in device_filled
 
-    def _execute_one(self, work: _Work) -> object | None:
+    def _execute_one(self, work: Work) -> object | None:
         raise NotImplementedError  # in executing
 
-    def _run_one(self, work: _Work) -> object | None:
+    def _run_one(self, work: Work) -> object | None:
         raise NotImplementedError  # in executing
 
-    def _rerun_allocating(self, slot: DeviceSlot, work: _Work, error: Exception) -> dict[str, Any]:
+    def _rerun_allocating(self, slot: DeviceSlot, work: Work, error: Exception) -> dict[str, Any]:
         raise NotImplementedError  # in dynamic
 
-    def _allocated_values(self, slot: DeviceSlot, work: _Work) -> dict[str, Any]:
+    def _allocated_values(self, slot: DeviceSlot, work: Work) -> dict[str, Any]:
         raise NotImplementedError  # in dynamic
 
-    def _allocated_views(self, work: _Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
+    def _allocated_views(self, work: Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
         raise NotImplementedError  # in dynamic
 
     def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> bool:
@@ -124,5 +124,5 @@ class RunState(Generic[T]):
     def _from_threads(self) -> Iterator[object]:
         raise NotImplementedError  # in run
 
-    def _deliver(self, work: _Work) -> T:
+    def _deliver(self, work: Work) -> T:
         raise NotImplementedError  # in delivery

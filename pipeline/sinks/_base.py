@@ -30,7 +30,7 @@ import numpy as np
 from .._arrow import from_numpy, list_column
 from .._errors import SinkError
 
-_PER_BATCH_RESUME = (
+PER_BATCH_RESUME = (
     "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), which {kind} "
     "does not keep in step with the rows; write Parquet (a file or a folder) to resume such a run, or start over"
 )
@@ -98,7 +98,7 @@ def check_items(name: str, index: int, values: np.ndarray, item_shape: tuple[int
     return items
 
 
-def _flat(values: np.ndarray) -> tuple[np.ndarray, bool]:
+def flat_values(values: np.ndarray) -> tuple[np.ndarray, bool]:
     """``[rows, values a row]`` copy of ``values``, and whether a row is one scalar.
 
     A copy: pyarrow wraps numpy memory without copying, and ``values`` is a
@@ -111,7 +111,7 @@ def _flat(values: np.ndarray) -> tuple[np.ndarray, bool]:
 Several = Callable[[str, np.ndarray], dict[str, Any]]
 
 
-def _record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarray, bool]], several: Several) -> Any:
+def to_record_batch(columns: dict[str, Any], outputs: Iterable[tuple[str, np.ndarray, bool]], several: Several) -> Any:
     """A pyarrow record batch of ``columns`` (numpy or pyarrow arrays), then the
     outputs: one value a row as a column, several as the columns ``several(name, flat)``
     makes; an output whose name a column has is prefixed ``output_``."""
@@ -132,7 +132,7 @@ def file_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
-def _beside(
+def beside_path(
     base: Path, suffix: str, names: Iterable[str], check: Callable[[Path], Path] | None = None
 ) -> dict[str, Path]:
     """``<stem>.<name><suffix>`` beside ``base`` for each name, each checked writable
@@ -178,7 +178,7 @@ def writable_folder(path: str | Path) -> Path:
     return path
 
 
-def _after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 16) -> int:
+def after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 16) -> int:
     """The offset just after the last newline before ``end`` (default: the file's
     end; 0 when there is none), read backwards a block at a time."""
     end = file.seek(0, 2) if end is None else end
@@ -192,13 +192,13 @@ def _after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 1
     return 0
 
 
-def _list_column(name: str, flat: np.ndarray) -> dict[str, Any]:
+def as_list_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one fixed-size list column."""
 
     return {name: list_column(flat)}
 
 
-def _value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
+def value_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one CSV column each: ``name_0``, ``name_1``, ..."""
 
     return {f"{name}_{i}": from_numpy(flat[:, i]) for i in range(flat.shape[1])}

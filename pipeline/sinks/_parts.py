@@ -62,7 +62,7 @@ def _floats(arrow_type: Any) -> bool:
     return bool(pa.types.is_floating(arrow_type))
 
 
-class _ParquetFile:
+class ParquetTableFile:
     """A Parquet file written in row groups of about ``row_group_rows``, each column
     chunk compressed with ``compression``: a part of a data set or of a journal."""
 
@@ -141,7 +141,7 @@ def _parquet_columns(paths: Sequence[Path], names: Sequence[str]) -> dict[str, n
 
 
 #: a data set's part files: their names sort in the order they were written, and are read back in
-_PART = "part-{:05d}.parquet"
+PART = "part-{:05d}.parquet"
 
 _PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 
@@ -231,8 +231,8 @@ def refuse_other_files(folder: Path) -> None:
         )
 
 
-class _ParquetParts:
-    """A Parquet data set written as a folder of part files (:data:`_PART`), made
+class ParquetParts:
+    """A Parquet data set written as a folder of part files (:data:`PART`), made
     at the first rows; a part is closed once it holds ``part_rows`` rows or
     ``part_bytes`` bytes, whichever comes first.  Each part is written under a
     hidden name and renamed when closed, so the folder only ever holds whole,
@@ -243,7 +243,7 @@ class _ParquetParts:
     def __init__(
         self,
         folder: Path,
-        file: Callable[[Path], _ParquetFile],
+        file: Callable[[Path], ParquetTableFile],
         part_rows: int | None,
         part_bytes: int,
         part_seconds: float | None = None,
@@ -252,7 +252,7 @@ class _ParquetParts:
         #: a part's file, written in row groups as the sink says
         self._file = file
         self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
-        self._part: _ParquetFile | None = None
+        self._part: ParquetTableFile | None = None
         self._number = 0
         self._rows = self._bytes = 0
         self._opened_at = 0.0
@@ -331,13 +331,13 @@ class _ParquetParts:
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
 
-    def _start(self, schema: Any) -> _ParquetFile:
+    def _start(self, schema: Any) -> ParquetTableFile:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
             _same_columns(self.folder, self._earlier, schema)
         self.folder.mkdir(exist_ok=True)
         (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
         # a killed run's part of this number, never renamed, is written over
-        return self._file(self.folder / _IN_PROGRESS.format(_PART.format(self._number)))
+        return self._file(self.folder / _IN_PROGRESS.format(PART.format(self._number)))
 
     def finish(self) -> None:
         """Close the open part (if any) and rename it into place."""
@@ -346,7 +346,7 @@ class _ParquetParts:
         part, self._part = self._part, None
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
         durable(part.path)  # on the disk before its name says it is whole
-        os.replace(part.path, self.folder / _PART.format(self._number))
+        os.replace(part.path, self.folder / PART.format(self._number))
         durable(self.folder)
         self._number += 1
         self._closed_by_this_run += 1

@@ -23,15 +23,15 @@ from .._capabilities import notes
 from .._closing import close_all
 from .._errors import SinkError
 from ._base import (
-    _PER_BATCH_RESUME,
+    PER_BATCH_RESUME,
     DataDependent,
     OutputKinds,
     Several,
-    _beside,
-    _flat,
-    _record_batch,
+    beside_path,
     check_items,
     check_rows,
+    flat_values,
+    to_record_batch,
     writable,
 )
 
@@ -68,7 +68,7 @@ class Storage:
 
     def resume_side(self, side: Any, main: Any, path: Path) -> None:
         """Keep the rows of a per-batch output's table that the main table's kept rows go with."""
-        raise SinkError(_PER_BATCH_RESUME.format(path=str(path), kind=f"a {self.suffix} table"))
+        raise SinkError(PER_BATCH_RESUME.format(path=str(path), kind=f"a {self.suffix} table"))
 
     def restart_side(self, side: Any) -> None:
         """A resumed run that kept no rows: a per-batch output's table starts anew (a file is written over)."""
@@ -109,7 +109,7 @@ class StreamStorage(Storage):
         )
 
 
-class _TableSink:
+class TableSink:
     """One table of the metadata columns and the per-row outputs, and one table
     beside it for each per-batch output (NOTE [ per-batch outputs ]):
     ``<stem>.<output><suffix>``, a ``batch`` column then the output's items.
@@ -164,7 +164,7 @@ class _TableSink:
         columns: dict[str, Any] = dict(meta)
         if per_batch:
             columns[self._batch_column] = np.full(rows, index, np.int64)
-        main = _record_batch(columns, self._per_row(index, rows, per_row), self._several)
+        main = to_record_batch(columns, self._per_row(index, rows, per_row), self._several)
         sides = {name: self._items(index, name, values) for name, values in per_batch.items()}
         for name, side in sides.items():  # the sides first: the main table is never ahead of them
             self._sides[name].write(side)
@@ -175,7 +175,7 @@ class _TableSink:
         checked = []
         for name, values in outputs.items():
             self._shapes[name] = check_rows(name, index, rows, values, self._shapes.get(name))
-            checked.append((name, *_flat(values)))
+            checked.append((name, *flat_values(values)))
         return checked
 
     def _items(self, index: int, name: str, values: np.ndarray) -> Any:
@@ -183,13 +183,13 @@ class _TableSink:
         items = check_items(name, index, values, self._shapes.get(name))
         self._shapes[name] = items.shape[1:]
         batch = {self._batch_column: np.full(len(items), index, np.int64)}
-        return _record_batch(batch, [(name, *_flat(items))], self._several)
+        return to_record_batch(batch, [(name, *flat_values(items))], self._several)
 
     def _open_sides(self, names: list[str], meta: Mapping[str, np.ndarray]) -> None:
         self._storage.allow_sides(names)
         if "batch" in meta:
             self._batch_column = "ortpipe_batch"
-        self.side_paths = _beside(self.path, self.path.suffix or self._storage.suffix, names, self._storage.checked)
+        self.side_paths = beside_path(self.path, self.path.suffix or self._storage.suffix, names, self._storage.checked)
         self._sides = {name: self._storage.open(path) for name, path in self.side_paths.items()}
         if self.kept_rows:
             self._resume_sides()

@@ -10,8 +10,8 @@ import numpy as np
 
 from .._arrow import to_numpy
 from .._errors import SinkError
-from ._base import DataDependent, _after_last_line, _value_columns
-from ._table import Storage, StreamStorage, _TableSink
+from ._base import DataDependent, after_last_line, value_columns
+from ._table import Storage, StreamStorage, TableSink
 
 
 class _CsvFile:
@@ -30,7 +30,7 @@ class _CsvFile:
         if not self.path.exists():
             return 0
         with self.path.open("r+b") as file:
-            file.truncate(_after_last_line(file))
+            file.truncate(after_last_line(file))
         if not self.path.stat().st_size:
             return 0  # not even a whole header: written anew
         import pyarrow as pa
@@ -58,7 +58,7 @@ class _CsvFile:
         with self.path.open("rb") as file:
             header = file.readline()
             end = file.seek(0, 2)  # resume() left the file ending in a newline
-            start = max(len(header), _after_last_line(file, end - 1))
+            start = max(len(header), after_last_line(file, end - 1))
             file.seek(start)
             line = file.read(end - start)
         if not line.strip():
@@ -107,13 +107,13 @@ class _CsvFile:
                 self._file.close()
 
 
-class CsvSink(_TableSink):
+class CsvSink(TableSink):
     """A CSV file: the metadata columns, then the outputs, an output of several
     values a row as one column per value (``logits_0``, ``logits_1``, ...),
     streamed batch by batch."""
 
     def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
-        super().__init__(path, Storage(_CsvFile, ".csv"), _value_columns, data_dependent, resume)
+        super().__init__(path, Storage(_CsvFile, ".csv"), value_columns, data_dependent, resume)
 
 
 class _CsvStream:
@@ -140,9 +140,9 @@ class _CsvStream:
             self._writer = None
 
 
-class CsvStreamSink(_TableSink):
+class CsvStreamSink(TableSink):
     """:class:`CsvSink`'s CSV written to a stream as it comes (``--output -``; see
     :class:`StreamStorage`)."""
 
     def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
-        super().__init__("-", StreamStorage(_CsvStream, stream, ".csv"), _value_columns, data_dependent)
+        super().__init__("-", StreamStorage(_CsvStream, stream, ".csv"), value_columns, data_dependent)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import SinkError
-from ._parts import _PART, _ParquetFile, _ParquetParts, clear_data_set, parquet_writer, whole_parts
+from ._parts import PART, ParquetParts, ParquetTableFile, clear_data_set, parquet_writer, whole_parts
 
 #: the part closed last in a Parquet file's journal holds at most this many bytes (arrow's) ...
 JOURNAL_PART_BYTES = 64 << 20
@@ -24,7 +24,7 @@ JOURNAL_PART_SECONDS = 60.0
 _MERGING = ".merged.parquet"
 
 #: in the main table's journal: every table was merged, and is being moved into place
-_MERGED = "_MERGED"
+MERGED = "MERGED"
 
 
 def journal_of(path: Path) -> Path:
@@ -33,7 +33,7 @@ def journal_of(path: Path) -> Path:
     return path.with_name(f".{path.name}.parts")
 
 
-class _Journal(_ParquetParts):
+class Journal(ParquetParts):
     """A Parquet file written as a journal of parts, merged at the end.
 
     NOTE [ journaled Parquet ]: a Parquet file's footer, which says where every
@@ -53,13 +53,13 @@ class _Journal(_ParquetParts):
     close, moved back when nothing was added).  Every close merges, a stopped
     run's too: ``--overwrite`` writes its file in a folder of its own and moves it
     over the earlier one once whole (NOTE [ replaced when whole ]).  A close cut short while it
-    moved the merged tables into place (:data:`_MERGED` marks that every merge
+    moved the merged tables into place (:data:`MERGED` marks that every merge
     was done) is finished by the next resume."""
 
     def __init__(
         self,
         path: Path,
-        file: Callable[[Path], _ParquetFile],
+        file: Callable[[Path], ParquetTableFile],
         part_rows: int | None,
         part_bytes: int,
         part_seconds: float | None,
@@ -88,14 +88,14 @@ class _Journal(_ParquetParts):
                     "by this ortpipe, or was damaged: remove it and start over"
                 ) from exc
             self.folder.mkdir()
-            os.replace(self.path, self.folder / _PART.format(0))
+            os.replace(self.path, self.folder / PART.format(0))
         return super().resume()
 
     def restart(self) -> None:
         """A resumed run that kept no rows of the main table: this table starts anew."""
         self._fresh = True
 
-    def _start(self, schema: Any) -> _ParquetFile:
+    def _start(self, schema: Any) -> ParquetTableFile:
         if self._fresh:  # the earlier run's journal is replaced; its closed file stays until this
             self._fresh = False  # run's close moves the merged parts over it (--overwrite: never neither)
             remove_journal(self.folder)
@@ -118,7 +118,7 @@ class _Journal(_ParquetParts):
             merged.unlink(missing_ok=True)
             self._merger = _Merger(merged, self._file(merged))
         for number in range(self._merging, self._number):
-            self._merger.add(self.folder / _PART.format(number))
+            self._merger.add(self.folder / PART.format(number))
         self._merging = self._number
 
     def merge(self) -> Path | None:
@@ -160,7 +160,7 @@ class _Merger:
     file is only the journal's copy until :meth:`finish` closes it: a kill
     leaves the parts."""
 
-    def __init__(self, merged: Path, like: _ParquetFile) -> None:
+    def __init__(self, merged: Path, like: ParquetTableFile) -> None:
         self.merged, self._like = merged, like
         self._lock = threading.Lock()
         self._parts: list[Path] = []
@@ -245,15 +245,15 @@ def remove_journal(folder: Path) -> None:
         return
     clear_data_set(folder)
     (folder / _MERGING).unlink(missing_ok=True)
-    (folder / _MERGED).unlink(missing_ok=True)
+    (folder / MERGED).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # something not ortpipe's in it: left where it is
         folder.rmdir()
 
 
 def finish_moving_merged(folder: Path) -> None:
-    """Where a close was cut short after every table was merged (:data:`_MERGED` in
+    """Where a close was cut short after every table was merged (:data:`MERGED` in
     the main journal ``folder``), move what is left into place and remove the journals."""
-    marker = folder / _MERGED
+    marker = folder / MERGED
     if not marker.is_file():
         return
     beside = folder.parent

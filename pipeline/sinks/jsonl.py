@@ -10,9 +10,9 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .._errors import SinkError
-from ._base import DataDependent, _after_last_line, _list_column
+from ._base import DataDependent, after_last_line, as_list_columns
 from ._json_text import infinities, json_lines
-from ._table import Storage, StreamStorage, _TableSink
+from ._table import Storage, StreamStorage, TableSink
 
 
 class _JsonLines:
@@ -38,7 +38,7 @@ class _JsonLines:
         if not self.path.exists():
             return 0
         with self.path.open("r+b") as file:
-            file.truncate(_after_last_line(file))
+            file.truncate(after_last_line(file))
             file.seek(0)
             self._kept = sum(1 for _ in file)
         return self._kept
@@ -49,7 +49,7 @@ class _JsonLines:
             return None
         with self.path.open("rb") as file:
             end = file.seek(0, 2)
-            file.seek(_after_last_line(file, end - 1))
+            file.seek(after_last_line(file, end - 1))
             return json.loads(file.read())  # type: ignore[no-any-return]
 
     def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -85,20 +85,20 @@ class _JsonLines:
         self._file = None
 
 
-class JsonLinesSink(_TableSink):
+class JsonLinesSink(TableSink):
     """JSON Lines (``.jsonl``): an object a row, the metadata (row id, or frame index and
     timestamp, or path) then the outputs, an output of several values a row as a list;
     written batch by batch, resumable as a CSV is (a line a row).  Outputs written per
     batch go to ``<stem>.<output>.jsonl`` beside it."""
 
     def __init__(self, path: str | Path, data_dependent: DataDependent = (), resume: bool = False) -> None:
-        super().__init__(path, Storage(_JsonLines, ".jsonl"), _list_column, data_dependent, resume)
+        super().__init__(path, Storage(_JsonLines, ".jsonl"), as_list_columns, data_dependent, resume)
 
 
-class JsonLinesStreamSink(_TableSink):
+class JsonLinesStreamSink(TableSink):
     """:class:`JsonLinesSink`'s lines written to a stream as they come (``ortpipe run
     --output - --output-format jsonl``; see :class:`StreamStorage`)."""
 
     def __init__(self, stream: BinaryIO | None = None, data_dependent: DataDependent = ()) -> None:
         opened = StreamStorage(lambda stream: _JsonLines(stream=stream), stream, ".jsonl")
-        super().__init__("-", opened, _list_column, data_dependent)
+        super().__init__("-", opened, as_list_columns, data_dependent)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._closing import close_all
 from .._errors import SinkError
-from ._base import _PER_BATCH_RESUME, DataDependent, OutputKinds, _beside, check_items, check_rows, writable
+from ._base import PER_BATCH_RESUME, DataDependent, OutputKinds, beside_path, check_items, check_rows, writable
 
 
 class _NpyStream:
@@ -126,7 +126,7 @@ class NpySink:
         self, path: str | Path, output_names: list[str], data_dependent: DataDependent = (), resume: bool = False
     ) -> None:
         base = writable(path)
-        self.paths = {output_names[0]: base} if len(output_names) == 1 else _beside(base, ".npy", output_names)
+        self.paths = {output_names[0]: base} if len(output_names) == 1 else beside_path(base, ".npy", output_names)
         self.offsets_paths: dict[str, Path] = {}
         self._kinds = OutputKinds(data_dependent)
         self._streams = {name: _NpyStream(p) for name, p in self.paths.items()}
@@ -138,9 +138,9 @@ class NpySink:
         """The rows every output's file holds (a kill may have left one further than
         another), each file cut to them."""
         for path in self.paths.values():
-            offsets = _beside(path, ".npy", ["offsets"])["offsets"]
+            offsets = beside_path(path, ".npy", ["offsets"])["offsets"]
             if offsets.exists() and offsets not in self.paths.values():
-                raise SinkError(_PER_BATCH_RESUME.format(path=str(path), kind=".npy"))
+                raise SinkError(PER_BATCH_RESUME.format(path=str(path), kind=".npy"))
         kept = min(stream.rows_on_disk() for stream in self._streams.values())
         for stream in self._streams.values():
             stream.keep(kept)
@@ -151,7 +151,7 @@ class NpySink:
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         per_row, per_batch = self._kinds.split(rows, outputs)
         if per_batch and self.kept_rows:
-            raise SinkError(_PER_BATCH_RESUME.format(path=str(next(iter(self.paths.values()))), kind=".npy"))
+            raise SinkError(PER_BATCH_RESUME.format(path=str(next(iter(self.paths.values()))), kind=".npy"))
         items = {name: check_items(name, index, values, self._known_shape(name)) for name, values in per_batch.items()}
         for name, values in per_row.items():
             check_rows(name, index, rows, values, self._known_shape(name))
@@ -169,7 +169,7 @@ class NpySink:
     def _offsets_stream(self, name: str) -> _NpyStream:
         stream = self._offsets.get(name)
         if stream is None:
-            path = _beside(self.paths[name], ".npy", ["offsets"])["offsets"]
+            path = beside_path(self.paths[name], ".npy", ["offsets"])["offsets"]
             if path in self.paths.values():
                 raise SinkError(f"the offsets of output {name!r} would overwrite {str(path)!r}, another output's file")
             stream = self._offsets[name] = _NpyStream(path)

@@ -8,19 +8,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._base import DataDependent, _list_column, writable, writable_folder
+from ._base import DataDependent, as_list_columns, writable, writable_folder
 from ._parts import (
     DEFAULT_PART_BYTES,
-    _ParquetFile,
-    _ParquetParts,
+    ParquetParts,
+    ParquetTableFile,
     clear_data_set,
     durable,
     parquet_codec,
     refuse_used_folder,
     whole_parts,
 )
-from ._table import OpenTable, Storage, _TableSink
-from .journal import _MERGED, JOURNAL_PART_BYTES, JOURNAL_PART_SECONDS, _Journal, journal_of, remove_journal
+from ._table import OpenTable, Storage, TableSink
+from .journal import JOURNAL_PART_BYTES, JOURNAL_PART_SECONDS, MERGED, Journal, journal_of, remove_journal
 
 
 def _checked_parts(part_rows: int | None, part_seconds: float | None) -> None:
@@ -59,7 +59,7 @@ class PartsStorage(Storage):
             clear_data_set(path)
         if self.fresh:
             refuse_used_folder(path)
-        return _ParquetParts(path, self.open_table, self.part_rows, self.part_bytes, self.part_seconds)
+        return ParquetParts(path, self.open_table, self.part_rows, self.part_bytes, self.part_seconds)
 
     def written(self, main: Any, sides: Sequence[Any]) -> None:
         if main.full:  # every output's part closes at the same batch as the main table's: the sides first
@@ -94,8 +94,8 @@ class JournalStorage(PartsStorage):
     def checked(self, path: Path) -> Path:
         return writable(path)
 
-    def open(self, path: Path) -> _Journal:
-        return _Journal(path, self.open_table, self.part_rows, self.part_bytes, self.part_seconds, self.fresh)
+    def open(self, path: Path) -> Journal:
+        return Journal(path, self.open_table, self.part_rows, self.part_bytes, self.part_seconds, self.fresh)
 
     def existing(self, path: Path) -> list[Path]:
         """The file, if it holds an earlier run's rows, or its journal, if a killed run left one."""
@@ -127,8 +127,8 @@ class JournalStorage(PartsStorage):
             for _, file in moves:
                 durable(file)
             marker = [[journal.folder.name, journal.path.name] for journal, _ in moves]
-            (main.folder / _MERGED).write_text(json.dumps(marker))
-            durable(main.folder / _MERGED)
+            (main.folder / MERGED).write_text(json.dumps(marker))
+            durable(main.folder / MERGED)
             for journal, file in moves:
                 os.replace(file, journal.path)
             durable(path.parent)
@@ -136,7 +136,7 @@ class JournalStorage(PartsStorage):
             remove_journal(journal.folder)
 
 
-class _ParquetTables(_TableSink):
+class _ParquetTables(TableSink):
     """What a Parquet file and a data set share: row groups of about ``row_group_rows``
     compressed with ``compression``, a list column for an output of several values a row."""
 
@@ -146,7 +146,7 @@ class _ParquetTables(_TableSink):
 
     def _parquet_file(self, row_group_rows: int, compression: str) -> OpenTable:
         self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
-        return lambda path: _ParquetFile(path, self.row_group_rows, self.compression)
+        return lambda path: ParquetTableFile(path, self.row_group_rows, self.compression)
 
 
 class ParquetDatasetSink(_ParquetTables):
@@ -181,7 +181,7 @@ class ParquetDatasetSink(_ParquetTables):
         file = self._parquet_file(row_group_rows, compression)
         parts = PartsStorage(file, part_rows, part_bytes, part_seconds, fresh=not resume, overwrite=overwrite)
         self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
-        super().__init__(path, parts, _list_column, data_dependent, resume)
+        super().__init__(path, parts, as_list_columns, data_dependent, resume)
 
 
 class ParquetSink(_ParquetTables):
@@ -206,4 +206,4 @@ class ParquetSink(_ParquetTables):
         file = self._parquet_file(row_group_rows, compression)
         journal = JournalStorage(file, part_rows, part_bytes, part_seconds, fresh=not resume)
         self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
-        super().__init__(path, journal, _list_column, data_dependent, resume)
+        super().__init__(path, journal, as_list_columns, data_dependent, resume)

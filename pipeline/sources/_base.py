@@ -23,7 +23,7 @@ class SourceBatch:
     meta: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _existing(path: str | Path, what: str) -> Path:
+def existing_path(path: str | Path, what: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise SourceError(f"{what} not found: {str(path)!r}")
@@ -44,7 +44,7 @@ def fewer_rows(where: object, skip: int) -> Callable[[int], SourceError]:
     return error
 
 
-def _one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> TensorSpec:
+def one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> TensorSpec:
     if name is not None:
         for spec in inputs:
             if spec.name == name:

@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from .._engine import TensorSpec
-from ._base import SourceError, _existing
+from ._base import SourceError, existing_path
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
 from .files import ARCHIVE_SUFFIXES, IMAGE_SUFFIXES, files_below, hidden
 from .fitting import Fit
-from .images import _ImageFiles
+from .images import ImageFiles
 
 #: what an archive of images is named
 
@@ -211,7 +211,7 @@ def _plain_header(header: bytes) -> tuple[bytes, int, str] | None:
     return kind, size, name.decode("utf-8", "surrogateescape")
 
 
-class ImageArchiveSource(_ImageFiles):
+class ImageArchiveSource(ImageFiles):
     """The images in a ``.tar`` archive, or in the ``.tar`` files below a folder
     (WebDataset shards; NOTE [ image archives ]), in order: uint8 ``[N, H, W, 3]``,
     resized to ``size``, each row with its ``path`` (``archive/member``) and
@@ -246,7 +246,7 @@ class ImageArchiveSource(_ImageFiles):
                 fit,
                 exif_orientation,
             ) = chosen(decoding, IMAGE_CHOICES, "ImageArchiveSource")
-        self.path = _existing(path, "image archive")
+        self.path = existing_path(path, "image archive")
         archives = archive_files(self.path) if self.path.is_dir() else [self.path]
         if not archives:
             raise SourceError(f"no tar archives ({', '.join(ARCHIVE_SUFFIXES)}) in {str(self.path)!r}, at any depth")

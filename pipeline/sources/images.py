@@ -19,10 +19,10 @@ from ._base import (
     Chunk,
     RowSource,
     SourceError,
-    _existing,
-    _one_input,
     decode_threads_of,
+    existing_path,
     fewer_rows,
+    one_input,
 )
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
 from .files import IMAGE_SUFFIXES, image_files, parquet_files
@@ -47,7 +47,7 @@ _UPRIGHT = {
 _Decoded = tuple[np.ndarray, Placement | None]
 
 
-class _ImageFiles(RowSource):
+class ImageFiles(RowSource):
     """Images read from files with Pillow as uint8 ``[N, H, W, 3]``, resized to
     ``size``: what a folder of images (:class:`ImageFolderSource`) and a table
     of image paths (:class:`ImageTableSource`) share.  A subclass says which
@@ -111,7 +111,7 @@ class _ImageFiles(RowSource):
         self.fit = check_fit(fit, size, f"{self.kind} {str(self.path)!r}")
         #: whether an image is turned as its EXIF orientation says
         self.exif_orientation = exif_orientation
-        self.spec = _one_input(inputs, input_name, f"an {self.kind} source")
+        self.spec = one_input(inputs, input_name, f"an {self.kind} source")
         self.batch_size, self.size = batch_size, size
         self.row_shape = None if size is None else (size[1], size[0], 3)
         self.decode_threads = decode_threads_of(decode_threads)
@@ -184,11 +184,11 @@ class _ImageFiles(RowSource):
     def __len__(self) -> int:
         return self._hi - self._lo
 
-    def after(self, rows: int) -> _ImageFiles:
+    def after(self, rows: int) -> ImageFiles:
         """These images without the first ``rows`` (never decoded)."""
         return self.between(rows, None)
 
-    def between(self, start: int, stop: int | None) -> _ImageFiles:
+    def between(self, start: int, stop: int | None) -> ImageFiles:
         """Rows ``start`` to ``stop - 1`` (``stop`` None: to the end), the others never
         decoded: windows are of files, also where unreadable ones are skipped and give
         no row (``jobs.window``)."""
@@ -287,10 +287,10 @@ class _ImageFiles(RowSource):
         return images, meta
 
 
-class ImageFolderSource(_ImageFiles):
+class ImageFolderSource(ImageFiles):
     """The images below a folder, at any depth (:func:`image_files`, in order of
     their paths): uint8 ``[N, H, W, 3]``, resized to ``size``, each row with its
-    file's ``path``; decoding as :class:`_ImageFiles` says."""
+    file's ``path``; decoding as :class:`ImageFiles` says."""
 
     kind = "image folder"
 
@@ -318,7 +318,7 @@ class ImageFolderSource(_ImageFiles):
                 fit,
                 exif_orientation,
             ) = chosen(decoding, IMAGE_CHOICES, "ImageFolderSource")
-        self.path = _existing(path, "image folder")
+        self.path = existing_path(path, "image folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
         self._files = image_files(self.path)
@@ -352,13 +352,13 @@ class ImageFolderSource(_ImageFiles):
         return self._files[self._lo : self._hi]
 
 
-class ImageTableSource(_ImageFiles):
+class ImageTableSource(ImageFiles):
     """The images a table lists (a manifest: a ``.parquet`` or ``.csv`` file whose
     ``column`` holds a path a row, relative to the table's folder or absolute), in
     the table's order: uint8 ``[N, H, W, 3]``, resized to ``size``, each row with
     the table's path as written and its id (the ``id_column``'s value, else
     ``row_id``: the table's own column of that name, or the row's number), so a
-    result joins back to its row; decoding as :class:`_ImageFiles` says.  Rows
+    result joins back to its row; decoding as :class:`ImageFiles` says.  Rows
     are the table's: windows, shards and resumes count them, and a resumed run
     that skips unreadable images goes on after the id its output ends with.
 
@@ -397,7 +397,7 @@ class ImageTableSource(_ImageFiles):
                 fit,
                 exif_orientation,
             ) = chosen(decoding, IMAGE_CHOICES, "ImageTableSource")
-        self.path = _existing(path, "input table file")
+        self.path = existing_path(path, "input table file")
         self.column = column
         self._bytes: ImageBytesTable | None = None
         #: the Parquet files of a data set that holds its images (a folder), else None

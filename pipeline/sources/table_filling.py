@@ -23,10 +23,10 @@ import numpy as np
 from .._engine import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
 from .columns import element_type, is_list, numpy_dtype
-from .tables import _column, _numeric
+from .tables import numeric_column, record_column
 
 if TYPE_CHECKING:
-    from .tables import _ColumnarSource
+    from .tables import ColumnarSource
 
 
 def filled_rows(
@@ -62,7 +62,7 @@ class TableFiller:
     """Writes a table source's record batches into slots, one per ``fill(slot)``
     (NOTE [ tables fill slots ]); ``close()`` ends the reading."""
 
-    def __init__(self, source: _ColumnarSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    def __init__(self, source: ColumnarSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
         self._records = source.records()
         self._columns = dict(source.columns)
         self._path = str(source.path)
@@ -95,7 +95,7 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
     file and the table's row the record starts at, for messages)."""
     path = place[0]
     if len(columns) == 1:
-        values = _numeric(columns[0], _column(record, columns[0]), place)
+        values = numeric_column(columns[0], record_column(record, columns[0]), place)
         if values.ndim == 2:
             if values.shape[1:] != target.shape[1:]:
                 raise SourceError(
@@ -111,7 +111,9 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
             "or name an id column with --id-column (id_column=)"
         )
     for index, column in enumerate(columns):
-        target[:, index] = _exact(_numeric(column, _column(record, column), place), target.dtype, name, path)
+        target[:, index] = _exact(
+            numeric_column(column, record_column(record, column), place), target.dtype, name, path
+        )
 
 
 def _exact(values: np.ndarray, dtype: np.dtype, name: str, path: str) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from .._arrow import from_numpy, to_numpy
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
-from ._base import SourceBatch, SourceError, _existing, _one_input, fewer_rows
+from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import cast_columns, check_footer_nulls, check_widths, column_casts, is_list, map_columns
 from .files import PARQUET_SUFFIXES, parquet_files
 
@@ -31,12 +31,12 @@ class NpySource:
     positional_meta = True
 
     def __init__(self, path: str | Path, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
-        self.path = _existing(path, "input .npy file")
+        self.path = existing_path(path, "input .npy file")
         try:
             self.array = np.load(self.path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise SourceError(f"{str(self.path)!r} is not a readable .npy array: {exc}") from exc
-        self.spec = _one_input(inputs, input_name, "a .npy source")
+        self.spec = one_input(inputs, input_name, "a .npy source")
         if self.array.ndim == 0:
             raise SourceError(f"{str(self.path)!r} holds a scalar, not rows")
         self.batch_size = batch_size
@@ -70,7 +70,7 @@ class NpySource:
         return later
 
 
-def _numeric(name: str, column: Any, place: tuple[str, int] | None = None) -> np.ndarray:
+def numeric_column(name: str, column: Any, place: tuple[str, int] | None = None) -> np.ndarray:
     """A numeric column as an array: a list column's rows as a 2-D one.  ``place``: the
     file and the row its first value is, for a message that names the first null."""
     import pyarrow as pa
@@ -105,7 +105,7 @@ def _nulls(name: str, column: Any, place: tuple[str, int] | None) -> SourceError
     )
 
 
-class _ColumnarSource:
+class ColumnarSource:
     """A table read in record batches; columns become model inputs.
 
     ``columns`` maps an input to one list column (``{"x": ["features"]}``) or
@@ -127,7 +127,7 @@ class _ColumnarSource:
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
     ):
-        self.path = _existing(path, self.what)
+        self.path = existing_path(path, self.what)
         self.schema = self._read_schema()
         names = self.schema.names
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
@@ -148,7 +148,7 @@ class _ColumnarSource:
     def _check_footers(self, columns: set[str]) -> None:
         """Refuse, before any batch, what a format's footer already tells is wrong (Parquet's nulls)."""
 
-    def after(self, rows: int) -> _ColumnarSource:
+    def after(self, rows: int) -> ColumnarSource:
         """This table without its first ``rows`` rows, each later row keeping its id
         (a resumed run; whole row groups or files before them are not read)."""
         if hasattr(self, "__len__") and rows > len(self):  # a CSV's rows are known once read: its iteration checks
@@ -169,7 +169,7 @@ class _ColumnarSource:
         (the rows before left unread where the format allows)."""
         raise NotImplementedError
 
-    def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> _ColumnarSource:
+    def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> ColumnarSource:
         """:meth:`after`, the last row left out (row ``rows - 1``) read on the way and its
         metadata given to ``check`` before the first batch: a resumed run's check of the
         input (``jobs.resumed``) costs no second read, where a CSV must be parsed through."""
@@ -234,23 +234,23 @@ class _ColumnarSource:
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
         """The rows' metadata: the id column's values, else their row numbers from ``start``."""
         if self.id_column is not None:
-            return {self.id_column: to_numpy(_column(record, self.id_column))}
+            return {self.id_column: to_numpy(record_column(record, self.id_column))}
         return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
 
 
-def _column(record: Any, name: str) -> Any:
+def record_column(record: Any, name: str) -> Any:
     return record.column(record.schema.get_field_index(name))
 
 
 def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None) -> np.ndarray:
     """``columns`` of ``record`` as one array a row: one list column's values, or
-    scalar columns side by side in order (``place``: see :func:`_numeric`)."""
-    parts = [_numeric(c, _column(record, c), place) for c in columns]
+    scalar columns side by side in order (``place``: see :func:`numeric_column`)."""
+    parts = [numeric_column(c, record_column(record, c), place) for c in columns]
     return parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
 
 
-class ParquetSource(_ColumnarSource):
-    """A Parquet table read in record batches (see :class:`_ColumnarSource` for the columns)."""
+class ParquetSource(ColumnarSource):
+    """A Parquet table read in record batches (see :class:`ColumnarSource` for the columns)."""
 
     kind = "Parquet"
     what = "input Parquet file"
@@ -342,7 +342,7 @@ class _Part:
     metadata: Any
 
 
-class ParquetDatasetSource(_ColumnarSource):
+class ParquetDatasetSource(ColumnarSource):
     """A folder of Parquet files (a partitioned data set, as Spark, Dask or
     pyarrow write it) read as one table, file after file in path order
     (:func:`parquet_files`), batches running across file boundaries.
@@ -436,7 +436,7 @@ class ParquetDatasetSource(_ColumnarSource):
                 with streamed_parquet(part.path) as file:
                     for record in _parquet_batches(part.path, file, self.batch_size, wanted, start):
                         rows = record.num_rows
-                        arrays = [_column(record, name) for name in wanted]
+                        arrays = [record_column(record, name) for name in wanted]
                         arrays.append(from_numpy(np.full(rows, number, np.int32)))
                         arrays.append(from_numpy(np.arange(start, start + rows, dtype=np.int64)))
                         # rebuilt from the arrays: files whose fields differ only in nullability combine
@@ -446,16 +446,16 @@ class ParquetDatasetSource(_ColumnarSource):
                 raise SourceError(f"{str(part.path)!r} cannot be read: {exc}") from exc
 
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
-        numbers = to_numpy(_column(record, _FILE_NUMBER))
+        numbers = to_numpy(record_column(record, _FILE_NUMBER))
         meta = {self.file_column: self._names[numbers]}
         if self.id_column is not None:
-            meta[self.id_column] = to_numpy(_column(record, self.id_column))
+            meta[self.id_column] = to_numpy(record_column(record, self.id_column))
         else:
-            meta["row_id"] = to_numpy(_column(record, _FILE_ROW))
+            meta["row_id"] = to_numpy(record_column(record, _FILE_ROW))
         return meta
 
 
-class CsvSource(_ColumnarSource):
+class CsvSource(ColumnarSource):
     """A CSV file streamed block by block (pyarrow's reader, types inferred from
     the first block) and cut into batches of ``batch_size`` rows; columns as
     for :class:`ParquetSource`.  Its length is not known before it is read:

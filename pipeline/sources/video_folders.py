@@ -17,7 +17,7 @@ from .._capabilities import KeepsColumns, last_kept_row
 from .._cpus import usable_cpus
 from .._engine import TensorSpec
 from .._rows import close_iteration, recut, take_first
-from ._base import Chunk, RowSource, SourceError, _existing, chunk_rows, fewer_rows, sliced_chunk
+from ._base import Chunk, RowSource, SourceError, chunk_rows, existing_path, fewer_rows, sliced_chunk
 from ._frame_positions import FolderVideo, FramePositions
 from ._opening import checked_hwaccel
 from ._prefetch import in_order
@@ -97,7 +97,7 @@ class VideoFolderSource(RowSource):
     ):
         given = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
         video = _videos_decoding(decoding, "VideoFolderSource", given)
-        self.path = _existing(path, "video folder")
+        self.path = existing_path(path, "video folder")
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
         files = video_files(self.path)
@@ -323,7 +323,7 @@ class VideoTableSource(VideoFolderSource):
     ):
         given = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
         video = _videos_decoding(decoding, "VideoTableSource", given)
-        self.path = _existing(path, "input table file")
+        self.path = existing_path(path, "input table file")
         self.column = column
         self._table = PathTable(self.path, column, id_column, "video")
         keys = self._table.ids.astype(str)

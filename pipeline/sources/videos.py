@@ -21,11 +21,11 @@ from ._base import (
     Chunk,
     RowSource,
     SourceError,
-    _existing,
-    _one_input,
     chunk_rows,
     decode_threads_of,
+    existing_path,
     fewer_rows,
+    one_input,
     sliced_chunk,
 )
 from ._opening import (
@@ -162,7 +162,7 @@ class VideoSource(RowSource):
             ) = chosen(decoding, VIDEO_CHOICES, "VideoSource")
         _check_stride(every, fps)
         self._open_input(path, timeout_s, format, options, reconnect, hwaccel)
-        self.spec = _one_input(inputs, input_name, "a video source")
+        self.spec = one_input(inputs, input_name, "a video source")
         self.batch_size, self.size, self.pix_fmt = batch_size, size, pix_fmt
         #: how a frame is made ``size`` (NOTE [ fitting ])
         self.fit = check_fit(fit, size, f"video {str(self.path)!r}")
@@ -203,7 +203,7 @@ class VideoSource(RowSource):
         hwaccel: str | None,
     ) -> None:
         """Where the video is read from and how FFmpeg opens it (NOTE [ video streams ])."""
-        self.path: str | Path = str(path) if is_stream_url(path) else _existing(path, "input video")
+        self.path: str | Path = str(path) if is_stream_url(path) else existing_path(path, "input video")
         #: read once, as it comes: standard input, ``pipe:N``, a named pipe (NOTE [ video streams ])
         self.is_pipe = is_pipe(self.path) or is_fifo(self.path)
         #: a URL or a pipe (NOTE [ video streams ]), not a file

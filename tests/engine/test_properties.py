@@ -54,7 +54,7 @@ def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows
     of ``rows``; a list column read from a batch that is a slice of a block keeps its rows."""
     import pyarrow as pa
 
-    from pipeline.sources.tables import _numeric, rebatch
+    from pipeline.sources.tables import numeric_column, rebatch
 
     starts = np.cumsum([0, *blocks])
     given_blocks = [
@@ -65,5 +65,5 @@ def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows
     total = int(starts[-1])
     assert [b.num_rows for b in out] == [rows] * (total // rows) + ([total % rows] if total % rows else [])
     assert np.concatenate([b.column(0).to_numpy() for b in out] or [np.arange(0)]).tolist() == list(range(total))
-    pairs = [_numeric("v", b.column(1)) for b in out]
+    pairs = [numeric_column("v", b.column(1)) for b in out]
     assert np.concatenate(pairs or [np.zeros((0, 2), np.int64)]).tolist() == [[k, -k] for k in range(total)]

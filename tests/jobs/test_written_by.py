@@ -31,7 +31,7 @@ from pipeline.sinks import (
 
 from ..helpers import ROOT
 
-ROWS, FEATURES = 20_000, 64
+ROWS, FEATURES = 12_000, 64
 
 
 @pytest.fixture(scope="module")

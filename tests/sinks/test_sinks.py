@@ -566,6 +566,6 @@ def test_parts_and_merged_files_reach_the_disk_before_their_names_say_they_are_w
     assert len(renamed) == 4  # three parts into place, the merged file into the output
     for path in renamed:
         assert ("sync", path) in events[: events.index(("rename", path))], path
-    marker = str(tmp_path / ".out.parquet.parts" / "_MERGED")
+    marker = str(tmp_path / ".out.parquet.parts" / "MERGED")
     assert events.index(("sync", marker)) < events.index(("rename", renamed[-1]))
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 12

@@ -224,10 +224,14 @@ def _spec_rows():
 
 def test_a_video_resumed_with_another_stride_is_refused(clip, tmp_path, capsys):
     from pipeline.cli import main
+    from pipeline.sinks import record_path
 
     argv = ["run", "convnet", "--input", str(clip), "--batch-size", "8", "--no-progress", "--output"]
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--rows", ":10"]) == 0
     capsys.readouterr()
+    assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
+    assert "was written by another job (this run / that one: every 2 / 3)" in capsys.readouterr().err
+    record_path(tmp_path / "a.parquet").unlink()  # an output of an earlier ortpipe: the rows' own check
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
     assert "frame_index 18 where the output has 27" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "a.parquet"), "--resume"]) == 1  # every frame, after a stride of 3
