@@ -11,6 +11,13 @@ process.  The lock is the kernel's: a run that is killed releases it with its
 process, so a lock file left behind never blocks, and a run that ends removes
 it.  Where there is no ``flock`` (Windows), or the folder cannot hold the
 file (the output's own checks then say why), there is no lock.
+
+Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
+refusal names the process that holds the lock (``filelock`` says only that it
+timed out), the lock file is unlinked while still held so a finished run leaves
+nothing behind and a racing one re-locks the new file (``filelock``'s
+``UnixFileLock`` leaves it, or deletes it racily), and it is 90 lines on the
+kernel's ``flock``, which is what ``filelock`` uses on Linux too.
 """
 
 from __future__ import annotations

@@ -15,16 +15,22 @@ cannot be read at all, or that ends in a broken header (a download cut
 short), is an error naming it; with ``skip_unreadable`` the images indexed
 before the break are kept and the archive listed in ``skipped``.
 
-The index is made when the source is, from every archive's headers: a shard
-of 10,000 members in 0.087 s on the project machine (warm page cache) where
-its headers are plain ustar, GNU or v7 ones, read by :func:`_plain_members`,
-else in 0.33-0.36 s by ``tarfile`` (PAX or GNU long names, links, a cut).
-That is minutes for thousands of shards (LAION-400M's 41,000 would take an
+The index is made when the source is, from every archive's headers: read by
+:func:`_plain_members` where they are plain ustar, GNU or v7 ones, else by
+``tarfile`` (PAX or GNU long names, links, a cut), several times slower
+(docs/ortpipe-run.md and docs/results.md give the figures).  That is minutes for thousands of shards (LAION-400M's 41,000 would take an
 hour), which N processes of a ``--shard K/N`` would each spend to count the
 rows they split: so a folder of archives is sharded by its files instead
 (``shard=(K, N)``, :func:`shard_of`): the K-th of N contiguous groups of its
 archives, near-equal in count, each process indexing its own only.  The
 shards' outputs together hold every image once, as a split by rows would.
+
+Reading the headers ourselves, not only through ``tarfile`` nor through the
+``webdataset`` package (issue 36 asked; decided 2026-12-06): ``tarfile`` stays
+for every header that is not plain (PAX, GNU long names, links, a cut), and
+plain ones are read several times as fast without it (docs/results.md), which
+is an hour for LAION-sized sets; ``webdataset`` streams samples in order and cannot
+go straight to a row at its offset, which windows, shards and resumed runs need.
 """
 
 from __future__ import annotations
@@ -170,8 +176,8 @@ _POSIX_MAGIC = b"ustar\x0000"
 
 def _plain_members(archive: Path) -> list[tuple[int, int, str]] | None:
     """(data offset, size, name) of every regular file of an archive whose headers are all plain
-    ustar, GNU or v7 ones (as img2dataset's and most shards' are), read without ``tarfile``:
-    3.8-4.1x as fast here (0.087 against 0.33-0.36 s for 20,000 headers).  None for anything else - a
+    ustar, GNU or v7 ones (as img2dataset's and most shards' are), read without ``tarfile``,
+    several times as fast (docs/results.md).  None for anything else - a
     PAX or GNU long name, a link, a size in base 256, a bad checksum, a cut - which
     :func:`_tarfile_members` then reads, and reports, as before."""
     members: list[tuple[int, int, str]] = []
