@@ -18,12 +18,13 @@ before the break are kept and the archive listed in ``skipped``.
 The index is made when the source is, from every archive's headers: read by
 :func:`_plain_members` where they are plain ustar, GNU or v7 ones, else by
 ``tarfile`` (PAX or GNU long names, links, a cut), several times slower
-(docs/ortpipe-run.md and docs/results.md give the figures).  That is minutes for thousands of shards (LAION-400M's 41,000 would take an
-hour), which N processes of a ``--shard K/N`` would each spend to count the
-rows they split: so a folder of archives is sharded by its files instead
-(``shard=(K, N)``, :func:`shard_of`): the K-th of N contiguous groups of its
-archives, near-equal in count, each process indexing its own only.  The
-shards' outputs together hold every image once, as a split by rows would.
+(docs/ortpipe-run.md and docs/results.md give the figures). That is minutes
+for thousands of shards (LAION-400M's 41,000 would take an hour), which N
+processes of a ``--shard K/N`` would each spend to count the rows they split:
+so a folder of archives is sharded by its files instead (``shard=(K, N)``,
+:func:`shard_of`): the K-th of N contiguous groups of its archives, near-equal
+in count, each process indexing its own only. The shards' outputs together
+hold every image once, as a split by rows would.
 
 Reading the headers ourselves, not only through ``tarfile`` nor through the
 ``webdataset`` package (issue 36 asked; decided 2026-12-06): ``tarfile`` stays
