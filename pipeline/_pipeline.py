@@ -95,6 +95,26 @@ class Pipeline(OneRunAtATime):
         outputs: Sequence[str] | None = None,
         options: PipelineOptions | None = None,
     ) -> None:
+        """A pipeline of ``model`` on ``device``, its buffers made at the first batch.
+
+        Args:
+            model: an ONNX model: a path, its bytes, or an ``onnx.ModelProto``.
+            device: ``"auto"`` (CUDA where there is a GPU, else the host), ``"cuda"``,
+                ``"cuda:N"``, ``"cpu"``, or a :class:`~pipeline.devices.Device`.
+            depth: buffers of each kind: batches in flight (2 or 3 keep copies and runs overlapped).
+            batch_size: rows a batch for :meth:`run` and the sources; None: the model's fixed
+                batch dim, else one picked for a row's bytes.
+            preprocess: done on the device before the run (``Preprocess`` or its text,
+                ``"input:scale=1/255,layout=nhwc"``), one per input.
+            constants: inputs that are the same every batch, bound once.
+            outputs: the outputs to compute and return (None: every one).
+            options: how the engine runs (:class:`PipelineOptions`).
+
+        Raises:
+            ValueError: a depth or batch size that is not an int >= 1.
+            DeviceUnavailableError: ``device`` cannot be used here (CUDA without a GPU).
+            ModelError: the model cannot be loaded, or ``outputs``/``constants`` name what it lacks.
+        """
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1, got {depth!r}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
@@ -180,7 +200,20 @@ class Pipeline(OneRunAtATime):
         return self.session.dynamic_outputs
 
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
-        """Outputs ``{name: ndarray}`` for each batch, in submission order."""
+        """Outputs ``{name: ndarray}`` for each batch, in submission order.
+
+        Args:
+            batches: arrays (a one-input model) or ``{input name: array}``; a generator, a
+                list, or a :class:`~pipeline.Feed` other threads put into.
+
+        Returns:
+            An iterator of each batch's outputs (copies the caller may keep); close it (or
+            run it to its end) before another map of this pipeline.
+
+        Raises:
+            PipelineInputError, PipelineStageError: as :meth:`run`, after the results of the
+            batches before the failed one.
+        """
         self._check_free()
         return self._iterate(iter(batches), copy_outputs)
 
@@ -190,7 +223,19 @@ class Pipeline(OneRunAtATime):
         (NOTE [ submitted batches ] in ``_submit``).  Blocks while the pipeline is full; with
         ``timeout`` s, raises TimeoutError instead.  The batch is the pipeline's
         until the future is done.  :meth:`drain` waits for all; :meth:`close`
-        fails what is left with PipelineClosedError."""
+        fails what is left with PipelineClosedError.
+
+        Args:
+            batch: an array (a one-input model) or ``{input name: array}``.
+            timeout: seconds to wait for room in a full pipeline (None: as long as it takes).
+
+        Returns:
+            A ``concurrent.futures.Future`` of the batch's outputs.
+
+        Raises:
+            TimeoutError: the pipeline stayed full for ``timeout`` s.
+            PipelineClosedError: the pipeline is closed, or was closed as this batch came.
+        """
         self._check_open()
         for _ in range(2):  # a map that ended as this call came: once more, on a new one
             with self._submit_lock:
@@ -292,7 +337,21 @@ class Pipeline(OneRunAtATime):
         return time.perf_counter() - start
 
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
-        """Whole arrays in, whole arrays out: split into batches, outputs concatenated."""
+        """Whole arrays in, whole arrays out: split into batches, outputs concatenated.
+
+        Args:
+            inputs: one array (a one-input model), or ``{input name: array}``, rows on axis 0.
+            batch_size: rows a batch (None: the pipeline's, or one picked for a row's bytes).
+
+        Returns:
+            ``{output name: array}``, one row per input row (a data-dependent output: its
+            batches' values joined).
+
+        Raises:
+            PipelineInputError: an input of the wrong name, dtype or shape (which and why).
+            PipelineStageError: a batch failed in a stage (its index and the stage).
+            PipelineError: another map or run of this pipeline is running.
+        """
         self._check_free()
         feeds = self.checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]

@@ -63,6 +63,25 @@ def run_job(
     is asked for (``hwaccel``); False never.
     A job that wrote every row of its source marks the sink complete
     (``mark_complete()``, where it has one: a data set's ``_SUCCESS``).
+
+    Args:
+        pipe: the pipeline (or a MultiPipeline) that runs the batches.
+        source: :class:`~pipeline.sources.SourceBatch` items (inputs and metadata).
+        sink: where each batch's outputs and metadata are written (``write``, ``close``).
+        progress: ticked with each batch's rows; closed at the end.
+        summary: filled as the job goes (pass one to read how far a failed job got).
+        stop: set it to end the job gracefully.
+        fill_slots: let a source that can write its rows straight into the pinned slots.
+        decode_on_device: see above (None: where a GPU's decoder is asked for).
+
+    Returns:
+        The job's :class:`~pipeline.jobs.JobSummary`: rows, batches, seconds, stats, and
+        whether it was interrupted.
+
+    Raises:
+        SinkError: the output cannot be written (a full disk: with the rows written so far).
+        SourceError, PipelineStageError, PipelineInputError: the source's or the pipeline's
+            failure, after the rows of the batches before it were written.
     """
     metas: collections.deque[dict[str, np.ndarray]] = collections.deque()  # results come back in this order
     summary = summary if summary is not None else JobSummary()
