@@ -58,6 +58,14 @@ class Interruptible(Protocol):
 
 
 @runtime_checkable
+class Described(Protocol):
+    """A source that says what it reads in a run's first line (a data set's files, a shard of
+    archives, the images a table lists), where its kind alone would say too little."""
+
+    def describe(self) -> str: ...
+
+
+@runtime_checkable
 class HasNotes(Protocol):
     """A sink with something to say once about what it wrote (JSON Lines' infinities)."""
 

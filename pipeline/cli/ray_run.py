@@ -91,7 +91,7 @@ def _scored_pictures(args: argparse.Namespace, ray: Any, model: Any, source: Pat
     model's fixed size), each row its path and the outputs; uint8 made the model's on the
     device as a local run makes it (NOTE [ Ray actors ])."""
     from ..ray import predict
-    from .run import auto_preprocess, declared_inputs_of
+    from ._model import auto_preprocess, declared_inputs_of
 
     declared = declared_inputs_of(model)
     size = args.size or _model_picture_size(declared())

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib.util
 import json
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._capabilities import WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
+from .._capabilities import Described, WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
 from ..jobs import Progress, SourceOptions, output_lock
 from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
 from ._args import (
@@ -23,36 +22,11 @@ from ._args import (
     ort_options,
     with_heads,
 )
+from ._model import auto_preprocess, declared_inputs_of
 from ._reports import write_report, write_timelines
 
 #: --issuing, as PipelineOptions.stage_threads
 ISSUING: dict[str, bool | Literal["auto"]] = {"auto": "auto", "threads": True, "caller": False}
-
-
-def auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
-    """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
-    from .._engine import Preprocess
-
-    if args.preprocess is not None:
-        return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)
-    if kind not in ("video", "videos", "images"):
-        return None
-    constant = {name for name, _ in args.constant}
-    inputs = [s for s in declared() if s.name not in constant]
-    if not inputs:
-        return None
-    spec = next((s for s in inputs if s.name == args.input_name), inputs[0])
-    if spec.dtype.kind == "f" and spec.rank == 4:
-        print("preprocess: uint8 frames -> float NCHW, scale 1/255 (on the device); --preprocess to change")
-        return Preprocess(input=spec.name, scale=1 / 255, layout="nhwc")
-    return None
-
-
-def declared_inputs_of(model: Any) -> Callable[[], Sequence[Any]]:
-    """The model file's declared inputs, read (without a session) the first time they are asked for, once."""
-    from .._engine import declared_inputs
-
-    return functools.cache(lambda: declared_inputs(model))
 
 
 def _frame_size(args: argparse.Namespace, pipe: Any) -> tuple[int, int] | None:
@@ -378,7 +352,7 @@ def _started(
     progress = Progress(
         "run", total=total or None, enabled=False if args.no_progress else None, approximate=not exact, unit="rows"
     )
-    what = _what_is_read(args, source, kind)
+    what = _what_is_read(source, kind)
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
@@ -475,24 +449,9 @@ def _parquet_rows_on_disk(output: Path) -> tuple[str, int] | None:
     return None
 
 
-def _what_is_read(args: argparse.Namespace, source: Any, kind: str) -> str:
-    """The input in the run's first line: its kind, or what a data set, archives or a table hold."""
-    listed = args.image_column or args.video_column
-    if listed is not None:
-        videos = len(getattr(source, "videos", ()))
-        things = "images" if args.image_column is not None else f"frames of {videos} videos"
-        held = "held" if getattr(source, "holds_images", False) else "listed"
-        return f"{_input_rows(source)[0]} {things} {held} in column {listed!r} of"
-    if getattr(source, "streams", None):  # NOTE [ several streams ]
-        return "frames of"
-    archives = getattr(source, "archives", None)  # NOTE [ image archives ]
-    if getattr(source, "shard", None) is not None:
-        k, n = source.shard
-        return f"images in {len(source.archives)} of the {source.archives_found} tar archive(s), shard {k}/{n}, of"
-    if archives:
-        return f"images in {len(archives)} tar archive(s)"
-    parts = getattr(source, "parts", None)  # a folder of Parquet files
-    return f"{kind} data set of {len(parts)} files" if parts else kind
+def _what_is_read(source: Any, kind: str) -> str:
+    """The input in the run's first line: what the source says it reads, else its kind."""
+    return source.describe() if isinstance(source, Described) else kind
 
 
 def _shown(path: Path | str) -> str:

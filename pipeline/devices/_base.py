@@ -39,19 +39,11 @@ import numpy as np
 
 from .._errors import DeviceError
 from ._memory import gib, host_memory_available
+from .buffer import DeviceBuffer
 
 if TYPE_CHECKING:
     from ._normalize import NormalizeOp
     from ._nv12 import ColourSpace, Nv12Frame, Nv12Op
-
-
-@dataclass(frozen=True)
-class DeviceBuffer:
-    """``nbytes`` of device memory at ``ptr``; ``owner`` keeps it alive."""
-
-    ptr: int
-    nbytes: int
-    owner: Any
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

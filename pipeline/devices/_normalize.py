@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._base import DeviceBuffer
+from .buffer import DeviceBuffer
 
 
 @dataclass(frozen=True)

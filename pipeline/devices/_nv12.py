@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._base import DeviceBuffer
+from .buffer import DeviceBuffer
 
 #: (Kr, Kb) of each colour matrix: the shares of red and blue in luma
 MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}

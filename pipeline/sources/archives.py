@@ -268,6 +268,13 @@ class ImageArchiveSource(ImageFiles):
         self._setup(len(self._index), batch_size, inputs, input_name, *choices)
         self.skipped.extend(self._index.unreadable)
 
+    def describe(self) -> str:
+        """What a run says it reads: the archives' images, and which shard of them."""
+        if self.shard is not None:
+            k, n = self.shard
+            return f"images in {len(self.archives)} of the {self.archives_found} tar archive(s), shard {k}/{n}, of"
+        return f"images in {len(self.archives)} tar archive(s)"
+
     def notes(self) -> list[str]:
         """The image members left out - links, names outside the archive - said once, with the first few."""
         left_out = self._index.left_out

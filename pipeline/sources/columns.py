@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrow import to_numpy
 from .._engine import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
 
@@ -178,3 +179,42 @@ def is_numeric(arrow_type: Any) -> bool:
     if pa.types.is_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
         return is_numeric(arrow_type.value_type)
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+
+
+def record_column(record: Any, name: str) -> Any:
+    return record.column(record.schema.get_field_index(name))
+
+
+def numeric_column(name: str, column: Any, place: tuple[str, int] | None = None) -> np.ndarray:
+    """A numeric column as an array: a list column's rows as a 2-D one.  ``place``: the
+    file and the row its first value is, for a message that names the first null."""
+    import pyarrow as pa
+
+    kind = column.type
+    listed = is_list(kind)
+    if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        raise SourceError(f"column {name!r} has type {kind}: not numeric")
+    if column.null_count:
+        raise _nulls(name, column, place)
+    if not listed:
+        return to_numpy(column)
+    if pa.types.is_fixed_size_list(kind):
+        width = kind.list_size
+    else:
+        lengths = set(column.value_lengths().to_pylist())
+        if len(lengths) != 1:
+            raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
+        width = lengths.pop()
+    return to_numpy(column.flatten()).reshape(len(column), width)
+
+
+def _nulls(name: str, column: Any, place: tuple[str, int] | None) -> SourceError:
+    count = f"column {name!r} has {column.null_count} null value(s)"
+    if place is None:
+        return SourceError(f"{count} in a batch")
+    where, start = place
+    first = start + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+    return SourceError(
+        f"{where!r}: {count} in the rows from {start:,}, the first at row {first:,}: a model input takes numbers "
+        "only; fill or drop them first (pyarrow.compute.fill_null, or a filter)"
+    )

@@ -430,6 +430,10 @@ class ImageTableSource(ImageFiles):
         """Whether the table holds the images themselves, not their paths (NOTE [ images in a table ])."""
         return self._bytes is not None
 
+    def describe(self) -> str:
+        """What a run says it reads: the images the table lists, or holds, and its column."""
+        return f"{len(self)} images {'held' if self.holds_images else 'listed'} in column {self.column!r} of"
+
     def _file(self, row: int) -> Path:
         return self._table.file(row)
 

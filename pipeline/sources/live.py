@@ -169,6 +169,10 @@ class LiveStreamsSource(RowSource):
         """The pipeline takes no more batches (NOTE [ interrupted feed ]): stop every stream."""
         self.stop_reading()
 
+    def describe(self) -> str:
+        """What a run says it reads: frames, of several streams at once (NOTE [ several streams ])."""
+        return "frames of"
+
     @property
     def hwaccel(self) -> str | None:
         """The device FFmpeg decodes the streams on, None: the CPU (NOTE [ decoding on the GPU ])."""

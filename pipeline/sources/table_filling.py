@@ -22,8 +22,7 @@ import numpy as np
 
 from .._engine import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
-from .columns import element_type, is_list, numpy_dtype
-from .tables import numeric_column, record_column
+from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
 
 if TYPE_CHECKING:
     from .tables import ColumnarSource

@@ -17,7 +17,15 @@ from .._arrow import from_numpy, to_numpy
 from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
-from .columns import cast_columns, check_footer_nulls, check_widths, column_casts, is_list, map_columns
+from .columns import (
+    cast_columns,
+    check_footer_nulls,
+    check_widths,
+    column_casts,
+    map_columns,
+    numeric_column,
+    record_column,
+)
 from .files import PARQUET_SUFFIXES, parquet_files
 
 if TYPE_CHECKING:
@@ -68,41 +76,6 @@ class NpySource:
         later = copy.copy(self)
         later.start = self.start + rows
         return later
-
-
-def numeric_column(name: str, column: Any, place: tuple[str, int] | None = None) -> np.ndarray:
-    """A numeric column as an array: a list column's rows as a 2-D one.  ``place``: the
-    file and the row its first value is, for a message that names the first null."""
-    import pyarrow as pa
-
-    kind = column.type
-    listed = is_list(kind)
-    if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-        raise SourceError(f"column {name!r} has type {kind}: not numeric")
-    if column.null_count:
-        raise _nulls(name, column, place)
-    if not listed:
-        return to_numpy(column)
-    if pa.types.is_fixed_size_list(kind):
-        width = kind.list_size
-    else:
-        lengths = set(column.value_lengths().to_pylist())
-        if len(lengths) != 1:
-            raise SourceError(f"column {name!r}: list lengths differ ({sorted(lengths)[:5]}...): cannot stack rows")
-        width = lengths.pop()
-    return to_numpy(column.flatten()).reshape(len(column), width)
-
-
-def _nulls(name: str, column: Any, place: tuple[str, int] | None) -> SourceError:
-    count = f"column {name!r} has {column.null_count} null value(s)"
-    if place is None:
-        return SourceError(f"{count} in a batch")
-    where, start = place
-    first = start + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-    return SourceError(
-        f"{where!r}: {count} in the rows from {start:,}, the first at row {first:,}: a model input takes numbers "
-        "only; fill or drop them first (pyarrow.compute.fill_null, or a filter)"
-    )
 
 
 class ColumnarSource:
@@ -238,10 +211,6 @@ class ColumnarSource:
         return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
 
 
-def record_column(record: Any, name: str) -> Any:
-    return record.column(record.schema.get_field_index(name))
-
-
 def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None) -> np.ndarray:
     """``columns`` of ``record`` as one array a row: one list column's values, or
     scalar columns side by side in order (``place``: see :func:`numeric_column`)."""
@@ -359,6 +328,10 @@ class ParquetDatasetSource(ColumnarSource):
 
     kind = "Parquet dataset"
     what = "input folder of Parquet files"
+
+    def describe(self) -> str:
+        """What a run says it reads: a data set, and how many files it holds."""
+        return f"parquet data set of {len(self.parts)} files"
 
     def __init__(
         self,

@@ -347,6 +347,10 @@ class VideoTableSource(VideoFolderSource):
             self.key_name: np.full(rows, self._table.ids[row]),
         }
 
+    def describe(self) -> str:
+        """What a run says it reads: the frames of the videos the table lists, and its column."""
+        return f"{len(self)} frames of {len(self.videos)} videos listed in column {self.column!r} of"
+
 
 @dataclass(frozen=True)
 class _Plan:

@@ -54,7 +54,8 @@ def test_rebatching_keeps_every_row_in_order_in_batches_of_the_size(blocks, rows
     of ``rows``; a list column read from a batch that is a slice of a block keeps its rows."""
     import pyarrow as pa
 
-    from pipeline.sources.tables import numeric_column, rebatch
+    from pipeline.sources.columns import numeric_column
+    from pipeline.sources.tables import rebatch
 
     starts = np.cumsum([0, *blocks])
     given_blocks = [
