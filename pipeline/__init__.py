@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import models
-from ._engine import BatchTrace, Layout, OrtSession, Preprocess, SessionConfig, TensorSpec
+from ._engine import BatchTrace, Layout, Preprocess
 from ._errors import (
     DeviceError,
     DeviceUnavailableError,
@@ -35,6 +35,7 @@ from .devices import (
     device_specs,
     resolve_device,
 )
+from .session import OrtSession, SessionConfig, TensorSpec
 from .stats import MultiStats, Stats
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ._arrow import from_numpy, list_column
-from ._engine import TensorSpec
 from ._errors import SourceError
+from .session import TensorSpec
 
 
 class ArrowScorer:

@@ -52,10 +52,7 @@ from ._engine import (
     BLOCKED_SOURCE,
     THREAD_PREFIX,
     CopiedOutputs,
-    ModelSource,
-    OrtSession,
     Preprocess,
-    TensorSpec,
     auto_copy_threads,
     interrupt_source,
     split_rows,
@@ -65,6 +62,7 @@ from ._gather import Gather
 from ._lifecycle import ANOTHER_RUN, OneRunAtATime
 from ._pipeline import Batch, Pipeline, PipelineOptions
 from .devices import Device, device_specs
+from .session import ModelSource, OrtSession, TensorSpec
 from .stats import Delivered, MultiStats, Stats
 
 JOIN_S = 5.0

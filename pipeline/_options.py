@@ -6,14 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._engine import (
-    ORT_LOG_LEVELS,
-    BatchTrace,
-    CopyThreads,
-    HostRegistering,
-    SessionConfig,
-    resolve_copy_threads,
-)
+from ._engine import BatchTrace, CopyThreads, HostRegistering, resolve_copy_threads
+from .session import ORT_LOG_LEVELS, SessionConfig
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,7 @@ class PipelineOptions:
     #: NOTE [ static shapes ] in ``_engine/layout``: every run at the slots' shape,
     #: short batches padded; a batch that needs other slots or shapes refused
     static_shapes: bool = False
-    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``_engine/session``): "error"
+    #: how much of ORT's own log to show (``ORT_LOG_LEVELS`` in ``session``): "error"
     #: (the default), or "warning", "info", "verbose" to see why a model runs as it does
     ort_log: str = "error"
     #: NOTE [ CUDA graphs ] in ``_engine/rings``: ORT captures each slot's run as a CUDA

@@ -41,8 +41,6 @@ from ._engine import (
     InputChecker,
     Layout,
     MakeTake,
-    ModelSource,
-    OrtSession,
     Preprocess,
     ResultWindows,
     Rings,
@@ -50,7 +48,6 @@ from ._engine import (
     RunInput,
     Streams,
     Take,
-    TensorSpec,
     allocate_rings,
     check_batch_size,
     copy_outputs,
@@ -68,6 +65,7 @@ from ._lifecycle import ANOTHER_RUN, OneRunAtATime
 from ._options import PipelineOptions
 from ._submit import SUBMIT_QUEUE, Submitter
 from .devices import Device, resolve_device
+from .session import ModelSource, OrtSession, TensorSpec
 from .stats import CALLER_THREAD, STAGE_THREADS, Stats
 
 Batch = np.ndarray | dict[str, np.ndarray]

@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ._engine import ORT_LOG_LEVELS, CopyThreads, HostCopier, ModelSource, OrtSession, SessionConfig, onnxruntime
+from ._engine import CopyThreads, HostCopier
+from ._ort import onnxruntime
 from ._pipeline import Pipeline, PipelineOptions, discard
 from .bench_report import (
     BOTTLENECK_ADVICE,
@@ -67,6 +68,7 @@ from .bench_report import (
     spread_line,
 )
 from .devices import Device
+from .session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig
 from .stats import BatchTiming, MultiStats, Stats
 
 __all__ = [

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._engine import ModelSource, OrtSession, SessionConfig
 from .devices import Device
+from .session import ModelSource, OrtSession, SessionConfig
 
 _KERNEL_SUFFIX = "_kernel_time"
 #: providers whose node times are the host's issuing time, not the kernels' run time

@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 
 from ._columnar import ArrowScorer, chunked, empty_outputs, joined
-from ._engine import ModelSource, Preprocess
+from ._engine import Preprocess
 from ._errors import SourceError
+from .session import ModelSource
 
 
 class Predictor:
@@ -166,7 +167,8 @@ def predict(
     import ray
     import ray.data
 
-    from ._engine import declared_inputs, picked_batch_size
+    from ._engine import picked_batch_size
+    from .session import declared_inputs
 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._columnar import ArrowScorer, chunked, empty_outputs, joined
-from ._engine import ModelSource
+from .session import ModelSource
 
 #: record batches a worker has in the pipeline at once
 WINDOW = 2
@@ -92,7 +92,7 @@ def output_schema(
     model's declared outputs (read from the ONNX file: no session)."""
     from pyspark.sql import types as T
 
-    from ._engine import declared_outputs
+    from .session import declared_outputs
 
     spark_types = {
         "bool": T.BooleanType(),

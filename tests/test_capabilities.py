@@ -18,7 +18,7 @@ from pipeline._capabilities import (
     last_kept_row,
     where,
 )
-from pipeline._engine import TensorSpec
+from pipeline.session import TensorSpec
 from pipeline.sinks import CallbackSink, CsvSink, LabelledSink, NpySink, ParquetDatasetSink, ParquetSink
 from pipeline.sources import NpySource
 

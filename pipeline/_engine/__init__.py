@@ -55,18 +55,6 @@ from .records import (
 )
 from .rings import Rings, allocate_rings
 from .run import EngineParts, EngineRun, RunInput
-from .session import (
-    GRAPH_OPTIMIZATION,
-    ORT_LOG_LEVELS,
-    ModelSource,
-    OrtSession,
-    SessionConfig,
-    TensorSpec,
-    declared_inputs,
-    declared_outputs,
-    onnxruntime,
-    ort_model_arg,
-)
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
@@ -84,7 +72,6 @@ __all__ = [
     "EngineParts",
     "EngineRun",
     "Fill",
-    "GRAPH_OPTIMIZATION",
     "HandOverAdvisor",
     "HostCopier",
     "HostRegistering",
@@ -93,9 +80,6 @@ __all__ = [
     "InputChecker",
     "Layout",
     "MakeTake",
-    "ModelSource",
-    "ORT_LOG_LEVELS",
-    "OrtSession",
     "Preprocess",
     "ResultWindows",
     "Rings",
@@ -104,25 +88,19 @@ __all__ = [
     "SKIP",
     "STAGES",
     "STAGE_FIELDS",
-    "SessionConfig",
     "Streams",
     "THREAD_PREFIX",
     "Take",
-    "TensorSpec",
     "allocate_rings",
     "auto_copy_threads",
     "check_batch_size",
     "copy_outputs",
-    "declared_inputs",
-    "declared_outputs",
     "fixed_row_shape",
     "BLOCKED_SOURCE",
     "interrupt_source",
     "layout_for",
     "layout_of_model",
     "not_per_row",
-    "onnxruntime",
-    "ort_model_arg",
     "picked_batch_size",
     "resolve_copy_threads",
     "row_shape_fits",

@@ -38,11 +38,11 @@ import numpy as np
 
 from .._errors import DeviceError, PipelineClosedError, PipelineInputError, PipelineStageError
 from ..devices import DeviceArray, typed_view
+from ..session import OrtSession
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown
 from .records import CLOSED_MID_RUN, BatchTiming, CopiedOutputs, MakeTake, compute_failed, interrupt_source
-from .session import OrtSession
 
 T = TypeVar("T")
 

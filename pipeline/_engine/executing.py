@@ -7,10 +7,10 @@ import numpy as np
 
 from .._errors import ModelError, PipelineError
 from ..devices import DeviceBuffer, NormalizeOp
+from ..session import Shape, nbytes_of
 from .layout import RowShapes
 from .records import GRAPH_RUN_FAILED, Failure, T, Work, compute_failed
 from .rings import DeviceSlot, PinnedOutSlot
-from .session import Shape, nbytes_of
 from .state import RunState
 
 

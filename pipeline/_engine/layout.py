@@ -38,9 +38,9 @@ import numpy as np
 
 from .._errors import ModelError, PipelineInputError
 from ..devices import DeviceArray
+from ..session import Shape, TensorSpec, nbytes_of
 from .casting import castable, exact_cast_refusal
 from .preprocess import Preprocess
-from .session import Shape, TensorSpec, nbytes_of
 
 
 def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._errors import PipelineInputError
 from ..devices._normalize import normalize_numpy
-from .session import Shape, TensorSpec
+from ..session import Shape, TensorSpec
 
 LAYOUTS = ("nchw", "nhwc")
 

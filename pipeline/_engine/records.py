@@ -13,10 +13,10 @@ import numpy as np
 from .._capabilities import Interruptible
 from .._errors import PipelineInputError, PipelineStageError
 from ..devices import Device, DeviceArray, Event, Stream
+from ..session import Shape
 from .hostcopy import HostCopier
 from .layout import Layout, RowShapes
 from .rings import DeviceSlot, PinnedOutSlot
-from .session import Shape
 
 T = TypeVar("T")
 

@@ -51,8 +51,8 @@ import numpy as np
 from .._errors import DeviceError
 from ..devices import Device, DeviceBuffer, Event, typed_view
 from ..devices._memory import gib
+from ..session import OrtSession, Shape, nbytes_of
 from .layout import Layout
-from .session import OrtSession, Shape, nbytes_of
 
 T = TypeVar("T")
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._errors import PipelineClosedError, PipelineError, PipelineStageError
 from ..devices import Device
+from ..session import OrtSession, Shape
 from .delivery import Delivering
 from .device_filled import DeviceFill, DeviceFilling
 from .dynamic import DataDependent
@@ -68,7 +69,6 @@ from .records import (
     interrupt_source,
 )
 from .rings import Rings
-from .session import OrtSession, Shape
 from .windows import InPlace
 
 

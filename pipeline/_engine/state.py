@@ -12,12 +12,12 @@ from typing import Any, Generic
 import numpy as np
 
 from ..devices import Device, DeviceArray, Event
+from ..session import OrtSession, Shape
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, RowShapes
 from .records import BatchTrace, CopiedOutputs, Outgrown, RunConfig, Streams, T, Take, Work
 from .rings import DeviceSlot, PinnedInSlot, PinnedOutSlot, Rings
-from .session import OrtSession, Shape
 from .windows import HostWindows, ResultWindows
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..devices import Device, Event, Registration, RegistrationRefused
-from .session import Shape
+from ..session import Shape
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ def key_value(option: str, example: str) -> Any:
 
 def add_ort_options(parser: Any) -> None:
     """How ORT builds its session: the same options for ``bench`` and ``run``."""
-    from .._engine import GRAPH_OPTIMIZATION, ORT_LOG_LEVELS
+    from ..session import GRAPH_OPTIMIZATION, ORT_LOG_LEVELS
 
     parser.add_argument(
         "--graph-optimization",

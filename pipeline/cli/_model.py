@@ -30,6 +30,6 @@ def auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[An
 
 def declared_inputs_of(model: Any) -> Callable[[], Sequence[Any]]:
     """The model file's declared inputs, read (without a session) the first time they are asked for, once."""
-    from .._engine import declared_inputs
+    from ..session import declared_inputs
 
     return functools.cache(lambda: declared_inputs(model))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import models
 from .._cpus import usable_cpus
-from .._engine import ORT_LOG_LEVELS, SessionConfig, auto_copy_threads, resolve_copy_threads
+from .._engine import auto_copy_threads, resolve_copy_threads
 from .._errors import PipelineError, PipelineInputError
 from ..bench import (
     TRACED_MODES,
@@ -35,6 +35,7 @@ from ..bench import (
 from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
 from ..devices._memory import gib, host_memory_available
 from ..jobs import Progress
+from ..session import ORT_LOG_LEVELS, SessionConfig
 from ._args import (
     constant_arrays,
     with_heads,
@@ -78,7 +79,7 @@ def _bench_device(args: argparse.Namespace, spec: str | Device) -> tuple[Device,
 
 def model_constants(model_arg: str, given: Sequence[tuple[str, list[float]]]) -> dict[str, np.ndarray]:
     """--constant values as arrays that fit the model's inputs (read from the graph: no session)."""
-    from .._engine import declared_inputs
+    from ..session import declared_inputs
 
     return constant_arrays(declared_inputs(_model_of(model_arg)), given) if given else {}
 
@@ -224,7 +225,7 @@ def _probe(
     model_arg: str, config: SessionConfig | None = None, edit: Callable[[Any], Any] | None = None
 ) -> tuple[Any, Any]:
     """The model (built-in or a file path; ``edit``-ed: --top-k) and a host session on it, to read its inputs."""
-    from .._engine import OrtSession
+    from ..session import OrtSession
 
     model = _model_of(model_arg)
     if edit is not None:

@@ -14,8 +14,8 @@ from .. import sources
 from .._capabilities import (
     HasOutputs,
 )
-from .._engine import TensorSpec
 from .._pipeline import Pipeline
+from ..session import TensorSpec
 from ..sinks import (
     JOURNAL_PART_SECONDS,
     CsvSink,

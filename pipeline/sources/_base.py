@@ -13,8 +13,8 @@ import numpy as np
 
 from .._capabilities import where
 from .._cpus import usable_cpus
-from .._engine import TensorSpec
 from .._errors import SourceError
+from ..session import TensorSpec
 
 
 @dataclass

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import TensorSpec
+from ..session import TensorSpec
 from ._base import SourceError, existing_path
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
 from .files import ARCHIVE_SUFFIXES, IMAGE_SUFFIXES, files_below, hidden

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from .._arrow import to_numpy
-from .._engine import TensorSpec, castable, exact_cast_refusal
+from .._engine import castable, exact_cast_refusal
+from ..session import TensorSpec
 from ._base import SourceError
 
 #: column names that usually hold a row's id or key, not a feature

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._capabilities import last_kept_row
-from .._engine import TensorSpec
+from ..session import TensorSpec
 from ._base import (
     Chunk,
     RowSource,

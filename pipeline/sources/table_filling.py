@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._engine import TensorSpec, castable, exact_cast_refusal
+from .._engine import castable, exact_cast_refusal
+from ..session import TensorSpec
 from ._base import SourceError
 from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._arrow import from_numpy, to_numpy
-from .._engine import TensorSpec
 from .._rows import drop_first, peel_first_row, recut
+from ..session import TensorSpec
 from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import (
     cast_columns,

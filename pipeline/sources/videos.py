@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .._cpus import usable_cpus
-from .._engine import TensorSpec
 from .._rows import take_first
+from ..session import TensorSpec
 from ._base import (
     Chunk,
     RowSource,

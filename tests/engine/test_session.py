@@ -65,14 +65,14 @@ def test_run_options_skip_graph_lookup_cost_and_cpu_does_not_disable_sync():
 
 @pytest.mark.parametrize("name", ["multi_io", "convnet", "mlp"])
 def test_declared_inputs_match_the_session_without_building_one(name):
-    from pipeline._engine.session import declared_inputs
+    from pipeline.session import declared_inputs
 
     model = models.get(name)
     assert declared_inputs(model) == OrtSession(model, HostDevice()).inputs  # weights are not inputs
 
 
 def test_declared_inputs_of_garbage():
-    from pipeline._engine.session import declared_inputs
+    from pipeline.session import declared_inputs
 
     with pytest.raises(ModelError, match="not a readable ONNX model"):
         declared_inputs(b"garbage")
@@ -83,7 +83,7 @@ def test_a_model_with_external_weights_loads_from_its_path(tmp_path, monkeypatch
     relative to the model's path, which a model handed over as bytes does not have."""
     import onnx
 
-    from pipeline._engine.session import declared_inputs
+    from pipeline.session import declared_inputs
 
     proto = models.mlp()
     in_memory = proto.SerializeToString()  # save_model moves the weights out of proto itself

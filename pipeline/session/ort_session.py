@@ -20,12 +20,9 @@ carry only the ``batched_inputs``.
 
 from __future__ import annotations
 
-import math
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,115 +33,14 @@ from ..devices import Device, DeviceBuffer, Stream
 
 if TYPE_CHECKING:
     import onnxruntime as ort
-
-
-ORT_TO_NUMPY: dict[str, np.dtype] = {
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(float16)": np.dtype(np.float16),
-    "tensor(double)": np.dtype(np.float64),
-    "tensor(uint8)": np.dtype(np.uint8),
-    "tensor(int8)": np.dtype(np.int8),
-    "tensor(uint16)": np.dtype(np.uint16),
-    "tensor(int16)": np.dtype(np.int16),
-    "tensor(int32)": np.dtype(np.int32),
-    "tensor(uint32)": np.dtype(np.uint32),
-    "tensor(int64)": np.dtype(np.int64),
-    "tensor(uint64)": np.dtype(np.uint64),
-    "tensor(bool)": np.dtype(np.bool_),
-}
-
-Shape = tuple[int, ...]
-
-
-def nbytes_of(dtype: np.dtype, shape: Shape) -> int:
-    """Bytes of a dense tensor (math.prod: np.prod costs microseconds per call)."""
-    return math.prod(shape) * dtype.itemsize
-
-
-ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output as ORT declares it; symbolic dims are str or None."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | str | None, ...]
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def describe_shape(self) -> str:
-        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
-
-    def accepts(self, shape: Sequence[int]) -> bool:
-        """Whether an array of ``shape`` fits: this rank, and every dim the model fixes."""
-        return len(shape) == self.rank and all(
-            not isinstance(want, int) or want == got for want, got in zip(self.shape, shape, strict=True)
-        )
-
-    def row(self) -> TensorSpec:
-        """The spec of one row: the dims beyond the batch dim."""
-        return TensorSpec(self.name, self.dtype, self.shape[1:])
-
-
-def ort_model_arg(model: ModelSource) -> str | bytes:
-    """What ``InferenceSession`` is given: a file's path (so that ORT finds the
-    weights a large model keeps beside it, in external data files, relative to
-    the model file), else the serialized model."""
-    if isinstance(model, bytes | bytearray | memoryview):
-        return bytes(model)
-    if isinstance(model, str | os.PathLike):
-        path = Path(model)
-        if path.is_dir():  # an exporter's folder (Optimum's holds model.onnx beside its config)
-            inside = sorted(found.name for found in path.glob("*.onnx"))
-            which = f"it holds {', '.join(inside)}: give the file" if inside else "it holds no .onnx file"
-            raise ModelError(f"model {str(path)!r} is a folder, not an ONNX file; {which}")
-        if not path.is_file():
-            raise ModelError(f"model file not found: {str(path)!r}")
-        return str(path)
-    serialize = getattr(model, "SerializeToString", None)
-    if serialize is None:
-        raise ModelError(f"model must be a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
-    return serialize()
-
-
-def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
-    """The graph's inputs as the ONNX file declares them, without building a session
-    (for decisions made before the real session exists)."""
-    proto = _graph_of(model)
-    weights = {init.name for init in proto.graph.initializer}
-    return tuple(_declared(value) for value in proto.graph.input if value.name not in weights)
-
-
-def declared_outputs(model: ModelSource) -> tuple[TensorSpec, ...]:
-    """The graph's outputs as the ONNX file declares them (a schema made before any run)."""
-    return tuple(_declared(value) for value in _graph_of(model).graph.output)
-
-
-def _graph_of(model: ModelSource) -> Any:
-    """The model's ONNX proto, its external weights left on disk."""
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):  # read where it lies: serializing a large one to parse it is seconds
-        return model
-    loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
-    try:
-        if isinstance(loadable, str):  # the graph only: external weights stay on disk
-            return onnx.load_model(loadable, load_external_data=False)
-        return onnx.load_model_from_string(loadable)
-    except Exception as exc:
-        raise ModelError(f"not a readable ONNX model: {exc}") from exc
-
-
-def _declared(value: Any) -> TensorSpec:
-    from onnx import helper
-
-    tensor = value.type.tensor_type
-    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
-    return TensorSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
+from .specs import (
+    ModelSource,
+    Shape,
+    TensorSpec,
+    ort_model_arg,
+    output_specs,
+    spec_of,
+)
 
 
 def _constant(spec: TensorSpec, value: object) -> np.ndarray:
@@ -161,43 +57,6 @@ def _constant(spec: TensorSpec, value: object) -> np.ndarray:
         )
     # not np.ascontiguousarray: it makes a scalar (rank 0) an array of one, a shape the input does not have
     return array if array.flags.c_contiguous else array.copy(order="C")
-
-
-def _output_specs(args: Sequence[Any], chosen: Sequence[str] | None) -> tuple[TensorSpec, ...]:
-    """The specs of the chosen outputs (every one when None), in the model's order."""
-    names = [arg.name for arg in args]
-    if chosen is not None:
-        if isinstance(chosen, str) or not chosen:
-            raise ValueError(f"outputs must be a non-empty list of output names, got {chosen!r}")
-        unknown = [name for name in chosen if name not in names]
-        if unknown:
-            raise ModelError(f"outputs {unknown} are not outputs of the model; it has {names}")
-        wanted = set(chosen)
-        args = [arg for arg in args if arg.name in wanted]
-    tensors = [arg.name for arg in args if arg.type in ORT_TO_NUMPY]
-    return tuple(_spec(arg, "output", _output_advice(arg.type, tensors, chosen)) for arg in args)
-
-
-def _output_advice(ort_type: str, tensors: list[str], chosen: Sequence[str] | None) -> tuple[str, str]:
-    """What an output that ortpipe cannot bind is (a hint) and how to run the model anyway (a fix)."""
-    hint = ""
-    if ort_type.startswith(("seq(", "map(")):
-        hint = " (a scikit-learn classifier's ZipMap output is one: convert with zipmap=False for a tensor)"
-    fix = ""
-    if tensors and chosen is None:
-        fix = f"; choose the outputs to copy back with outputs={tensors} (--output-names on the command line)"
-    return hint, fix
-
-
-def _spec(arg: Any, kind: str, advice: tuple[str, str] = ("", "")) -> TensorSpec:
-    """``advice``: (after the type, after the message) for a type ortpipe cannot bind."""
-    dtype = ORT_TO_NUMPY.get(arg.type)
-    if dtype is None:
-        hint, fix = advice
-        raise ModelError(
-            f"{kind} {arg.name!r} has type {arg.type}{hint}; ortpipe binds tensors of {sorted(ORT_TO_NUMPY)}{fix}"
-        )
-    return TensorSpec(arg.name, dtype, tuple(arg.shape))
 
 
 #: ORT's graph optimization levels by the names ortpipe takes, and the member of
@@ -307,8 +166,8 @@ class OrtSession:
         except Exception as exc:
             raise ModelError(f"ONNX Runtime could not load the model: {exc}") from exc
         device.verify_session(self.session, compute_stream)
-        self.inputs = tuple(_spec(arg, "input") for arg in self.session.get_inputs())
-        self.outputs = _output_specs(self.session.get_outputs(), outputs)
+        self.inputs = tuple(spec_of(arg, "input") for arg in self.session.get_inputs())
+        self.outputs = output_specs(self.session.get_outputs(), outputs)
         self._quiet = config.log_severity >= 3
         #: every bound run's options but the graph slots' (-1: never captured as a graph)
         self.run_options = self._new_run_options(-1)
