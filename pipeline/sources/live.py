@@ -110,7 +110,19 @@ class LiveStreamsSource(RowSource):
             )
         if not batch_wait_s >= 0:
             raise SourceError(f"batch_wait_s is a wait in seconds >= 0, got {batch_wait_s!r}")
-        choices = (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel)
+        each = VideoDecoding(  # one value, by name: no order of parameters to keep in step
+            size=size,
+            pix_fmt=pix_fmt,
+            decode_threads=decode_threads,
+            every=every,
+            fps=fps,
+            fit=fit,
+            format=format,
+            options=options or {},
+            reconnect=reconnect,
+            timeout_s=timeout_s,
+            hwaccel=hwaccel,
+        )
         self.skip_unreadable = skip_unreadable
         #: (stream, why) of each stream that could not be opened, or failed, left out by ``skip_unreadable``
         self.skipped: list[tuple[str, str]] = []
@@ -118,7 +130,7 @@ class LiveStreamsSource(RowSource):
         self.streams: list[VideoSource] = []
         for path in paths:
             try:
-                self.streams.append(VideoSource(path, 1, inputs, input_name, *choices))
+                self.streams.append(VideoSource(path, 1, inputs, input_name, decoding=each))
             except SourceError as exc:
                 if not skip_unreadable:
                     raise
