@@ -121,6 +121,16 @@ class _OneWindowAtATime:
         self._release()
 
 
+def _own_pages(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An empty array on pages no other array shares: registered while the inputs' windows
+    are, it must not share a page with them (the driver refuses a page twice), which memory
+    from the heap may (below glibc's mmap threshold, 32 MiB at most)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + -nbytes % _PAGE + _PAGE, np.uint8)
+    start = -raw.ctypes.data % _PAGE
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def _spans(views: list[np.ndarray]) -> list[np.ndarray]:
     """The memory of ``views`` as ranges to register, each once: views whose pages overlap (the
     same array given as two inputs, two views of one buffer) become one byte view of their span -
@@ -208,7 +218,7 @@ class ResultWindows(_OneWindowAtATime):
         dtype and the shape of one of its rows."""
         with self._lock:
             if self.arrays is None:
-                self.arrays = {name: np.empty((self._total, *shape), dtype) for name, (dtype, shape) in rows.items()}
+                self.arrays = {name: _own_pages((self._total, *shape), dtype) for name, (dtype, shape) in rows.items()}
             return self.arrays
 
     def destination(

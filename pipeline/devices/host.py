@@ -46,6 +46,8 @@ from .surfaces import HostSurfaces
 
 _POLL_S = 0.05
 _ALIGN = 64
+#: the page size registration works in (cudaHostRegister locks whole pages)
+PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -92,14 +94,13 @@ class _Signal:
 _SHARED_SIGNAL = _Signal()
 
 
-def _aligned_bytes(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % _ALIGN
+def _aligned_bytes(nbytes: int, align: int = _ALIGN) -> np.ndarray:
+    """``nbytes`` starting on an ``align`` boundary; with ``align`` a page, their pages are
+    wholly inside the allocation (the rest of the last one is spare)."""
+    spare = -nbytes % align if align >= PAGE else 0
+    raw = np.empty(nbytes + spare + align, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % align
     return raw[offset : offset + nbytes]
-
-
-#: the page size registration works in (cudaHostRegister locks whole pages)
-PAGE = 4096
 
 
 def _pages(start: int, nbytes: int) -> tuple[int, int]:
@@ -567,7 +568,8 @@ class HostDevice(Device):
         stream.launch(run)
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
-        buffer = _aligned_bytes(nbytes)
+        # whole pages of their own, as cudaHostAlloc's are: no other array shares a page with them
+        buffer = _aligned_bytes(nbytes, PAGE)
         key = id(buffer.base)
         with self._registry_lock:  # page-locked while it lives (host_locked, _refuse_locked_pages)
             self._pinned[key] = (buffer.ctypes.data, buffer.ctypes.data + max(nbytes, 1))
