@@ -15,7 +15,6 @@ from .helpers import ROOT
 SIGINT_TESTS = [
     "tests/test_errors.py::test_keyboard_interrupt_stops_the_pipeline_within_a_second",
     "tests/cli/test_cli.py::test_ctrl_c_before_the_job_starts_ends_it_with_130_and_no_traceback",
-    "tests/cli/test_run.py::test_an_interrupted_run_leaves_a_readable_output",
     "tests/cli/test_run.py::test_a_signal_after_the_job_does_not_kill_the_command_by_its_default_action",
 ]
 

@@ -570,6 +570,8 @@ class HostDevice(Device):
     def pinned_empty(self, nbytes: int) -> np.ndarray:
         # whole pages of their own, as cudaHostAlloc's are: no other array shares a page with them
         buffer = _aligned_bytes(nbytes, PAGE)
+        if not self.registers_host:  # the CPU backend registers nothing: no pages to keep track of
+            return buffer
         key = id(buffer.base)
         with self._registry_lock:  # page-locked while it lives (host_locked, _refuse_locked_pages)
             self._pinned[key] = (buffer.ctypes.data, buffer.ctypes.data + max(nbytes, 1))

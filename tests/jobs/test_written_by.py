@@ -58,7 +58,7 @@ def _first_values(output: Path) -> np.ndarray:
     return np.array([row[0] for row in pjson.read_json(output)["y"].to_pylist()], np.float32)
 
 
-@pytest.mark.parametrize("after_s", [0.05, 0.2, 0.5, "rows"])
+@pytest.mark.parametrize("after_s", [0.05, 0.5, "rows"])
 def test_an_overwrite_killed_at_any_moment_is_never_finished_with_the_earlier_rows(tmp_path, two_inputs, after_s):
     """--overwrite with input b killed (SIGKILL) at a moment, then --resume with b: it goes on with
     b's own rows, or it is refused naming both jobs - never 'nothing left to run' over a's rows."""
