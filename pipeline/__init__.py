@@ -10,7 +10,21 @@ from typing import TYPE_CHECKING
 
 from . import models
 from ._engine import BatchTrace, Layout, Preprocess
-from ._errors import (
+from .devices import (
+    ChaosOptions,
+    Device,
+    DeviceArray,
+    HostDevice,
+    LinkModel,
+    cuda_unavailable_reason,
+    device_specs,
+    resolve_device,
+)
+from .frontends.feed import Feed, FeedClosed
+from .frontends.pipeline import Pipeline, PipelineOptions
+from .session import OrtSession, SessionConfig, TensorSpec
+from .stats import MultiStats, Stats
+from .util.errors import (
     DeviceError,
     DeviceUnavailableError,
     ModelError,
@@ -22,29 +36,15 @@ from ._errors import (
     SinkError,
     SourceError,
 )
-from ._feed import Feed, FeedClosed
-from ._lazy import lazy_names
-from ._pipeline import Pipeline, PipelineOptions
-from .devices import (
-    ChaosOptions,
-    Device,
-    DeviceArray,
-    HostDevice,
-    LinkModel,
-    cuda_unavailable_reason,
-    device_specs,
-    resolve_device,
-)
-from .session import OrtSession, SessionConfig, TensorSpec
-from .stats import MultiStats, Stats
+from .util.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ._multi import MultiPipeline
+    from .frontends.multi import MultiPipeline
 
 __version__ = "0.1.0"
 
 #: names imported on first use (PEP 562): what a single-device run never needs
-_LAZY = {"MultiPipeline": "._multi"}
+_LAZY = {"MultiPipeline": ".frontends.multi"}
 
 
 __getattr__ = lazy_names(__name__, _LAZY)

@@ -50,8 +50,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._engine import CopyThreads, HostCopier
-from ._ort import onnxruntime
-from ._pipeline import Pipeline, PipelineOptions, discard
 from .bench_report import (
     BOTTLENECK_ADVICE,
     DEFAULT_MODES,
@@ -68,8 +66,10 @@ from .bench_report import (
     spread_line,
 )
 from .devices import Device
+from .frontends.pipeline import Pipeline, PipelineOptions, discard
 from .session import ORT_LOG_LEVELS, ModelSource, OrtSession, SessionConfig
 from .stats import BatchTiming, MultiStats, Stats
+from .util.ort import onnxruntime
 
 __all__ = [
     "BOTTLENECK_ADVICE",
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ._multi import MultiPipeline
+    from .frontends.multi import MultiPipeline
 
 Batch = dict[str, np.ndarray]
 
@@ -330,7 +330,7 @@ def bench_multi(
     tick: Any = None,
 ) -> ModeResult:
     """A MultiPipeline over ``devices`` (a device listed twice: two pipelines on it) at ``depth``."""
-    from ._multi import MultiPipeline
+    from .frontends.multi import MultiPipeline
 
     if len(devices) < 2:
         raise ValueError(f"the multi mode needs two pipelines or more, got {len(devices)} device(s)")

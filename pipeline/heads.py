@@ -22,8 +22,8 @@ import copy
 import json
 from typing import Any
 
-from ._errors import ModelError
 from .session import ort_model_arg
+from .util.errors import ModelError
 
 #: the first opset whose TopK takes k as an input (a tensor), not as an attribute
 TOP_K_OPSET = 10

@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from ._columnar import ArrowScorer, chunked, empty_outputs, joined
 from ._engine import Preprocess
-from ._errors import SourceError
+from .integrations.columnar import ArrowScorer, chunked, empty_outputs, joined
 from .session import ModelSource
+from .util.errors import SourceError
 
 
 class Predictor:
@@ -78,7 +78,7 @@ class Predictor:
         preprocess: Preprocess | str | None = None,
         **options: Any,
     ) -> None:
-        from ._pipeline import Pipeline, PipelineOptions
+        from .frontends.pipeline import Pipeline, PipelineOptions
 
         options.setdefault("cast_inputs", True)
         self.pipeline = Pipeline(

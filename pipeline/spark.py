@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._columnar import ArrowScorer, chunked, empty_outputs, joined
+from .integrations.columnar import ArrowScorer, chunked, empty_outputs, joined
 from .session import ModelSource
 
 #: record batches a worker has in the pipeline at once
@@ -119,7 +119,7 @@ class _Engine:
     """A worker's pipeline and the scoring of record batches through it."""
 
     def __init__(self, model: ModelSource, settings: Mapping[str, Any]) -> None:
-        from ._pipeline import Pipeline, PipelineOptions
+        from .frontends.pipeline import Pipeline, PipelineOptions
 
         options = {"cast_inputs": True, **settings["options"]}
         self.pipeline = Pipeline(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline._arrow import from_numpy, list_column, to_numpy
+from pipeline.util.arrow import from_numpy, list_column, to_numpy
 
 pa = pytest.importorskip("pyarrow")
 

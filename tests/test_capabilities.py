@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline._capabilities import (
+from pipeline.session import TensorSpec
+from pipeline.sinks import CallbackSink, CsvSink, LabelledSink, NpySink, ParquetDatasetSink, ParquetSink
+from pipeline.sources import NpySource
+from pipeline.util.capabilities import (
     Completable,
     HasOutputs,
     HasWindows,
@@ -18,9 +21,6 @@ from pipeline._capabilities import (
     last_kept_row,
     where,
 )
-from pipeline.session import TensorSpec
-from pipeline.sinks import CallbackSink, CsvSink, LabelledSink, NpySink, ParquetDatasetSink, ParquetSink
-from pipeline.sources import NpySource
 
 SPEC = TensorSpec("x", np.dtype(np.float32), ("N", 4))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline._closing import close_all
+from pipeline.util.closing import close_all
 
 
 class _Thing:

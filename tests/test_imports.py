@@ -48,7 +48,7 @@ def test_a_session_imports_onnxruntime_but_not_onnx_for_a_file(tmp_path):
 
 #: ortpipe's own modules that a run of a table on one device never needs (PEP 562 names)
 NOT_FOR_A_TABLE = (
-    "pipeline._multi",
+    "pipeline.frontends.multi",
     "pipeline.cli.bench",
     "pipeline.sources.videos",
     "pipeline.sources.video_folders",

@@ -22,8 +22,8 @@ from pipeline import (
     cuda_unavailable_reason,
     models,
 )
-from pipeline._multi import tickets_per_device
 from pipeline.devices import device_specs
+from pipeline.frontends.multi import tickets_per_device
 
 from .conftest import assert_outputs_equal, make_device, reference, wait_no_threads
 from .helpers import failing_source, gather_model, token_model
@@ -346,7 +346,7 @@ def test_warm_up_warms_every_device():
 def test_several_pipelines_share_the_cpus_for_their_host_copies(monkeypatch):
     """copy_threads="auto" counts a pipeline's share of the CPUs: four pipelines on 16 CPUs
     copy with 2 threads each (NOTE [ parallel host copies ]: one alone would take 8)."""
-    import pipeline._multi as multi
+    import pipeline.frontends.multi as multi
     from pipeline._engine.hostcopy import auto_copy_threads
 
     monkeypatch.setattr(multi, "usable_cpus", lambda: 16)

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from pipeline._ort import installed_builds, onnxruntime
+from pipeline.util.ort import installed_builds, onnxruntime
 
 _INFO = "from pipeline.cli import main\nraise SystemExit(main(['info']))"
 

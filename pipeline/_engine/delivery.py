@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from .._errors import PipelineClosedError
+from ..util.errors import PipelineClosedError
 from .records import CLOSED_MID_RUN, T, Work, compute_failed
 from .rings import PinnedOutSlot
 from .state import RunState

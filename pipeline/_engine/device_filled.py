@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import PipelineInputError
 from ..devices import DeviceArray, DeviceBuffer, Stream
+from ..util.errors import PipelineInputError
 from .producing import source_failure
 from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, T, Work, rows_written
 from .rings import DeviceSlot

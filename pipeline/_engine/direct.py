@@ -36,9 +36,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from .._errors import DeviceError, PipelineClosedError, PipelineInputError, PipelineStageError
 from ..devices import DeviceArray, typed_view
 from ..session import OrtSession
+from ..util.errors import DeviceError, PipelineClosedError, PipelineInputError, PipelineStageError
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import ModelError, PipelineError
 from ..devices import DeviceBuffer, NormalizeOp
 from ..session import Shape, nbytes_of
+from ..util.errors import ModelError, PipelineError
 from .layout import RowShapes
 from .records import GRAPH_RUN_FAILED, Failure, T, Work, compute_failed
 from .rings import DeviceSlot, PinnedOutSlot

@@ -34,7 +34,7 @@ from typing import Literal
 
 import numpy as np
 
-from .._cpus import usable_cpus
+from ..util.cpus import usable_cpus
 
 #: copies smaller than this are not split (the hand-off would cost more than it saves)
 MIN_SPLIT_BYTES = 4 << 20

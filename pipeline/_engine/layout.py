@@ -36,9 +36,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .._errors import ModelError, PipelineInputError
 from ..devices import DeviceArray
 from ..session import Shape, TensorSpec, nbytes_of
+from ..util.errors import ModelError, PipelineInputError
 from .casting import castable, exact_cast_refusal
 from .preprocess import Preprocess
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import PipelineInputError
 from ..devices._normalize import normalize_numpy
 from ..session import Shape, TensorSpec
+from ..util.errors import PipelineInputError
 
 LAYOUTS = ("nchw", "nhwc")
 

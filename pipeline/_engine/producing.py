@@ -42,8 +42,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .._errors import PipelineInputError, PipelineStageError
 from ..devices import DeviceArray, Stream, typed_view
+from ..util.errors import PipelineInputError, PipelineStageError
 from .layout import RowShapes, SlotsOutgrown
 from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, Outgrown, T, Work, as_laid_out, rows_written
 from .rings import DeviceSlot, PinnedInSlot

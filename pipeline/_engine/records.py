@@ -10,10 +10,10 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import numpy as np
 
-from .._capabilities import Interruptible
-from .._errors import PipelineInputError, PipelineStageError
 from ..devices import Device, DeviceArray, Event, Stream
 from ..session import Shape
+from ..util.capabilities import Interruptible
+from ..util.errors import PipelineInputError, PipelineStageError
 from .hostcopy import HostCopier
 from .layout import Layout, RowShapes
 from .rings import DeviceSlot, PinnedOutSlot

@@ -48,10 +48,10 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .._errors import DeviceError
 from ..devices import Device, DeviceBuffer, Event, typed_view
 from ..devices._memory import gib
 from ..session import OrtSession, Shape, nbytes_of
+from ..util.errors import DeviceError
 from .layout import Layout
 
 T = TypeVar("T")

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import PipelineClosedError, PipelineError, PipelineStageError
 from ..devices import Device
 from ..session import OrtSession, Shape
+from ..util.errors import PipelineClosedError, PipelineError, PipelineStageError
 from .delivery import Delivering
 from .device_filled import DeviceFill, DeviceFilling
 from .dynamic import DataDependent

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from .._errors import PipelineError
+from ..util.errors import PipelineError
 from ._bench_options import add_bench
 from ._run_options import add_run
 

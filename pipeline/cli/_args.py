@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import PipelineError
 from ..sources import Fit
+from ..util.errors import PipelineError
 
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 

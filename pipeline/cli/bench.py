@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import models
-from .._cpus import usable_cpus
 from .._engine import auto_copy_threads, resolve_copy_threads
-from .._errors import PipelineError, PipelineInputError
 from ..bench import (
     TRACED_MODES,
     ModeResult,
@@ -36,6 +34,8 @@ from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs,
 from ..devices._memory import gib, host_memory_available
 from ..jobs import Progress
 from ..session import ORT_LOG_LEVELS, SessionConfig
+from ..util.cpus import usable_cpus
+from ..util.errors import PipelineError, PipelineInputError
 from ._args import (
     constant_arrays,
     with_heads,

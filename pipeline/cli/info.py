@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from .._cpus import usable_cpus
 from .._engine import auto_copy_threads
 from ..devices import HostDevice, cuda_unavailable_reason
 from ..devices._memory import gib, host_memory_available
+from ..util.cpus import usable_cpus
 from .bench import describe_device, device_facts
 
 
@@ -103,7 +103,7 @@ def _providers_line(built_in: list[str]) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .. import __version__
-    from .._ort import onnxruntime
+    from ..util.ort import onnxruntime
 
     ort = onnxruntime()
 

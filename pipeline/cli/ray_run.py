@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._errors import SinkError, SourceError
 from ..jobs import Progress
 from ..sinks import SUCCESS, JobRecord, move_replacement_up, replacement_of, staging_folder, write_record
 from ..sources import Fit
+from ..util.errors import SinkError, SourceError
 from ._ray_cluster import local_cluster
 
 #: options of a local run that a Ray job does not take, and why

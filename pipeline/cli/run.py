@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from .._capabilities import Described, WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
 from ..jobs import Progress, SourceOptions, output_lock
 from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
+from ..util.capabilities import Described, WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
 from ._args import (
     constant_arrays,
     ort_options,
@@ -52,8 +52,8 @@ def _issuing(args: argparse.Namespace) -> bool | Literal["auto"]:
 
 def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, constants: dict[str, Any]) -> Any:
     """A Pipeline, or a MultiPipeline where --device names several devices."""
-    from .._pipeline import Pipeline, PipelineOptions
     from ..devices import device_specs
+    from ..frontends.pipeline import Pipeline, PipelineOptions
 
     options = PipelineOptions(
         intra_op_threads=args.threads,
@@ -67,7 +67,7 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
     devices = device_specs(args.device)
     kwargs = dict(preprocess=preprocess, constants=constants, outputs=args.output_names, options=options)
     if len(devices) > 1:
-        from .._multi import MultiPipeline
+        from ..frontends.multi import MultiPipeline
 
         return MultiPipeline(model, devices, args.depth, args.batch_size, **kwargs)
     return Pipeline(model, devices[0], args.depth, args.batch_size, **kwargs)
@@ -386,7 +386,7 @@ def _report_the_end(
     stages = summary.stages_line()
     if stages is not None:
         print(stages)
-    from .._pipeline import Pipeline
+    from ..frontends.pipeline import Pipeline
 
     if isinstance(pipe, Pipeline):  # arrays of another dtype, cast by the pipeline (NOTE [ input dtypes ])
         for name, cast in pipe.input_casts.items():

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import DeviceError
+from ..util.errors import DeviceError
 from ._memory import gib, host_memory_available
 from .buffer import DeviceBuffer
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DeviceError, DeviceUnavailableError, RuntimeMissingError
-from .._ort import onnxruntime
+from ..util.errors import DeviceError, DeviceUnavailableError, RuntimeMissingError
+from ..util.ort import onnxruntime
 from ._base import (
     READ_ONLY_UNSUPPORTED,
     Device,

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import DeviceError
+from ..util.errors import DeviceError
 from ._base import (
     READ_ONLY_UNSUPPORTED,
     Device,

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from .._errors import DeviceError
+from ..util.errors import DeviceError
 from ._base import DeviceBuffer, Event
 from ._nv12 import ColourSpace, Nv12Frame
 

@@ -11,10 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import sources
-from .._capabilities import (
-    HasOutputs,
-)
-from .._pipeline import Pipeline
+from ..frontends.pipeline import Pipeline
 from ..session import TensorSpec
 from ..sinks import (
     JOURNAL_PART_SECONDS,
@@ -55,11 +52,12 @@ from ..sources import (
     is_stream_url,
     writers_name,
 )
+from ..util.capabilities import HasOutputs
 from .source_options import SourceOptions
 from .summary import Sink
 
 if TYPE_CHECKING:
-    from .._multi import MultiPipeline
+    from ..frontends.multi import MultiPipeline
 
 
 def source_kind(

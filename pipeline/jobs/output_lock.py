@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._errors import PipelineError
+from ..util.errors import PipelineError
 
 
 def lock_path(output: Path) -> Path:

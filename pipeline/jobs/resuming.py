@@ -8,16 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from .._capabilities import (
-    ChecksOnTheWay,
-    HasWindows,
-    Locates,
-    SkipsRows,
-    kept_rows,
-    last_kept_row,
-    where,
-)
-from .._rows import close_iteration, drop_first, peel_first_row, take_first
 from ..sources import (
     Chunk,
     RowSource,
@@ -27,6 +17,8 @@ from ..sources import (
     fewer_rows,
     sliced_chunk,
 )
+from ..util.capabilities import ChecksOnTheWay, HasWindows, Locates, SkipsRows, kept_rows, last_kept_row, where
+from ..util.rows import close_iteration, drop_first, peel_first_row, take_first
 from .summary import Sink
 
 

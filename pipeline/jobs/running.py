@@ -12,28 +12,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .._capabilities import (
-    Completable,
-    ConvertsOnDevice,
-    CutFromArrays,
-    FillsSlots,
-    Interruptible,
-)
 from .._engine import Take, row_shape_fits
-from .._pipeline import Pipeline
-from .._rows import close_iteration
+from ..frontends.pipeline import Pipeline
 from ..sinks import (
     SinkError,
 )
 from ..sources import (
     SourceBatch,
 )
+from ..util.capabilities import Completable, ConvertsOnDevice, CutFromArrays, FillsSlots, Interruptible
+from ..util.rows import close_iteration
 from .opening import STDOUT
 from .progress import Progress
 from .summary import JobSummary, Sink
 
 if TYPE_CHECKING:
-    from .._multi import MultiPipeline
+    from ..frontends.multi import MultiPipeline
     from ..sources import DeviceVideoFill
 
 

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import ModelError, PipelineInputError
-from .._ort import onnxruntime
 from ..devices import Device, DeviceBuffer, Stream
+from ..util.errors import ModelError, PipelineInputError
+from ..util.ort import onnxruntime
 
 if TYPE_CHECKING:
     import onnxruntime as ort

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import ModelError
+from ..util.errors import ModelError
 
 if TYPE_CHECKING:
     pass

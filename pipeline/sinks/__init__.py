@@ -56,7 +56,7 @@ such a run is refused at its first write.
 
 from __future__ import annotations
 
-from .._errors import SinkError
+from ..util.errors import SinkError
 from ._base import DataDependent, OutputKinds, Several, check_items, check_rows, file_part, writable, writable_folder
 from ._parts import (
     DEFAULT_PART_BYTES,

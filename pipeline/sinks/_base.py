@@ -27,8 +27,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._arrow import from_numpy, list_column
-from .._errors import SinkError
+from ..util.arrow import from_numpy, list_column
+from ..util.errors import SinkError
 
 PER_BATCH_RESUME = (
     "cannot resume {path!r}: the run writes outputs per batch (a count of their own each batch), which {kind} "

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._capabilities import (
+from ..util.capabilities import (
     Completable,
     HasOutputs,
     KeepsColumns,

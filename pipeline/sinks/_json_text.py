@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrow import from_numpy, to_numpy
+from ..util.arrow import from_numpy, to_numpy
 
 #: a string holding one of these is escaped by json.dumps; any other is only quoted
 _NEEDS_ESCAPING = r'["\\\x00-\x1f]'

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .._arrow import to_numpy
-from .._errors import SinkError
+from ..util.arrow import to_numpy
+from ..util.errors import SinkError
 
 #: Parquet's codecs, as ParquetSink's ``compression`` names them
 PARQUET_CODECS = ("snappy", "zstd", "gzip", "brotli", "lz4", "none")

@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._capabilities import notes
-from .._closing import close_all
-from .._errors import SinkError
+from ..util.capabilities import notes
+from ..util.closing import close_all
+from ..util.errors import SinkError
 from ._base import (
     PER_BATCH_RESUME,
     DataDependent,

@@ -8,8 +8,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._arrow import to_numpy
-from .._errors import SinkError
+from ..util.arrow import to_numpy
+from ..util.errors import SinkError
 from ._base import DataDependent, after_last_line, value_columns
 from ._table import Storage, StreamStorage, TableSink
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._errors import SinkError
+from ..util.errors import SinkError
 from ._parts import PART, ParquetParts, ParquetTableFile, clear_data_set, parquet_writer, whole_parts
 
 #: the part closed last in a Parquet file's journal holds at most this many bytes (arrow's) ...

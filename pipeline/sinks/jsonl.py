@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._errors import SinkError
+from ..util.errors import SinkError
 from ._base import DataDependent, after_last_line, as_list_columns
 from ._json_text import infinities, json_lines
 from ._table import Storage, StreamStorage, TableSink

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SinkError
+from ..util.errors import SinkError
 from ._handing_on import HandingOn
 
 

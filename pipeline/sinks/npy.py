@@ -9,8 +9,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .._closing import close_all
-from .._errors import SinkError
+from ..util.closing import close_all
+from ..util.errors import SinkError
 from ._base import PER_BATCH_RESUME, DataDependent, OutputKinds, beside_path, check_items, check_rows, writable
 
 

@@ -54,8 +54,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._capabilities import last_kept_row
-from .._lazy import lazy_names
+from ..util.capabilities import last_kept_row
+from ..util.lazy import lazy_names
 from ._base import (
     AUTO_DECODE_THREADS,
     Chunk,

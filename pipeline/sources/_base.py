@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .._capabilities import where
-from .._cpus import usable_cpus
-from .._errors import SourceError
 from ..session import TensorSpec
+from ..util.capabilities import where
+from ..util.cpus import usable_cpus
+from ..util.errors import SourceError
 
 
 @dataclass

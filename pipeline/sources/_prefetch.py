@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .._rows import close_iteration
+from ..util.rows import close_iteration
 
 K = TypeVar("K")
 T = TypeVar("T")

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .._arrow import to_numpy
 from .._engine import castable, exact_cast_refusal
 from ..session import TensorSpec
+from ..util.arrow import to_numpy
 from ._base import SourceError
 
 #: column names that usually hold a row's id or key, not a feature

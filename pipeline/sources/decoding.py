@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import SourceError
+from ..util.errors import SourceError
 from ._opening import STREAM_TIMEOUT_S
 from .fitting import Fit
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._engine import DeviceTarget
-from .._rows import close_iteration
 from ..devices import Device
+from ..util.rows import close_iteration
 from ._base import SourceError
 from .device_frames import ConvertingFill, Decoded, FrameConverter, decoded_frames, device_path, pix_fmt_refused
 from .fitting import fit_columns

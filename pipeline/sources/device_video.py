@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._engine import DeviceTarget, Preprocess
-from .._rows import close_iteration
 from ..devices import Device
+from ..util.rows import close_iteration
 from ._base import SourceError
 from ._prefetch import in_order
 from .device_frames import (

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._capabilities import last_kept_row
 from ..session import TensorSpec
+from ..util.capabilities import last_kept_row
 from ._base import (
     Chunk,
     RowSource,

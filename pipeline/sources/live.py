@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .._rows import close_iteration
 from ..session import TensorSpec
+from ..util.rows import close_iteration
 from ._base import Chunk, RowSource, SourceError
 from ._opening import is_live
 from ._prefetch import put_until_stopped

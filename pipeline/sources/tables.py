@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._arrow import from_numpy, to_numpy
-from .._rows import drop_first, peel_first_row, recut
 from ..session import TensorSpec
+from ..util.arrow import from_numpy, to_numpy
+from ..util.rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import (
     cast_columns,

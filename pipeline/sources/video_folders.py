@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .._capabilities import KeepsColumns, last_kept_row
-from .._cpus import usable_cpus
-from .._rows import close_iteration, recut, take_first
 from ..session import TensorSpec
+from ..util.capabilities import KeepsColumns, last_kept_row
+from ..util.cpus import usable_cpus
+from ..util.rows import close_iteration, recut, take_first
 from ._base import Chunk, RowSource, SourceError, chunk_rows, existing_path, fewer_rows, sliced_chunk
 from ._frame_positions import FolderVideo, FramePositions
 from ._opening import checked_hwaccel

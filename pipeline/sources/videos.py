@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .._cpus import usable_cpus
-from .._rows import take_first
 from ..session import TensorSpec
+from ..util.cpus import usable_cpus
+from ..util.rows import take_first
 from ._base import (
     Chunk,
     RowSource,

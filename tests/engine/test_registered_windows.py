@@ -71,7 +71,7 @@ class _ForgetfulResults(ResultWindows):
 )
 def test_a_window_released_while_its_copy_may_run_fails_the_run(monkeypatch, name, mutant, said):
     """The host model catches the mistake the rule forbids (chaos delays the copies)."""
-    import pipeline._gather as front
+    import pipeline.frontends.gather as front
 
     monkeypatch.setattr(front, name, mutant)
     device = HostDevice(chaos=ChaosOptions(probability=1.0, max_delay_s=5e-4, seed=5))

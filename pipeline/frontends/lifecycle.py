@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from typing import TypeVar
 
-from ._closing import Closable
-from ._errors import PipelineClosedError
+from ..util.closing import Closable
+from ..util.errors import PipelineClosedError
 
 #: a second map()/run() while one is running (a broken-out-of iterator still referenced is running)
 ANOTHER_RUN = (

@@ -30,7 +30,7 @@ import collections
 import threading
 from typing import Any
 
-from ._errors import PipelineError
+from ..util.errors import PipelineError
 
 _POLL_S = 0.1
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import THREAD_PREFIX
-from ._errors import PipelineClosedError, PipelineError, PipelineStageError
-from ._feed import Feed, FeedClosed
+from .._engine import THREAD_PREFIX
+from ..util.errors import PipelineClosedError, PipelineError, PipelineStageError
+from .feed import Feed, FeedClosed
 
 #: batches submitted and waiting for the map to take them, at most
 SUBMIT_QUEUE = 8

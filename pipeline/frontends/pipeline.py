@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._engine import (
+from .._engine import (
     DEFAULT_BATCH_SIZE,
     SKIP,
     BatchTrace,
@@ -59,14 +59,14 @@ from ._engine import (
     split_rows,
     threads_slower,
 )
-from ._errors import ModelError, PipelineError, PipelineStageError
-from ._gather import Gather, input_windows, result_windows
-from ._lifecycle import ANOTHER_RUN, OneRunAtATime
-from ._options import PipelineOptions
-from ._submit import SUBMIT_QUEUE, Submitter
-from .devices import Device, resolve_device
-from .session import ModelSource, OrtSession, TensorSpec
-from .stats import CALLER_THREAD, STAGE_THREADS, Stats
+from ..devices import Device, resolve_device
+from ..session import ModelSource, OrtSession, TensorSpec
+from ..stats import CALLER_THREAD, STAGE_THREADS, Stats
+from ..util.errors import ModelError, PipelineError, PipelineStageError
+from .gather import Gather, input_windows, result_windows
+from .lifecycle import ANOTHER_RUN, OneRunAtATime
+from .options import PipelineOptions
+from .submit import SUBMIT_QUEUE, Submitter
 
 Batch = np.ndarray | dict[str, np.ndarray]
 #: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)

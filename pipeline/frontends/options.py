@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._engine import BatchTrace, CopyThreads, HostRegistering, resolve_copy_threads
-from .session import ORT_LOG_LEVELS, SessionConfig
+from .._engine import BatchTrace, CopyThreads, HostRegistering, resolve_copy_threads
+from ..session import ORT_LOG_LEVELS, SessionConfig
 
 
 @dataclass(frozen=True)

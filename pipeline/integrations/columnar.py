@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrow import from_numpy, list_column
-from ._errors import SourceError
-from .session import TensorSpec
+from ..session import TensorSpec
+from ..util.arrow import from_numpy, list_column
+from ..util.errors import SourceError
 
 
 class ArrowScorer:
@@ -48,7 +48,7 @@ class ArrowScorer:
 
     def columns(self, schema: Any, where: str = "the batch") -> dict[str, Sequence[str]]:
         """Each input's columns in a table of ``schema`` (checked once a schema)."""
-        from .sources.columns import check_widths, map_columns
+        from ..sources.columns import check_widths, map_columns
 
         if self._mapped is not None and self._mapped[0].equals(schema):
             return self._mapped[1]
@@ -68,8 +68,8 @@ class ArrowScorer:
             return self._pictures(batch, where)
         if isinstance(batch, Mapping):
             return self._from_numpy(batch, where)
-        from .sources.columns import cast_columns
-        from .sources.tables import stacked
+        from ..sources.columns import cast_columns
+        from ..sources.tables import stacked
 
         record = _one_record(batch)
         columns = self.columns(record.schema, where)
@@ -89,7 +89,7 @@ class ArrowScorer:
     def _from_numpy(self, batch: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
         import pyarrow as pa
 
-        from .sources.columns import cast_columns
+        from ..sources.columns import cast_columns
 
         schema = pa.schema([(name, _arrow_type(np.asarray(values))) for name, values in batch.items()])
         columns = self.columns(schema, where)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._engine import CopiedOutputs, HostCopier, HostRegistering, HostWindows, ResultWindows, Take, not_per_row
-from .devices import Device
+from .._engine import CopiedOutputs, HostCopier, HostRegistering, HostWindows, ResultWindows, Take, not_per_row
+from ..devices import Device
 
 
 def input_windows(

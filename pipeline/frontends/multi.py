@@ -46,9 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ._closing import close_all
-from ._cpus import usable_cpus
-from ._engine import (
+from .._engine import (
     BLOCKED_SOURCE,
     THREAD_PREFIX,
     CopiedOutputs,
@@ -57,13 +55,15 @@ from ._engine import (
     interrupt_source,
     split_rows,
 )
-from ._errors import PipelineClosedError, PipelineError, renumbered
-from ._gather import Gather
-from ._lifecycle import ANOTHER_RUN, OneRunAtATime
-from ._pipeline import Batch, Pipeline, PipelineOptions
-from .devices import Device, device_specs
-from .session import ModelSource, OrtSession, TensorSpec
-from .stats import Delivered, MultiStats, Stats
+from ..devices import Device, device_specs
+from ..session import ModelSource, OrtSession, TensorSpec
+from ..stats import Delivered, MultiStats, Stats
+from ..util.closing import close_all
+from ..util.cpus import usable_cpus
+from ..util.errors import PipelineClosedError, PipelineError, renumbered
+from .gather import Gather
+from .lifecycle import ANOTHER_RUN, OneRunAtATime
+from .pipeline import Batch, Pipeline, PipelineOptions
 
 JOIN_S = 5.0
 

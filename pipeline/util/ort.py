@@ -15,7 +15,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from ._errors import RuntimeMissingError
+from .errors import RuntimeMissingError
 
 #: the distributions of ORT's builds that install the module ``onnxruntime``, as their
 #: ``.dist-info`` folders spell them
