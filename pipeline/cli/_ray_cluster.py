@@ -6,7 +6,7 @@ a signal or not.  A process killed outright (SIGKILL, the OOM killer) runs no
 code, and Ray's processes notice that their driver is gone only after about a
 minute.  So a watchdog - a small process of its own session, so that a
 terminal's Ctrl-C does not end it first - holds a pipe from the run and notes
-every descendant of the run twice a second (an agent whose parent ends is
+every descendant of the run ten times a second (an agent whose parent ends is
 reparented, so it must be met before); at its end the run writes ``done``;
 if the pipe closes without it, the run died, and the watchdog kills every
 descendant it met that still runs (the same process: its start time
@@ -57,7 +57,7 @@ def look():
 said = b""
 while True:
     look()
-    if select.select([sys.stdin], [], [], 0.5)[0]:
+    if select.select([sys.stdin], [], [], 0.1)[0]:
         block = os.read(sys.stdin.fileno(), 16)
         if block:
             said += block

@@ -68,17 +68,31 @@ def test_a_local_cluster_ends_with_a_run_that_is_killed(tmp_path):
     )
     try:
         assert run.stdout.readline().startswith("ray: ")  # the cluster is up, the job under way
-        time.sleep(1.0)  # its agents and workers started
-        cluster = _descendants(run.pid, _children)
+        cluster = _settled(run.pid, _children)  # its agents and workers started
     finally:
         run.kill()
         run.wait(30)
     assert len(cluster) >= 3, cluster
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while _running(cluster) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _running(cluster) == []
     assert not (tmp_path / "o").exists()  # nothing written under the output's name
+
+
+def _settled(pid: int, children, quiet_s: float = 2.0, most_s: float = 30.0) -> set[int]:
+    """The descendants of ``pid`` once no new one has come for ``quiet_s`` (a loaded machine
+    starts Ray's agents late)."""
+    seen: set[int] = set()
+    quiet_since = time.monotonic()
+    deadline = quiet_since + most_s
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < quiet_s:
+        now = _descendants(pid, children)
+        if now - seen:
+            seen |= now
+            quiet_since = time.monotonic()
+        time.sleep(0.1)
+    return seen
 
 
 def _descendants(pid: int, children) -> set[int]:
