@@ -1,19 +1,28 @@
 """The engine: what runs a batch, from the checks to the delivered outputs.
 
-One layer above ``devices`` (which alone knows CUDA from the CPU), below the
+One layer above ``devices`` (which alone knows CUDA from the CPU) and
+``session`` (the ORT session, its bindings and output shapes), below the
 front ends (``Pipeline``, ``MultiPipeline``, the jobs, the CLI), which use only
 the names this package exports.  Its modules, one idea each:
 
-* ``session`` - the ORT session built for a device, IOBindings, output shapes by probe runs;
 * ``layout`` - a batch checked against the model, and the slot layout it implies;
+* ``casting`` - which casts of an input are made, and which refused;
 * ``batch_size`` - batch sizes picked for the bytes a row costs;
 * ``preprocess`` - the device-side conversion of uint8 pictures into the model's floats;
-* ``rings`` - the four buffer rings and the slots in them;
+* ``rings`` - the four buffer rings, the slots in them and their guards (NOTE [ buffer reuse ]);
 * ``hostcopy`` - large host copies split across threads;
 * ``windows`` - whole inputs and outputs registered in place instead of staged;
 * ``issuing`` - when the stage threads pay, and when they do not;
-* ``run`` - the stage loops, the caller's thread issuing, one error path;
+* ``records`` - what a run's stages pass each other: work, traces, failures, its configuration;
+* ``context`` - what a run's stages share, passed to each as one value;
+* ``producing`` - the producer: a batch taken, checked, staged and sent h2d;
 * ``device_filled`` - batches written in the device's memory by a fill (decoded frames);
+* ``executing`` - the executor: the run bound and enqueued, then the d2h;
+* ``dynamic`` - outputs whose shape depends on the data;
+* ``delivery`` - the deliverer: outputs taken once their d2h is done;
+* ``threads`` - the producer and execute threads;
+* ``inline`` - the caller's thread issuing every stage, and the hand-over to the threads;
+* ``run`` - a run made of those stages, its results and its one error path;
 * ``direct`` - the CPU backend's direct path through ``session.run``.
 """
 

@@ -23,10 +23,9 @@ import numpy as np
 
 from ..devices import DeviceArray, DeviceBuffer, Stream
 from ..util.errors import PipelineInputError
-from .producing import source_failure
-from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, T, Work, rows_written
+from .context import RunContext
+from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, Work, rows_written, source_failure
 from .rings import DeviceSlot
-from .state import RunState
 
 
 @dataclass(frozen=True)
@@ -42,34 +41,41 @@ class DeviceTarget:
 DeviceFill = Callable[[int, DeviceTarget], int | None]
 
 
-class DeviceFilling(RunState[T]):
+class DeviceFiller:
     """The producer's side of a run whose batches are written on the device (NOTE [ device-filled slots ])."""
 
-    def _produce_device_filled(self, index: int) -> object | None:
-        assert self._fill is not None
+    def __init__(self, ctx: RunContext, fill: DeviceFill) -> None:
+        self._ctx = ctx
+        self._layout = ctx.layout
+        self._fill = fill
+
+    def produce(self, index: int) -> object | None:
+        """Batch ``index`` written into a free device slot by the fill: its ``Work``,
+        or ``END_OF_SOURCE``, a ``Failure``, or None once stopped."""
+        ctx, layout = self._ctx, self._layout
+        slots = ctx.rings.device_slots
         t_wait = time.perf_counter()
-        slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
+        slot = slots.acquire(ctx.stop, ctx.config.poll_s)
         if slot is None:
             return None
-        link, layout = self._streams.h2d, self._layout
-        events = BatchEvents.new(self._device, self._config.timing)
-        if slot.inputs_free is not None:
-            link.wait_event(slot.inputs_free)
+        link = ctx.streams.h2d
+        events = BatchEvents.new(ctx.device, ctx.config.timing)
+        slot.inputs_writable(link)
         if events.h2d_start is not None:
             events.h2d_start.record(link)
         target = DeviceTarget(link, self._slot_arrays(slot), layout.batch_size)
         t_ask = time.perf_counter()
         try:
-            rows = rows_written(self._fill(index, target), index, layout.batch_size)  # type: ignore[arg-type]
+            rows = rows_written(self._fill(index, target), index, layout.batch_size)
         except PipelineInputError as exc:
-            self._rings.device_slots.release(slot)
+            slots.release(slot)
             return Failure(exc)
         except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
-            self._rings.device_slots.release(slot)
+            slots.release(slot)
             return source_failure(index, exc)
         t_filled = time.perf_counter()
-        if rows == 0 or self._stop.is_set():
-            self._rings.device_slots.release(slot)
+        if rows == 0 or ctx.stop.is_set():
+            slots.release(slot)
             return END_OF_SOURCE if rows == 0 else None
         bound = layout.bound_rows(rows)
         self._zero_padding(link, target, rows, bound)
@@ -96,7 +102,7 @@ class DeviceFilling(RunState[T]):
             nbytes = rows * math.prod(row) * np.dtype(dtype).itemsize
             owner = whole.owner[:nbytes] if isinstance(whole.owner, np.ndarray) else whole.owner
             arrays[name] = DeviceArray(
-                DeviceBuffer(whole.ptr, nbytes, owner), (rows, *row), np.dtype(dtype), self._device
+                DeviceBuffer(whole.ptr, nbytes, owner), (rows, *row), np.dtype(dtype), self._ctx.device
             )
         return arrays
 

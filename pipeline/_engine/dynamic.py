@@ -27,22 +27,26 @@ from typing import Any
 import numpy as np
 
 from ..devices import typed_view
-from .records import T, Work
+from ..session import OrtSession
+from .records import Work
 from .rings import DeviceSlot, PinnedOutSlot
-from .state import RunState
 
 
-class DataDependent(RunState[T]):
-    """Outputs whose shape depends on the data (a detector's boxes after NMS)."""
+class DataDependentOutputs:
+    """Outputs whose shape depends on the data (a detector's boxes after NMS): found by a
+    rerun (the executor's), and read out of ORT's memory (the deliverer's)."""
 
-    def _allocated_values(self, slot: DeviceSlot, work: Work) -> dict[str, Any]:
+    def __init__(self, session: OrtSession) -> None:
+        self._session = session
+
+    def allocated_values(self, slot: DeviceSlot, work: Work) -> dict[str, Any]:
         """ORT's values of the outputs it allocated in this run (all, for a free shape)."""
         values = self._session.bound_values(slot.binding)
         if work.row_shapes is not None:
             return values
         return {name: values[name] for name in self._session.dynamic_outputs}
 
-    def _rerun_allocating(self, slot: DeviceSlot, work: Work, error: Exception) -> dict[str, Any]:
+    def rerun_allocating(self, slot: DeviceSlot, work: Work, error: Exception) -> dict[str, Any]:
         """See NOTE [ data-dependent outputs ]: after a failed run, the same run with
         every output allocated by ORT.  If it succeeds and some outputs came out
         in shapes other than planned, those are data-dependent; otherwise the
@@ -76,7 +80,7 @@ class DataDependent(RunState[T]):
             return False
         return True
 
-    def _allocated_views(self, work: Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
+    def allocated_views(self, work: Work, pinned_out: PinnedOutSlot) -> dict[str, np.ndarray]:
         """The outputs of a batch some of whose outputs ORT allocated: views of
         its pinned-out slot, padding rows cut off all but the data-dependent ones."""
         trace, allocated = work.trace, work.allocated

@@ -8,31 +8,50 @@ import numpy as np
 from ..devices import DeviceBuffer, NormalizeOp
 from ..session import Shape, nbytes_of
 from ..util.errors import ModelError, PipelineError
+from .context import RunContext
+from .dynamic import DataDependentOutputs
 from .layout import RowShapes
-from .records import GRAPH_RUN_FAILED, Failure, T, Work, compute_failed
+from .records import GRAPH_RUN_FAILED, Failure, Work, compute_failed
 from .rings import DeviceSlot, PinnedOutSlot
-from .state import RunState
+from .windows import ResultWindows
 
 
-class Executing(RunState[T]):
+class Executor:
     """The execute side of a run: each batch's run bound and enqueued on the compute stream,
     then the d2h of its outputs on the drain stream."""
 
-    # -- execute (compute + enqueue d2h) -----------------------------------
-    def _execute(self) -> None:
+    def __init__(
+        self, ctx: RunContext, data_dependent: DataDependentOutputs, results: ResultWindows | None = None
+    ) -> None:
+        self._ctx = ctx
+        self._layout = layout = ctx.layout
+        self._session = session = ctx.session
+        self._data_dependent = data_dependent
+        #: the outputs' d2h writes into registered result arrays where they allow it (NOTE [ registered windows ])
+        self._results = results
+        self._coefficients = {name: how.coefficients() for name, how, _ in layout.preprocess}
+        #: bound rows -> (dtype and shape, bytes of each output, total)
+        self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
+        #: the out_layout of a batch of free shape: every output, its shape to come
+        self._all_outputs = frozenset(session.output_names)
+        self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
+
+    def execute(self) -> None:
+        """The execute thread's loop: runs and d2hs of the work queue's batches into the result queue."""
+        ctx = self._ctx
         while True:
-            item = self._get(self._work_q)
+            item = ctx.get(ctx.work_q)
             if item is None:
                 return
             if isinstance(item, Work):
-                item = self._execute_one(item)
+                item = self.execute_one(item)
                 if item is None:
                     return
             # END_OF_SOURCE or a Failure: passed on in order, and this thread is done
-            if not self._put(self._result_q, item) or not isinstance(item, Work):
+            if not ctx.put(ctx.result_q, item) or not isinstance(item, Work):
                 return
 
-    def _execute_one(self, work: Work) -> object | None:
+    def execute_one(self, work: Work) -> object | None:
         """Run (unless already enqueued) and d2h of one staged batch: the work,
         a ``Failure``, or None once stopped."""
         try:  # one frame for both halves: this is the per-batch path
@@ -42,7 +61,7 @@ class Executing(RunState[T]):
         except Exception as exc:  # noqa: BLE001
             return Failure(compute_failed(work.trace.index, exc, work.trace.rows, self._layout.batch_size))
 
-    def _run_one(self, work: Work) -> object | None:
+    def run_one(self, work: Work) -> object | None:
         """The run of one staged batch enqueued (its device slot handed back),
         its d2h left for later (NOTE [ inline issue ]): the work, or a ``Failure``."""
         try:
@@ -52,38 +71,37 @@ class Executing(RunState[T]):
         return work
 
     def _issue_run(self, work: Work) -> None:
-        slot, trace = work.slot, work.trace
+        ctx, slot, trace = self._ctx, work.slot, work.trace
         events = trace.events
-        compute = self._streams.compute
+        compute = ctx.streams.compute
         compute.wait_event(events.h2d_done)
-        if slot.outputs_free is not None:
-            compute.wait_event(slot.outputs_free)
+        slot.outputs_writable(compute)
         work.out_layout, work.out_sizes, trace.d2h_bytes = self._outputs_for(work)
-        with self._device.annotate("run", trace.index):
+        with ctx.device.annotate("run", trace.index):
             if events.run_start is not None:
                 events.run_start.record(compute)
             self._preprocess(slot, trace.bound_rows, work.row_shapes)
             compute.launch(lambda: self._run_bound(slot, work))
             events.run_done.record(compute)
         work.run_issued = True
-        slot.inputs_free = events.run_done
+        slot.inputs_read_by(events.run_done)
         # The copy stream waits on run_done before it writes the inputs again; the
-        # outputs' guard (outputs_free) is set when this batch's d2h is enqueued,
-        # which the caller's thread and the execute thread both do before they
-        # enqueue the slot's next run.
-        self._rings.device_slots.release(slot)
+        # outputs' guard is set when this batch's d2h is enqueued, which the
+        # caller's thread and the execute thread both do before they enqueue the
+        # slot's next run.
+        ctx.rings.device_slots.release(slot)
 
     def _issue_drain(self, work: Work) -> bool:
-        slot, trace = work.slot, work.trace
+        ctx, slot, trace = self._ctx, work.slot, work.trace
         events = trace.events
         out_sizes = work.out_sizes
         assert out_sizes is not None  # planned when the run was enqueued
         # the d2h needs this run's shapes (NOTE [ data-dependent outputs ])
         needs_shapes = not work.ran and (self._session.dynamic_outputs or work.row_shapes is not None)
-        if needs_shapes and not self._wait_event(events.run_done):
+        if needs_shapes and not ctx.wait_event(events.run_done):
             return False
 
-        pinned_out = self._rings.pinned_out.acquire(self._stop, self._config.poll_s)
+        pinned_out = ctx.rings.pinned_out.acquire(ctx.stop, ctx.config.poll_s)
         if pinned_out is None:
             return False
         work.pinned_out = pinned_out  # taken also when unused: it bounds how far the stages run ahead
@@ -95,8 +113,8 @@ class Executing(RunState[T]):
             work.placed = self._results.destination(trace.index, trace.rows, trace.bound_rows, work.out_layout)
             if work.placed is not None:  # NOTE [ registered windows ]: the rows themselves, no padding
                 targets, out_sizes = work.placed, {name: view.nbytes for name, view in work.placed.items()}
-        drain = self._streams.d2h
-        with self._device.annotate("d2h", trace.index):
+        drain = ctx.streams.d2h
+        with ctx.device.annotate("d2h", trace.index):
             drain.wait_event(events.run_done)
             if events.d2h_start is not None:
                 events.d2h_start.record(drain)
@@ -104,7 +122,7 @@ class Executing(RunState[T]):
                 if size:
                     drain.copy_d2h(targets[name], sources[name], size)
             events.d2h_done.record(drain)
-        slot.outputs_free = events.d2h_done
+        slot.outputs_read_by(events.d2h_done)
         if work.placed is not None:
             self._results.copied(events.d2h_done)  # type: ignore[union-attr]
         return True
@@ -126,8 +144,8 @@ class Executing(RunState[T]):
             shape = tuple(value.shape())
             layout[name] = (dtype, shape)
             sizes[name] = nbytes = nbytes_of(dtype, shape)
-            sources[name] = self._device.ort_output_buffer(value, nbytes)
-            pinned_out.fit(name, nbytes, self._device)
+            sources[name] = self._ctx.device.ort_output_buffer(value, nbytes)
+            pinned_out.fit(name, nbytes, self._ctx.device)
         work.out_layout = layout
         work.drained_allocated = True
         work.trace.d2h_bytes = sum(sizes.values())
@@ -152,7 +170,7 @@ class Executing(RunState[T]):
                 add=add,
                 to_nchw=how.to_nchw,
             )
-            self._device.normalize(self._streams.compute, op)
+            self._ctx.device.normalize(self._ctx.streams.compute, op)
 
     def _outputs_for(self, work: Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
         """dtype and shape of every output at this batch's bound rows, their bytes and the total."""
@@ -163,7 +181,7 @@ class Executing(RunState[T]):
         if found is not None:
             return found
         layout = (
-            self._rings.output_layout
+            self._ctx.rings.output_layout
             if rows == self._layout.batch_size
             else self._session.output_layout(self._layout.model_shapes(rows))
         )
@@ -194,7 +212,7 @@ class Executing(RunState[T]):
             name: (slot.model_inputs.get(name, slot.inputs[name]), dtype, shape)
             for name, (dtype, shape) in model.items()
         }
-        inputs.update(self._rings.constants)
+        inputs.update(self._ctx.rings.constants)
         outputs = {
             name: None if name in allocated else (slot.outputs[name], dtype, shape)
             for name, (dtype, shape) in work.out_layout.items()
@@ -222,10 +240,10 @@ class Executing(RunState[T]):
                     raise ModelError(GRAPH_RUN_FAILED.format(exc)) from exc
                 if work.row_shapes is not None:  # nothing was preallocated: nothing to retry
                     raise
-                work.allocated = self._rerun_allocating(slot, work, exc)  # maybe a data-dependent shape
+                work.allocated = self._data_dependent.rerun_allocating(slot, work, exc)  # maybe a data-dependent shape
             else:
                 if work.row_shapes is not None or session.dynamic_outputs:
-                    work.allocated = self._allocated_values(slot, work)
+                    work.allocated = self._data_dependent.allocated_values(slot, work)
         except Exception as exc:  # noqa: BLE001 - reported for this batch by the consumer
             work.error = exc
         finally:

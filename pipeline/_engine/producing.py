@@ -44,34 +44,81 @@ import numpy as np
 
 from ..devices import DeviceArray, Stream, typed_view
 from ..util.errors import PipelineInputError, PipelineStageError
+from .context import RunContext
+from .device_filled import DeviceFiller
 from .layout import RowShapes, SlotsOutgrown
-from .records import END_OF_SOURCE, BatchEvents, BatchTrace, Failure, Outgrown, T, Work, as_laid_out, rows_written
+from .records import (
+    END_OF_SOURCE,
+    BatchEvents,
+    BatchTrace,
+    Failure,
+    Fill,
+    Outgrown,
+    Work,
+    as_laid_out,
+    rows_written,
+    source_failure,
+)
 from .rings import DeviceSlot, PinnedInSlot
-from .state import RunState
+from .windows import HostWindows
 
 
-class Producing(RunState[T]):
+class Producer:
     """The producer's side of a run: a batch taken from the source, checked, staged into
     pinned memory (or not: NOTE [ inline h2d ]) and sent h2d."""
 
-    # -- producer -----------------------------------------------------------
-    def _produce(self, iterator: Iterator[object], index: int) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        *,
+        fill: Fill | None = None,
+        device_filler: DeviceFiller | None = None,
+        windows: HostWindows | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._layout = ctx.layout
+        self._fill = fill
+        self._device_filler = device_filler
+        #: the source's batches lie in registered memory while it is live (NOTE [ registered windows ])
+        self._windows = windows
+        streams = ctx.streams
+        self._h2d_inline = streams.h2d.copies_inline  # NOTE [ inline h2d ]
+        #: NOTE [ borrowed inputs ]: inline batches are bound, not copied (until a hand-over)
+        self.borrow = (
+            streams.h2d.copies_inline
+            and streams.compute.copies_inline
+            and ctx.config.stage_threads is not True
+            and not self._layout.preprocess
+        )
+        #: (rows, row shapes) -> (bytes per input, total)
+        self._in_nbytes: dict[tuple[int, RowShapes | None], tuple[dict[str, int], int]] = {}
+        #: asked to take no more batches from the source (NOTE [ auto issuing ]: the stage threads handing back)
+        self.stop_taking = False
+        #: the index of the first batch not taken, once the run stopped taking batches
+        self.stopped_at: int | None = None
+
+    def produce(self, iterator: Iterator[object], index: int) -> None:
+        """The producer thread's loop: batches from ``index`` on into the work queue."""
+        ctx = self._ctx
         while True:
-            item = self._produce_one(iterator, index)
-            if item is None or not self._put(self._work_q, item) or not isinstance(item, Work):
+            item = self.produce_one(iterator, index)
+            if item is None or not ctx.put(ctx.work_q, item) or not isinstance(item, Work):
                 return
             index += 1
 
-    def _produce_one(self, iterator: Iterator[object], index: int) -> object | None:
+    def produce_one(self, iterator: Iterator[object], index: int) -> object | None:
         """Batch ``index`` taken from the source, checked, staged and sent h2d:
         its ``Work``, or ``END_OF_SOURCE``, a ``Failure``, or None once stopped."""
-        if self._stop.is_set():
+        stop = self._ctx.stop
+        if stop.is_set():
             return None
-        if self._stop_taking:
+        if self.stop_taking:
             self.stopped_at = index
             return END_OF_SOURCE
+        if self._device_filler is not None:
+            return self._device_filler.produce(index)
         if self._fill is not None:
-            return self._produce_device_filled(index) if self._fill_on_device else self._produce_filled(index)
+            return self._produce_filled(index)
         t_ask = time.perf_counter()
         try:
             batch = next(iterator)
@@ -79,11 +126,11 @@ class Producing(RunState[T]):
             return END_OF_SOURCE
         except BaseException as exc:  # noqa: BLE001 - the source's failure is the user's to see
             return source_failure(index, exc)
-        if self._stop.is_set():  # closed while the source was busy: touch no buffer
+        if stop.is_set():  # closed while the source was busy: touch no buffer
             return None
         t_submit = time.perf_counter()
         try:
-            feeds = self._checker.feeds(index, batch)
+            feeds = self._ctx.checker.feeds(index, batch)
             rows, shapes = self._layout.rows_of(index, feeds)
         except PipelineInputError as exc:
             return Failure(exc)
@@ -111,7 +158,8 @@ class Producing(RunState[T]):
                 on_device = {name: v for name, v in feeds.items() if type(v) is DeviceArray}
                 feeds = {name: v for name, v in feeds.items() if name not in on_device}
                 break
-        registered = self._windows is not None and self._windows.live and on_device is None
+        windows = self._windows
+        registered = windows is not None and windows.live and on_device is None
         if not feeds or (
             (self._h2d_inline or registered)
             and shapes is None
@@ -123,10 +171,11 @@ class Producing(RunState[T]):
             times = (t_submit, source_s, t_wait, 0.0, 0.0)
             work = self._send(index, feeds, None, rows, bound, shapes, times, on_device)
             if registered and work is not None:
-                self._windows.copied(work.trace.events.h2d_done)  # type: ignore[union-attr]
+                windows.copied(work.trace.events.h2d_done)  # type: ignore[union-attr]
             return work
-        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
-        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+        rings = self._ctx.rings
+        pinned = rings.pinned_in[index % len(rings.pinned_in)]
+        if not pinned.writable(self._ctx.wait_event):
             return None
         t_stage = time.perf_counter()
         self._stage(pinned, feeds, rows, bound, shapes)
@@ -149,19 +198,20 @@ class Producing(RunState[T]):
         slot's arrays, or the batch itself), once a device slot is free; its
         inputs ``on_device`` copied device to device (NOTE [ device arrays ]).
         ``times``: submitted, source seconds, staged, stage seconds, waits so far."""
-        slot = self._rings.device_slots.acquire(self._stop, self._config.poll_s)
+        ctx = self._ctx
+        slot = ctx.rings.device_slots.acquire(ctx.stop, ctx.config.poll_s)
         if slot is None:
             return None
         t_slot = time.perf_counter()
         t_submit, source_s, t_staged, stage_s, wait_s = times
-        events = BatchEvents.new(self._device, self._config.timing)
-        link = self._streams.h2d
+        device = ctx.device
+        events = BatchEvents.new(device, ctx.config.timing)
+        link = ctx.streams.h2d
         nbytes, total_bytes = self._input_nbytes(bound, shapes)
         # the batch itself, not staged, on the CPU backend: its run reads it (NOTE [ borrowed inputs ])
-        borrowed = sources if pinned is None and on_device is None and self._borrow else None
-        with self._device.annotate("h2d", index):
-            if slot.inputs_free is not None:
-                link.wait_event(slot.inputs_free)
+        borrowed = sources if pinned is None and on_device is None and self.borrow else None
+        with device.annotate("h2d", index):
+            slot.inputs_writable(link)
             if events.h2d_start is not None:
                 events.h2d_start.record(link)
             if borrowed is not None:
@@ -173,7 +223,7 @@ class Producing(RunState[T]):
                 total_bytes = self._send_mixed(link, slot, sources, nbytes, on_device)
             events.h2d_done.record(link)
         if pinned is not None:
-            pinned.last_copy = events.h2d_done
+            pinned.read_by(events.h2d_done)
         trace = BatchTrace(
             index=index,
             rows=rows,
@@ -218,10 +268,10 @@ class Producing(RunState[T]):
         straight into its pinned-in slot, once that slot's last h2d is done (the
         host guard of NOTE [ buffer reuse ]); then it is sent as if staged."""
         assert self._fill is not None
-        layout = self._layout
-        pinned = self._rings.pinned_in[index % len(self._rings.pinned_in)]
+        ctx, layout = self._ctx, self._layout
+        pinned = ctx.rings.pinned_in[index % len(ctx.rings.pinned_in)]
         t_wait = time.perf_counter()
-        if pinned.last_copy is not None and not self._wait_event(pinned.last_copy):
+        if not pinned.writable(ctx.wait_event):
             return None
         views = {name: pinned.view(name, dtype, (layout.batch_size, *row)) for name, dtype, row in layout.row_shapes}
         t_ask = time.perf_counter()
@@ -229,7 +279,7 @@ class Producing(RunState[T]):
             rows = self._fill(index, views)
         except BaseException as exc:  # noqa: BLE001 - the fill's failure is the user's to see
             return source_failure(index, exc)
-        if self._stop.is_set():
+        if ctx.stop.is_set():
             return None
         t_submit = time.perf_counter()
         try:
@@ -253,7 +303,7 @@ class Producing(RunState[T]):
     ) -> None:
         """The host copy of a batch into its pinned-in slot, padding rows zeroed
         (``feeds``: its host inputs; NOTE [ device arrays ] are copied on the device)."""
-        layout, copy = self._layout, self._copier.copy
+        layout, copy = self._layout, self._ctx.copier.copy
         for name, dtype, row in layout.row_shapes if shapes is None else layout.rows_for(shapes):
             if name not in feeds:
                 continue
@@ -276,10 +326,3 @@ class Producing(RunState[T]):
             sizes = self._layout.input_nbytes(rows, shapes)
             found = self._in_nbytes[key] = (sizes, sum(sizes.values()))
         return found
-
-
-def source_failure(index: int, error: BaseException) -> Failure:
-    """The source failed at batch ``index``: after every earlier batch, the consumer raises
-    it wrapped with its stage and batch - or as it is, a KeyboardInterrupt or SystemExit
-    (NOTE [ one error path ]: one raised in a stage thread is the consumer's too)."""
-    return Failure(PipelineStageError("source", index, error) if isinstance(error, Exception) else error)

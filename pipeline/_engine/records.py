@@ -130,6 +130,13 @@ END_OF_SOURCE = object()
 CLOSED = object()
 
 
+def source_failure(index: int, error: BaseException) -> Failure:
+    """The source failed at batch ``index``: after every earlier batch, the consumer raises
+    it wrapped with its stage and batch - or as it is, a KeyboardInterrupt or SystemExit
+    (NOTE [ one error path ]: one raised in a stage thread is the consumer's too)."""
+    return Failure(PipelineStageError("source", index, error) if isinstance(error, Exception) else error)
+
+
 def compute_failed(index: int, error: BaseException, rows: int, full_rows: int | None) -> PipelineStageError:
     """The run of batch ``index`` failed.  Where it is a shorter batch after full ones
     (which ran: failures come in order), the likely cause is a model that takes only

@@ -14,7 +14,11 @@ in flight:
   execute thread waits for the consumer's release before the d2h writes it.
 
 Device-in and device-out of one slot are bound to one IOBinding, so they form
-one :class:`DeviceSlot` with two guard events, one per stream.
+one :class:`DeviceSlot` with two guard events, one per stream.  The guards
+are the slots' own: each slot says who must wait before writing it
+(``writable``, ``inputs_writable``, ``outputs_writable``) and is told which
+event reads it last (``read_by``, ``inputs_read_by``, ``outputs_read_by``);
+no stage touches a guard event itself.
 
 The session's constants (inputs that are not batched) are copied to the
 device once, when the rings are made, and only read after that: every slot
@@ -42,13 +46,13 @@ import contextlib
 import queue
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ..devices import Device, DeviceBuffer, Event, typed_view
+from ..devices import Device, DeviceBuffer, Event, Stream, typed_view
 from ..devices._memory import gib
 from ..session import OrtSession, Shape, nbytes_of
 from ..util.errors import DeviceError
@@ -77,11 +81,28 @@ class _PinnedSlot:
 
 @dataclass(eq=False)
 class PinnedInSlot(_PinnedSlot):
-    last_copy: Event | None = None  # h2d that reads it
+    """A batch's host staging buffers: written by the producer's thread, read by an h2d."""
+
+    _last_copy: Event | None = field(default=None, repr=False)  # the h2d that reads it
+
+    def writable(self, wait: Callable[[Event], bool]) -> bool:
+        """NOTE [ buffer reuse ]'s host guard: ``wait`` (a stoppable host wait) for the
+        slot's last h2d before it is written again; False if the wait was stopped."""
+        return self._last_copy is None or wait(self._last_copy)
+
+    def read_by(self, h2d_done: Event) -> None:
+        """The h2d that ``h2d_done`` marks reads the slot: the next writer waits for it."""
+        self._last_copy = h2d_done
+
+    def forget_guards(self) -> None:
+        """Between runs, after the streams were synchronized."""
+        self._last_copy = None
 
 
 @dataclass(eq=False)
 class DeviceSlot:
+    """A batch's device inputs and outputs, bound to one IOBinding, with one guard per stream."""
+
     inputs: dict[str, DeviceBuffer]
     outputs: dict[str, DeviceBuffer]
     binding: Any
@@ -90,8 +111,28 @@ class DeviceSlot:
     bound_key: tuple | None = None
     #: this slot's run options (its CUDA graph's id) or None: the session's (NOTE [ CUDA graphs ])
     run_options: Any = None
-    inputs_free: Event | None = None  # the run that read the inputs
-    outputs_free: Event | None = None  # the d2h that read the outputs
+    _inputs_free: Event | None = field(default=None, repr=False)  # the run that read the inputs
+    _outputs_free: Event | None = field(default=None, repr=False)  # the d2h that read the outputs
+
+    def inputs_writable(self, stream: Stream) -> None:
+        """Order ``stream``'s next write of the inputs after the run that read them (no host wait)."""
+        if self._inputs_free is not None:
+            stream.wait_event(self._inputs_free)
+
+    def inputs_read_by(self, run_done: Event) -> None:
+        self._inputs_free = run_done
+
+    def outputs_writable(self, stream: Stream) -> None:
+        """Order ``stream``'s next run into the outputs after the d2h that read them."""
+        if self._outputs_free is not None:
+            stream.wait_event(self._outputs_free)
+
+    def outputs_read_by(self, d2h_done: Event) -> None:
+        self._outputs_free = d2h_done
+
+    def forget_guards(self) -> None:
+        """Between runs, after the streams were synchronized."""
+        self._inputs_free = self._outputs_free = None
 
 
 @dataclass(eq=False)
@@ -173,9 +214,9 @@ class Rings:
     def reset(self) -> None:
         """Forget guards after the streams were synchronized (between runs)."""
         for staging in self.pinned_in:
-            staging.last_copy = None
+            staging.forget_guards()
         for slot in self._all_device_slots:
-            slot.inputs_free = slot.outputs_free = None
+            slot.forget_guards()
         self.device_slots.reset()
         self.pinned_out.reset()
 

@@ -8,14 +8,12 @@
                h2d on copy stream  d2h waits run,     pinned-out, releases it
                record h2d event    copy → pinned-out
 
-NOTE [ threads are not stages ]: the d2h is enqueued by the execute thread
-(its stream does the waiting), so a run needs two host threads beside the
-consumer.  On CUDA both only enqueue; on the host device with no link model
-their stream operations run inline, so the producer does the h2d memcpy and
-the execute thread runs ORT and the d2h memcpy.  With ``stage_threads`` off
-the same two steps (``_produce_one``, ``_execute_one``) are called by the
-consumer's own thread instead (NOTE [ inline issue ]): the stages are the
-same functions either way, only who calls them differs.  With
+A run is a :class:`RunContext` (what its stages share) and the stage
+objects made over it: ``Producer`` (with a ``DeviceFiller`` for batches
+written on the device), ``Executor`` (with ``DataDependentOutputs``),
+``Deliverer``, the ``StageThreads`` that call the first two from threads of
+their own (NOTE [ threads are not stages ]), and the ``InlineIssuer`` that
+calls them from the caller's thread (NOTE [ inline issue ]).  With
 ``stage_threads="auto"`` the consumer's thread starts and hands over to the
 two threads mid-run once they would pay (NOTE [ auto issuing ]).
 
@@ -30,34 +28,28 @@ so no in-flight copy still references a buffer."""
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..devices import Device
-from ..session import OrtSession, Shape
-from ..util.errors import PipelineClosedError, PipelineError, PipelineStageError
-from .delivery import Delivering
-from .device_filled import DeviceFill, DeviceFilling
-from .dynamic import DataDependent
-from .executing import Executing
+from ..session import OrtSession
+from ..util.errors import PipelineClosedError, PipelineError
+from .context import RunContext
+from .delivery import Deliverer
+from .device_filled import DeviceFill, DeviceFiller
+from .dynamic import DataDependentOutputs
+from .executing import Executor
 from .hostcopy import HostCopier
-from .inline import InlineIssuing
+from .inline import InlineIssuer, Stages
 from .issuing import HandOverAdvisor
-from .layout import InputChecker, Layout, RowShapes
-from .producing import Producing
+from .layout import InputChecker
+from .producing import Producer
 from .records import (
     BLOCKED_SOURCE,
     CLOSED,
     CLOSED_MID_RUN,
     END_OF_SOURCE,
-    JOIN_S,
-    THREAD_PREFIX,
     BatchTrace,
-    CopiedOutputs,
     Failure,
     Fill,
     MakeTake,
@@ -69,6 +61,7 @@ from .records import (
     interrupt_source,
 )
 from .rings import Rings
+from .threads import StageThreads
 from .windows import InPlace
 
 
@@ -100,7 +93,7 @@ class RunInput:
     in_place: InPlace | None = None
 
 
-class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], InlineIssuing[T], Delivering[T]):
+class EngineRun(Iterable[T]):
     """One pass of a source through the engine; iterate :meth:`results` once."""
 
     def __init__(
@@ -114,123 +107,69 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
         on_hand_over: Callable[[int], None] | None = None,
         advisor: HandOverAdvisor | None = None,
     ) -> None:
-        self._device, self._streams, self._session = parts.device, parts.streams, parts.session
-        self._rings, self._checker = parts.rings, parts.checker
-        self._layout: Layout = parts.rings.layout
-        self._take_input(batches)
-        self._config = config
-        self._copier = HostCopier(config.copy_threads)
-        self._h2d_inline = parts.streams.h2d.copies_inline  # NOTE [ inline h2d ]
-        #: NOTE [ borrowed inputs ]: inline batches are bound, not copied (until a hand-over)
-        self._borrow = (
-            parts.streams.h2d.copies_inline
-            and parts.streams.compute.copies_inline
-            and config.stage_threads is not True
-            and not self._layout.preprocess
+        ctx = self._ctx = RunContext(
+            parts.device,
+            parts.streams,
+            parts.session,
+            parts.rings,
+            parts.checker,
+            config,
+            HostCopier(config.copy_threads),
         )
-        self._take = make_take(self._copier)
-        #: NOTE [ outputs handed over ]: the slot's arrays are the results, the slot gets new ones
-        self._handing_outputs: CopiedOutputs[T] | None = (
-            make_take if isinstance(make_take, CopiedOutputs) and parts.device.cheap_pinned else None
-        )
-        self._on_batch = on_batch
-        self._on_hand_over = on_hand_over
-        #: NOTE [ auto issuing ]: the front end's, shared by the runs of one map() (None: a new one)
-        self._advisor = (advisor or HandOverAdvisor()) if config.stage_threads == "auto" else None
-        self._start_plumbing()
-        self._plan_outputs()
-        if config.stage_threads is True:
-            self._start_stage_threads(self._iterator, self._first_index)
-
-    def _take_input(self, batches: RunInput) -> None:
         self._iterator = iter(batches.source)
         self._first_index = batches.first_index
-        self._fill = batches.fill
-        self._fill_on_device = batches.fill_on_device
         self._user_source = batches.user_source
+        self._producer = self._producer_for(ctx, batches)
+        data_dependent = DataDependentOutputs(parts.session)
         in_place = batches.in_place
-        #: the source's batches lie in registered memory while it is live; the outputs'
-        #: d2h writes into registered result arrays where they allow it
-        self._windows = None if in_place is None else in_place.inputs
-        self._results = None if in_place is None else in_place.outputs
-
-    def _start_plumbing(self) -> None:
-        """The queues, flags and locks the stages share."""
-        self._d2h_wait_s = 0.0  # the consumer's last wait for a d2h (no side of host work)
-        self._stop = threading.Event()
-        self._lifecycle = threading.Lock()  # orders starting threads against close()
-        # Unbounded C queues are enough: the rings bound how far a stage can run
-        # ahead (a batch needs a device slot to enter _work_q and a pinned-out
-        # slot to enter _result_q), and SimpleQueue hands off several times
-        # faster than queue.Queue.
-        self._work_q: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._result_q: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._closed = False
-        self._threads: list[threading.Thread] = []
+        self._executor = Executor(ctx, data_dependent, None if in_place is None else in_place.outputs)
+        self._deliverer = Deliverer(ctx, make_take, data_dependent, on_batch)
+        self._threads = StageThreads(ctx, self._producer, self._executor)
+        #: NOTE [ auto issuing ]: the front end's, shared by the runs of one map() (None: a new one)
+        advisor = (advisor or HandOverAdvisor()) if config.stage_threads == "auto" else None
+        stages = Stages(self._producer, self._executor, self._deliverer, self._threads)
+        self._inline = InlineIssuer(ctx, stages, advisor, on_hand_over)
         #: set when the run ended at a batch its slots could not hold
         self.outgrown: Outgrown | None = None
-        #: :meth:`stop_taking` was called: the producer takes no batch from the source
-        self._stop_taking = False
-        #: the index of the first batch not taken, once the run stopped taking batches
-        self.stopped_at: int | None = None
+        if config.stage_threads is True:
+            self._threads.start(self._iterator, self._first_index)
 
-    def _plan_outputs(self) -> None:
-        """The per-size plans the stages fill as batches come."""
-        session = self._session
-        self._coefficients = {name: how.coefficients() for name, how, _ in self._layout.preprocess}
-        #: (rows, row shapes) -> (bytes per input, total)
-        self._in_nbytes: dict[tuple[int, RowShapes | None], tuple[dict[str, int], int]] = {}
-        self._out_plans: dict[int, tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]] = {}
-        #: the out_layout of a batch of free shape: every output, its shape to come
-        self._all_outputs = frozenset(session.output_names)
-        self._unplanned: dict[str, tuple[np.dtype, Shape]] = {spec.name: (spec.dtype, ()) for spec in session.outputs}
+    @staticmethod
+    def _producer_for(ctx: RunContext, batches: RunInput) -> Producer:
+        fill = batches.fill
+        if fill is not None and batches.fill_on_device:
+            return Producer(ctx, device_filler=DeviceFiller(ctx, fill))  # type: ignore[arg-type]
+        windows = None if batches.in_place is None else batches.in_place.inputs
+        return Producer(ctx, fill=fill, windows=windows)  # type: ignore[arg-type]
 
-    # -- plumbing -----------------------------------------------------------
-    def _start_stage_threads(self, iterator: Iterator[object], first_index: int) -> bool:
-        """Start the producer and the execute thread; False if the run was closed first.
-
-        Under the lock that ``close()`` sets the stop flag under, so a thread
-        either starts before close() joins the threads or not at all."""
-        with self._lifecycle:
-            if self._stop.is_set():
-                return False
-            self._start_thread("producer", lambda: self._produce(iterator, first_index), "stage")
-            self._start_thread("execute", self._execute, "compute")
-            return True
-
-    def _start_thread(self, name: str, loop: Callable[[], None], stage: str) -> None:
-        thread = threading.Thread(target=self._guarded(loop, stage), name=THREAD_PREFIX + name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _guarded(self, loop: Callable[[], None], stage: str) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                self._device.activate()
-                loop()
-            except Exception as exc:  # noqa: BLE001 - a bug in a loop still reaches the consumer
-                self._put(self._result_q, Failure(PipelineStageError(stage, None, exc)))
-            except BaseException as exc:  # noqa: BLE001 - NOTE [ one error path ]: raised as it is
-                self._put(self._result_q, Failure(exc))
-
-        return run
+    def __iter__(self) -> Iterator[T]:
+        return self.results()
 
     @property
     def threads_issue(self) -> bool:
         """Whether the stage threads issue this run's batches now (from the start, or since a hand-over)."""
-        return bool(self._threads)
+        return self._threads.started
+
+    @property
+    def stopped_at(self) -> int | None:
+        """The index of the first batch not taken, once the run stopped taking batches."""
+        return self._producer.stopped_at
 
     def stop_taking(self) -> None:
         """End the run at a batch boundary: the batches taken so far are delivered,
         no more are taken from the source, and :attr:`stopped_at` says where to go
         on from (NOTE [ auto issuing ]: the stage threads handing back)."""
-        self._stop_taking = True
+        self._producer.stop_taking = True
 
     # -- consumer -----------------------------------------------------------
     def results(self) -> Iterator[T]:
         """Outputs in submission order; raises the first failure after earlier results."""
         try:
-            items = self._issued_inline() if self._config.stage_threads is not True else self._from_threads()
+            items = (
+                self._inline.issued(self._iterator, self._first_index)
+                if self._ctx.config.stage_threads is not True
+                else self._threads.results()
+            )
             for item in items:
                 if item is END_OF_SOURCE:
                     return
@@ -242,42 +181,26 @@ class EngineRun(Producing[T], DeviceFilling[T], Executing[T], DataDependent[T], 
                     self.outgrown = item
                     return
                 assert isinstance(item, Work)
-                yield self._deliver(item)
+                yield self._deliverer.deliver(item)
             raise PipelineClosedError(CLOSED_MID_RUN)
         finally:
             self.close()
 
-    def _from_threads(self) -> Iterator[object]:
-        while not self._closed:
-            yield self._next_result()
-
-    def _next_result(self) -> object:
-        while True:
-            try:
-                return self._result_q.get(timeout=self._config.poll_s)
-            except queue.Empty:
-                if not any(thread.is_alive() for thread in self._threads) and self._result_q.empty():
-                    raise PipelineError("the pipeline's threads ended without a result (internal error)") from None
-
     # -- shutdown -----------------------------------------------------------
     def close(self) -> None:
         """Stop both threads, join them and the copy threads, and let in-flight device work finish."""
-        with self._lifecycle:
-            if self._closed:
-                return
-            self._closed = True
-            self._stop.set()
-        self._result_q.put(CLOSED)  # a consumer waiting for a result wakes at once, whatever the source does
+        ctx = self._ctx
+        if not self._threads.stop():
+            return
+        ctx.result_q.put(CLOSED)  # a consumer waiting for a result wakes at once, whatever the source does
         # a re-sized run (NOTE [ free dims ]) and one that stopped taking batches (the caller's
         # thread goes on: NOTE [ auto issuing ]) leave the source to the next run
         if self.outgrown is None and self.stopped_at is None:
             interrupt_source(self._user_source)  # a producer waiting in a Feed wakes up
-        for thread in self._threads:
-            thread.join(timeout=JOIN_S)
-        alive = [t.name for t in self._threads if t.is_alive()]
-        self._copier.close()
-        for stream in self._streams.all():
+        alive = self._threads.join()
+        ctx.copier.close()
+        for stream in ctx.streams.all():
             stream.synchronize(timeout=10.0)
-        self._rings.reset()
+        ctx.rings.reset()
         if alive:
             raise PipelineError(f"threads still running after close: {alive}{BLOCKED_SOURCE}")
