@@ -79,7 +79,7 @@ def main(outdir: str | None = None) -> Path:
         print(run_job(pipe, source, LabelledSink(ParquetSink(output), "logits_top1_index", CLASSES)))
     table = pq.read_table(output)
     truth = [Path(path).parent.name for path in table["path"].to_pylist()]
-    predicted = [labels[0] for labels in table["logits_top1_label"].to_pylist()]
+    predicted = table["logits_top1_label"].to_pylist()  # one value a row: a plain column
     right = sum(t == p for t, p in zip(truth, predicted, strict=True))
     print(f"wrote {output}: {table.num_rows} photos of {len(set(truth))} classes, top-1 {right / len(truth):.0%}")
     return output

@@ -100,7 +100,7 @@ def main(outdir: str | None = None) -> Path:
             outputs.append(output)
     shard_tags = pq.read_table(outputs[0])
     tags = shard_tags["logits_top1_label"].to_pylist()
-    right = sum(truth[key] == tag[0] for key, tag in zip(shard_tags["key"].to_pylist(), tags, strict=True))
+    right = sum(truth[key] == tag for key, tag in zip(shard_tags["key"].to_pylist(), tags, strict=True))
     hf_tags = pq.read_table(outputs[1])
     same = hf_tags["logits_top1_label"].to_pylist() == tags
     print(f"wrote {outputs[0]}: {shard_tags.num_rows} images of 2 shards, {right} tagged right")

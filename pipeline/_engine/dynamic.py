@@ -62,15 +62,12 @@ class DataDependentOutputs:
             raise error
         values = session.bound_values(slot.binding)
         declared = {spec.name: spec for spec in session.outputs}
-        changed = [
-            name
-            for name in names
-            if tuple(values[name].shape()) != work.out_layout[name][1]
-            or not declared[name].accepts(values[name].shape())  # ORT refuses a bound buffer of this shape
-        ]
+        reshaped = [name for name in names if tuple(values[name].shape()) != work.out_layout[name][1]]
+        misdeclared = [name for name in names if not declared[name].accepts(values[name].shape())]
+        changed = sorted(set(reshaped) | set(misdeclared))  # ORT refuses a bound buffer for the misdeclared
         if not changed:
             raise error
-        session.note_dynamic(changed)
+        session.note_dynamic(changed, data_dependent=reshaped)
         return values
 
     def _retried(self, slot: DeviceSlot) -> bool:

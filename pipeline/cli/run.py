@@ -16,7 +16,24 @@ from typing import Any, BinaryIO, Literal
 from .. import models
 from ..jobs import Progress, SourceOptions, output_lock
 from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
-from ..util.capabilities import Described, WritesPerBatch, casts, cut_short, kept_rows, notes, restarted, skipped
+from ..util.capabilities import (
+    CountsStreams,
+    Described,
+    Replaces,
+    StopsReading,
+    WritesPerBatch,
+    archive_shard,
+    casts,
+    cut_short,
+    id_found,
+    input_rows,
+    is_stream,
+    kept_rows,
+    notes,
+    reconnections,
+    restarted,
+    skipped,
+)
 from ._args import (
     constant_arrays,
     ort_options,
@@ -75,16 +92,22 @@ def _open_pipeline(args: argparse.Namespace, model: Any, preprocess: Any, consta
 
 def _decoding_device(hwaccel: str | None, pipe: Any) -> str | None:
     """--hwaccel: ``cuda`` alone decodes on the GPU the model runs on (``--device cuda:1``:
-    GPU 1), so that frames and model share one device; anything else as given."""
-    device: Any = getattr(pipe, "device", None)  # one device; several (MultiPipeline) keep GPU 0
-    if hwaccel == "cuda" and getattr(device, "kind", None) == "cuda":
-        return f"cuda:{device.device_id}"
+    GPU 1), so that frames and model share one device; anything else as given (several
+    devices: FFmpeg's own choice, GPU 0)."""
+    devices = _devices_of(pipe)
+    if hwaccel == "cuda" and len(devices) == 1 and devices[0].kind == "cuda":
+        return f"cuda:{devices[0].device_id}"
     return hwaccel
 
 
+def _devices_of(pipe: Any) -> list[Any]:
+    from ..frontends.pipeline import Pipeline  # not multi: a run on one device does not import it
+
+    return [pipe.device] if isinstance(pipe, Pipeline) else list(pipe.devices)
+
+
 def _device_names(pipe: Any) -> str:
-    devices = getattr(pipe, "devices", None) or [pipe.device]
-    return ", ".join(device.name for device in devices)
+    return ", ".join(device.name for device in _devices_of(pipe))
 
 
 def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
@@ -356,6 +379,12 @@ def _started(
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
+    found = id_found(source)
+    if found is not None:  # NOTE [ an id found ]
+        print(
+            f"id: column {found!r} is the rows' id, not a feature (an integer named like one, unique in the first "
+            f"rows; --id-column names another)"
+        )
     for name, cast in casts(source).items():  # NOTE [ input dtypes ]: a cast is said, once
         print(f"cast: the columns of input {name!r}, {cast} (the model's dtype)")
     return progress
@@ -366,7 +395,7 @@ def _report_what_was_left_out(args: argparse.Namespace, source: Any) -> None:
     _report_skipped(skipped(source), args.output, args.image_column or args.video_column)
     _report_cut_short(cut_short(source), skipped(source))
     streams = "the streams" if args.more_inputs else repr(str(args.input))
-    _report_reconnections(streams, getattr(source, "reconnections", []))
+    _report_reconnections(streams, reconnections(source))
     _report_streams(source)
     for line in notes(source):
         print(f"note: {line}", file=sys.stderr)
@@ -404,7 +433,9 @@ def _report_the_end(
 
 def _say_batch_size(args: argparse.Namespace, pipe: Any, batch_size: int) -> None:
     """The batch size the run picked, where it picked one (NOTE [ picked batch size ])."""
-    first = pipe.pipelines[0] if hasattr(pipe, "pipelines") else pipe
+    from ..frontends.pipeline import Pipeline
+
+    first = pipe if isinstance(pipe, Pipeline) else pipe.pipelines[0]
     row = first.row_nbytes()
     if args.batch_size is None and first.session.fixed_batch() is None and row:
         print(f"batch size: {batch_size:,} rows, picked for {row:,} bytes a row (--batch-size to choose)")
@@ -422,7 +453,7 @@ def _what_was_kept(
     from ..sinks import replacement_of
 
     hint = _resume_hint(args, sink, input_kind, source)
-    replacing = getattr(sink, "replaces", None) is not None  # NOTE [ replaced when whole ]
+    replacing = isinstance(sink, Replaces)  # NOTE [ replaced when whole ]
     output = replacement_of(args.output) if replacing else Path(args.output)
     kept = f" (the earlier {str(args.output)!r} is kept whole until a run ends it)" if replacing else ""
     on_disk = _parquet_rows_on_disk(output) if aborted else None
@@ -504,19 +535,12 @@ def _resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: A
     return "--resume goes on from there"
 
 
-def _input_rows(source: Any) -> tuple[int, bool]:
-    """About how many rows ``source`` holds (0: not known), and whether that is exact (a CSV's
-    is estimated from its first block, a Matroska video's from its duration)."""
-    if hasattr(source, "__len__"):
-        return len(source), not getattr(source, "length_estimated", False)
-    return getattr(source, "rows_hint", 0), False
-
-
 def _nothing_in(args: argparse.Namespace, bounds: tuple[int, int | None], source: Any = None) -> str:
     """What held no rows: the input, or the window of it this run was for."""
-    if getattr(source, "shard", None) is not None and not source.archives:
-        k, n = source.shard
-        return f"shard {k}/{n} of the {source.archives_found} tar archive(s) of {str(args.input)!r} holds none"
+    archives = archive_shard(source)
+    if archives is not None and archives.shard is not None and not archives.archives:
+        k, n = archives.shard
+        return f"shard {k}/{n} of the {archives.archives_found} tar archive(s) of {str(args.input)!r} holds none"
     if args.rows is None and args.shard is None:
         return f"{str(args.input)!r} is empty"
     start, stop = bounds
@@ -530,15 +554,15 @@ def _bounds(args: argparse.Namespace, source: Any) -> tuple[int, int | None]:
     from ..jobs import shard_rows
 
     start, stop = args.rows or (0, None)
-    if args.shard is not None and getattr(source, "is_stream", False):
+    if args.shard is not None and is_stream(source):
         from ..sources import SourceError
 
         raise SourceError(
             f"{_shown(args.input)} is a stream: it is read from its first frame on, as it comes, so it cannot be "
             "sharded (run a process a stream instead)"
         )
-    if args.shard is not None and getattr(source, "shard", None) is None:  # tar archives are sharded by file
-        start, stop = shard_rows(_input_rows(source)[0], *args.shard)
+    if args.shard is not None and archive_shard(source) is None:  # tar archives are sharded by file
+        start, stop = shard_rows(input_rows(source)[0], *args.shard)
     if args.limit is not None:
         stop = start + args.limit if stop is None else min(stop, start + args.limit)
     return start, stop
@@ -551,7 +575,7 @@ def _rows_to_run(source: Any, sink: Any, bounds: tuple[int, int | None]) -> tupl
     from ..jobs import resumed
 
     start, stop = bounds
-    total, exact = _input_rows(source)
+    total, exact = input_rows(source)
     if stop is not None:
         exact = exact or not total or total >= stop  # the window's end is the total
         total = min(total, stop) if total else stop
@@ -575,10 +599,9 @@ def _report_per_batch(sink: Any) -> None:
 def _report_streams(source: Any) -> None:
     """How many frames each of several streams gave (NOTE [ several streams ]): a camera that
     gave none, or few, shows here."""
-    given = getattr(source, "frames_given", None)
-    if given is None:
+    if not isinstance(source, CountsStreams):
         return
-    each = ", ".join(f"{path} {frames}" for path, frames in zip(source.paths, given, strict=True))
+    each = ", ".join(f"{path} {frames}" for path, frames in zip(source.paths, source.frames_given, strict=True))
     print(f"frames a stream: {each}")
 
 
@@ -647,7 +670,7 @@ def _signals_stop(source: Any = None, until_exit: bool = False) -> Iterator[_Sto
     while the run reports or the process exits gives 128 + its number, not the
     default action's death by the signal."""
     stop = _Stop()
-    stop_reading = getattr(source, "stop_reading", None)
+    stop_reading = source.stop_reading if isinstance(source, StopsReading) else None
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop.is_set():

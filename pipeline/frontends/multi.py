@@ -163,6 +163,11 @@ class MultiPipeline(OneRunAtATime):
         return self.pipelines[0].output_names
 
     @property
+    def class_labels(self) -> dict[str, tuple[int | str, ...]]:
+        """See :attr:`Pipeline.class_labels`."""
+        return self.pipelines[0].class_labels
+
+    @property
     def data_dependent_outputs(self) -> frozenset[str]:
         """The outputs any device has found to depend on the data (each finds its own)."""
         return frozenset().union(*(pipe.data_dependent_outputs for pipe in self.pipelines))

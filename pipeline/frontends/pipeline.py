@@ -191,11 +191,20 @@ class Pipeline(OneRunAtATime):
         return self.session.output_names
 
     @property
+    def class_labels(self) -> dict[str, tuple[int | str, ...]]:
+        """A classifier's classes, by output: the columns of each probabilities output that its
+        converter's ZipMap would have mapped, in order (NOTE [ ZipMap ] in ``session``); {} for
+        other models."""
+        return dict(self.session.class_labels)
+
+    @property
     def data_dependent_outputs(self) -> frozenset[str]:
         """The outputs found so far to have a shape that depends on the data (a
         detector's boxes after NMS): they hold a count of their own each batch,
-        not one row per input row (NOTE [ data-dependent outputs ])."""
-        return self.session.dynamic_outputs
+        not one row per input row (NOTE [ data-dependent outputs ]).  An output whose
+        declared dims its runs contradict (onnxmltools' LightGBM ``label``, declared
+        ``[1]``) but that gives a row per input row is not one of them."""
+        return self.session.data_dependent_outputs
 
     def map(self, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """Outputs ``{name: ndarray}`` for each batch, in submission order.

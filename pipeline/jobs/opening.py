@@ -15,6 +15,7 @@ from ..frontends.pipeline import Pipeline
 from ..session import TensorSpec
 from ..sinks import (
     JOURNAL_PART_SECONDS,
+    ClassColumnsSink,
     CsvSink,
     CsvStreamSink,
     JobRecord,
@@ -375,6 +376,11 @@ def open_sink(
         return named | pipe.data_dependent_outputs
 
     def made(at: str | Path, resume: bool, overwrite: bool) -> Sink:
+        sink = table(at, resume, overwrite)
+        # a table's columns a class, .npy keeps the [N, classes] array (NOTE [ class columns ])
+        return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels and kind != "npy" else sink
+
+    def table(at: str | Path, resume: bool, overwrite: bool) -> Sink:
         if kind == "npy":
             return NpySink(at, output_names, known, resume)
         if kind == "parquet":

@@ -17,7 +17,16 @@ from ..sources import (
     fewer_rows,
     sliced_chunk,
 )
-from ..util.capabilities import ChecksOnTheWay, HasWindows, Locates, SkipsRows, kept_rows, last_kept_row, where
+from ..util.capabilities import (
+    ChecksOnTheWay,
+    HasWindows,
+    Locates,
+    SkipsRows,
+    kept_rows,
+    last_kept_row,
+    positional_meta,
+    where,
+)
 from ..util.rows import close_iteration, drop_first, peel_first_row, take_first
 from .summary import Sink
 
@@ -94,7 +103,7 @@ def resumed(
         return window(source, max(start, position), stop)
     expected = last_kept_row(sink)
     first = start + kept
-    if expected is None or getattr(source, "positional_meta", False):
+    if expected is None or positional_meta(source):
         return window(source, first, stop)
 
     def check(meta: dict[str, np.ndarray]) -> None:

@@ -20,7 +20,15 @@ from ..sinks import (
 from ..sources import (
     SourceBatch,
 )
-from ..util.capabilities import Completable, ConvertsOnDevice, CutFromArrays, FillsSlots, Interruptible
+from ..util.capabilities import (
+    Completable,
+    ConvertsOnDevice,
+    CutFromArrays,
+    FillsSlots,
+    Interruptible,
+    WritesFile,
+    WritesFiles,
+)
 from ..util.rows import close_iteration
 from .opening import STDOUT
 from .progress import Progress
@@ -212,10 +220,9 @@ def _close(sink: Sink, failed: bool) -> None:
 
 def _output_of(sink: Sink) -> str:
     """How a message names the output ``sink`` writes."""
-    path = getattr(sink, "path", None)
-    if path is None:
-        paths = getattr(sink, "paths", None)
-        path = next(iter(paths.values()), None) if isinstance(paths, Mapping) else None
+    path = sink.path if isinstance(sink, WritesFile) else None
+    if path is None and isinstance(sink, WritesFiles):
+        path = next(iter(sink.paths.values()), None)
     if path is None:
         return "the output"
     return "standard output" if str(path) == STDOUT else f"the output {str(path)!r}"

@@ -30,6 +30,7 @@ import numpy as np
 from ..devices import Device, DeviceBuffer, Stream
 from ..util.errors import ModelError, PipelineInputError
 from ..util.ort import onnxruntime
+from .classifiers import has_zipmap_output, unzipped
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -139,6 +140,15 @@ class SessionConfig:
         return options
 
 
+def _loaded(model: str | bytes, options: Any, providers: list[Any]) -> Any:
+    try:
+        return onnxruntime().InferenceSession(model, sess_options=options, providers=providers)
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"ONNX Runtime could not load the model: {exc}") from exc
+
+
 class OrtSession:
     """One ORT session on a device, bound to a compute stream when one is given."""
 
@@ -158,13 +168,14 @@ class OrtSession:
         self.compute_stream = compute_stream
         options = config.session_options()
         providers = device.ort_providers(compute_stream, cuda_graph=config.cuda_graph)
-        try:
-            ort = onnxruntime()
-            self.session = ort.InferenceSession(ort_model_arg(model), sess_options=options, providers=providers)
-        except ModelError:
-            raise
-        except Exception as exc:
-            raise ModelError(f"ONNX Runtime could not load the model: {exc}") from exc
+        self.session = _loaded(ort_model_arg(model), options, providers)
+        #: NOTE [ ZipMap ]: each classifier output's classes, in its columns' order
+        self.class_labels: dict[str, tuple[int | str, ...]] = {}
+        zipped = has_zipmap_output({arg.name: arg.type for arg in self.session.get_outputs()})
+        if zipped and (outputs is None or set(zipped) & set(outputs)):
+            unzipped_model = unzipped(model, zipped)
+            self.session = _loaded(unzipped_model.model, options, providers)
+            self.class_labels = unzipped_model.labels
         device.verify_session(self.session, compute_stream)
         self.inputs = tuple(spec_of(arg, "input") for arg in self.session.get_inputs())
         self.outputs = output_specs(self.session.get_outputs(), outputs)
@@ -179,6 +190,9 @@ class OrtSession:
         self._graph_ids = 0
         #: outputs whose shape was seen to depend on the data, not only on input shapes
         self.dynamic_outputs: frozenset[str] = frozenset()
+        #: those of them whose shape is not the planned one: a count of their own each batch,
+        #: not a row per input row (the others only contradict a declared dim)
+        self.data_dependent_outputs: frozenset[str] = frozenset()
         #: values of the inputs that are not batched, fed as they are to every run
         self.constants: dict[str, np.ndarray] = {}
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
@@ -280,10 +294,15 @@ class OrtSession:
         """The last run's output ``OrtValue``s by name (bound in ``output_names`` order)."""
         return dict(zip(self.output_names, binding.get_outputs(), strict=True))
 
-    def note_dynamic(self, names: Iterable[str]) -> None:
-        """Remember outputs whose shape depends on the data (one assignment: the
-        threads that read the set see the old one or the new one)."""
+    def note_dynamic(self, names: Iterable[str], data_dependent: Iterable[str] | None = None) -> None:
+        """Remember outputs that ORT allocates from now on (one assignment: the threads that
+        read the set see the old one or the new one).  ``data_dependent``: those of them
+        whose shape is not the planned one (a count of their own each batch); the others
+        (None: none) only contradict the dims the model declares, and stay a row each."""
         self.dynamic_outputs = self.dynamic_outputs | frozenset(names)
+        self.data_dependent_outputs = self.data_dependent_outputs | frozenset(
+            names if data_dependent is None else data_dependent
+        )
 
     def _new_run_options(self, graph_id: int, synchronize: bool = False) -> ort.RunOptions:
         options = onnxruntime().RunOptions()

@@ -71,6 +71,7 @@ from ._parts import (
     refuse_used_folder,
     whole_parts,
 )
+from .classes import ClassColumnsSink, class_column_names, class_columns
 from .csv import CsvSink, CsvStreamSink
 from .journal import JOURNAL_PART_BYTES, JOURNAL_PART_SECONDS, finish_moving_merged, journal_of, remove_journal
 from .jsonl import JsonLinesSink, JsonLinesStreamSink
@@ -99,6 +100,9 @@ __all__ = [
     "JsonLinesSink",
     "JsonLinesStreamSink",
     "LabelledSink",
+    "ClassColumnsSink",
+    "class_column_names",
+    "class_columns",
     "NpySink",
     "OutputKinds",
     "PARQUET_CODECS",

@@ -104,7 +104,9 @@ def flat_values(values: np.ndarray) -> tuple[np.ndarray, bool]:
     A copy: pyarrow wraps numpy memory without copying, and ``values`` is a
     view of a pinned slot that the engine reuses after the write."""
     flat = np.array(values, copy=True).reshape(len(values), math.prod(values.shape[1:]))
-    return flat, flat.shape[1] == 1 and values.ndim <= 1
+    # one value a row, [N] or [N, 1] (a regressor's prediction, a binary probability): a plain
+    # column named after the output, in every format - not a one-element list
+    return flat, flat.shape[1] == 1
 
 
 #: how an output of several values a row becomes columns: ``several(name, flat)``

@@ -56,6 +56,20 @@ def map_columns(
     return given
 
 
+def leftover_id(inputs: Sequence[TensorSpec], schema: Any, id_column: str | None) -> str | None:
+    """The one numeric column too many for a one-input model that fixes its row's width, where
+    it looks like an id (an integer column named like one): kept as the rows' id, not a
+    feature (NOTE [ an id found ]); None where there is no such column, or it is not alone."""
+    if id_column is not None or len(inputs) != 1:
+        return None
+    spec = inputs[0]
+    if spec.rank != 2 or not isinstance(spec.shape[1], int):
+        return None
+    numeric = [n for n in schema.names if is_numeric(schema.field(n).type)]
+    ids = [n for n in numeric if _ID_LIKE.search(n) and _is_integer(schema.field(n).type)]
+    return ids[0] if len(numeric) == spec.shape[1] + 1 and len(ids) == 1 else None
+
+
 def check_widths(
     where: str,
     columns: Mapping[str, Sequence[str]],

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..session import TensorSpec
 from ..util.arrow import from_numpy, to_numpy
+from ..util.capabilities import HasLength
 from ..util.rows import drop_first, peel_first_row, recut
 from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import (
@@ -22,6 +23,7 @@ from .columns import (
     check_footer_nulls,
     check_widths,
     column_casts,
+    leftover_id,
     map_columns,
     numeric_column,
     record_column,
@@ -106,15 +108,19 @@ class ColumnarSource:
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
         if self.id_column is not None and self.id_column not in names:
             raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
+        self.batch_size = batch_size
+        #: rows of the table left out before the first batch (:meth:`after`)
+        self.skip = 0
+        #: the id column found, not named (NOTE [ an id found ]); None where none was
+        self.id_found: str | None = None
+        if not columns:
+            self._find_id(inputs)
         self.columns = map_columns(dict(columns or {}), inputs, self.schema, self.id_column, str(self.path), self.kind)
         self.specs = {spec.name: spec for spec in inputs}
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
         #: the inputs whose columns are cast to the model's dtype, "float64 -> float32" (NOTE [ input dtypes ])
         self.casts = column_casts(self.schema, self.columns, self.specs)
-        self.batch_size = batch_size
-        #: rows of the table left out before the first batch (:meth:`after`)
-        self.skip = 0
         #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
         self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
 
@@ -124,7 +130,7 @@ class ColumnarSource:
     def after(self, rows: int) -> ColumnarSource:
         """This table without its first ``rows`` rows, each later row keeping its id
         (a resumed run; whole row groups or files before them are not read)."""
-        if hasattr(self, "__len__") and rows > len(self):  # a CSV's rows are known once read: its iteration checks
+        if isinstance(self, HasLength) and rows > len(self):  # a CSV's rows are known once read: its iteration checks
             raise fewer_rows(self.path, rows)(len(self))
         later = copy.copy(self)
         later.skip = self.skip + rows
@@ -141,6 +147,22 @@ class ColumnarSource:
         """pyarrow record batches of ``wanted`` columns from row ``skip`` on, of any sizes
         (the rows before left unread where the format allows)."""
         raise NotImplementedError
+
+    def _find_id(self, inputs: Sequence[TensorSpec]) -> None:
+        """The rows' id, found where it was not named.
+
+        NOTE [ an id found ]: a table with one numeric column more than the model's one
+        input takes a row, that column an integer named like an id (``id``, ``user_id``,
+        ``key``) and unique in the table's first block: the column is kept as the rows' id
+        and the run says so.  A column that repeats there is a feature: the width is refused,
+        naming it, as before."""
+        found = leftover_id(inputs, self.schema, self.id_column)
+        if found is None:
+            return
+        first = next(iter(self._blocks([found], 0)), None)
+        values = None if first is None else to_numpy(record_column(first, found))
+        if values is not None and len(np.unique(values)) == len(values):
+            self.id_column = self.id_found = found
 
     def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> ColumnarSource:
         """:meth:`after`, the last row left out (row ``rows - 1``) read on the way and its

@@ -93,7 +93,103 @@ class WritesPerBatch(Protocol):
     per_batch_paths: Mapping[str, Any]
 
 
+@runtime_checkable
+class Replaces(Protocol):
+    """A sink that writes beside an earlier output and replaces it once whole (NOTE [ replaced when whole ])."""
+
+    replaces: Path
+
+
+@runtime_checkable
+class WritesFile(Protocol):
+    """A sink that writes one file."""
+
+    path: Any
+
+
+@runtime_checkable
+class WritesFiles(Protocol):
+    """A sink that writes several files (one per output)."""
+
+    paths: Mapping[str, Any]
+
+
 # -- sources --------------------------------------------------------------------
+
+
+@runtime_checkable
+class HasLength(Protocol):
+    """A source that knows how many rows it holds (or estimates it: :class:`EstimatesLength`)."""
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class EstimatesLength(Protocol):
+    """A sized source whose length is an estimate (a Matroska video's, from its duration)."""
+
+    length_estimated: bool
+
+
+@runtime_checkable
+class HintsRows(Protocol):
+    """A source with no length that can guess one (a CSV's, from its first block)."""
+
+    rows_hint: int
+
+
+@runtime_checkable
+class FindsId(Protocol):
+    """A table that found its id column itself, not told it (NOTE [ an id found ] in ``sources``)."""
+
+    id_found: str | None
+
+
+@runtime_checkable
+class Streamed(Protocol):
+    """A source that may be a stream (a URL, a pipe): read as it comes, from its first frame."""
+
+    is_stream: bool
+
+
+@runtime_checkable
+class StopsReading(Protocol):
+    """A source that can be told to stop reading, even when blocked on a pipe (NOTE [ video streams ])."""
+
+    def stop_reading(self) -> None: ...
+
+
+@runtime_checkable
+class Reconnects(Protocol):
+    """A source that opens a stream again when it breaks (NOTE [ reconnecting ]), saying when and why."""
+
+    @property
+    def reconnections(self) -> list[tuple[int, str]]: ...
+
+
+@runtime_checkable
+class CountsStreams(Protocol):
+    """Several streams read as one source (NOTE [ several streams ]): the frames each gave."""
+
+    paths: Sequence[Any]
+    frames_given: list[int]
+
+
+@runtime_checkable
+class ShardsArchives(Protocol):
+    """A source of tar archives sharded by archive, not by rows."""
+
+    shard: tuple[int, int] | None
+    archives: Sequence[Any]
+    archives_found: int
+
+
+@runtime_checkable
+class PositionalMeta(Protocol):
+    """A source that says whether its metadata are positions only (a row index: nothing to check a
+    resumed run against), or name what each row is (a file, a frame)."""
+
+    positional_meta: bool
 
 
 @runtime_checkable
@@ -238,3 +334,36 @@ def casts(source: object) -> Mapping[str, str]:
 def cut_short(source: object) -> list[Any]:
     """The videos of a source that gave fewer frames than their headers count."""
     return source.cut_short if isinstance(source, ReportsCutShort) else []
+
+
+def input_rows(source: object) -> tuple[int, bool]:
+    """About how many rows ``source`` holds (0: not known), and whether that is exact (a CSV's
+    is estimated from its first block, a Matroska video's from its duration)."""
+    if isinstance(source, HasLength):
+        return len(source), not (isinstance(source, EstimatesLength) and source.length_estimated)
+    return (source.rows_hint if isinstance(source, HintsRows) else 0), False
+
+
+def is_stream(source: object) -> bool:
+    """Whether ``source`` is read as a stream (a URL, a pipe)."""
+    return isinstance(source, Streamed) and source.is_stream
+
+
+def reconnections(source: object) -> list[tuple[int, str]]:
+    """When and why a source opened its streams again ([] where it never does)."""
+    return source.reconnections if isinstance(source, Reconnects) else []
+
+
+def archive_shard(source: object) -> ShardsArchives | None:
+    """``source`` where it is a sharded source of tar archives."""
+    return source if isinstance(source, ShardsArchives) and source.shard is not None else None
+
+
+def positional_meta(source: object) -> bool:
+    """Whether a source's metadata are positions only (True where it says nothing)."""
+    return source.positional_meta if isinstance(source, PositionalMeta) else False
+
+
+def id_found(source: object) -> str | None:
+    """The id column a table found itself (None where it was named, or there is none)."""
+    return source.id_found if isinstance(source, FindsId) else None

@@ -277,6 +277,7 @@ def test_an_output_declared_with_a_wrong_fixed_dim_gives_what_the_run_returns(fa
         for attempt in ("finds it", "knows it"):
             out = pipe.run({"x": x}, batch_size=64)
             assert pipe.session.dynamic_outputs == {"label"}, attempt
+            assert pipe.data_dependent_outputs == frozenset(), "a row each: not a count of its own (issue 37, 6)"
             np.testing.assert_array_equal(out["label"], x.argmax(axis=1))
             assert out["prob"].shape == (300, 4)
     assert wait_no_threads() == []

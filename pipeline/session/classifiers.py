@@ -1,0 +1,80 @@
+"""Classifiers as their converters export them: ZipMap probabilities made a tensor.
+
+NOTE [ ZipMap ]: skl2onnx's default for every classifier, and onnxmltools'
+for LightGBM and XGBoost, ends the graph with a ``ZipMap`` node
+(``ai.onnx.ml``): its input is the probabilities, a float tensor
+``[N, classes]``; its output, ``seq(map(int64|string, float))``, is one
+Python dict a row.  Nothing can bind a sequence of maps, and a dict a row is
+what bulk scoring must not make.  So a model with such an output is loaded
+with each ZipMap that makes one replaced by an ``Identity`` of its input,
+under the output's own name: the output becomes the probabilities' tensor,
+``[N, classes]`` of float32, and the classes - ZipMap's
+``classlabels_int64s`` or ``classlabels_strings``, in the columns' order -
+are kept as :attr:`Unzipped.labels`.  Nothing else of the graph changes, so
+the probabilities are the ones ZipMap would have mapped.  Writers put each
+class's probability in a column of its own, named after the output and the
+class (NOTE [ class columns ] in ``sinks``).  Only models that have such an
+output are loaded and rewritten, once, when their session is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..util.errors import ModelError
+from .specs import ModelSource, ort_model_arg
+
+#: ORT's type of a ZipMap's output (int64 or string keys)
+ZIPMAP_TYPES = ("seq(map(int64,tensor(float)))", "seq(map(string,tensor(float)))")
+
+
+@dataclass(frozen=True)
+class Unzipped:
+    """A model whose ZipMap outputs are probability tensors, and each one's classes."""
+
+    model: bytes
+    #: output name -> its classes, in its columns' order
+    labels: dict[str, tuple[int | str, ...]]
+
+
+def has_zipmap_output(output_types: dict[str, str]) -> list[str]:
+    """The outputs (name -> ORT type) that a ZipMap makes, by their type."""
+    return [name for name, ort_type in output_types.items() if ort_type in ZIPMAP_TYPES]
+
+
+def unzipped(model: ModelSource, outputs: list[str]) -> Unzipped:
+    """``model`` with the ZipMaps that make ``outputs`` replaced by their probabilities
+    (NOTE [ ZipMap ]); a model given as a proto is left as it is."""
+    import onnx
+
+    loadable = ort_model_arg(model)
+    proto = onnx.load_model(loadable) if isinstance(loadable, str) else onnx.load_model_from_string(loadable)
+    graph = proto.graph
+    labels: dict[str, tuple[int | str, ...]] = {}
+    for index, node in enumerate(graph.node):
+        if node.op_type != "ZipMap" or node.output[0] not in outputs:
+            continue
+        classes = _classes(node)
+        labels[node.output[0]] = classes
+        graph.node[index].CopyFrom(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+    missing = [name for name in outputs if name not in labels]
+    if missing:
+        raise ModelError(
+            f"outputs {missing} are sequences of maps that no ZipMap node makes: ortpipe binds tensors only; "
+            "choose the tensor outputs with --output-names (outputs= in Python)"
+        )
+    for value in graph.output:
+        if value.name in labels:
+            value.type.CopyFrom(
+                onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, ["N", len(labels[value.name])])
+            )
+    return Unzipped(proto.SerializeToString(), labels)
+
+
+def _classes(node: Any) -> tuple[int | str, ...]:
+    for attribute in node.attribute:
+        if attribute.name == "classlabels_int64s":
+            return tuple(int(value) for value in attribute.ints)
+        if attribute.name == "classlabels_strings":
+            return tuple(value.decode("utf-8") for value in attribute.strings)
+    raise ModelError(f"ZipMap node {node.name!r} names no classes (classlabels_int64s or classlabels_strings)")

@@ -1,0 +1,68 @@
+"""Real classifiers, exported by their converters with their defaults (ZipMap probabilities),
+for the tests of bulk scoring; each made once per test session."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+FEATURES = 4
+
+
+def training_data(rows: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, FEATURES)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
+
+
+@functools.cache
+def exported(kind: str) -> bytes:
+    """``kind``'s model, trained on :func:`training_data` and exported with its converter's defaults."""
+    x, y = training_data()
+    if kind in ("logreg", "forest_in_pipeline", "strings_in_pipeline", "regressor"):
+        pytest.importorskip("skl2onnx")
+        from skl2onnx import to_onnx
+        from sklearn.ensemble import RandomForestClassifier
+        from sklearn.linear_model import LinearRegression, LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        if kind == "logreg":
+            model = LogisticRegression().fit(x, y)
+        elif kind == "forest_in_pipeline":
+            model = make_pipeline(StandardScaler(), RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0))
+            model.fit(x, y)
+        elif kind == "regressor":
+            model = LinearRegression().fit(x, x @ np.arange(1, FEATURES + 1, dtype=np.float32))
+        else:
+            model = make_pipeline(StandardScaler(), LogisticRegression())
+            model.fit(x, np.array(["low", "mid", "high"])[y])
+        return to_onnx(model, x[:1]).SerializeToString()
+    pytest.importorskip("onnxmltools")
+    from onnxmltools.convert import convert_lightgbm, convert_xgboost
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    types = [("input", FloatTensorType([None, FEATURES]))]
+    if kind == "lightgbm":
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(n_estimators=10, num_leaves=7, verbose=-1).fit(x, y)
+        return convert_lightgbm(model, initial_types=types).SerializeToString()
+    if kind == "xgboost":
+        import xgboost
+
+        model = xgboost.XGBClassifier(n_estimators=10, max_depth=3).fit(x, y)
+        return convert_xgboost(model, initial_types=types).SerializeToString()
+    raise ValueError(kind)
+
+
+def zipmap_reference(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    """What ``session.run`` gives: the labels, and a dict a row of probabilities."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    labels, probabilities = session.run(None, {name: x})
+    return labels, probabilities

@@ -1,0 +1,122 @@
+"""``ortpipe run`` on the models users bring for bulk scoring, as their converters export them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from tests.classifiers import FEATURES, exported, training_data, zipmap_reference
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ROWS = 300
+
+
+@pytest.fixture
+def features(tmp_path):
+    x, _ = training_data(rows=ROWS, seed=5)
+    path = tmp_path / "features.parquet"
+    pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(FEATURES)}), path)
+    return x, path
+
+
+def _run(tmp_path, kind, source, output, *more):
+    model = tmp_path / f"{kind}.onnx"
+    model.write_bytes(exported(kind))
+    args = ["run", str(model), "--input", str(source), "--output", str(output), "--no-progress", *more]
+    assert main(args) == 0
+
+
+def _read(path):
+    if path.suffix == ".parquet":
+        return pq.read_table(path)
+    if path.suffix == ".csv":
+        return pacsv.read_csv(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return pa.Table.from_pylist(rows)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_a_classifier_gets_a_column_a_class_and_its_labels(tmp_path, features, suffix):
+    x, source = features
+    output = tmp_path / f"scores{suffix}"
+    _run(tmp_path, "logreg", source, output, "--batch-size", "64")
+    table = _read(output)
+    labels, maps = zipmap_reference(exported("logreg"), x)
+    classes = sorted(maps[0])
+    assert table.column_names == ["row_id", "output_label", *[f"output_probability_{c}" for c in classes]]
+    np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
+    for c in classes:
+        want = np.array([row[c] for row in maps], np.float32)
+        np.testing.assert_allclose(table[f"output_probability_{c}"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_lightgbm_classifier_scores_a_row_each_with_its_ids(tmp_path, features):
+    """onnxmltools declares LightGBM's label [1]; the labels come a row each, beside the ids."""
+    x, source = features
+    output = tmp_path / "scores.parquet"
+    _run(tmp_path, "lightgbm", source, output, "--batch-size", "100")
+    table = pq.read_table(output)
+    labels, maps = zipmap_reference(exported("lightgbm"), x)
+    assert table.num_rows == ROWS
+    np.testing.assert_array_equal(table["row_id"].to_numpy(), np.arange(ROWS))
+    np.testing.assert_array_equal(table["label"].to_numpy(), labels)
+    want = np.array([row[1] for row in maps], np.float32)
+    np.testing.assert_allclose(table["probabilities_1"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_npy_keeps_the_probabilities_as_one_array(tmp_path, features):
+    x, source = features
+    output = tmp_path / "scores.npy"
+    _run(tmp_path, "forest_in_pipeline", source, output)
+    _, maps = zipmap_reference(exported("forest_in_pipeline"), x)
+    got = np.load(tmp_path / "scores.output_probability.npy")
+    np.testing.assert_allclose(got, [[row[c] for c in sorted(maps[0])] for row in maps], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_one_value_a_row_is_a_plain_column(tmp_path, features, suffix):
+    """A regressor's [N, 1] prediction: a scalar column named after the output, in every format."""
+    x, source = features
+    output = tmp_path / f"predictions{suffix}"
+    _run(tmp_path, "regressor", source, output)
+    table = _read(output)
+    assert table.column_names == ["row_id", "variable"]
+    assert pa.types.is_floating(table.schema.field("variable").type)
+    np.testing.assert_allclose(table["variable"].to_numpy(), x @ np.arange(1, FEATURES + 1), rtol=1e-4, atol=1e-4)
+
+
+def _with_ids(tmp_path, ids, suffix=".parquet"):
+    x, _ = training_data(rows=len(ids), seed=6)
+    table = pa.table({"id": ids, **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+    path = tmp_path / f"with_ids{suffix}"
+    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(table, path)
+    return x, path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_an_id_column_left_over_is_kept_as_the_id_and_said(tmp_path, capsys, suffix):
+    x, source = _with_ids(tmp_path, np.arange(5000, 5000 + ROWS), suffix)
+    output = tmp_path / "scores.parquet"
+    _run(tmp_path, "logreg", source, output)
+    assert "id: column 'id' is the rows' id, not a feature" in capsys.readouterr().out
+    table = pq.read_table(output)
+    np.testing.assert_array_equal(table["id"].to_numpy(), np.arange(5000, 5000 + ROWS))
+    labels, _ = zipmap_reference(exported("logreg"), x)
+    np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
+
+
+def test_an_id_like_column_that_repeats_is_not_taken_for_an_id(tmp_path, capsys):
+    _, source = _with_ids(tmp_path, np.arange(ROWS) % 7)
+    model = tmp_path / "logreg.onnx"
+    model.write_bytes(exported("logreg"))
+    args = ["run", str(model), "--input", str(source), "--output", str(tmp_path / "o.parquet"), "--no-progress"]
+    assert main(args) != 0
+    assert "5 columns are stacked for it" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()
