@@ -40,6 +40,19 @@ def exported(kind: str) -> bytes:
             model = make_pipeline(StandardScaler(), LogisticRegression())
             model.fit(x, np.array(["low", "mid", "high"])[y])
         return to_onnx(model, x[:1]).SerializeToString()
+    if kind == "columns_by_name":  # a ColumnTransformer over named columns: an input each, [N, 1]
+        pytest.importorskip("skl2onnx")
+        pandas = pytest.importorskip("pandas")
+        from skl2onnx import to_onnx
+        from sklearn.compose import ColumnTransformer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        frame = pandas.DataFrame({f"f{i}": x[:, i] for i in range(FEATURES)})
+        scaled = ColumnTransformer([("num", StandardScaler(), list(frame.columns))])
+        model = make_pipeline(scaled, LogisticRegression()).fit(frame, y)
+        return to_onnx(model, frame[:1]).SerializeToString()
     pytest.importorskip("onnxmltools")
     from onnxmltools.convert import convert_lightgbm, convert_xgboost
     from onnxmltools.convert.common.data_types import FloatTensorType

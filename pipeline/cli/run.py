@@ -27,6 +27,7 @@ from ..util.capabilities import (
     cut_short,
     id_found,
     input_rows,
+    inputs_by_name,
     is_stream,
     kept_rows,
     notes,
@@ -379,6 +380,8 @@ def _started(
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
+    if inputs_by_name(source):  # NOTE [ inputs by name ]
+        print(f"inputs: each fed the column of its name ({', '.join(pipe.input_names)}; --input-column maps others)")
     found = id_found(source)
     if found is not None:  # NOTE [ an id found ]
         print(

@@ -73,7 +73,10 @@ class ArrowScorer:
 
         record = _one_record(batch)
         columns = self.columns(record.schema, where)
-        return {spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0))) for spec in self.inputs}
+        return {
+            spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0), spec.rank))
+            for spec in self.inputs
+        }
 
     def _pictures(self, batch: Any, where: str) -> dict[str, np.ndarray]:
         """The image column as the model's one input, as it is (the pipeline's preprocessing makes it the model's)."""

@@ -28,9 +28,18 @@ def map_columns(
 ) -> dict[str, Sequence[str]]:
     """Each input's columns: as ``given`` (``--input-column``, ``input_columns=``), checked
     against the model and the schema; with none given, a one-input model takes every
-    numeric column but ``id_column``, in order."""
+    numeric column but ``id_column``, in order, and a model of several inputs each named
+    like a column takes each input's own column.
+
+    NOTE [ inputs by name ]: a model of several inputs whose every name is a column
+    of the table (skl2onnx's export of a ColumnTransformer: ``colour``, ``f0``,
+    ``f1``, each ``[N, 1]``) is fed by name, each input its own column; the run
+    says so (``inputs_by_name``)."""
     names = schema.names
     input_names = [spec.name for spec in inputs]
+    if not given and len(inputs) > 1 and all(name in names for name in input_names):
+        # NOTE [ inputs by name ]: skl2onnx gives each column of a ColumnTransformer an input of its own
+        given = {name: [name] for name in input_names}
     if not given:
         if len(inputs) != 1:
             raise SourceError(

@@ -96,6 +96,9 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
     path = place[0]
     if len(columns) == 1:
         values = numeric_column(columns[0], record_column(record, columns[0]), place)
+        if values.ndim == 1 and target.ndim == 1:  # a 1-D input, [N]: one column
+            target[...] = _exact(values, target.dtype, name, path)
+            return
         if values.ndim == 2:
             if values.shape[1:] != target.shape[1:]:
                 raise SourceError(

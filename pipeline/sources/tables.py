@@ -117,6 +117,8 @@ class ColumnarSource:
             self._find_id(inputs)
         self.columns = map_columns(dict(columns or {}), inputs, self.schema, self.id_column, str(self.path), self.kind)
         self.specs = {spec.name: spec for spec in inputs}
+        #: NOTE [ inputs by name ]: each input fed the column of its name, found, not named
+        self.inputs_by_name = not columns and len(inputs) > 1
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
         #: the inputs whose columns are cast to the model's dtype, "float64 -> float32" (NOTE [ input dtypes ])
@@ -208,7 +210,7 @@ class ColumnarSource:
         where = str(self.path)
         for record, meta, start in self.records():
             inputs = {
-                name: cast_columns(self.specs[name], stacked(record, cols, (where, start)))
+                name: cast_columns(self.specs[name], stacked(record, cols, (where, start), self.specs[name].rank))
                 for name, cols in self.columns.items()
             }
             yield SourceBatch(inputs, meta)
@@ -233,11 +235,14 @@ class ColumnarSource:
         return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
 
 
-def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None) -> np.ndarray:
+def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None, rank: int = 2) -> np.ndarray:
     """``columns`` of ``record`` as one array a row: one list column's values, or
-    scalar columns side by side in order (``place``: see :func:`numeric_column`)."""
+    scalar columns side by side in order (``place``: see :func:`numeric_column`); one
+    scalar column for an input of ``rank`` 1 (``[N]``) as it is."""
     parts = [numeric_column(c, record_column(record, c), place) for c in columns]
-    return parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
+    if len(parts) == 1 and (parts[0].ndim == 2 or rank == 1):
+        return parts[0]
+    return np.stack(parts, axis=1)
 
 
 class ParquetSource(ColumnarSource):

@@ -146,6 +146,13 @@ class FindsId(Protocol):
 
 
 @runtime_checkable
+class FeedsByName(Protocol):
+    """A table that feeds each of several inputs the column of its name (NOTE [ inputs by name ])."""
+
+    inputs_by_name: bool
+
+
+@runtime_checkable
 class Streamed(Protocol):
     """A source that may be a stream (a URL, a pipe): read as it comes, from its first frame."""
 
@@ -367,3 +374,8 @@ def positional_meta(source: object) -> bool:
 def id_found(source: object) -> str | None:
     """The id column a table found itself (None where it was named, or there is none)."""
     return source.id_found if isinstance(source, FindsId) else None
+
+
+def inputs_by_name(source: object) -> bool:
+    """Whether ``source`` feeds each input the column of its name, found, not named."""
+    return isinstance(source, FeedsByName) and source.inputs_by_name

@@ -120,3 +120,75 @@ def test_an_id_like_column_that_repeats_is_not_taken_for_an_id(tmp_path, capsys)
     assert main(args) != 0
     assert "5 columns are stacked for it" in capsys.readouterr().err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_inputs_named_like_columns_are_fed_by_name_and_said(tmp_path, capsys, suffix):
+    """skl2onnx gives each column of a ColumnTransformer its own [N, 1] input."""
+    x, _ = training_data(rows=ROWS, seed=7)
+    columns = {f"f{i}": x[:, i] for i in reversed(range(FEATURES))}  # not in the model's order
+    source = tmp_path / f"named{suffix}"
+    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(pa.table(columns), source)
+    output = tmp_path / "scores.parquet"
+    _run(tmp_path, "columns_by_name", source, output)
+    assert "inputs: each fed the column of its name (f0, f1, f2, f3" in capsys.readouterr().out
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(exported("columns_by_name"), providers=["CPUExecutionProvider"])
+    labels, maps = session.run(None, {f"f{i}": x[:, i : i + 1] for i in range(FEATURES)})
+    table = pq.read_table(output)
+    np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
+    want = np.array([row[1] for row in maps], np.float32)
+    np.testing.assert_allclose(table["output_probability_1"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def _one_dim_model():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["y"])],
+        "one_dim",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_one_dim_input_takes_one_column(tmp_path, suffix):
+    import onnx
+
+    values = np.arange(ROWS, dtype=np.float32) / 7
+    source = tmp_path / f"one{suffix}"
+    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(pa.table({"v": values}), source)
+    model = tmp_path / "one_dim.onnx"
+    onnx.save(_one_dim_model(), model)
+    output = tmp_path / "doubled.jsonl"
+    assert main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress"]) == 0
+    table = _read(output)
+    np.testing.assert_allclose(table["y"].to_numpy(), values * 2, rtol=1e-6)
+
+
+def test_python_sources_feed_inputs_by_name_and_one_dim_inputs(tmp_path):
+    from pipeline import Pipeline
+    from pipeline.sources import ParquetSource
+
+    x, _ = training_data(rows=ROWS, seed=8)
+    source = tmp_path / "named.parquet"
+    pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(FEATURES)}), source)
+    with Pipeline(exported("columns_by_name"), outputs=["output_label"]) as pipe:
+        table = ParquetSource(source, 64, pipe.source_inputs)
+        assert table.inputs_by_name
+        got = np.concatenate([out["output_label"] for out in pipe.map(batch.inputs for batch in table)])
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(exported("columns_by_name"), providers=["CPUExecutionProvider"])
+    want = session.run(["output_label"], {f"f{i}": x[:, i : i + 1] for i in range(FEATURES)})[0]
+    np.testing.assert_array_equal(got, want)
+    values = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"v": x[:, 0]}), values)
+    with Pipeline(_one_dim_model()) as pipe:
+        batches = (batch.inputs for batch in ParquetSource(values, 50, pipe.source_inputs))
+        got = np.concatenate([out["y"] for out in pipe.map(batches)])
+    np.testing.assert_allclose(got, x[:, 0] * 2, rtol=1e-6)
