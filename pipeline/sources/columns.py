@@ -38,7 +38,7 @@ def map_columns(
     names = schema.names
     input_names = [spec.name for spec in inputs]
     if not given and len(inputs) > 1 and all(name in names for name in input_names):
-        # NOTE [ inputs by name ]: skl2onnx gives each column of a ColumnTransformer an input of its own
+        # skl2onnx gives each column of a ColumnTransformer an input of its own (NOTE [ inputs by name ])
         given = {name: [name] for name in input_names}
     if not given:
         if len(inputs) != 1:

@@ -117,7 +117,7 @@ class ColumnarSource:
             self._find_id(inputs)
         self.columns = map_columns(dict(columns or {}), inputs, self.schema, self.id_column, str(self.path), self.kind)
         self.specs = {spec.name: spec for spec in inputs}
-        #: NOTE [ inputs by name ]: each input fed the column of its name, found, not named
+        #: each input fed the column of its name, found, not named (NOTE [ inputs by name ])
         self.inputs_by_name = not columns and len(inputs) > 1
         check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
