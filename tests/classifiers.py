@@ -40,6 +40,19 @@ def exported(kind: str) -> bytes:
             model = make_pipeline(StandardScaler(), LogisticRegression())
             model.fit(x, np.array(["low", "mid", "high"])[y])
         return to_onnx(model, x[:1]).SerializeToString()
+    if kind == "onehot_strings":  # the most common tabular pipeline: a string column one-hot encoded
+        pytest.importorskip("skl2onnx")
+        pandas = pytest.importorskip("pandas")
+        from skl2onnx import to_onnx
+        from sklearn.compose import ColumnTransformer
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+        frame = colour_frame(x)
+        encoded = ColumnTransformer([("cat", OneHotEncoder(), ["colour"]), ("num", StandardScaler(), ["f0", "f1"])])
+        model = make_pipeline(encoded, LogisticRegression()).fit(frame, y)
+        return to_onnx(model, frame[:1]).SerializeToString()
     if kind == "columns_by_name":  # a ColumnTransformer over named columns: an input each, [N, 1]
         pytest.importorskip("skl2onnx")
         pandas = pytest.importorskip("pandas")
@@ -79,3 +92,14 @@ def zipmap_reference(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[dict
     name = session.get_inputs()[0].name
     labels, probabilities = session.run(None, {name: x})
     return labels, probabilities
+
+
+COLOURS = np.array(["red", "green", "blue"], dtype=object)
+
+
+def colour_frame(x: np.ndarray):
+    """A table of a string column and two numbers, made from ``x``: the colour from its last feature."""
+    import pandas
+
+    colour = COLOURS[np.digitize(x[:, 3], [-0.5, 0.5])]
+    return pandas.DataFrame({"colour": colour, "f0": x[:, 0], "f1": x[:, 1]})

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..devices import DeviceArray, typed_view
 from ..session import OrtSession
-from ..util.errors import DeviceError, PipelineClosedError, PipelineInputError, PipelineStageError
+from ..util.errors import DeviceError, ModelError, PipelineClosedError, PipelineInputError, PipelineStageError
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown
@@ -205,7 +205,11 @@ class DirectRun(Generic[T]):
         shapes = tuple((name, value.shape) for name, value in feeds.items())
         if shapes != self._planned_for:
             self._planned_for = shapes
-            self._plan = self._session.output_layout(dict(shapes))
+            try:
+                self._plan = self._session.output_layout(dict(shapes))
+            except ModelError:  # no probe on zeros runs (a division by an input): this batch is the plan
+                self._session.remember_layout(dict(shapes), outputs)
+                self._plan = self._session.output_layout(dict(shapes))
         plan = self._plan
         changed = [name for name, value in outputs.items() if value.shape != plan[name][1]]
         if changed and not self._session.dynamic_outputs.issuperset(changed):

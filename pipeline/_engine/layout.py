@@ -160,6 +160,8 @@ class InputChecker:
     ) -> np.ndarray | DeviceArray:
         """See NOTE [ input dtypes ]: a host array cast within its kind where casting is
         on, else refused saying how to cast it."""
+        if spec.dtype.kind == "O" and isinstance(value, np.ndarray) and value.dtype.kind == "U":
+            return value.astype(object)  # NOTE [ string tensors ]: ORT takes str as object arrays
         can = castable(value.dtype, spec.dtype)
         if self._cast and can and isinstance(value, np.ndarray):
             inexact = exact_cast_refusal(value, spec.dtype)

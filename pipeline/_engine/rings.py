@@ -55,7 +55,7 @@ import numpy as np
 from ..devices import Device, DeviceBuffer, Event, Stream, typed_view
 from ..devices._memory import gib
 from ..session import OrtSession, Shape, nbytes_of
-from ..util.errors import DeviceError
+from ..util.errors import DeviceError, ModelError
 from .layout import Layout
 
 T = TypeVar("T")
@@ -224,6 +224,7 @@ class Rings:
 def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: int) -> Rings:
     """``depth`` buffers of each kind, sized for ``layout.batch_size`` rows; a DeviceError
     saying how much they take where they cannot fit (NOTE [ buffers that do not fit ])."""
+    refuse_strings(session)
     in_bytes = layout.input_nbytes(layout.batch_size)
     full = layout.model_inputs(layout.batch_size)
     model_bytes = {name: nbytes_of(*full[name]) for name, _, _ in layout.preprocess}
@@ -250,6 +251,18 @@ def allocate_rings(device: Device, session: OrtSession, layout: Layout, depth: i
         pinned_out = [PinnedOutSlot({n: device.pinned_empty(b) for n, b in out_bytes.items()}) for _ in range(depth)]
         constants = upload_constants(device, session.constants)
     return Rings(layout, output_layout, pinned_in, Pool(slots), Pool(pinned_out), slots, constants)
+
+
+def refuse_strings(session: OrtSession) -> None:
+    """A model with string inputs or outputs refused, saying where it runs (NOTE [ string tensors ])."""
+    strings = session.string_tensors
+    if strings:
+        raise ModelError(
+            f"the model has string tensors ({', '.join(repr(name) for name in strings)}), which the engine's "
+            "device slots cannot hold: run it on the CPU device (device='cpu', --device cpu), whose direct path "
+            "takes and gives strings as numpy object arrays; on a GPU choose its numeric outputs with "
+            "--output-names (outputs=), as binding strings in host memory there is not built yet"
+        )
 
 
 #: how ORT says an allocation of its own failed (its arena's words, CUDA's)

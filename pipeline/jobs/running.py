@@ -282,8 +282,8 @@ class _Batches:
 def _slot_filler(pipe: Pipeline, source: Iterable[SourceBatch]) -> Filler | None:
     """The source's slot filler, where it has one and the slots can be sized: from the
     model, or from the rows the source says it makes (NOTE [ sources that fill slots ])."""
-    if not isinstance(source, FillsSlots):
-        return None
+    if not isinstance(source, FillsSlots) or pipe.session.string_tensors:
+        return None  # strings are not written into slots (NOTE [ string tensors ])
     rows = source.filled_rows
     if sorted(spec.name for spec in pipe.source_inputs) != sorted(rows):
         return None  # it feeds other inputs than the model's: the batches tell what is missing

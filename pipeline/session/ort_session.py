@@ -140,6 +140,11 @@ class SessionConfig:
         return options
 
 
+def _zeros(shape: Shape, dtype: np.dtype) -> np.ndarray:
+    """A probe's input: zeros, or empty strings (NOTE [ string tensors ])."""
+    return np.full(shape, "", dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype)
+
+
 def _loaded(model: str | bytes, options: Any, providers: list[Any]) -> Any:
     try:
         return onnxruntime().InferenceSession(model, sess_options=options, providers=providers)
@@ -199,6 +204,12 @@ class OrtSession:
         self._probe_lock = threading.Lock()
 
     @property
+    def string_tensors(self) -> list[str]:
+        """The inputs and outputs that are strings (NOTE [ string tensors ]): numpy object
+        arrays, which ORT takes and gives in host memory only."""
+        return [spec.name for spec in (*self.inputs, *self.outputs) if spec.dtype.kind == "O"]
+
+    @property
     def input_names(self) -> list[str]:
         return [spec.name for spec in self.inputs]
 
@@ -238,7 +249,7 @@ class OrtSession:
         with self._probe_lock:
             known = self._probes.get(key)
             if known is None:
-                feeds = {spec.name: np.zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
+                feeds = {spec.name: _zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
                 feeds.update(self.constants)
                 try:
                     # with CUDA graphs, an unannotated run is graph 0: captured at
@@ -252,6 +263,14 @@ class OrtSession:
                 }
                 self._probes[key] = known
             return known
+
+    def remember_layout(self, input_shapes: dict[str, Shape], outputs: Mapping[str, np.ndarray]) -> None:
+        """The output layout for these input shapes, taken from a real run's ``outputs``
+        (where a probe on zeros cannot run: a model that divides by an input, or takes a
+        shape or split sizes as one); later batches of these shapes are compared with it."""
+        key = tuple(sorted(input_shapes.items()))
+        with self._probe_lock:
+            self._probes.setdefault(key, {name: (value.dtype, value.shape) for name, value in outputs.items()})
 
     def new_binding(self) -> ort.IOBinding:
         return self.session.io_binding()

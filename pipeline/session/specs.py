@@ -35,6 +35,14 @@ ORT_TO_NUMPY: dict[str, np.dtype] = {
     "tensor(int64)": np.dtype(np.int64),
     "tensor(uint64)": np.dtype(np.uint64),
     "tensor(bool)": np.dtype(np.bool_),
+    # NOTE [ string tensors ]: a string tensor is a numpy object array of str, which ORT
+    # takes and gives in host memory only (a OneHotEncoder's category column, a
+    # LabelEncoder's or a string-class classifier's labels). Tables read string columns
+    # as such arrays, and sinks write them as strings. The engine's slots are bytes in
+    # device or page-locked memory and cannot hold them: a model with one runs on the CPU
+    # device's direct path (session.run), and the engine refuses it, saying so; binding
+    # strings in host memory beside a GPU's slots is not built yet.
+    "tensor(string)": np.dtype(object),
 }
 
 

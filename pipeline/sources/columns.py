@@ -139,7 +139,7 @@ def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
                 raise SourceError(
                     f"{where!r}: column {chunk.path_in_schema!r} has {stats.null_count} null value(s) in rows "
                     f"{first:,} to {first + group.num_rows - 1:,} (row group {group_index}, as the file's footer "
-                    "counts them): a model input takes numbers only; fill or drop them first "
+                    "counts them): a model input takes values only; fill or drop them first "
                     "(pyarrow.compute.fill_null, or a filter)"
                 )
         first += group.num_rows
@@ -216,10 +216,13 @@ def numeric_column(name: str, column: Any, place: tuple[str, int] | None = None)
 
     kind = column.type
     listed = is_list(kind)
-    if not (listed or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-        raise SourceError(f"column {name!r} has type {kind}: not numeric")
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    if not (listed or text or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        raise SourceError(f"column {name!r} has type {kind}: not numbers, bools or strings")
     if column.null_count:
         raise _nulls(name, column, place)
+    if text:  # NOTE [ string tensors ]: a numpy object array of str, as ORT takes them
+        return np.asarray(column.to_numpy(zero_copy_only=False), dtype=object)
     if not listed:
         return to_numpy(column)
     if pa.types.is_fixed_size_list(kind):

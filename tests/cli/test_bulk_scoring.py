@@ -192,3 +192,91 @@ def test_python_sources_feed_inputs_by_name_and_one_dim_inputs(tmp_path):
         batches = (batch.inputs for batch in ParquetSource(values, 50, pipe.source_inputs))
         got = np.concatenate([out["y"] for out in pipe.map(batches)])
     np.testing.assert_allclose(got, x[:, 0] * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_string_classes_are_written_as_strings(tmp_path, features, suffix):
+    """NOTE [ string tensors ]: a classifier of string classes, its labels and a column a class."""
+    x, source = features
+    output = tmp_path / f"scores{suffix}"
+    _run(tmp_path, "strings_in_pipeline", source, output)
+    labels, maps = zipmap_reference(exported("strings_in_pipeline"), x)
+    table = _read(output)
+    assert table.column_names == [
+        "row_id",
+        "output_label",
+        *[f"output_probability_{c}" for c in ("high", "low", "mid")],
+    ]
+    assert table["output_label"].to_pylist() == list(labels)
+    want = np.array([row["mid"] for row in maps], np.float32)
+    np.testing.assert_allclose(table["output_probability_mid"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_string_column_feeds_a_one_hot_encoder(tmp_path, suffix):
+    """The most common tabular pipeline: a ColumnTransformer with a OneHotEncoder over a string column."""
+    from tests.classifiers import colour_frame
+
+    x, _ = training_data(rows=ROWS, seed=9)
+    frame = colour_frame(x)
+    source = tmp_path / f"mixed{suffix}"
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(table, source)
+    output = tmp_path / "scores.parquet"
+    _run(tmp_path, "onehot_strings", source, output)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(exported("onehot_strings"), providers=["CPUExecutionProvider"])
+    feeds = {name: frame[name].to_numpy().reshape(-1, 1) for name in ("colour", "f0", "f1")}
+    labels, _ = session.run(None, feeds)
+    np.testing.assert_array_equal(pq.read_table(output)["output_label"].to_numpy(), labels)
+
+
+def test_python_takes_numpy_str_and_object_arrays():
+    from pipeline import Pipeline
+    from tests.classifiers import colour_frame
+
+    x, _ = training_data(rows=50, seed=10)
+    frame = colour_frame(x)
+    numbers = {name: frame[name].to_numpy().reshape(-1, 1) for name in ("f0", "f1")}
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(exported("onehot_strings"), providers=["CPUExecutionProvider"])
+    want = session.run(["output_label"], {**numbers, "colour": frame["colour"].to_numpy().reshape(-1, 1)})[0]
+    with Pipeline(exported("onehot_strings")) as pipe:
+        for colour in (frame["colour"].to_numpy(), frame["colour"].to_numpy().astype(str)):  # object, then <U5
+            got = pipe.run({**numbers, "colour": colour.reshape(-1, 1)}, batch_size=16)
+            np.testing.assert_array_equal(got["output_label"], want)
+
+
+def test_the_engine_refuses_string_tensors_saying_where_they_run():
+    from pipeline import HostDevice, ModelError, Pipeline
+
+    device = HostDevice(link_gbps=10)
+    try:
+        with Pipeline(exported("strings_in_pipeline"), device=device) as pipe:
+            with pytest.raises(ModelError, match=r"string tensors \('output_label'\).*--device cpu"):
+                pipe.run(training_data(rows=10)[0])
+    finally:
+        device.close()
+
+
+def test_shapes_come_from_the_first_batch_where_a_probe_on_zeros_cannot_run():
+    """A model that divides by an input (``price // pack``): zeros divide by zero."""
+    from onnx import TensorProto, helper
+
+    from pipeline import Pipeline
+
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["price", "pack"], ["per"])],
+        "per_pack",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, ["N"]) for name in ("price", "pack")],
+        [helper.make_tensor_value_info("per", TensorProto.INT64, ["N"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    price, pack = np.arange(10, 110, dtype=np.int64), np.arange(100, dtype=np.int64) % 7 + 1
+    with Pipeline(model) as pipe:
+        np.testing.assert_array_equal(pipe.run({"price": price, "pack": pack}, batch_size=32)["per"], price // pack)
+        halves = [{"price": price[:40], "pack": pack[:40]}, {"price": price[40:], "pack": pack[40:]}]
+        got = np.concatenate([out["per"] for out in pipe.map(halves)])
+    np.testing.assert_array_equal(got, price // pack)
