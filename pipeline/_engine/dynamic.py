@@ -18,6 +18,11 @@ on CUDA or an inline host stream; on a host stream with a worker it waits for
 the run first, once any output is known to be dynamic.  The batch that finds
 them there was already drained by the plan, so its outputs are read straight
 from ORT's values when it is delivered.
+
+Where no probe on zeros runs at all (a model that divides by an input, or
+takes a shape or split sizes as one), nothing is planned: every output is
+left for ORT to allocate from the first batch on (``OrtSession.left_to_ort``)
+and copied out of ORT's memory as above, a row each as the runs return them.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ class Executor:
 
     def _outputs_for(self, work: Work) -> tuple[dict[str, tuple[np.dtype, Shape]], dict[str, int], int]:
         """dtype and shape of every output at this batch's bound rows, their bytes and the total."""
-        if work.row_shapes is not None:  # ORT allocates them all: shapes once it has run
+        if work.row_shapes is not None or self._session.unprobed:  # ORT allocates them all: shapes once it has run
             return self._unplanned, {}, 0
         rows = work.trace.bound_rows
         found = self._out_plans.get(rows)

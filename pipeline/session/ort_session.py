@@ -198,6 +198,8 @@ class OrtSession:
         #: those of them whose shape is not the planned one: a count of their own each batch,
         #: not a row per input row (the others only contradict a declared dim)
         self.data_dependent_outputs: frozenset[str] = frozenset()
+        #: no probe on zeros ran: every output is ORT's, shaped by each run (:meth:`left_to_ort`)
+        self.unprobed = False
         #: values of the inputs that are not batched, fed as they are to every run
         self.constants: dict[str, np.ndarray] = {}
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
@@ -263,6 +265,14 @@ class OrtSession:
                 }
                 self._probes[key] = known
             return known
+
+    def left_to_ort(self) -> dict[str, tuple[np.dtype, Shape]]:
+        """Every output allocated by ORT from now on, its shape found by each run (where no
+        probe on zeros runs: a model that divides by an input), a row each as the run returns
+        them; the layout of a slot's outputs then (a value each: nothing is bound to them)."""
+        self.unprobed = True
+        self.note_dynamic(self.output_names, data_dependent=())
+        return {spec.name: (spec.dtype, ()) for spec in self.outputs}
 
     def remember_layout(self, input_shapes: dict[str, Shape], outputs: Mapping[str, np.ndarray]) -> None:
         """The output layout for these input shapes, taken from a real run's ``outputs``

@@ -159,7 +159,7 @@ def _output_advice(ort_type: str, tensors: list[str], chosen: Sequence[str] | No
     """What an output that ortpipe cannot bind is (a hint) and how to run the model anyway (a fix)."""
     hint = ""
     if ort_type.startswith(("seq(", "map(")):
-        hint = " (a scikit-learn classifier's ZipMap output is one: convert with zipmap=False for a tensor)"
+        hint = " (a sequence or a map, which no ZipMap makes: only a ZipMap's is made a tensor, NOTE [ ZipMap ])"
     fix = ""
     if tensors and chosen is None:
         fix = f"; choose the outputs to copy back with outputs={tensors} (--output-names on the command line)"

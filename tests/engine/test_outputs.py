@@ -46,13 +46,31 @@ def test_chosen_outputs_alone_come_back_and_alone_cross_the_link(device):
         assert [t.d2h_bytes for t in pipe.stats.timings] == [8 * per_row] * 6 + [3 * per_row]
 
 
-def test_a_model_with_a_zipmap_output_says_how_to_run_it_and_then_runs():
-    with pytest.raises(ModelError, match=r"'probabilities' has type seq\(map.*ZipMap.*zipmap=False") as error:
-        Pipeline(zipmap_classifier(), device="cpu")
-    assert "outputs=['label'] (--output-names on the command line)" in str(error.value)
+def test_a_model_with_a_zipmap_output_runs_as_it_comes(fast_device):
+    """NOTE [ ZipMap ]: its probabilities come as a float tensor, its classes from the pipeline."""
     x = np.random.default_rng(0).random((50, 3)).astype(np.float32)
-    with Pipeline(zipmap_classifier(), device="cpu", outputs=["label"]) as pipe:
-        np.testing.assert_array_equal(pipe.run(x, batch_size=16)["label"], x.argmax(axis=1))
+    with Pipeline(zipmap_classifier(), device=fast_device, options=PipelineOptions(direct=False)) as pipe:
+        assert pipe.class_labels == {"probabilities": (0, 1, 2)}
+        out = pipe.run(x, batch_size=16)
+    np.testing.assert_array_equal(out["probabilities"], x)
+    np.testing.assert_array_equal(out["label"], x.argmax(axis=1))
+
+
+def test_an_output_of_sequences_that_no_zipmap_makes_says_how_to_run_the_model():
+    graph = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["x", "x"], ["both"]), helper.make_node("Identity", ["x"], ["y"])],
+        "sequences",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [
+            helper.make_value_info("both", helper.make_sequence_type_proto(helper.make_tensor_type_proto(1, None))),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    with pytest.raises(ModelError, match=r"'both' has type seq\(tensor\(float\)\).*outputs=\['y'\]"):
+        Pipeline(model, device="cpu")
+    with Pipeline(model, device="cpu", outputs=["y"]) as pipe:
+        np.testing.assert_array_equal(pipe.run(np.ones((4, 3), np.float32))["y"], np.ones((4, 3)))
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline import HostDevice, ModelError, OrtSession, models
+from pipeline import HostDevice, ModelError, OrtSession, Pipeline, PipelineOptions, models
 from pipeline.models import IR_VERSION, OPSET
 
 from ..helpers import renamed_dims_model
@@ -36,16 +36,30 @@ def test_probe_failure_says_which_shapes():
         session.output_layout({"frames": (1, 3, 0, 0)})
 
 
-def test_string_tensors_are_refused_with_the_supported_list():
+def _string_identity():
     graph = helper.make_graph(
         [helper.make_node("Identity", ["s"], ["t"])],
         "strings",
         [helper.make_tensor_value_info("s", TensorProto.STRING, ["N"])],
         [helper.make_tensor_value_info("t", TensorProto.STRING, ["N"])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    with pytest.raises(ModelError, match=r"input 's' has type tensor\(string\)"):
-        OrtSession(model, HostDevice())
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def test_string_tensors_are_object_arrays_and_run_on_the_direct_path():
+    """NOTE [ string tensors ]."""
+    session = OrtSession(_string_identity(), HostDevice())
+    assert session.string_tensors == ["s", "t"]
+    words = np.array(["a", "bc", "", "déjà"], dtype=object)
+    with Pipeline(_string_identity(), device="cpu") as pipe:
+        got = pipe.run({"s": words}, batch_size=3)["t"]
+    assert got.dtype == object and got.tolist() == words.tolist()
+
+
+def test_the_engine_refuses_string_tensors_saying_where_they_run():
+    with Pipeline(_string_identity(), device="cpu", options=PipelineOptions(direct=False)) as pipe:
+        with pytest.raises(ModelError, match=r"string tensors \('s', 't'\).*direct path"):
+            pipe.run({"s": np.array(["a"], dtype=object)})
 
 
 def test_model_from_path_and_bytes(tmp_path):

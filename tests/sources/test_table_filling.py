@@ -196,19 +196,23 @@ def test_rows_of_another_shape_than_the_slot_are_refused_by_the_filler(tmp_path)
             run_job(pipe, source, CallbackSink(lambda *a: None))
 
 
-def test_an_extra_id_column_is_named_before_any_batch(tmp_path, pipe):
-    """Issue 26, item 13: a table with one more numeric column than the input takes; an
-    integer column named like an id is said to be one."""
+def test_an_extra_id_column_is_found_and_one_that_repeats_is_named(tmp_path, pipe):
+    """Issue 37, item 4 (NOTE [ an id found ]): one numeric column more than the input takes,
+    an integer named like an id and unique, is the rows' id; one that repeats is a feature
+    too many, said to look like an id."""
     x = _features()
-    table = _scalar_table(x).drop(["row_id"]).append_column("user_id", pa.array(np.arange(ROWS)))
+    table = _scalar_table(x).drop(["row_id"]).append_column("user_id", pa.array(np.arange(ROWS) + 100))
     pq.write_table(table, tmp_path / "t.parquet")
+    source = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
+    assert source.id_found == "user_id" and source.id_column == "user_id"
+    _outs, meta = _both_ways(pipe, lambda: source)
+    np.testing.assert_array_equal(meta["user_id"], np.arange(ROWS) + 100)
+    repeating = _scalar_table(x).drop(["row_id"]).append_column("user_id", pa.array(np.arange(ROWS) % 3))
+    pq.write_table(repeating, tmp_path / "r.parquet")
     with pytest.raises(
         SourceError, match=r"takes rows of 8 values.*9 columns.*'user_id' looks like an id: --id-column"
     ):
-        ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
-    source = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs, id_column="user_id")
-    _outs, meta = _both_ways(pipe, lambda: source)
-    np.testing.assert_array_equal(meta["user_id"], np.arange(ROWS))
+        ParquetSource(tmp_path / "r.parquet", 64, pipe.source_inputs)
 
 
 def test_named_columns_of_the_wrong_count_are_refused_naming_them(tmp_path, pipe):
