@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,15 @@ class ReplacingSink(HandingOn):
     def mark_complete(self) -> None:
         super().mark_complete()  # a data set's _SUCCESS, moved with it
         _move_up(staging_folder(self.replaces))
+
+    @property
+    def per_batch_paths(self) -> Mapping[str, Any]:
+        """Where the outputs written per batch end up: beside the output, once it is whole
+        (a stopped run leaves them in the staging folder with the rest)."""
+        folder, beside = staging_folder(self.replaces), self.replaces.parent
+        return {
+            name: [
+                beside / Path(path).relative_to(folder) if Path(path).is_relative_to(folder) else path for path in paths
+            ]
+            for name, paths in super().per_batch_paths.items()
+        }

@@ -864,3 +864,33 @@ def test_ortpipe_run_casts_within_the_kind_and_says_so(tmp_path, capsys):
         assert said.count("float64 -> float32 (the model's dtype)") == 1, said
         with Pipeline(models.mlp(), device="cpu") as pipe:
             np.testing.assert_allclose(np.load(out), pipe.run(x.astype(np.float32))["scores"], rtol=1e-6)
+
+
+def test_an_overwrite_names_where_per_batch_outputs_end_up_not_its_staging_folder(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["found"]),
+        helper.make_node("Transpose", ["found"], ["nz"]),
+        helper.make_node("Identity", ["x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nonzero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [
+            helper.make_tensor_value_info("nz", TensorProto.INT64, ["K", 2]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+        ],
+    )
+    model = tmp_path / "nonzero.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), model)
+    x = (np.random.default_rng(0).random((50, 4)) > 0.5).astype(np.float32)
+    pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(4)}), tmp_path / "x.parquet")
+    output = tmp_path / "out.parquet"
+    args = ["run", str(model), "--input", str(tmp_path / "x.parquet"), "--output", str(output), "--no-progress"]
+    for more in ([], ["--overwrite"]):
+        assert main([*args, "--batch-size", "16", "--data-dependent", "nz", *more]) == 0
+        said = capsys.readouterr().out
+        assert f"output 'nz', a count of its own each batch: {str(tmp_path / 'out.nz.parquet')!r}" in said
+    assert (tmp_path / "out.nz.parquet").exists()
