@@ -4,7 +4,7 @@ the columns stacked for an input, against the values a row the model takes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,8 @@ def map_columns(
                 f"a {kind} source without --input-column feeds one input, but the model has {input_names}: map "
                 "each to its columns with --input-column (input_columns= in Python)"
             )
-        numeric = [n for n in names if n != id_column and is_numeric(schema.field(n).type)]
+        fits = _column_kind_for(inputs[0].dtype)
+        numeric = [n for n in names if n != id_column and fits(schema.field(n).type)]
         if not numeric and _typeless(schema):  # a CSV of a header alone: its columns' types are null
             raise SourceError(f"{where!r} has no rows (a header only): there is nothing to run")
         if not numeric:
@@ -195,6 +196,18 @@ def element_type(kind: Any) -> Any:
 
 def numpy_dtype(kind: Any) -> np.dtype:
     return np.dtype(kind.to_pandas_dtype())
+
+
+def _column_kind_for(dtype: np.dtype) -> Callable[[Any], bool]:
+    """Which columns an input of ``dtype`` takes by default: numbers; bools for a bool input,
+    strings for a string one (NOTE [ string tensors ])."""
+    import pyarrow as pa
+
+    if dtype.kind == "b":
+        return lambda kind: bool(pa.types.is_boolean(kind))
+    if dtype.kind == "O":
+        return lambda kind: bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    return is_numeric
 
 
 def is_numeric(arrow_type: Any) -> bool:

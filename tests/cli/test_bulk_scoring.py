@@ -282,3 +282,24 @@ def test_shapes_come_from_the_runs_where_a_probe_on_zeros_cannot_run(device, sta
         got = np.concatenate([out["per"] for out in pipe.map(halves)])
         assert pipe.data_dependent_outputs == frozenset()  # a row each
     np.testing.assert_array_equal(got, price // pack)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_bool_columns_feed_a_bool_input(tmp_path, suffix):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["flag"], ["negated"])],
+        "flags",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, ["N"])],
+        [helper.make_tensor_value_info("negated", TensorProto.BOOL, ["N"])],
+    )
+    model = tmp_path / "not.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), model)
+    flags = np.random.default_rng(11).random(ROWS) > 0.5
+    source = tmp_path / f"flags{suffix}"
+    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(pa.table({"flag": flags}), source)
+    output = tmp_path / "negated.parquet"
+    assert main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress"]) == 0
+    assert pq.read_table(output)["negated"].to_pylist() == list(~flags)
