@@ -547,7 +547,7 @@ def _video_decoding(folder: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
         import av
     except ImportError:
         return {"skipped": "PyAV is not installed (benchmarks/device.sh carries it in its bundle)"}
-    from pipeline.sources import VideoSource
+    from pipeline.sources import VideoDecoding, VideoSource
     from pipeline.sources._opening import hw_device_unusable
     from pipeline.sources.videos import auto_convert_threads
 
@@ -572,7 +572,7 @@ def _video_decoding(folder: Path, big: bool, rounds: int = 3) -> dict[str, Any]:
         for _ in range(rounds + 1):  # the first warms up
             for threads in best:
                 started = time.perf_counter()
-                source = VideoSource(clip, 32, inputs, size=(224, 224), hwaccel=hwaccel)
+                source = VideoSource(clip, 32, inputs, decoding=VideoDecoding(size=(224, 224), hwaccel=hwaccel))
                 source.convert_threads = None if threads == "auto" else int(threads)
                 rows = [row for chunk, _ in source.chunks() for row in chunk]
                 best[threads] = min(best[threads], time.perf_counter() - started)
@@ -601,7 +601,7 @@ def _video_on_device(folder: Path, device: Any, big: bool, rounds: int = 2) -> d
         import av  # noqa: F401
     except ImportError:
         return {"skipped": "PyAV is not installed (benchmarks/device.sh carries it in its bundle)"}
-    from pipeline.sources import VideoFolderSource, VideoSource
+    from pipeline.sources import VideoDecoding, VideoFolderSource, VideoSource
 
     frames, (width, height) = (300, (1920, 1080)) if big else (20, (320, 240))
     clip = folder / "clip.mp4"
@@ -617,10 +617,11 @@ def _video_on_device(folder: Path, device: Any, big: bool, rounds: int = 2) -> d
     result.update(frames=frames, size=[width, height])
 
     def one(hwaccel: str | None, inputs: Any) -> Any:
-        return VideoSource(clip, 32, inputs, size=(224, 224), hwaccel=hwaccel)
+        return VideoSource(clip, 32, inputs, decoding=VideoDecoding(size=(224, 224), hwaccel=hwaccel))
 
     def four(hwaccel: str | None, inputs: Any) -> Any:
-        return VideoFolderSource(clips, 32, inputs, size=(224, 224), hwaccel=hwaccel, videos_at_once=4)
+        decoding = VideoDecoding(size=(224, 224), hwaccel=hwaccel, videos_at_once=4)
+        return VideoFolderSource(clips, 32, inputs, decoding=decoding)
 
     preprocess = Preprocess(scale=1 / 255, layout="nhwc")
     with Pipeline(models.convnet(), device, depth=3, preprocess=preprocess) as pipe:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline import Pipeline, Preprocess, models
-from pipeline.sources import VideoSource
+from pipeline.sources import VideoDecoding, VideoSource
 
 av = pytest.importorskip("av", reason="needs PyAV: pip install 'ortpipe[video]'")
 FRAMES, WIDTH, HEIGHT, SIZE = 150, 854, 480, 224
@@ -66,7 +66,7 @@ def test_video_decode_frames_per_s(benchmark, clip, way):
         every = 10 if way.endswith("10th") else 1
 
         def decode() -> int:
-            return sum(1 for _ in VideoSource(clip, 32, inputs, size=(SIZE, SIZE), every=every))
+            return sum(1 for _ in VideoSource(clip, 32, inputs, decoding=VideoDecoding(size=(SIZE, SIZE), every=every)))
     else:
 
         def decode() -> int:
@@ -103,7 +103,7 @@ def test_video_job_frames_per_s(benchmark, clip, way):
     with Pipeline(_mean_colour(SIZE), device="cpu", depth=3, preprocess=preprocess) as pipe:
 
         def job() -> None:
-            source = VideoSource(clip, 32, pipe.source_inputs, size=(SIZE, SIZE))
+            source = VideoSource(clip, 32, pipe.source_inputs, decoding=VideoDecoding(size=(SIZE, SIZE)))
             summary = run_job(pipe, source, CallbackSink(lambda *_: None), fill_slots=way != "staged")
             assert summary.items == FRAMES and summary.filled == (way != "staged")
 
@@ -140,7 +140,7 @@ def test_time_to_the_first_batch_far_into_a_video(time_first_batch, long_clip, h
     spec = TensorSpec("frames", np.dtype(np.uint8), ("N", SIZE, SIZE, 3))
 
     def later():
-        return rows_after(VideoSource(long_clip, 32, [spec], size=(SIZE, SIZE)), skip)
+        return rows_after(VideoSource(long_clip, 32, [spec], decoding=VideoDecoding(size=(SIZE, SIZE))), skip)
 
     batch, ms = time_first_batch(later)
     assert batch.meta["frame_index"][0] == skip
@@ -171,7 +171,8 @@ def test_folder_of_clips_by_videos_decoded_at_once(benchmark, clips, at_once):
     with Pipeline(models.convnet(), device="cpu", depth=3, preprocess=frames) as pipe:
 
         def job() -> float:
-            source = VideoFolderSource(clips, 32, pipe.source_inputs, size=(64, 64), videos_at_once=at_once)
+            decoding = VideoDecoding(size=(64, 64), videos_at_once=at_once)
+            source = VideoFolderSource(clips, 32, pipe.source_inputs, decoding=decoding)
             return run_job(pipe, source, CallbackSink(lambda *args: None)).items_per_s
 
         job()
@@ -212,7 +213,7 @@ def test_raw_frames_through_a_pipe_frames_per_s(benchmark, raw_frames, way, monk
     options = {"video_size": f"{SIZE}x{SIZE}", "pixel_format": "rgb24"}
 
     def frames_of(path) -> int:
-        source = VideoSource(path, 32, inputs, format="rawvideo", options=options)
+        source = VideoSource(path, 32, inputs, decoding=VideoDecoding(format="rawvideo", options=options))
         return sum(len(rows) for rows, _ in source.chunks())
 
     def read() -> int:
@@ -282,10 +283,14 @@ def test_streams_read_at_once_frames_per_s(benchmark, served_streams, way):
 
         def job() -> int:
             if way == "at once":
-                source = LiveStreamsSource(served_streams, 32, inputs, size=(64, 64))
+                source = LiveStreamsSource(served_streams, 32, inputs, decoding=VideoDecoding(size=(64, 64)))
                 return run_job(pipe, source, CallbackSink(lambda *args: None)).items
             return sum(
-                run_job(pipe, VideoSource(url, 32, inputs, size=(64, 64)), CallbackSink(lambda *args: None)).items
+                run_job(
+                    pipe,
+                    VideoSource(url, 32, inputs, decoding=VideoDecoding(size=(64, 64))),
+                    CallbackSink(lambda *args: None),
+                ).items
                 for url in served_streams
             )
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from pipeline import Pipeline, PipelineOptions, Preprocess, models
 from pipeline.jobs import run_job
 from pipeline.sinks import ParquetDatasetSink
-from pipeline.sources import LiveStreamsSource
+from pipeline.sources import LiveStreamsSource, VideoDecoding
 
 CAMERAS, FRAMES, RATE, SIZE = 3, 30, 30.0, 64
 
@@ -62,9 +62,8 @@ def main(outdir: str | None = None) -> Path:
         live = PipelineOptions(stage_threads=True)  # a result is written when ready, not when the next batch came
         with Pipeline(models.convnet(), device="auto", depth=3, preprocess=preprocess, options=live) as pipe:
             streams = [f"pipe:{r}" for r, _ in pipes]
-            source = LiveStreamsSource(
-                streams, 16, pipe.source_inputs, format="rawvideo", options=raw, batch_wait_s=0.05
-            )
+            raw_video = VideoDecoding(format="rawvideo", options=raw)
+            source = LiveStreamsSource(streams, 16, pipe.source_inputs, batch_wait_s=0.05, decoding=raw_video)
             summary = run_job(pipe, source, ParquetDatasetSink(output))
     finally:
         for r, _ in pipes:  # a camera still writing gets a broken pipe, not a wait

@@ -21,7 +21,7 @@ from pipeline import HostDevice, Pipeline, Preprocess, models, resolve_device
 from pipeline.devices import cuda_unavailable_reason
 from pipeline.jobs import run_job
 from pipeline.sinks import ParquetSink
-from pipeline.sources import VideoSource, device_decoding_unavailable
+from pipeline.sources import VideoDecoding, VideoSource, device_decoding_unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from video_frames import make_video  # the pattern clip of the single-video example
@@ -38,7 +38,7 @@ def main(outdir: str | None = None) -> Path:
     print(f"{device.name}: frames converted on the device: {why_not or 'yes'}")
     preprocess = Preprocess(scale=1 / 255, layout="nhwc")  # uint8 frames in, the model's floats made there
     with Pipeline(models.convnet(), device=device, depth=3, preprocess=preprocess) as pipe:
-        source = VideoSource(video, batch_size=16, inputs=pipe.source_inputs, hwaccel=hwaccel)
+        source = VideoSource(video, 16, pipe.source_inputs, decoding=VideoDecoding(hwaccel=hwaccel))
         summary = run_job(pipe, source, ParquetSink(output), decode_on_device=True)
     table = pq.read_table(output)
     print(f"{video.name}: {summary}")

@@ -3,15 +3,19 @@
 The video sources (a video or stream, a folder or a table of videos, several
 live streams) take a :class:`VideoDecoding`, the image sources (a folder, a
 table, tar archives) an :class:`ImageDecoding`; ``jobs.open_source`` builds
-each once from ``ortpipe run``'s options.  The keyword arguments the sources
-took before still work; ``decoding=`` given, it is what counts.  A choice a
-source has no use for (``videos_at_once`` for one video) is refused, not
-ignored.
+each once from ``ortpipe run``'s options.  A choice a source has no use for
+(``videos_at_once`` for one video) is refused, not ignored.
+
+The keyword arguments ``VideoSource`` and ``LiveStreamsSource`` took before
+(``size=``, ``every=``, ...) still work, deprecated: :func:`from_keywords`,
+the one place that reads them, warns and makes them a ``VideoDecoding``;
+given beside ``decoding=``, they are refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,3 +130,21 @@ def chosen(decoding: Any, used: Sequence[str], source: str) -> tuple[Any, ...]:
 
 def _default(f: dataclasses.Field[Any]) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def from_keywords(source: str, decoding: VideoDecoding | None, keywords: Mapping[str, Any]) -> VideoDecoding:
+    """The decoding a video source was given: ``decoding``, else the deprecated keyword
+    arguments that differ from their defaults, with a DeprecationWarning naming them."""
+    defaults = {f.name: _default(f) for f in dataclasses.fields(VideoDecoding)}
+    given = {name: value for name, value in keywords.items() if value != defaults[name]}
+    if not given:
+        return decoding if decoding is not None else VideoDecoding()
+    choices = ", ".join(f"{name}={value!r}" for name, value in given.items())
+    if decoding is not None:
+        raise SourceError(f"{source}: give decoding= or the keyword arguments ({choices}), not both")
+    warnings.warn(
+        f"{source}({choices}) is deprecated: pass decoding=VideoDecoding({choices})",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return VideoDecoding(**given)

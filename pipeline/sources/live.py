@@ -37,7 +37,7 @@ from ..util.rows import close_iteration
 from ._base import Chunk, RowSource, SourceError
 from ._opening import is_live
 from ._prefetch import put_until_stopped
-from .decoding import STREAMS_CHOICES, VideoDecoding, chosen
+from .decoding import STREAMS_CHOICES, VideoDecoding, chosen, from_keywords
 from .fitting import Fit
 from .videos import STREAM_TIMEOUT_S, VideoSource
 
@@ -81,21 +81,35 @@ class LiveStreamsSource(RowSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        if decoding is not None:  # one value for every choice: it counts
-            (
-                size,
-                pix_fmt,
-                decode_threads,
-                every,
-                fps,
-                fit,
-                format,
-                options,
-                reconnect,
-                timeout_s,
-                hwaccel,
-                skip_unreadable,
-            ) = chosen(decoding, STREAMS_CHOICES, "LiveStreamsSource")
+        keywords = {
+            "size": size,
+            "pix_fmt": pix_fmt,
+            "decode_threads": decode_threads,
+            "every": every,
+            "fps": fps,
+            "fit": fit,
+            "format": format,
+            "options": options or {},
+            "reconnect": reconnect,
+            "timeout_s": timeout_s,
+            "hwaccel": hwaccel,
+            "skip_unreadable": skip_unreadable,
+        }
+        decoding = from_keywords("LiveStreamsSource", decoding, keywords)
+        (
+            size,
+            pix_fmt,
+            decode_threads,
+            every,
+            fps,
+            fit,
+            format,
+            options,
+            reconnect,
+            timeout_s,
+            hwaccel,
+            skip_unreadable,
+        ) = chosen(decoding, STREAMS_CHOICES, "LiveStreamsSource")
         if len(paths) < 2:
             raise SourceError(f"several streams are two or more (one is a VideoSource), got {list(paths)}")
         named = [str(path) for path in paths]

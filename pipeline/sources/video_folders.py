@@ -21,7 +21,7 @@ from ._base import Chunk, RowSource, SourceError, chunk_rows, existing_path, few
 from ._frame_positions import FolderVideo, FramePositions
 from ._opening import checked_hwaccel
 from ._prefetch import in_order
-from .decoding import VIDEOS_CHOICES, VideoDecoding, chosen
+from .decoding import VIDEOS_CHOICES, VideoDecoding, chosen, from_keywords
 from .files import VIDEO_SUFFIXES, video_files
 from .fitting import Fit
 from .tables import PathTable
@@ -31,9 +31,8 @@ from .videos import VideoDecodingFailed, VideoSource
 def _videos_decoding(decoding: VideoDecoding | None, source: str, given: tuple[Any, ...]) -> VideoDecoding:
     """What a folder's or a table's videos are decoded with: ``decoding`` where given (one
     value for every choice: it counts; a choice they have no use for is refused), else the
-    keywords ``given``, in :data:`VIDEOS_CHOICES`' order."""
-    if decoding is None:
-        return VideoDecoding(**dict(zip(VIDEOS_CHOICES, given, strict=True)))
+    deprecated keywords ``given``, in :data:`VIDEOS_CHOICES`' order (:func:`from_keywords`)."""
+    decoding = from_keywords(source, decoding, dict(zip(VIDEOS_CHOICES, given, strict=True)))
     chosen(decoding, VIDEOS_CHOICES, source)
     return decoding
 

@@ -41,7 +41,7 @@ from ._opening import (
     pipe_descriptor,
 )
 from ._seeking import frame_pts
-from .decoding import VIDEO_CHOICES, VideoDecoding, chosen
+from .decoding import VIDEO_CHOICES, VideoDecoding, chosen, from_keywords
 from .fitting import Fit, Placement, check_fit, fit_columns
 
 #: NOTE [ reconnecting ]: the wait before a stream's first try to open it again, doubled for
@@ -146,20 +146,23 @@ class VideoSource(RowSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        if decoding is not None:  # one value for every choice: it counts
-            (
-                size,
-                pix_fmt,
-                decode_threads,
-                timeout_s,
-                every,
-                fps,
-                fit,
-                format,
-                options,
-                reconnect,
-                hwaccel,
-            ) = chosen(decoding, VIDEO_CHOICES, "VideoSource")
+        keywords = {
+            "size": size,
+            "pix_fmt": pix_fmt,
+            "decode_threads": decode_threads,
+            "timeout_s": timeout_s,
+            "every": every,
+            "fps": fps,
+            "fit": fit,
+            "format": format,
+            "options": options or {},
+            "reconnect": reconnect,
+            "hwaccel": hwaccel,
+        }
+        decoding = from_keywords("VideoSource", decoding, keywords)
+        (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel) = chosen(
+            decoding, VIDEO_CHOICES, "VideoSource"
+        )
         _check_stride(every, fps)
         self._open_input(path, timeout_s, format, options, reconnect, hwaccel)
         self.spec = one_input(inputs, input_name, "a video source")

@@ -44,3 +44,30 @@ def test_a_choice_a_source_has_no_use_for_is_refused(tmp_path):
     with pytest.raises(SourceError, match="VideoFolderSource has no use for reconnect"):
         VideoFolderSource(tmp_path, 4, [SPEC], decoding=VideoDecoding(reconnect=3))
     assert VideoDecoding() == VideoDecoding(options={})  # values: equal when their choices are
+
+
+def test_keyword_arguments_of_the_video_sources_are_deprecated_in_one_place(tmp_path):
+    """Issue 36, item 5: ``decoding=`` is how a video source is told; the keywords still work,
+    with a DeprecationWarning that names the value to pass instead, and beside ``decoding=``
+    they are refused."""
+    import warnings
+
+    pytest.importorskip("av")
+    from tests.helpers import encode_video
+
+    clip = encode_video(tmp_path / "clip.mp4", "libx264", {"g": "4"}, frames=12, size=16)
+    (tmp_path / "folder").mkdir()
+    encode_video(tmp_path / "folder" / "a.mp4", "libx264", {"g": "4"}, frames=6, size=16)
+    with pytest.warns(DeprecationWarning, match=r"VideoSource\(size=\(8, 8\), every=2\) is deprecated: pass "):
+        by_keywords = VideoSource(clip, 4, [SPEC], size=(8, 8), every=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the value: no warning
+        by_value = VideoSource(clip, 4, [SPEC], decoding=VideoDecoding(size=(8, 8), every=2))
+        by_default = VideoSource(clip, 4, [TensorSpec("x", SPEC.dtype, ("N", 16, 16, 3))])
+    assert len(by_default) == 12
+    for batch, same in zip(by_keywords, by_value, strict=True):
+        np.testing.assert_array_equal(batch.inputs["x"], same.inputs["x"])
+    with pytest.raises(SourceError, match=r"VideoSource: give decoding= or the keyword arguments \(every=3\)"):
+        VideoSource(clip, 4, [SPEC], every=3, decoding=VideoDecoding(size=(8, 8)))
+    with pytest.warns(DeprecationWarning, match=r"VideoFolderSource\(size=\(8, 8\)\) is deprecated"):
+        VideoFolderSource(tmp_path / "folder", 4, [SPEC], size=(8, 8))
