@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +93,49 @@ def test_a_table_run_imports_neither_the_picture_sources_nor_the_measuring_nor_p
     from pipeline.sources import VideoSource  # imported when asked for
 
     assert pipeline.MultiPipeline.__name__ == "MultiPipeline" and VideoSource.__name__ == "VideoSource"
+
+
+def _relative_imports() -> dict[str, set[str]]:
+    """Each module of the package -> the modules of the package it imports by a relative
+    import, type-only imports and imports inside functions included."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "pipeline"
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                found = f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
+                if found in modules and found != name:
+                    graph[name].add(found)
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Issue 36, item 4: no import cycles between modules, not even through a type-only or a
+    deferred import (a package's ``__init__``, which re-exports its modules, aside)."""
+    graph = _relative_imports()
+    inits = {name for name in graph if (Path("pipeline") / Path(*name.split(".")[1:]) / "__init__.py").exists()}
+    cycles = []
+    for start in graph:
+        if start in inits:
+            continue
+        seen, stack = set(), [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node] - inits:
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert cycles == []

@@ -31,9 +31,9 @@ frame into its surface unless given a stream of its own.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,70 @@ from ..devices.surfaces import FrameHold
 from ._base import SourceError
 from ._opening import hw_api
 from .fitting import Fit, Placement
+
+
+class DecodableVideo(Protocol):
+    """What a device path needs of a video it decodes (a ``VideoSource``, one of a folder's,
+    one of several streams): declared here so that the device paths import no source class."""
+
+    @property
+    def path(self) -> Any: ...
+    @property
+    def spec(self) -> Any: ...
+    @property
+    def fit(self) -> Fit: ...
+    @property
+    def pix_fmt(self) -> str: ...
+    @property
+    def every(self) -> int: ...
+    @property
+    def hwaccel(self) -> str | None: ...
+
+    def opened_on(self, device: Device) -> Any:
+        """The video opened to be decoded on ``device`` (a context manager of a container)."""
+        ...
+
+
+class OneVideo(DecodableVideo, Protocol):
+    """A video source the device path decodes alone (``VideoSource``)."""
+
+    @property
+    def is_pipe(self) -> bool: ...
+    @property
+    def reconnect(self) -> int: ...
+    @property
+    def windowed(self) -> bool: ...
+
+
+class SeveralVideos(Protocol):
+    """A folder's or a table's videos (``VideoFolderSource``, ``VideoTableSource``)."""
+
+    @property
+    def videos(self) -> Sequence[DecodableVideo]: ...
+    @property
+    def skip(self) -> int: ...
+    @property
+    def end(self) -> int | None: ...
+    @property
+    def skip_unreadable(self) -> bool: ...
+    @property
+    def videos_at_once(self) -> int: ...
+
+    def video_meta(self, number: int, rows: int) -> dict[str, np.ndarray]: ...
+
+
+class ArrivingStreams(Protocol):
+    """Several live streams batched as their frames arrive (``LiveStreamsSource``)."""
+
+    @property
+    def streams(self) -> Sequence[OneVideo]: ...
+    @property
+    def spec(self) -> Any: ...
+    @property
+    def hwaccel(self) -> str | None: ...
+
+    def arrivals(self, frames_of: Callable[[int], Any]) -> Iterator[Any]: ...
+
 
 #: the surfaces NVDEC leaves that the kernel reads: 8-bit NV12, and 10-bit P010
 _SURFACES = ("nv12", "p010le")

@@ -13,7 +13,7 @@ columns).  Each batch's frames are then converted into the slot's rows.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,11 +21,16 @@ from .._engine import DeviceTarget
 from ..devices import Device
 from ..util.rows import close_iteration
 from ._base import SourceError
-from .device_frames import ConvertingFill, Decoded, FrameConverter, decoded_frames, device_path, pix_fmt_refused
+from .device_frames import (
+    ArrivingStreams,
+    ConvertingFill,
+    Decoded,
+    FrameConverter,
+    decoded_frames,
+    device_path,
+    pix_fmt_refused,
+)
 from .fitting import fit_columns
-
-if TYPE_CHECKING:
-    from .live import LiveStreamsSource
 
 
 class DeviceStreamsFill(ConvertingFill):
@@ -33,7 +38,7 @@ class DeviceStreamsFill(ConvertingFill):
     ``device``'s memory, batched as they arrive, each frame converted into its row as the
     source would make it.  Use it as a context manager, or ``close()`` it."""
 
-    def __init__(self, source: LiveStreamsSource, device: Device) -> None:
+    def __init__(self, source: ArrivingStreams, device: Device) -> None:
         first = source.streams[0]
         self._source, self.device = source, device
         self._converter = FrameConverter(device, first.fit, bgr=first.pix_fmt == "bgr24")
@@ -72,7 +77,7 @@ class DeviceStreamsFill(ConvertingFill):
             close_iteration(self._chunks)
 
 
-def streams_device_fill_of(source: LiveStreamsSource, device: Device) -> DeviceStreamsFill | str:
+def streams_device_fill_of(source: ArrivingStreams, device: Device) -> DeviceStreamsFill | str:
     """A fill that decodes ``source``'s streams into ``device``'s memory and converts them
     there, or why it cannot (the streams are then decoded as they are: on the CPU, or
     NVDEC's frames downloaded)."""

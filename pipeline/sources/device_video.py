@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -28,8 +28,11 @@ from ._prefetch import in_order
 from .device_frames import (
     HELD_FRAMES,
     ConvertingFill,
+    DecodableVideo,
     Decoded,
     FrameConverter,
+    OneVideo,
+    SeveralVideos,
     decoded_frames,
     device_decoding_unavailable,
     device_opening,
@@ -37,10 +40,6 @@ from .device_frames import (
     pix_fmt_refused,
 )
 from .fitting import Fit, Placement, fit_columns
-
-if TYPE_CHECKING:
-    from .video_folders import VideoFolderSource
-    from .videos import VideoSource
 
 
 class DeviceVideoFill(ConvertingFill):
@@ -155,7 +154,7 @@ class DeviceVideoFill(ConvertingFill):
             self._first.close()  # its video closed, also where no batch was asked for
 
 
-def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str:
+def device_fill_of(source: OneVideo, device: Device) -> DeviceVideoFill | str:
     """A fill that decodes ``source``'s video into ``device``'s memory and converts each
     frame there as the source would make it (NOTE [ NV12 on the device ]), or why it
     cannot (the source then decodes as it does: on the CPU, or NVDEC's frames downloaded)."""
@@ -171,7 +170,7 @@ def device_fill_of(source: VideoSource, device: Device) -> DeviceVideoFill | str
     return _made([source], device, hwaccel, 1)
 
 
-def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVideoFill | str:
+def folder_device_fill_of(source: SeveralVideos, device: Device) -> DeviceVideoFill | str:
     """:func:`device_fill_of` for a folder's (or a table's) videos, ``videos_at_once`` of them
     decoded at once (a GPU's several decoders), their rows each with its ``path``."""
     videos = source.videos
@@ -188,7 +187,7 @@ def folder_device_fill_of(source: VideoFolderSource, device: Device) -> DeviceVi
 
 
 def _made(
-    videos: list[VideoSource],
+    videos: Sequence[DecodableVideo],
     device: Device,
     hwaccel: str,
     at_once: int,

@@ -15,8 +15,8 @@ those of the iteration (the same :meth:`records`), resumed runs included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,8 +25,20 @@ from ..session import TensorSpec
 from ._base import SourceError
 from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
 
-if TYPE_CHECKING:
-    from .tables import ColumnarSource
+
+class RecordSource(Protocol):
+    """What a filler reads of a table source (``ColumnarSource``): declared here, so that
+    this module imports no source class."""
+
+    path: Any
+    batch_size: int
+
+    @property
+    def columns(self) -> Mapping[str, Sequence[str]]: ...
+
+    def records(self) -> Generator[tuple[Any, dict[str, np.ndarray], int], None, None]:
+        """Each record batch with its rows' metadata and the row of the table it starts at."""
+        ...
 
 
 def filled_rows(
@@ -62,7 +74,7 @@ class TableFiller:
     """Writes a table source's record batches into slots, one per ``fill(slot)``
     (NOTE [ tables fill slots ]); ``close()`` ends the reading."""
 
-    def __init__(self, source: ColumnarSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    def __init__(self, source: RecordSource, row_shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
         self._records = source.records()
         self._columns = dict(source.columns)
         self._path = str(source.path)
