@@ -25,7 +25,6 @@ from ._args import (
 
 DEFAULT_MODEL = "convnet"
 DEFAULT_BATCH_SIZE = 32
-DEFAULT_LINK_GBPS = 12.0
 #: timed seconds a mode gets in each round, where --batches is not given (figures steady from run to run
 #: need time, not a count: 40 batches of a small model are over in milliseconds)
 DEFAULT_DURATION_S = 0.5
@@ -123,7 +122,7 @@ def _bench_how(how: Any) -> None:
         "--link-gbps",
         type=positive(float),
         default=None,
-        help=f"emulated link on the host device (default {DEFAULT_LINK_GBPS:g} GB/s with no GPU)",
+        help="a GPU's link emulated on the host device, GB/s (default none: without a GPU, the CPU as it is)",
     )
     how.add_argument("--latency-us", type=float, default=10.0, help="emulated link latency per copy")
     how.add_argument("--threads", type=positive(int), default=None, help="ORT intra-op threads")

@@ -40,7 +40,7 @@ from ._args import (
     constant_arrays,
     with_heads,
 )
-from ._bench_options import DEFAULT_BATCH_SIZE, DEFAULT_DURATION_S, DEFAULT_LINK_GBPS
+from ._bench_options import DEFAULT_BATCH_SIZE, DEFAULT_DURATION_S
 from ._reports import write_report, write_timelines
 
 
@@ -72,8 +72,8 @@ def _bench_device(args: argparse.Namespace, spec: str | Device) -> tuple[Device,
             return resolve_device("cuda:0", provider_options), "CUDA found"
         if provider_options:
             raise PipelineError(f"--provider-option sets ORT's CUDA provider, and there is no CUDA here: {reason}")
-        device = HostDevice(link_gbps=DEFAULT_LINK_GBPS, latency_us=args.latency_us)
-        return device, f"no CUDA ({reason}); host device with an emulated {DEFAULT_LINK_GBPS:g} GB/s link"
+        # issue 38: without a GPU the CPU is measured as it is, not a link that is not there
+        return resolve_device("cpu"), f"no CUDA ({reason}); the CPU, ORT's CPU EP (--link-gbps N emulates a GPU's link)"
     return resolve_device(spec, provider_options), f"--device {spec}"
 
 
