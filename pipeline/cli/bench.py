@@ -384,7 +384,13 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     results, traced = _run_workloads(args, device, workloads, progress.tick, multi)
     progress.close()
     print(format_table(results))
-    for line in (fastest_line(results), spread_line(results), bottleneck_line(results), scaling_line(results)):
+    emulated = isinstance(device, HostDevice) and device.link is not None
+    for line in (
+        fastest_line(results, emulated),
+        spread_line(results),
+        bottleneck_line(results),
+        scaling_line(results),
+    ):
         if line is not None:
             print(line)
     compared = None

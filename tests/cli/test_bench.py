@@ -245,3 +245,15 @@ def test_the_arrays_mode_registers_in_place_and_names_a_fallback():
         limited.close()
     assert row.batches == 6 and limited.registered_reads == 0
     assert "(its inputs were staged into pinned memory: the locked-memory limit (100 bytes)" in bottleneck_line([row])
+
+
+def test_rounds_on_both_sides_of_naive_name_no_winner():
+    """Issue 38, item 2: a difference the rounds do not agree on is said to be within the noise."""
+    naive = ModeResult("naive", None, 10, 100, 1.0, batch_size=8, rates=(90.0, 100.0, 110.0))
+    caller = ModeResult("caller", 2, 10, 120, 1.0, batch_size=8, rates=(80.0, 120.0, 140.0))
+    line = fastest_line([naive, caller])
+    assert line.startswith("no clear winner: caller at depth 2 ran 1.20x naive at the median, but 0.89-1.27x")
+    assert "within the noise" in line
+    assert fastest_line([naive, caller], emulated=True).startswith("no clear winner on an emulated link:")
+    clear = ModeResult("caller", 2, 10, 300, 1.0, batch_size=8, rates=(300.0, 270.0, 330.0))
+    assert fastest_line([naive, clear], emulated=True).startswith("fastest on an emulated link: caller at depth 2")
