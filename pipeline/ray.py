@@ -99,7 +99,7 @@ class Predictor:
         try:
             features = self._scorer.features(batch)
             outputs = await self._outputs(features)
-            return self._scorer.table(batch, outputs)
+            return self._scorer.table(batch, outputs, self.pipeline.class_labels)
         except BaseException as exc:
             self._end_if_lost(exc)
             raise

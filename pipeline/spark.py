@@ -92,7 +92,9 @@ def output_schema(
     model's declared outputs (read from the ONNX file: no session)."""
     from pyspark.sql import types as T
 
-    from .session import declared_outputs
+    from .session import declared_outputs, graph_of
+    from .session.classifiers import declared_classes
+    from .sinks import class_column_names
 
     spark_types = {
         "bool": T.BooleanType(),
@@ -104,12 +106,20 @@ def output_schema(
         "float64": T.DoubleType(),
     }
     fields = [input_schema[name] for name in keep_columns]
-    specs = declared_outputs(model)
-    if outputs is not None:
-        specs = tuple(spec for spec in specs if spec.name in outputs)
-    for spec in specs:
-        element = spark_types[_WIDENED.get(spec.dtype.name, spec.dtype.name)]
-        kind = element if spec.rank <= 1 else T.ArrayType(element, containsNull=False)
+    proto = graph_of(model)
+    classes = declared_classes(proto)  # NOTE [ class columns ]: a column a class
+    chosen = [value for value in proto.graph.output if outputs is None or value.name in outputs]
+    for value in chosen:
+        if value.name in classes:
+            for column in class_column_names(value.name, classes[value.name]):
+                fields.append(T.StructField(column, T.FloatType(), nullable=False))
+            continue
+        spec = declared_outputs(proto, [value.name])[0]
+        element = (
+            T.StringType() if spec.dtype.kind == "O" else spark_types[_WIDENED.get(spec.dtype.name, spec.dtype.name)]
+        )
+        one_value = spec.rank <= 1 or all(dim == 1 for dim in spec.shape[1:])  # a plain column, as sinks write it
+        kind = element if one_value else T.ArrayType(element, containsNull=False)
         name = f"output_{spec.name}" if spec.name in keep_columns else spec.name
         fields.append(T.StructField(name, kind, nullable=False))
     return T.StructType(fields)
@@ -158,7 +168,7 @@ class _Engine:
         else:  # a batch of no rows
             outputs = empty_outputs(self.pipeline, features)
         widened = {name: _widened(values) for name, values in outputs.items()}
-        yield from _as_lists(self.scorer.table(batch, widened)).to_batches()
+        yield from _as_lists(self.scorer.table(batch, widened, self.pipeline.class_labels)).to_batches()
 
 
 def _engine(key: str, model: ModelSource, settings: Mapping[str, Any]) -> _Engine:

@@ -212,3 +212,23 @@ def test_a_bad_column_gives_ortpipes_message(ray, data):
     )
     with pytest.raises(Exception, match=r"columns \['nope'\] for input 'x' are not in 'the batch'"):
         scored.take_all()
+
+
+def test_a_classifier_as_its_converter_exports_it_gets_a_column_a_class(ray, tmp_path):
+    """Issue 37: skl2onnx's default export (a ZipMap), through Ray Data's map_batches."""
+    from tests.classifiers import FEATURES as F
+    from tests.classifiers import exported, training_data, zipmap_reference
+
+    x, _ = training_data(rows=400, seed=13)
+    pq.write_table(pa.table({"id": np.arange(400), **{f"f{i}": x[:, i] for i in range(F)}}), tmp_path / "x.parquet")
+    model = tmp_path / "logreg.onnx"
+    model.write_bytes(exported("logreg"))
+    scored = predict(
+        ray.data.read_parquet(str(tmp_path / "x.parquet")), str(model), keep_columns=["id"], id_column="id"
+    )
+    table = pa.concat_tables(ray.get(scored.to_arrow_refs())).sort_by("id")
+    labels, maps = zipmap_reference(exported("logreg"), x)
+    assert table.column_names == ["id", "output_label", *[f"output_probability_{c}" for c in sorted(maps[0])]]
+    np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
+    want = np.array([row[1] for row in maps], np.float32)
+    np.testing.assert_allclose(table["output_probability_1"].to_numpy(), want, rtol=1e-6, atol=1e-7)

@@ -80,3 +80,23 @@ def test_columns_named_and_outputs_chosen(spark, data):
     table = frame.mapInArrow(fn, schema).toArrow().sort_by("id")
     assert table.column_names == ["id", "f0", "scores"]
     np.testing.assert_allclose(np.stack(table["scores"].to_numpy(zero_copy_only=False)), expected["scores"], rtol=1e-6)
+
+
+def test_a_classifier_as_its_converter_exports_it_gets_a_column_a_class(spark, tmp_path):
+    """Issue 37: a LightGBM classifier exported by onnxmltools (a ZipMap, a label declared [1])."""
+    from tests.classifiers import FEATURES as F
+    from tests.classifiers import exported, training_data, zipmap_reference
+
+    x, _ = training_data(rows=500, seed=12)
+    pq.write_table(pa.table({"id": np.arange(500), **{f"f{i}": x[:, i] for i in range(F)}}), tmp_path / "x.parquet")
+    model = tmp_path / "lightgbm.onnx"
+    model.write_bytes(exported("lightgbm"))
+    frame = spark.read.parquet(str(tmp_path / "x.parquet"))
+    schema = output_schema(str(model), frame.schema, keep_columns=["id"])
+    assert schema.fieldNames() == ["id", "label", "probabilities_0", "probabilities_1", "probabilities_2"]
+    fn = scorer(str(model), keep_columns=["id"], id_column="id", device="cpu")
+    table = frame.mapInArrow(fn, schema).toArrow().sort_by("id")
+    labels, maps = zipmap_reference(exported("lightgbm"), x)
+    np.testing.assert_array_equal(table["label"].to_numpy(), labels)
+    want = np.array([row[2] for row in maps], np.float32)
+    np.testing.assert_allclose(table["probabilities_2"].to_numpy(), want, rtol=1e-6, atol=1e-7)

@@ -103,8 +103,17 @@ class ArrowScorer:
             features[spec.name] = cast_columns(spec, values)
         return features
 
-    def table(self, batch: Any, outputs: Mapping[str, np.ndarray]) -> Any:
-        """The kept columns of ``batch`` and one column an output, in ``batch``'s format."""
+    def table(
+        self, batch: Any, outputs: Mapping[str, np.ndarray], labels: Mapping[str, Sequence[int | str]] | None = None
+    ) -> Any:
+        """The kept columns of ``batch`` and one column an output, in ``batch``'s format, as a
+        sink writes them: a classifier's probabilities a column a class (``labels``: NOTE [ class
+        columns ]), one value a row a plain column."""
+        if labels:
+            from ..sinks import class_columns
+
+            outputs = class_columns(outputs, labels)
+        outputs = {name: _one_value_a_row(values) for name, values in outputs.items()}
         if isinstance(batch, Mapping):
             kept = {name: np.asarray(batch[name]) for name in self.keep_columns}
             return {**kept, **{_output_name(name, kept): values for name, values in outputs.items()}}
@@ -179,6 +188,11 @@ def _arrow_type(values: np.ndarray) -> Any:
         return pa.string()
     element = pa.from_numpy_dtype(values.dtype)
     return pa.list_(element, values.shape[1]) if values.ndim == 2 else element
+
+
+def _one_value_a_row(values: np.ndarray) -> np.ndarray:
+    """``[N, 1]`` (or ``[N, 1, 1]``) as ``[N]``: a plain column, not a one-element list."""
+    return values.reshape(len(values)) if values.ndim > 1 and values.size == len(values) else values
 
 
 def _arrow_column(values: np.ndarray) -> Any:

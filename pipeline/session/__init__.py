@@ -11,6 +11,7 @@ from .specs import (
     TensorSpec,
     declared_inputs,
     declared_outputs,
+    graph_of,
     nbytes_of,
     ort_model_arg,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "TensorSpec",
     "declared_inputs",
     "declared_outputs",
+    "graph_of",
     "nbytes_of",
     "ort_model_arg",
 ]

@@ -71,6 +71,17 @@ def unzipped(model: ModelSource, outputs: list[str]) -> Unzipped:
     return Unzipped(proto.SerializeToString(), labels)
 
 
+def declared_classes(proto: Any) -> dict[str, tuple[int | str, ...]]:
+    """Each graph output a ZipMap makes, with its classes, read from the graph (no session:
+    for a schema made before any run, Spark's)."""
+    outputs = {value.name for value in proto.graph.output}
+    return {
+        node.output[0]: _classes(node)
+        for node in proto.graph.node
+        if node.op_type == "ZipMap" and node.output[0] in outputs
+    }
+
+
 def _classes(node: Any) -> tuple[int | str, ...]:
     for attribute in node.attribute:
         if attribute.name == "classlabels_int64s":

@@ -107,17 +107,19 @@ def ort_model_arg(model: ModelSource) -> str | bytes:
 def declared_inputs(model: ModelSource) -> tuple[TensorSpec, ...]:
     """The graph's inputs as the ONNX file declares them, without building a session
     (for decisions made before the real session exists)."""
-    proto = _graph_of(model)
+    proto = graph_of(model)
     weights = {init.name for init in proto.graph.initializer}
     return tuple(_declared(value) for value in proto.graph.input if value.name not in weights)
 
 
-def declared_outputs(model: ModelSource) -> tuple[TensorSpec, ...]:
-    """The graph's outputs as the ONNX file declares them (a schema made before any run)."""
-    return tuple(_declared(value) for value in _graph_of(model).graph.output)
+def declared_outputs(model: ModelSource, names: Sequence[str] | None = None) -> tuple[TensorSpec, ...]:
+    """The graph's outputs (those ``names``, else every one) as the ONNX file declares them
+    (a schema made before any run)."""
+    values = graph_of(model).graph.output
+    return tuple(_declared(value) for value in values if names is None or value.name in names)
 
 
-def _graph_of(model: ModelSource) -> Any:
+def graph_of(model: ModelSource) -> Any:
     """The model's ONNX proto, its external weights left on disk."""
     import onnx
 
