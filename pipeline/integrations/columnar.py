@@ -107,8 +107,8 @@ class ArrowScorer:
         self, batch: Any, outputs: Mapping[str, np.ndarray], labels: Mapping[str, Sequence[int | str]] | None = None
     ) -> Any:
         """The kept columns of ``batch`` and one column an output, in ``batch``'s format, as a
-        sink writes them: a classifier's probabilities a column a class (``labels``: NOTE [ class
-        columns ]), one value a row a plain column."""
+        sink writes them: a classifier's probabilities a column a class (``labels``:
+        NOTE [ class columns ]), one value a row a plain column."""
         if labels:
             from ..sinks import class_columns
 
