@@ -81,20 +81,8 @@ class LiveStreamsSource(RowSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        keywords = {
-            "size": size,
-            "pix_fmt": pix_fmt,
-            "decode_threads": decode_threads,
-            "every": every,
-            "fps": fps,
-            "fit": fit,
-            "format": format,
-            "options": options or {},
-            "reconnect": reconnect,
-            "timeout_s": timeout_s,
-            "hwaccel": hwaccel,
-            "skip_unreadable": skip_unreadable,
-        }
+        given = (size, pix_fmt, decode_threads, every, fps, fit, format, options or {}, reconnect, timeout_s)
+        keywords = dict(zip(STREAMS_CHOICES, (*given, hwaccel, skip_unreadable), strict=True))
         decoding = from_keywords("LiveStreamsSource", decoding, keywords)
         (
             size,

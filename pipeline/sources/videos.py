@@ -146,20 +146,8 @@ class VideoSource(RowSource):
         *,
         decoding: VideoDecoding | None = None,
     ):
-        keywords = {
-            "size": size,
-            "pix_fmt": pix_fmt,
-            "decode_threads": decode_threads,
-            "timeout_s": timeout_s,
-            "every": every,
-            "fps": fps,
-            "fit": fit,
-            "format": format,
-            "options": options or {},
-            "reconnect": reconnect,
-            "hwaccel": hwaccel,
-        }
-        decoding = from_keywords("VideoSource", decoding, keywords)
+        given = (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options or {}, reconnect, hwaccel)
+        decoding = from_keywords("VideoSource", decoding, dict(zip(VIDEO_CHOICES, given, strict=True)))
         (size, pix_fmt, decode_threads, timeout_s, every, fps, fit, format, options, reconnect, hwaccel) = chosen(
             decoding, VIDEO_CHOICES, "VideoSource"
         )
