@@ -66,7 +66,7 @@ def unzipped(model: ModelSource, outputs: list[str]) -> Unzipped:
     for value in graph.output:
         if value.name in labels:
             value.type.CopyFrom(
-                onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, ["N", len(labels[value.name])])
+                onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [None, len(labels[value.name])])
             )
     return Unzipped(proto.SerializeToString(), labels)
 
