@@ -43,6 +43,7 @@ from ..sources import (
     PARQUET_SUFFIXES,
     VIDEO_SUFFIXES,
     CsvSource,
+    JsonLinesSource,
     NpySource,
     ParquetDatasetSource,
     ParquetSource,
@@ -113,6 +114,8 @@ def _path_kind(path: str | Path, video_format: str | None = None) -> str:
         return "parquet"
     if suffix == ".csv":
         return "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
     if suffix in VIDEO_SUFFIXES:
         return "video"
     if suffix in ARCHIVE_SUFFIXES:  # NOTE [ image archives ]
@@ -122,8 +125,8 @@ def _path_kind(path: str | Path, video_format: str | None = None) -> str:
     if not path.exists():
         raise SourceError(f"input not found: {str(path)!r}")
     raise SourceError(
-        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, a video ({', '.join(VIDEO_SUFFIXES)}), "
-        "a .tar of images or a folder of images"
+        f"cannot tell what {str(path)!r} is: expected .npy, .parquet, .csv, .jsonl, "
+        f"a video ({', '.join(VIDEO_SUFFIXES)}), a .tar of images or a folder of images"
     )
 
 
@@ -214,8 +217,9 @@ def open_source(
     specs = pipe.source_inputs
     if kind == "npy":
         return NpySource(path, batch_size, specs, options.input_name)
-    if kind in ("parquet", "csv"):
-        table = CsvSource if kind == "csv" else ParquetDatasetSource if Path(path).is_dir() else ParquetSource
+    if kind in ("parquet", "csv", "jsonl"):
+        text = {"csv": CsvSource, "jsonl": JsonLinesSource}.get(kind)
+        table = text or (ParquetDatasetSource if Path(path).is_dir() else ParquetSource)
         return table(path, batch_size, specs, dict(options.columns or {}), options.id_column)
     if kind in ("streams", "video", "videos"):
         return _video_source(kind, path, batch_size, specs, options)

@@ -87,7 +87,7 @@ from .files import (
 )
 from .fitting import FIT_COLUMNS, FIT_MODES, Fit, Placement
 from .table_filling import TableFiller
-from .tables import CsvSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
+from .tables import CsvSource, JsonLinesSource, NpySource, ParquetDatasetSource, ParquetSource, rebatch
 
 if TYPE_CHECKING:
     from .archives import ImageArchiveSource, archive_files, shard_of
@@ -133,6 +133,7 @@ __all__ = [
     "VIDEO_SUFFIXES",
     "Chunk",
     "CsvSource",
+    "JsonLinesSource",
     "DeviceVideoFill",
     "Fit",
     "ImageArchiveSource",

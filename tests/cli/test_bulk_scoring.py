@@ -33,6 +33,16 @@ def _run(tmp_path, kind, source, output, *more):
     assert main(args) == 0
 
 
+def _write(table, path):
+    """``table`` as Parquet, CSV or JSON Lines, by ``path``'s suffix."""
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    elif path.suffix == ".csv":
+        pacsv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+
+
 def _read(path):
     if path.suffix == ".parquet":
         return pq.read_table(path)
@@ -212,7 +222,7 @@ def test_string_classes_are_written_as_strings(tmp_path, features, suffix):
     np.testing.assert_allclose(table["output_probability_mid"].to_numpy(), want, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_a_string_column_feeds_a_one_hot_encoder(tmp_path, suffix):
     """The most common tabular pipeline: a ColumnTransformer with a OneHotEncoder over a string column."""
     from tests.classifiers import colour_frame
@@ -220,8 +230,7 @@ def test_a_string_column_feeds_a_one_hot_encoder(tmp_path, suffix):
     x, _ = training_data(rows=ROWS, seed=9)
     frame = colour_frame(x)
     source = tmp_path / f"mixed{suffix}"
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(table, source)
+    _write(pa.Table.from_pandas(frame, preserve_index=False), source)
     output = tmp_path / "scores.parquet"
     _run(tmp_path, "onehot_strings", source, output)
     import onnxruntime as ort
@@ -284,7 +293,7 @@ def test_shapes_come_from_the_runs_where_a_probe_on_zeros_cannot_run(device, sta
     np.testing.assert_array_equal(got, price // pack)
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_bool_columns_feed_a_bool_input(tmp_path, suffix):
     import onnx
     from onnx import TensorProto, helper
@@ -299,7 +308,25 @@ def test_bool_columns_feed_a_bool_input(tmp_path, suffix):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), model)
     flags = np.random.default_rng(11).random(ROWS) > 0.5
     source = tmp_path / f"flags{suffix}"
-    (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(pa.table({"flag": flags}), source)
+    _write(pa.table({"flag": flags}), source)
     output = tmp_path / "negated.parquet"
     assert main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress"]) == 0
     assert pq.read_table(output)["negated"].to_pylist() == list(~flags)
+
+
+def test_a_json_lines_table_scores_as_its_parquet_does_and_resumes(tmp_path):
+    """JSON Lines in (issue 37, item 2): the same rows as from Parquet; a resumed run keeps its ids."""
+    x, _ = training_data(rows=ROWS, seed=14)
+    table = pa.table({"id": np.arange(ROWS) + 7, **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+    _write(table, tmp_path / "rows.jsonl")
+    _write(table, tmp_path / "rows.parquet")
+    for suffix in (".jsonl", ".parquet"):
+        _run(tmp_path, "logreg", tmp_path / f"rows{suffix}", tmp_path / f"from{suffix}.parquet", "--batch-size", "64")
+    got, want = pq.read_table(tmp_path / "from.jsonl.parquet"), pq.read_table(tmp_path / "from.parquet.parquet")
+    assert got.column_names == want.column_names and got["id"].to_pylist() == list(range(7, 7 + ROWS))
+    np.testing.assert_array_equal(got["output_label"].to_numpy(), want["output_label"].to_numpy())
+    np.testing.assert_allclose(got["output_probability_1"].to_numpy(), want["output_probability_1"].to_numpy())
+    first = tmp_path / "first.parquet"
+    _run(tmp_path, "logreg", tmp_path / "rows.jsonl", first, "--batch-size", "64", "--limit", "100")
+    _run(tmp_path, "logreg", tmp_path / "rows.jsonl", first, "--batch-size", "64", "--resume")
+    assert pq.read_table(first)["id"].to_pylist() == list(range(7, 7 + ROWS))
