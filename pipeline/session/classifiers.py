@@ -50,13 +50,10 @@ def unzipped(model: ModelSource, outputs: list[str]) -> Unzipped:
     loadable = ort_model_arg(model)
     proto = onnx.load_model(loadable) if isinstance(loadable, str) else onnx.load_model_from_string(loadable)
     graph = proto.graph
-    labels: dict[str, tuple[int | str, ...]] = {}
-    for index, node in enumerate(graph.node):
-        if node.op_type != "ZipMap" or node.output[0] not in outputs:
-            continue
-        classes = _classes(node)
-        labels[node.output[0]] = classes
-        graph.node[index].CopyFrom(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+    labels = {name: classes for name, classes in declared_classes(proto).items() if name in outputs}
+    for node in graph.node:
+        if node.op_type == "ZipMap" and node.output[0] in labels:
+            node.CopyFrom(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
     missing = [name for name in outputs if name not in labels]
     if missing:
         raise ModelError(

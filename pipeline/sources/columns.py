@@ -206,8 +206,15 @@ def _column_kind_for(dtype: np.dtype) -> Callable[[Any], bool]:
     if dtype.kind == "b":
         return lambda kind: bool(pa.types.is_boolean(kind))
     if dtype.kind == "O":
-        return lambda kind: bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+        return is_text
     return is_numeric
+
+
+def is_text(arrow_type: Any) -> bool:
+    """Whether a column holds strings (NOTE [ string tensors ])."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
 
 
 def is_numeric(arrow_type: Any) -> bool:
@@ -229,7 +236,7 @@ def numeric_column(name: str, column: Any, place: tuple[str, int] | None = None)
 
     kind = column.type
     listed = is_list(kind)
-    text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    text = is_text(kind)
     if not (listed or text or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise SourceError(f"column {name!r} has type {kind}: not numbers, bools or strings")
     if column.null_count:
