@@ -100,3 +100,16 @@ def test_the_spark_function_keeps_one_engine_a_worker_and_takes_empty_batches(mo
 
 def _empty(table: pa.Table) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def test_a_one_dim_input_takes_one_column_from_numpy_and_arrow_batches():
+    """Issue 37, item 3: an input of ``[N]`` takes its column as it is, in either batch format."""
+    import pyarrow as pa
+
+    from pipeline import TensorSpec
+    from pipeline.integrations.columnar import ArrowScorer
+
+    scorer = ArrowScorer([TensorSpec("v", np.dtype(np.float32), ("N",))])
+    values = np.arange(5, dtype=np.float32)
+    assert scorer.features({"v": values})["v"].shape == (5,)
+    assert scorer.features(pa.table({"v": values}))["v"].shape == (5,)

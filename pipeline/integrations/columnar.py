@@ -99,8 +99,8 @@ class ArrowScorer:
         features = {}
         for spec in self.inputs:
             parts = [np.asarray(batch[c]) for c in columns[spec.name]]
-            values = parts[0] if len(parts) == 1 and parts[0].ndim == 2 else np.stack(parts, axis=1)
-            features[spec.name] = cast_columns(spec, values)
+            one = len(parts) == 1 and (parts[0].ndim == 2 or spec.rank == 1)  # as ``stacked`` takes them
+            features[spec.name] = cast_columns(spec, parts[0] if one else np.stack(parts, axis=1))
         return features
 
     def table(
