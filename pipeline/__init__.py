@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import models
-from ._engine import BatchTrace, Layout, Preprocess
+from ._engine import BatchTrace, Layout
 from .devices import (
     ChaosOptions,
     Device,
@@ -22,7 +22,7 @@ from .devices import (
 )
 from .frontends.feed import Feed, FeedClosed
 from .frontends.pipeline import Pipeline, PipelineOptions
-from .session import OrtSession, SessionConfig, TensorSpec
+from .session import OrtSession, Preprocess, SessionConfig, TensorSpec
 from .stats import MultiStats, Stats
 from .util.errors import (
     DeviceError,

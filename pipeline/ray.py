@@ -43,9 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import Preprocess
 from .integrations.columnar import ArrowScorer, chunked, empty_outputs, joined
-from .session import ModelSource
+from .session import ModelSource, Preprocess
 from .util.errors import SourceError
 
 

@@ -139,3 +139,66 @@ def test_no_module_imports_one_that_imports_it_back():
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
     assert cycles == []
+
+
+def _imports_from_outside(package: str) -> dict[str, set[str]]:
+    """Each module outside ``package`` -> the names it imports from ``package`` or its modules
+    (key ``module:name``), deferred imports included."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "pipeline"
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name == package or name.startswith(package + "."):
+            continue
+        own = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = own.split(".")[: len(own.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            if target == package or target.startswith(package + "."):
+                found.setdefault(name, set()).update(f"{target}:{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_engine_exports_exactly_what_the_front_ends_import():
+    """Issue 36, item 2: the front ends use the engine through the names its package exports,
+    no more (an unused export is a name the engine need not show) and no fewer (no reach into
+    one of its modules)."""
+    import pipeline._engine as engine
+
+    imported = set().union(*_imports_from_outside("pipeline._engine").values())
+    assert {entry for entry in imported if not entry.startswith("pipeline._engine:")} == set()
+    assert {entry.partition(":")[2] for entry in imported} == set(engine.__all__)
+
+
+def test_the_layers_below_the_engine_do_not_import_it():
+    """DESIGN.md's layers: the devices, the session and the utilities import no engine."""
+    importers = _imports_from_outside("pipeline._engine")
+    below = [name for name in importers if name.partition(".")[2].partition(".")[0] in ("devices", "session", "util")]
+    assert below == []
+
+
+def test_no_private_module_or_name_is_imported_from_another_package():
+    """Issue 36, item 4: a package's private modules and names stay inside it (the engine,
+    ``pipeline._engine``, is a private package that its front ends import by its exports)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "pipeline"
+    crossing = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            module = node.module or ""
+            # a private module of its own package is the package's business (level 1)
+            private = node.level > 1 and any(part.startswith("_") and part != "_engine" for part in module.split("."))
+            names = [alias.name for alias in node.names if alias.name.startswith("_") and not alias.name.endswith("__")]
+            if private or names:
+                crossing.append(f"{name}: from {'.' * node.level}{module} import {[a.name for a in node.names]}")
+    assert crossing == []

@@ -6,9 +6,7 @@ front ends (``Pipeline``, ``MultiPipeline``, the jobs, the CLI), which use only
 the names this package exports.  Its modules, one idea each:
 
 * ``layout`` - a batch checked against the model, and the slot layout it implies;
-* ``casting`` - which casts of an input are made, and which refused;
 * ``batch_size`` - batch sizes picked for the bytes a row costs;
-* ``preprocess`` - the device-side conversion of uint8 pictures into the model's floats;
 * ``rings`` - the four buffer rings, the slots in them and their guards (NOTE [ buffer reuse ]);
 * ``hostcopy`` - large host copies split across threads;
 * ``windows`` - whole inputs and outputs registered in place instead of staged;
@@ -29,9 +27,8 @@ the names this package exports.  Its modules, one idea each:
 from __future__ import annotations
 
 from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
-from .casting import castable, exact_cast_refusal
 from .device_filled import DeviceFill, DeviceTarget
-from .direct import DirectRun, not_per_row
+from .direct import DirectRun, joined_rows, not_per_row
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
 from .issuing import SKIP, HandOverAdvisor, threads_slower
 from .layout import (
@@ -44,10 +41,8 @@ from .layout import (
     row_shape_fits,
     split_rows,
 )
-from .preprocess import Preprocess
 from .records import (
     BLOCKED_SOURCE,
-    CLOSED_MID_RUN,
     STAGE_FIELDS,
     STAGES,
     THREAD_PREFIX,
@@ -67,11 +62,8 @@ from .run import EngineParts, EngineRun, RunInput
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
-    "castable",
-    "exact_cast_refusal",
     "BatchTiming",
     "BatchTrace",
-    "CLOSED_MID_RUN",
     "CopiedOutputs",
     "CopyThreads",
     "DEFAULT_BATCH_SIZE",
@@ -89,7 +81,6 @@ __all__ = [
     "InputChecker",
     "Layout",
     "MakeTake",
-    "Preprocess",
     "ResultWindows",
     "Rings",
     "RunConfig",
@@ -107,6 +98,7 @@ __all__ = [
     "fixed_row_shape",
     "BLOCKED_SOURCE",
     "interrupt_source",
+    "joined_rows",
     "layout_for",
     "layout_of_model",
     "not_per_row",

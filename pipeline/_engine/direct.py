@@ -164,6 +164,13 @@ class DirectRun(Generic[T]):
         rows = bound = next(iter(feeds.values())).shape[0]
         if self._pads:
             bound = self._bound_rows(index, feeds, rows)
+            if bound != rows:  # NOTE [ rows that interact ]: a dict lookup once checked
+                assert self._layout is not None  # a layout that pads
+                shapes = {name: (bound, *value.shape[1:]) for name, value in feeds.items()}
+                try:
+                    self._session.check_padding(shapes, rows, *self._layout.padding_words())
+                except ModelError as exc:  # the batch's compute refused, as the engine says it
+                    raise compute_failed(index, exc, rows, None) from exc
         if bound != rows or self._unusual(feeds):
             feeds = self._padded(feeds, bound)
         constants = self._session.constants
@@ -248,7 +255,7 @@ class DirectRun(Generic[T]):
             if len(timings) >= _RECORD_EVERY:
                 self._record()
         self._record()
-        return {name: np.concatenate(parts) for name, parts in zip(names, kept, strict=True)}
+        return joined_rows(dict(zip(names, kept, strict=True)))
 
     def _run_call(self) -> Callable[..., list[np.ndarray]]:
         """ORT's ``run(output names, feeds, run options)``: the binding's own, below
@@ -308,8 +315,10 @@ def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
         else:  # C order, native byte order: as ORT reads memory
             array = np.ascontiguousarray(value, value.dtype.newbyteorder("="))
         rows = array.shape[0]
-        if rows < bound:
+        if rows < bound:  # zero rows; empty strings for strings (NOTE [ string tensors ])
             full = np.zeros((bound, *array.shape[1:]), array.dtype)
+            if array.dtype.kind == "O":
+                full[...] = ""
             full[:rows] = array
             array = full
         arrays[name] = array
@@ -319,6 +328,17 @@ def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
 def _cut(outputs: dict[str, np.ndarray], rows: int, bound: int) -> dict[str, np.ndarray]:
     """Outputs of a padded run without the padding rows' (those with one row per input row)."""
     return {name: value[:rows] if value.ndim and value.shape[0] == bound else value for name, value in outputs.items()}
+
+
+def joined_rows(parts: Mapping[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each output's batches joined along their rows; an output whose rows change shape
+    from batch to batch (a shape that depends on the batch, not only its rows) refused."""
+    for name, values in parts.items():
+        first = values[0].shape[1:]
+        for index, value in enumerate(values):
+            if value.shape[1:] != first:
+                raise not_per_row(name, index, [value.shape[0], *first], value)
+    return {name: np.concatenate(values) for name, values in parts.items()}
 
 
 def not_per_row(name: str, index: int, expected: list[object], value: np.ndarray) -> PipelineInputError:

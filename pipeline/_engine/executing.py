@@ -77,6 +77,8 @@ class Executor:
         compute.wait_event(events.h2d_done)
         slot.outputs_writable(compute)
         work.out_layout, work.out_sizes, trace.d2h_bytes = self._outputs_for(work)
+        if trace.bound_rows > trace.rows:  # NOTE [ rows that interact ]: a dict lookup once checked
+            self._layout.check_padding(self._session, trace.rows, work.row_shapes)
         with ctx.device.annotate("run", trace.index):
             if events.run_start is not None:
                 events.run_start.record(compute)

@@ -37,10 +37,8 @@ from functools import cached_property
 import numpy as np
 
 from ..devices import DeviceArray
-from ..session import Shape, TensorSpec, nbytes_of
+from ..session import OrtSession, Preprocess, Shape, TensorSpec, castable, exact_cast_refusal, nbytes_of
 from ..util.errors import ModelError, PipelineInputError
-from .casting import castable, exact_cast_refusal
-from .preprocess import Preprocess
 
 
 def _same_dtype(got: np.dtype, expected: np.dtype) -> bool:
@@ -271,17 +269,31 @@ class InputChecker:
                 str(exc), batch_index=index, input_name=spec.name, expected=f"an array of {self._device_name}"
             ) from exc
 
-    @staticmethod
-    def _same_rows(index: int | None, feeds: dict[str, np.ndarray]) -> None:
+    def _same_rows(self, index: int | None, feeds: dict[str, np.ndarray]) -> None:
         rows = {name: value.shape[0] for name, value in feeds.items()}
         if len(set(rows.values())) > 1:
             raise PipelineInputError(
-                "inputs disagree on the batch size (dim 0); an input that stays the same for every batch "
-                "is a constant (Pipeline(constants=...), --constant)",
+                "inputs disagree on the batch size (dim 0)"
+                + self._not_batched_on_axis_0()
+                + "; an input that stays the same for every batch is a constant (Pipeline(constants=...), --constant)",
                 batch_index=index,
                 expected="one size",
                 got=rows,
             )
+
+    def _not_batched_on_axis_0(self) -> str:
+        """Inputs whose declared dim 0 is a number where another input's is a name: a state
+        with its batch on another axis (silero-vad's ``state[2, N, 128]``), said by name."""
+        named = [spec for spec in self.inputs if spec.rank and isinstance(spec.shape[0], str)]
+        fixed = [spec for spec in self.inputs if spec.rank and isinstance(spec.shape[0], int)]
+        if not named or not fixed:
+            return ""
+        said = ", ".join(f"{spec.name!r} {spec.describe_shape()}" for spec in fixed)
+        return (
+            f": the model declares {said} with a fixed dim 0 beside {named[0].name!r} "
+            f"{named[0].describe_shape()} - a batch on another axis is not cut by ortpipe; feed such a model "
+            "batches of the model's own shape through map(), or the input as a constant"
+        )
 
 
 RowShapes = tuple[Shape, ...]  # a batch's row shape (without dim 0) per input, in layout order
@@ -316,6 +328,28 @@ class Layout:
     def pad(self) -> bool:
         """A short batch is padded to ``batch_size`` rows (else bound at its own)."""
         return self.fixed or self.static
+
+    def check_padding(self, session: OrtSession, rows: int, shapes: RowShapes | None = None) -> None:
+        """NOTE [ rows that interact ]: refuses a batch of ``rows`` rows, padded to the slots'
+        ``batch_size``, where the padding would change its real rows' results."""
+        session.check_padding(self.model_shapes(self.batch_size, shapes), rows, *self.padding_words())
+
+    def padding_words(self) -> tuple[str, str]:
+        """Why a short batch is padded, and what to do where padding would change its results."""
+        size = self.batch_size
+        if self.fixed:
+            why = f"the model fixes its batch dim at {size}"
+            advice = (
+                f"give it whole batches of {size} rows only (a row count that is a multiple of {size}), "
+                "or export the model with a free batch dim"
+            )
+        else:
+            why = "static shapes run every batch at the slots' rows"
+            advice = (
+                "run without static shapes (PipelineOptions(static_shapes=False); no --static-shapes), "
+                "which runs a short batch at its own rows"
+            )
+        return why, advice
 
     @cached_property
     def input_names(self) -> tuple[str, ...]:

@@ -52,8 +52,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ..devices import Device, DeviceBuffer, Event, Stream, typed_view
-from ..devices._memory import gib
+from ..devices import Device, DeviceBuffer, Event, Stream, gib, typed_view
 from ..session import OrtSession, Shape, nbytes_of
 from ..util.errors import DeviceError, ModelError
 from .layout import Layout
@@ -262,9 +261,7 @@ def refuse_strings(session: OrtSession) -> None:
     if strings:
         raise ModelError(
             f"the model has string tensors ({', '.join(repr(name) for name in strings)}), which the engine's "
-            "device slots cannot hold: run it on the CPU device (device='cpu', --device cpu), whose direct path "
-            "takes and gives strings as numpy object arrays; on a GPU choose its numeric outputs with "
-            "--output-names (outputs=), as binding strings in host memory there is not built yet"
+            "slots cannot hold: a Pipeline runs such a model on its direct path (session.run), on every device"
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 def auto_preprocess(args: argparse.Namespace, declared: Callable[[], Sequence[Any]], kind: str) -> Any:
     """--preprocess as given; for frames and images, uint8 NHWC -> float NCHW / 255 by default."""
-    from .._engine import Preprocess
+    from ..session import Preprocess
 
     if args.preprocess is not None:
         return None if args.preprocess.strip().lower() == "none" else Preprocess.parse(args.preprocess)

@@ -30,8 +30,15 @@ from ..bench import (
     scaling_line,
     spread_line,
 )
-from ..devices import Device, HostDevice, cuda_unavailable_reason, device_specs, resolve_device
-from ..devices._memory import gib, host_memory_available
+from ..devices import (
+    Device,
+    HostDevice,
+    cuda_unavailable_reason,
+    device_specs,
+    gib,
+    host_memory_available,
+    resolve_device,
+)
 from ..jobs import Progress
 from ..session import ORT_LOG_LEVELS, SessionConfig
 from ..util.cpus import usable_cpus

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._engine import auto_copy_threads
-from ..devices import HostDevice, cuda_unavailable_reason
-from ..devices._memory import gib, host_memory_available
+from ..devices import HostDevice, cuda_unavailable_reason, gib, host_memory_available
 from ..util.cpus import usable_cpus
 from .bench import describe_device, device_facts
 

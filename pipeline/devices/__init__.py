@@ -10,11 +10,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._base import Device, DeviceArray, DeviceBuffer, Event, Registration, RegistrationRefused, Stream
-from ._normalize import NormalizeOp
+from ._memory import gib, host_memory_available
+from ._normalize import NormalizeOp, normalize_numpy
+from ._nv12 import ColourSpace, Nv12Op
 from .host import ChaosOptions, HostDevice, HostEvent, HostStream, LinkModel, typed_view
 
 __all__ = [
     "ChaosOptions",
+    "ColourSpace",
     "CudaDevice",
     "Device",
     "DeviceArray",
@@ -25,11 +28,15 @@ __all__ = [
     "HostStream",
     "LinkModel",
     "NormalizeOp",
+    "Nv12Op",
     "Registration",
     "RegistrationRefused",
     "Stream",
     "cuda_unavailable_reason",
     "device_specs",
+    "gib",
+    "host_memory_available",
+    "normalize_numpy",
     "resolve_device",
     "typed_view",
 ]

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._engine import CopiedOutputs, HostCopier, HostRegistering, HostWindows, ResultWindows, Take, not_per_row
+from .._engine import (
+    CopiedOutputs,
+    HostCopier,
+    HostRegistering,
+    HostWindows,
+    ResultWindows,
+    Take,
+    joined_rows,
+    not_per_row,
+)
 from ..devices import Device
 
 
@@ -35,7 +44,8 @@ def result_windows(
 def registrable(array: np.ndarray) -> bool:
     """Host memory that can be registered where it lies: a C-ordered array in this
     machine's byte order, or a memory map of one (a ``.npy`` opened with ``mmap_mode``)."""
-    return type(array) in (np.ndarray, np.memmap) and array.flags.c_contiguous and array.dtype.isnative
+    native = array.dtype.isnative and array.dtype.kind != "O"  # an object array's bytes are pointers
+    return type(array) in (np.ndarray, np.memmap) and array.flags.c_contiguous and native
 
 
 class Gather:
@@ -56,7 +66,7 @@ class Gather:
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole outputs, one row per input row."""
         if self._kept:
-            self._arrays = {name: np.concatenate(parts) for name, parts in self._kept.items()}
+            self._arrays = joined_rows(self._kept)
             self._kept = {}
         return self._arrays
 

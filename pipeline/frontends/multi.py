@@ -50,13 +50,12 @@ from .._engine import (
     BLOCKED_SOURCE,
     THREAD_PREFIX,
     CopiedOutputs,
-    Preprocess,
     auto_copy_threads,
     interrupt_source,
     split_rows,
 )
 from ..devices import Device, device_specs
-from ..session import ModelSource, OrtSession, TensorSpec
+from ..session import ModelSource, OrtSession, Preprocess, TensorSpec
 from ..stats import Delivered, MultiStats, Stats
 from ..util.closing import close_all
 from ..util.cpus import usable_cpus
@@ -215,6 +214,7 @@ class MultiPipeline(OneRunAtATime):
     def run(self, inputs: Batch, batch_size: int | None = None) -> dict[str, np.ndarray]:
         """Whole arrays in, whole arrays out: split into batches shared by the devices, outputs concatenated."""
         self._check_open()
+        self.session.check_cut_alike()
         feeds = self.pipelines[0].checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
         size = self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))

@@ -41,7 +41,6 @@ from .._engine import (
     InputChecker,
     Layout,
     MakeTake,
-    Preprocess,
     ResultWindows,
     Rings,
     RunConfig,
@@ -60,7 +59,7 @@ from .._engine import (
     threads_slower,
 )
 from ..devices import Device, resolve_device
-from ..session import ModelSource, OrtSession, TensorSpec
+from ..session import ModelSource, OrtSession, Preprocess, TensorSpec
 from ..stats import CALLER_THREAD, STAGE_THREADS, Stats
 from ..util.errors import ModelError, PipelineError, PipelineStageError
 from .gather import Gather, input_windows, result_windows
@@ -159,6 +158,9 @@ class Pipeline(OneRunAtATime):
         self.checker = InputChecker(
             self.source_inputs, self.device.device_array, self.device.name, cast=self.options.cast_inputs
         )
+        #: NOTE [ string tensors ]: ORT keeps strings in host memory, where the slots are not
+        self._strings = self.session.string_tensors
+        _check_strings_run_direct(self._strings, self._transforms, self.options.on_batch is not None)
 
     # -- lifecycle (the rest in OneRunAtATime) -------------------------------
     def _release(self) -> None:
@@ -360,6 +362,7 @@ class Pipeline(OneRunAtATime):
             PipelineError: another map or run of this pipeline is running.
         """
         self._check_free()
+        self.session.check_cut_alike()
         feeds = self.checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
         size = self._whole_rows_per_batch(feeds, batch_size)
@@ -390,6 +393,7 @@ class Pipeline(OneRunAtATime):
         ``stop()``, asked before each batch is cut, ends the map after the batches
         already cut."""
         self._check_free()
+        self.session.check_cut_alike()
         feeds = self.checker.feeds(None, inputs)
         size = self._whole_rows_per_batch(feeds, batch_size)
         return self._cut(feeds, size, _make_take(take), stop)
@@ -427,7 +431,7 @@ class Pipeline(OneRunAtATime):
         """See NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
         direct path, on the caller's thread, no batch padded."""
         padded = self.session.fixed_batch() is not None or self.options.static
-        return self.options.issuing is not True and self._goes_direct() and not padded
+        return (self.options.issuing is not True or bool(self._strings)) and self._goes_direct() and not padded
 
     def _run_direct(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
         stats = self._new_stats()
@@ -498,9 +502,10 @@ class Pipeline(OneRunAtATime):
         stats = self._new_stats()  # one for the whole map(), whichever slots its batches go through
         source: Iterator[object] = itertools.chain([first], iterator)
         issuing = self.options.issuing if issuing is None else issuing
-        direct = issuing is not True and self._goes_direct()
+        direct = (issuing is not True or bool(self._strings)) and self._goes_direct()
         # one advisor for the whole map(): its rest grows each time the threads hand back
-        advisor = HandOverAdvisor() if issuing == "auto" else None
+        # (none where strings keep the run on the direct path)
+        advisor = HandOverAdvisor() if issuing == "auto" and not self._strings else None
         index, caller_s, handed = 0, None, False
         while True:
             if direct:
@@ -533,7 +538,10 @@ class Pipeline(OneRunAtATime):
 
     def _goes_direct(self) -> bool:
         """See NOTE [ direct path ]: every stream op of this device is done when it returns
-        (the CPU backend), and nothing needs the engine's slots or traces."""
+        (the CPU backend), and nothing needs the engine's slots or traces; or the model has
+        string tensors (NOTE [ string tensors ]), on any device."""
+        if self._strings:
+            return True
         inline = all(stream.copies_inline for stream in self.streams.all())
         return self.options.direct and inline and not self._transforms and self.options.on_batch is None
 
@@ -714,6 +722,18 @@ def _check_batch_dims(batched: tuple[TensorSpec, ...]) -> None:
                 f"input {spec.name!r} is a scalar: it has no batch dim (axis 0) to stream along; "
                 f"give its value once with constants={{{spec.name!r}: value}}"
             )
+
+
+def _check_strings_run_direct(strings: list[str], transforms: tuple[object, ...], on_batch: bool) -> None:
+    """NOTE [ string tensors ]: a model with strings runs on the direct path, which has no
+    device-side preprocessing and gives no traces: asked for, they are refused here."""
+    if not strings or not (transforms or on_batch):
+        return
+    asked = "device-side preprocessing (preprocess=)" if transforms else "an on_batch hook (PipelineOptions.on_batch)"
+    raise ModelError(
+        f"the model has string tensors ({', '.join(repr(name) for name in strings)}), which run through ORT's "
+        f"session.run with the strings in host memory, where {asked} is not made: run it without that"
+    )
 
 
 def _preprocess_by_input(

@@ -85,6 +85,7 @@ def run_job(
         SourceError, PipelineStageError, PipelineInputError: the source's or the pipeline's
             failure, after the rows of the batches before it were written.
     """
+    pipe.session.check_cut_alike()  # a table's rows are cut into batches alike
     metas: collections.deque[dict[str, np.ndarray]] = collections.deque()  # results come back in this order
     summary = summary if summary is not None else JobSummary()
 

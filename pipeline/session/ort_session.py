@@ -21,6 +21,7 @@ carry only the ``batched_inputs``.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from ..devices import Device, DeviceBuffer, Stream
 from ..util.errors import ModelError, PipelineInputError
 from ..util.ort import onnxruntime
 from .classifiers import has_zipmap_output, unzipped
+from .padding import changed_by_padding
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -40,6 +42,7 @@ from .specs import (
     TensorSpec,
     ort_model_arg,
     output_specs,
+    own_batch_dims,
     spec_of,
 )
 
@@ -204,6 +207,8 @@ class OrtSession:
         self.constants: dict[str, np.ndarray] = {}
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
         self._probe_lock = threading.Lock()
+        #: NOTE [ rows that interact ]: input shapes whose padding was checked
+        self._padding_checked: set[tuple[tuple[str, Shape], ...]] = set()
 
     @property
     def string_tensors(self) -> list[str]:
@@ -233,16 +238,35 @@ class OrtSession:
             checked[name] = _constant(spec, value)
         self.constants = checked
         self._probes.clear()
+        self._padding_checked.clear()
 
     @property
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
 
+    def check_cut_alike(self) -> None:
+        """Raises :class:`PipelineInputError` where the batched inputs are not rows of one
+        batch, so that cutting them into batches alike would be wrong (:func:`own_batch_dims`)."""
+        why = own_batch_dims(self.batched_inputs, self.outputs)
+        if why is not None:
+            raise PipelineInputError(
+                f"the inputs cannot be cut into batches alike: {why}; pass such an input whole as a constant "
+                "(Pipeline(constants={name: value}), ortpipe --constant), or give map() batches you made yourself",
+                expected="inputs whose dim 0 is the batch",
+                got={spec.name: spec.describe_shape() for spec in self.batched_inputs},
+            )
+
     def fixed_batch(self) -> int | None:
         """The batch dim (axis 0) when the model fixes it, else None."""
-        dims = {spec.shape[0] for spec in self.batched_inputs if spec.rank and isinstance(spec.shape[0], int)}
+        fixed = {
+            spec.name: spec.shape[0] for spec in self.batched_inputs if spec.rank and isinstance(spec.shape[0], int)
+        }
+        dims = set(fixed.values())
         if len(dims) > 1:
-            raise ModelError(f"the model's inputs fix different batch dims: {sorted(dims)}")
+            raise ModelError(
+                f"the model's inputs fix different batch dims (dim 0): {fixed}; an input that is the same for "
+                "every batch is a constant (Pipeline(constants={name: value}), ortpipe --constant NAME=VALUE)"
+            )
         return dims.pop() if dims else None
 
     def output_layout(self, input_shapes: dict[str, Shape]) -> dict[str, tuple[np.dtype, Shape]]:
@@ -265,6 +289,38 @@ class OrtSession:
                 }
                 self._probes[key] = known
             return known
+
+    def check_padding(self, input_shapes: dict[str, Shape], rows: int, why: str, advice: str) -> None:
+        """Raises :class:`ModelError` where padding a batch of ``rows`` real rows to these
+        input shapes would change the real rows' results (NOTE [ rows that interact ]);
+        checked once per shapes.  ``why`` says what pads, ``advice`` what to do instead."""
+        key = tuple(sorted(input_shapes.items()))
+        if key in self._padding_checked:
+            return
+        with self._probe_lock:
+            if key in self._padding_checked:
+                return
+
+            def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+                return self.session.run(self.output_names, {**feeds, **self.constants}, self._plain_run_options)
+
+            try:
+                changed = changed_by_padding(run, self.batched_inputs, input_shapes, self.output_names)
+            except Exception as exc:  # noqa: BLE001 - made-up rows the model refuses: said, not fatal
+                warnings.warn(
+                    f"ortpipe could not check whether padding changes this model's results ({why}): "
+                    f"it did not run on made-up rows ({exc}); {advice}",
+                    stacklevel=2,
+                )
+                changed = []
+            if changed:
+                bound = next(iter(input_shapes.values()))[0]
+                raise ModelError(
+                    f"a batch of {rows} rows would be padded to {bound} ({why}), and this model's rows interact: "
+                    f"output(s) {changed} of a row change with the other rows of its batch, so the padding rows "
+                    f"would change the real rows' results; {advice}"
+                )
+            self._padding_checked.add(key)
 
     def left_to_ort(self) -> dict[str, tuple[np.dtype, Shape]]:
         """Every output allocated by ORT from now on, its shape found by each run (where no

@@ -39,9 +39,12 @@ ORT_TO_NUMPY: dict[str, np.dtype] = {
     # takes and gives in host memory only (a OneHotEncoder's category column, a
     # LabelEncoder's or a string-class classifier's labels). Tables read string columns
     # as such arrays, and sinks write them as strings. The engine's slots are bytes in
-    # device or page-locked memory and cannot hold them: a model with one runs on the CPU
-    # device's direct path (session.run), and the engine refuses it, saying so; binding
-    # strings in host memory beside a GPU's slots is not built yet.
+    # device or page-locked memory and cannot hold them: a model with one runs on the
+    # direct path (session.run) on every device - on a GPU, ORT keeps the strings in host
+    # memory and copies the numeric inputs within the run (the operators that read or
+    # make strings, and the tree ensembles beside them, are ORT's CPU EP's anyway), with
+    # no overlap of copies; device-side preprocessing and on_batch, which need the
+    # engine, are refused for it, and the engine itself refuses it, saying so.
     "tensor(string)": np.dtype(object),
 }
 
@@ -81,6 +84,28 @@ class TensorSpec:
     def row(self) -> TensorSpec:
         """The spec of one row: the dims beyond the batch dim."""
         return TensorSpec(self.name, self.dtype, self.shape[1:])
+
+
+def own_batch_dims(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> str | None:
+    """Why these batched inputs cannot be cut into batches alike, or None.
+
+    An input whose dim 0 is a name of its own that an output declares on another axis
+    (attention's ``Q[n, d]``, ``K[m, d]`` giving ``S[n, m]``) is not a batch of rows beside
+    the others: cutting it with them would give each batch a part of it.  Names that
+    differ alone prove nothing (tf2onnx names every input's batch dim ``unk__N``)."""
+    names = {spec.name: spec.shape[0] for spec in inputs if spec.rank and isinstance(spec.shape[0], str)}
+    if len(set(names.values())) < 2:
+        return None
+    for output in outputs:
+        for axis, dim in enumerate(output.shape[1:], start=1):
+            own = [name for name, dim0 in names.items() if dim0 == dim]
+            if own:
+                return (
+                    f"input(s) {own} have dim 0 {dim!r}, which output {output.name!r} declares on axis {axis} "
+                    f"({output.describe_shape()}): not rows of a batch beside input(s) "
+                    f"{[name for name, dim0 in names.items() if dim0 != dim]}"
+                )
+    return None
 
 
 def ort_model_arg(model: ModelSource) -> str | bytes:

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import castable, exact_cast_refusal
-from ..session import TensorSpec
+from ..session import TensorSpec, castable, exact_cast_refusal
 from ..util.arrow import to_numpy
 from ._base import SourceError
 

@@ -37,10 +37,10 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .._engine import DeviceTarget, Preprocess
-from ..devices import Device
-from ..devices._nv12 import ColourSpace, Nv12Op
+from .._engine import DeviceTarget
+from ..devices import ColourSpace, Device, Nv12Op
 from ..devices.surfaces import FrameHold
+from ..session import Preprocess
 from ._base import SourceError
 from ._opening import hw_api
 from .fitting import Fit, Placement

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import DeviceTarget, Preprocess
+from .._engine import DeviceTarget
 from ..devices import Device
+from ..session import Preprocess
 from ..util.rows import close_iteration
 from ._base import SourceError
 from ._prefetch import in_order

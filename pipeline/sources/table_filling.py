@@ -20,8 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._engine import castable, exact_cast_refusal
-from ..session import TensorSpec
+from ..session import TensorSpec, castable, exact_cast_refusal
 from ._base import SourceError
 from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
 

@@ -258,16 +258,33 @@ def test_python_takes_numpy_str_and_object_arrays():
             np.testing.assert_array_equal(got["output_label"], want)
 
 
-def test_the_engine_refuses_string_tensors_saying_where_they_run():
-    from pipeline import HostDevice, ModelError, Pipeline
+def test_string_tensors_run_on_every_device_and_issuing_by_the_direct_path(device, stage_threads):
+    """NOTE [ string tensors ]: a string-class classifier on the emulated link, in chaos and on
+    CUDA too - ORT keeps its strings in host memory - equal to session.run, each batch as it came."""
+    import onnxruntime as ort
 
-    device = HostDevice(link_gbps=10)
-    try:
-        with Pipeline(exported("strings_in_pipeline"), device=device) as pipe:
-            with pytest.raises(ModelError, match=r"string tensors \('output_label'\).*--device cpu"):
-                pipe.run(training_data(rows=10)[0])
-    finally:
-        device.close()
+    from pipeline import Pipeline, PipelineOptions
+
+    x = training_data(rows=50, seed=3)[0]
+    session = ort.InferenceSession(exported("strings_in_pipeline"), providers=["CPUExecutionProvider"])
+    want = session.run(["output_label"], {"X": x})[0]
+    options = PipelineOptions(stage_threads=stage_threads)
+    with Pipeline(exported("strings_in_pipeline"), device=device, options=options) as pipe:
+        whole = pipe.run(x, batch_size=16)
+        batches = [out["output_label"] for out in pipe.map([x[:20], x[20:], x[:7]])]
+    np.testing.assert_array_equal(whole["output_label"], want)
+    np.testing.assert_array_equal(np.concatenate(batches), np.concatenate([want, want[:7]]))
+    assert whole["output_label"].dtype == object
+
+
+def test_what_needs_the_engine_is_refused_for_string_tensors_and_the_engine_refuses_them():
+    from pipeline import HostDevice, ModelError, OrtSession, Pipeline, PipelineOptions
+    from pipeline._engine.rings import refuse_strings
+
+    with pytest.raises(ModelError, match=r"string tensors \('output_label'\).*on_batch"):
+        Pipeline(exported("strings_in_pipeline"), device="cpu", options=PipelineOptions(on_batch=print))
+    with pytest.raises(ModelError, match=r"string tensors \('output_label'\).*direct path"):
+        refuse_strings(OrtSession(exported("strings_in_pipeline"), HostDevice()))
 
 
 def test_shapes_come_from_the_runs_where_a_probe_on_zeros_cannot_run(device, stage_threads):

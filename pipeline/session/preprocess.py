@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..devices._normalize import normalize_numpy
-from ..session import Shape, TensorSpec
+from ..devices import normalize_numpy
 from ..util.errors import PipelineInputError
+from .specs import Shape, TensorSpec
 
 LAYOUTS = ("nchw", "nhwc")
 
