@@ -35,6 +35,7 @@ import numpy as np, onnxruntime as ort, pandas as pd, pyarrow as pa, pyarrow.par
 model, source, target = sys.argv[1:]
 session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 name = session.get_inputs()[0].name
+label_name, probabilities_name = (output.name for output in session.get_outputs())
 table = pq.read_table(source)
 x = np.column_stack([table[c].to_numpy() for c in table.column_names if c != "id"]).astype(np.float32)
 labels, probabilities = [], []
@@ -42,8 +43,8 @@ for start in range(0, len(x), 65536):
     label, zipmap = session.run(None, {name: x[start : start + 65536]})
     labels.append(label)
     probabilities.extend(zipmap)
-frame = pd.DataFrame(probabilities).add_prefix("output_probability_")
-frame.insert(0, "output_label", np.concatenate(labels))
+frame = pd.DataFrame(probabilities).add_prefix(probabilities_name + "_")
+frame.insert(0, label_name, np.concatenate(labels))
 frame.insert(0, "id", table["id"].to_numpy())
 pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), target)
 """
@@ -91,9 +92,9 @@ def _same_scores(ours: Path, theirs: Path) -> None:
     import pyarrow.parquet as pq
 
     a, b = pq.read_table(ours), pq.read_table(theirs)
-    assert a["id"].equals(b["id"]) and a["output_label"].equals(b["output_label"])
-    columns = [name for name in b.column_names if name.startswith("output_probability_")]
-    assert columns and all(name in a.column_names for name in columns)
+    assert a.column_names == b.column_names, (a.column_names, b.column_names)
+    label, *columns = b.column_names[1:]  # id, the label, a column a class
+    assert a["id"].equals(b["id"]) and a[label].equals(b[label])
     for name in columns:
         np.testing.assert_allclose(a[name].to_numpy(), b[name].to_numpy(), atol=1e-6)
 

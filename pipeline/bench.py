@@ -64,6 +64,7 @@ from .bench_report import (
     row_key,
     scaling_line,
     spread_line,
+    unstable_line,
 )
 from .devices import Device
 from .frontends.pipeline import Pipeline, PipelineOptions, discard
@@ -95,6 +96,7 @@ __all__ = [
     "run_modes",
     "scaling_line",
     "spread_line",
+    "unstable_line",
 ]
 
 if TYPE_CHECKING:

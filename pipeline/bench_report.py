@@ -111,6 +111,28 @@ def _ratios(best: ModeResult, results: Sequence[ModeResult]) -> list[float]:
     return [ours / theirs for ours, theirs in zip(best.rates, naive.rates, strict=True) if theirs > 0]
 
 
+#: a row whose rounds spread more than this either side of its median is said to be unstable
+#: (trtexec warns likewise when its timings vary)
+UNSTABLE_SPREAD = 0.10
+
+
+def unstable_line(results: Sequence[ModeResult]) -> str | None:
+    """A warning naming the rows whose rounds spread more than ±10 % (None: none did)."""
+    shaky = [(row, row.spread) for row in results if row.spread is not None and row.spread > UNSTABLE_SPREAD]
+    if not shaky:
+        return None
+    named = ", ".join(f"{_where(row)} ±{spread:.0%}" for row, spread in shaky)
+    return (
+        f"unstable: {len(shaky)} row(s) spread more than ±{UNSTABLE_SPREAD:.0%} over their rounds ({named}): "
+        "their figures are not to be trusted alone; longer rounds (--duration) or more of them (--rounds) steady them"
+    )
+
+
+def _where(row: ModeResult) -> str:
+    where = row.mode if row.depth is None else f"{row.mode} at depth {row.depth}"
+    return where if row.batch_size is None else f"{where}, batch {row.batch_size}"
+
+
 #: what each stage, as the fastest engine row's bottleneck, says to try next
 BOTTLENECK_ADVICE = {
     "source": "making the batches: produce them faster, or ahead of the run",
@@ -221,7 +243,9 @@ def row_key(row: Mapping[str, Any]) -> tuple[Any, str, Any]:
 
 def compare_with(baseline: Sequence[Mapping[str, Any]], results: Sequence[ModeResult]) -> list[dict[str, Any]]:
     """Each row of ``results`` against the row of a saved run (``--json``'s ``results``) with its key:
-    items/s and p99 latency as new / old (None where the baseline has no such row)."""
+    items/s (each row's median round) and p99 latency as new / old (None where the baseline has no
+    such row), each side's spread over its rounds, and whether the two runs' rounds overlap - a
+    ratio within the noise (None where a side ran one round)."""
     old = {row_key(row): row for row in baseline}
     compared = []
     for result in results:
@@ -233,8 +257,25 @@ def compare_with(baseline: Sequence[Mapping[str, Any]], results: Sequence[ModeRe
         else:
             entry["items_per_s_ratio"] = _ratio(row.get("items_per_s"), before.get("items_per_s"))
             entry["p99_ratio"] = _ratio(_p99(row), _p99(before))
+            entry.update(_noise(row, before))
         compared.append(entry)
     return compared
+
+
+def _noise(row: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """Both runs' spreads (half their rounds' range over their median) and whether their rounds overlap."""
+    ours, theirs = row.get("rounds_items_per_s") or [], before.get("rounds_items_per_s") or []
+    if len(ours) < 2 or len(theirs) < 2:
+        return {"spread": None, "baseline_spread": None, "within_noise": None}
+    return {
+        "spread": _half_range(ours, row.get("items_per_s")),
+        "baseline_spread": _half_range(theirs, before.get("items_per_s")),
+        "within_noise": min(ours) <= max(theirs) and min(theirs) <= max(ours),
+    }
+
+
+def _half_range(rates: Sequence[float], median: float | None) -> float | None:
+    return (max(rates) - min(rates)) / 2 / median if median else None
 
 
 def _p99(row: Mapping[str, Any]) -> float | None:
@@ -259,6 +300,10 @@ def format_comparison(compared: Sequence[Mapping[str, Any]], name: str) -> str:
         where = f"  {entry['batch_size']!s:>6} {entry['mode']:<10} {depth!s:>5}"
         if entry["items_per_s_ratio"] is None and entry["p99_ratio"] is None:
             lines.append(f"{where}  not in that run")
-        else:
-            lines.append(f"{where}  items/s {ratio(entry['items_per_s_ratio'])}  p99 {ratio(entry['p99_ratio'])}")
+            continue
+        line = f"{where}  items/s {ratio(entry['items_per_s_ratio'])}  p99 {ratio(entry['p99_ratio'])}"
+        if entry.get("within_noise") is not None:
+            verdict = "within the noise" if entry["within_noise"] else "apart"
+            line += f"  (medians; ±{entry['spread']:.0%} / ±{entry['baseline_spread']:.0%} over the rounds: {verdict})"
+        lines.append(line)
     return "\n".join(lines)

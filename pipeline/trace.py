@@ -121,14 +121,16 @@ def write_chrome_trace(stats: Stats | MultiStats, path: str | Path, title: str =
 def plot_timeline(
     stats: Stats | MultiStats, path: str | Path, title: str = "ortpipe timeline", max_batches: int = 40
 ) -> Path:
-    """A PNG Gantt chart of the first ``max_batches`` batches (needs matplotlib: ortpipe[plot])."""
+    """A PNG Gantt chart of the first ``max_batches`` batches (needs matplotlib, the plot extra)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ImportError("the timeline picture needs matplotlib: pip install 'ortpipe[plot]'") from exc
+        raise ImportError(
+            "the timeline picture needs matplotlib: pip install '.[plot]' in a checkout of ortpipe"
+        ) from exc
     devices = [device for device, _ in _parts(stats)]
     rows = [track if device is None else f"{device.split(' ')[0]} {track}" for device in devices for track in ROWS]
     items = [i for i in timeline(stats) if i["batch"] < max_batches]

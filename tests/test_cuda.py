@@ -161,7 +161,7 @@ def test_nvdec_decodes_the_frames_the_cpu_decodes(tmp_path):
     its scaler, which interpolates them (on an H200, 2026-12-04: up to 73 levels apart at sharp
     colour edges, 3.9 on average).  Resized, both go through the scaler: the same pixels (there,
     at most 1 apart; a 1080p clip at 224x224 came out identical)."""
-    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     from pipeline import TensorSpec
     from pipeline.sources import VideoSource
     from pipeline.sources._opening import hw_device_unusable

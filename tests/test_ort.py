@@ -38,11 +38,11 @@ def test_without_onnxruntime_a_session_and_ortpipe_info_say_what_to_install(tmp_
         "    print(type(exc).__name__, isinstance(exc, RuntimeMissingError), exc)"
     )
     assert python.stdout.startswith(
-        "RuntimeMissingError True ONNX Runtime is not installed: pip install 'ortpipe[cpu]'"
+        "RuntimeMissingError True ONNX Runtime is not installed: pip install '.[cpu]' in a checkout of ortpipe"
     )
     cli = _run(blocked + _INFO)
     assert cli.returncode == 2 and "Traceback" not in cli.stderr
-    assert "ortpipe: error: ONNX Runtime is not installed: pip install 'ortpipe[cpu]'" in cli.stderr
+    assert "ortpipe: error: ONNX Runtime is not installed: pip install '.[cpu]' in a checkout of ortpipe" in cli.stderr
     help_ = _run(blocked + "from pipeline.cli import main\nraise SystemExit(main(['run', '--help']))")
     assert help_.returncode == 0  # --help needs no ORT
 

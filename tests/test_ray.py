@@ -21,7 +21,7 @@ from pipeline.ray import Predictor, predict
 from pipeline.sinks import read_record, replacement_of, replacement_under_way
 
 if importlib.util.find_spec("ray") is None:
-    pytest.skip("Ray is not installed: pip install 'ortpipe[ray]'", allow_module_level=True)
+    pytest.skip("Ray is not installed: pip install '.[ray]' in a checkout of ortpipe", allow_module_level=True)
 
 ROWS, FEATURES = 3000, 8
 

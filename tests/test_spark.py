@@ -19,7 +19,7 @@ from pipeline.spark import output_schema, scorer
 
 # PySpark is imported by the session's fixture, not when the suite is collected
 if importlib.util.find_spec("pyspark") is None:
-    pytest.skip("PySpark is not installed: pip install 'ortpipe[spark]'", allow_module_level=True)
+    pytest.skip("PySpark is not installed: pip install '.[spark]' in a checkout of ortpipe", allow_module_level=True)
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (a JDK 17 or later on PATH, or JAVA_HOME)", allow_module_level=True)
 

@@ -10,7 +10,8 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from ..util.errors import PipelineError
+from .. import __version__
+from ..util.errors import ModelError, PipelineError
 from ._bench_options import add_bench
 from ._run_options import add_run
 
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ortpipe", description="Stream batches through ONNX Runtime with copies and compute overlapped."
     )
+    parser.add_argument("--version", action="version", version=f"ortpipe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_bench(sub)
     add_run(sub)
@@ -36,8 +38,8 @@ def main(argv: Sequence[str] | None = None, *, standalone: bool = False) -> int:
         return _command(args.command)(args)
     except PipelineError as exc:
         print(f"ortpipe: error: {exc}", file=sys.stderr)
-        return 2 if args.command != "run" else 1
-    except ValueError as exc:  # bad option values (e.g. --preprocess)
+        return _exit_status(args.command, exc)
+    except ValueError as exc:  # bad option values (e.g. --preprocess): a usage error, as argparse's are
         print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -56,6 +58,13 @@ def main(argv: Sequence[str] | None = None, *, standalone: bool = False) -> int:
         with contextlib.suppress(OSError):  # standard error itself may be what failed (a terminal hung up)
             print(f"ortpipe: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _exit_status(command: str, error: PipelineError) -> int:
+    """2 where what was given cannot be used - a model that cannot run as asked (the same in
+    every command), or anything ``bench``/``info`` refuse before measuring; 1 where ``run``'s
+    job failed on its way (a source, a stage, the output), its rows so far kept."""
+    return 2 if command != "run" or isinstance(error, ModelError) else 1
 
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:

@@ -64,7 +64,7 @@ def _ray_options(ray: Any) -> None:
         metavar="ADDRESS",
         help="run on Ray: a Parquet file or folder in, a Parquet data set (a folder) out; ADDRESS is auto (the "
         "cluster this machine is part of), a cluster's address (ray://host:10001), or left out for a local "
-        "cluster started for the run (pip install 'ortpipe[ray]')",
+        "cluster started for the run (pip install '.[ray]' in a checkout of ortpipe)",
     )
     ray.add_argument("--workers", type=positive(int), default=1, help="with --ray: actors, one pipeline each")
     ray.add_argument(
@@ -403,8 +403,9 @@ def _report_options(reports: Any) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="write the run's figures as JSON when it ends (also when stopped or failed): items/s, the bound, "
-        "efficiency, bottleneck, each stage's mean and percentiles, latency; ortpipe bench's stats schema",
+        help="write the run's figures as JSON when it ends (also when stopped or failed; - for standard output, "
+        "the run's own lines then on standard error): items/s, the bound, efficiency, bottleneck, each stage's "
+        "mean and percentiles, latency; ortpipe bench's stats schema",
     )
     reports.add_argument(
         "--trace",

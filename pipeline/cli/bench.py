@@ -29,6 +29,7 @@ from ..bench import (
     run_modes,
     scaling_line,
     spread_line,
+    unstable_line,
 )
 from ..devices import (
     Device,
@@ -394,6 +395,7 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     emulated = isinstance(device, HostDevice) and device.link is not None
     for line in (
         fastest_line(results, emulated),
+        unstable_line(results),
         spread_line(results),
         bottleneck_line(results),
         scaling_line(results),

@@ -40,7 +40,7 @@ def _io_lines() -> list[str]:
         try:
             package = importlib.import_module(module)
         except ImportError:
-            lines.append(f"{reads}: not installed (pip install 'ortpipe[{extra}]')")
+            lines.append(f"{reads}: not installed (pip install '.[{extra}]' in a checkout of ortpipe)")
             continue
         version = f"{module} {package.__version__}"
         ffmpeg = getattr(package, "ffmpeg_version_info", None)
@@ -93,11 +93,16 @@ def _providers_line(built_in: list[str]) -> str:
     """ORT's providers: those built into the wheel, and which of them can run here (a GPU wheel
     lists CUDA and TensorRT on a machine with no GPU)."""
     line = f"providers built in {built_in}"
-    on_gpu = [name for name in built_in if name != "CPUExecutionProvider"]
+    on_gpu = [name for name in built_in if name in _GPU_PROVIDERS]
     reason = cuda_unavailable_reason(0) if on_gpu else None
     if reason is None:
         return line
-    return f"{line}; usable here: ['CPUExecutionProvider'] ({', '.join(on_gpu)} need a GPU: {reason})"
+    usable = [name for name in built_in if name not in _GPU_PROVIDERS]
+    return f"{line}; usable here: {usable} ({', '.join(on_gpu)} need an NVIDIA GPU: {reason})"
+
+
+#: the providers of ORT's GPU wheel that run on an NVIDIA GPU (Azure's calls a served model: no GPU)
+_GPU_PROVIDERS = frozenset({"CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider"})
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -113,7 +118,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
         print(f"cupy {cupy.__version__}")
     except ImportError:
-        print("cupy: not installed (pip install 'ortpipe[cuda]')")
+        print("cupy: not installed (pip install '.[cuda]' in a checkout of ortpipe)")
     for line in _io_lines():
         print(line)
     available = host_memory_available()

@@ -256,5 +256,5 @@ def _ray() -> Any:
         import ray
         import ray.data
     except ImportError as exc:
-        raise SourceError(f"--ray needs Ray Data: pip install 'ortpipe[ray]' ({exc})") from exc
+        raise SourceError(f"--ray needs Ray Data: pip install '.[ray]' in a checkout of ortpipe ({exc})") from exc
     return ray

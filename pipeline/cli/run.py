@@ -182,13 +182,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     on_ray = getattr(args, "ray", None) is not None
     if on_ray and str(args.output) == STDOUT:
         raise SinkError("--ray writes a Parquet data set, a folder: give its path, not - (standard output)")
+    if str(args.stats) == STDOUT:  # the figures on standard output, the run's own lines on standard error
+        if str(args.output) == STDOUT:
+            raise SinkError("--stats - and --output - would both write to standard output: give --stats a file")
+        args.stats_stream = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            return _locked(args, on_ray)
     if str(args.output) != STDOUT:
-        with output_lock(args.output, SinkError):  # NOTE [ one writer ]: before the output is looked at
-            return _on_ray(args) if on_ray else _run(args)
+        return _locked(args, on_ray)
     rows = sys.stdout.buffer
     sys.stdout.flush()
     with contextlib.redirect_stdout(sys.stderr):  # a reader of the rows that goes away: see cli.main
         return _run(args, rows)
+
+
+def _locked(args: argparse.Namespace, on_ray: bool) -> int:
+    with output_lock(args.output, SinkError):  # NOTE [ one writer ]: before the output is looked at
+        return _on_ray(args) if on_ray else _run(args)
 
 
 def _on_ray(args: argparse.Namespace) -> int:
@@ -247,16 +257,16 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
 
 def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
     """Refusals that need no model and no input read: the output, the reports, the options."""
-    from ..jobs import check_output
+    from ..jobs import STDOUT, check_output
 
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
     check_output(args.output, args.resume, args.overwrite)
     for report in (args.stats, args.trace, args.plot):
-        if report is not None:
+        if report is not None and not (report is args.stats and str(report) == STDOUT):
             writable(report)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise SinkError("--plot draws with matplotlib: pip install 'ortpipe[plot]'")
+        raise SinkError("--plot draws with matplotlib: pip install '.[plot]' in a checkout of ortpipe")
     _options_fit_the_output(args)
     _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
 
@@ -514,7 +524,12 @@ def _write_reports(args: argparse.Namespace, stats: Any) -> None:
         return
     if args.stats is not None:
         text = json.dumps(stats.to_dict(), indent=2, default=str)
-        write_report(args.stats, lambda path: path.write_text(text))
+        stream = getattr(args, "stats_stream", None)  # --stats -: set by cmd_run
+        if stream is not None:
+            stream.write(text + "\n")
+            stream.flush()
+        else:
+            write_report(args.stats, lambda path: path.write_text(text))
     write_timelines(args, stats, f"ortpipe run {Path(str(args.model)).name} on {Path(str(args.input)).name}")
 
 

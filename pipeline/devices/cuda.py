@@ -53,7 +53,8 @@ def _import_cupy() -> Any:
         import cupy
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise DeviceUnavailableError(
-            "CUDA needs CuPy: pip install 'ortpipe[cuda]' (cupy-cuda13x, matching onnxruntime-gpu 1.31's CUDA 13)"
+            "CUDA needs CuPy: pip install '.[cuda]' in a checkout of ortpipe "
+            "(cupy-cuda13x, matching onnxruntime-gpu 1.31's CUDA 13)"
         ) from exc
     return cupy
 
@@ -78,7 +79,7 @@ def cuda_unavailable_reason(device_id: int = 0) -> str | None:
         return (
             "this onnxruntime has no CUDAExecutionProvider (available: "
             f"{ort.get_available_providers()}): the CPU build is installed; for NVIDIA GPUs, "
-            "pip uninstall -y onnxruntime && pip install 'ortpipe[cuda]'"
+            "pip uninstall -y onnxruntime && pip install '.[cuda]' in a checkout of ortpipe"
         )
     return None
 

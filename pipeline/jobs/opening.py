@@ -169,7 +169,9 @@ def _require(kind: str, what: str, error: type[Exception]) -> None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise error(f"{what} needs the {module} package: pip install 'ortpipe[{extra}]' ({exc})") from exc
+        raise error(
+            f"{what} needs the {module} package: pip install '.[{extra}]' in a checkout of ortpipe ({exc})"
+        ) from exc
 
 
 def open_source(

@@ -1,8 +1,8 @@
 """ONNX Runtime, imported by the first call that needs it, with what to install
 where it is missing or installed twice.
 
-ortpipe depends on no build of ORT by itself: ``pip install "ortpipe[cpu]"``
-takes the CPU build (``onnxruntime``, tens of MB), ``"ortpipe[cuda]"`` the GPU
+ortpipe depends on no build of ORT by itself: ``pip install ".[cpu]"`` (in a
+checkout) takes the CPU build (``onnxruntime``, tens of MB), ``".[cuda]"`` the GPU
 build (``onnxruntime-gpu``, hundreds of MB, which also runs on the CPU).  Both
 builds install the one module ``onnxruntime``, so with both installed the last
 one installed wins, file by file: that is refused here, naming both, rather
@@ -22,8 +22,8 @@ from .errors import RuntimeMissingError
 ORT_BUILDS = ("onnxruntime", "onnxruntime_gpu", "onnxruntime_directml", "onnxruntime_openvino", "onnxruntime_qnn")
 
 INSTALL = (
-    "pip install 'ortpipe[cpu]' for the CPU build of ONNX Runtime, or 'ortpipe[cuda]' for NVIDIA GPUs "
-    "(from a checkout: pip install '.[cpu]')"
+    "pip install '.[cpu]' in a checkout of ortpipe for the CPU build of ONNX Runtime, or '.[cuda]' for "
+    "NVIDIA GPUs (ortpipe is not on the package index)"
 )
 
 

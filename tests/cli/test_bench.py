@@ -150,7 +150,10 @@ def test_rows_are_compared_with_the_same_row_of_a_saved_run():
         {"mode": "caller", "depth": 3, "batch_size": 4, "items_per_s": 100.0, "latency_ms": {"p99": 1.0}},
     ]
     compared = compare_with(saved, results)
-    assert compared[0] == {"batch_size": 4, "mode": "naive", "depth": None, "items_per_s_ratio": 2.0, "p99_ratio": None}
+    one_round = {"spread": None, "baseline_spread": None, "within_noise": None}  # one round a side: no spread
+    assert compared[0] == {
+        "batch_size": 4, "mode": "naive", "depth": None, "items_per_s_ratio": 2.0, "p99_ratio": None, **one_round
+    }  # fmt: skip
     assert compared[1]["items_per_s_ratio"] is None  # no caller row at depth 2 there
     text = format_comparison(compared, "old.json").splitlines()
     assert text[0] == "against old.json: items/s and p99 latency, this run / that one"
@@ -257,3 +260,36 @@ def test_rounds_on_both_sides_of_naive_name_no_winner():
     assert fastest_line([naive, caller], emulated=True).startswith("no clear winner on an emulated link:")
     clear = ModeResult("caller", 2, 10, 300, 1.0, batch_size=8, rates=(300.0, 270.0, 330.0))
     assert fastest_line([naive, clear], emulated=True).startswith("fastest on an emulated link: caller at depth 2")
+
+
+def test_a_row_whose_rounds_spread_more_than_ten_percent_is_said_unstable():
+    """Issue 38, item 2: trtexec's warning, with what to do."""
+    from pipeline.bench import unstable_line
+
+    steady = ModeResult("naive", None, 10, 100, 1.0, batch_size=8, rates=(95.0, 100.0, 105.0))  # ±5 %
+    shaky = ModeResult("caller", 2, 10, 100, 1.0, batch_size=8, rates=(70.0, 100.0, 130.0))  # ±30 %
+    assert unstable_line([steady]) is None
+    line = unstable_line([steady, shaky])
+    assert line.startswith(
+        "unstable: 1 row(s) spread more than ±10% over their rounds (caller at depth 2, batch 8 ±30%)"
+    )
+    assert "--duration" in line and "--rounds" in line
+
+
+def test_a_baseline_is_compared_by_medians_with_both_spreads():
+    """Issue 38, item 2: rounds that overlap are within the noise, whatever the ratio of the medians."""
+    results = [
+        ModeResult("naive", None, 10, 100, 1.0, batch_size=4, rates=(95.0, 100.0, 105.0)),
+        ModeResult("caller", 2, 10, 300, 1.0, batch_size=4, rates=(290.0, 300.0, 310.0)),
+    ]
+    saved = [
+        {"mode": "naive", "depth": None, "batch_size": 4, "items_per_s": 80.0, "rounds_items_per_s": [60, 80, 110]},
+        {"mode": "caller", "depth": 2, "batch_size": 4, "items_per_s": 200.0, "rounds_items_per_s": [190, 200, 210]},
+    ]
+    naive, caller = compare_with(saved, results)
+    assert naive["items_per_s_ratio"] == 1.25 and naive["within_noise"] is True
+    assert naive["spread"] == pytest.approx(0.05) and naive["baseline_spread"] == pytest.approx(25 / 80)
+    assert caller["items_per_s_ratio"] == 1.5 and caller["within_noise"] is False
+    text = format_comparison([naive, caller], "old.json").splitlines()
+    assert text[1].endswith("items/s 1.25x  p99 -  (medians; ±5% / ±31% over the rounds: within the noise)")
+    assert text[2].endswith("(medians; ±3% / ±5% over the rounds: apart)")

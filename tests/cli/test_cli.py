@@ -599,3 +599,43 @@ def test_bench_says_what_bounds_its_fastest_row_and_what_to_try(capsys):
     # enough batches that the rounds' median is the model's, not a start's (4 were once "host" on a busy machine)
     assert main([*argv, "busy", "--modes", "caller", "--batches", "16"]) == 0
     assert "its bottleneck, compute: the model itself, every copy hidden behind it" in capsys.readouterr().out
+
+
+def test_version_and_the_providers_line_say_what_is_here(capsys):
+    """Issue 38, item 6: ``ortpipe --version``; only the NVIDIA providers are said to need a GPU."""
+    from pipeline import __version__
+    from pipeline.cli.info import _providers_line
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"ortpipe {__version__}\n"
+    line = _providers_line(["AzureExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    from pipeline.devices import cuda_unavailable_reason
+
+    if cuda_unavailable_reason() is not None:
+        assert "usable here: ['AzureExecutionProvider', 'CPUExecutionProvider'] (CUDAExecutionProvider need" in line
+    assert _providers_line(["AzureExecutionProvider", "CPUExecutionProvider"]).endswith("'CPUExecutionProvider']")
+
+
+def test_a_model_that_cannot_load_exits_2_in_bench_and_in_run(tmp_path, capsys):
+    """Issue 38, item 6: the same model error, the same exit status in every command."""
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    np.save(tmp_path / "x.npy", np.zeros((4, 4), np.float32))
+    assert main(["bench", str(broken), "--batches", "2", "--no-progress"]) == 2
+    bench_said = capsys.readouterr().err
+    run = ["run", str(broken), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "o.npy")]
+    assert main([*run, "--no-progress"]) == 2
+    run_said = capsys.readouterr().err
+    assert "ONNX Runtime could not load the model" in bench_said and run_said.startswith("ortpipe: error")
+
+
+def test_stats_dash_writes_the_figures_to_standard_output_and_the_runs_lines_to_standard_error(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((64, 64), np.float32))
+    argv = ["run", "mlp", "--input", str(tmp_path / "x.npy"), "--batch-size", "16", "--no-progress", "--stats", "-"]
+    assert main([*argv, "--output", str(tmp_path / "o.npy")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["batches"] == 4  # standard output is the JSON alone
+    assert err.startswith("device: host") and "time a batch, ms:" in err
+    assert main([*argv, "--output", "-"]) == 1
+    assert "--stats - and --output - would both write to standard output" in capsys.readouterr().err

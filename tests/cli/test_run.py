@@ -31,7 +31,7 @@ def _example(name: str):
 
 @pytest.fixture
 def video_example():
-    pytest.importorskip("av", reason="video tests need PyAV: pip install 'ortpipe[video]'")
+    pytest.importorskip("av", reason="video tests need PyAV: pip install '.[video]' in a checkout of ortpipe")
     return _example("video_frames")
 
 

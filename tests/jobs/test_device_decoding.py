@@ -15,7 +15,7 @@ from pipeline.sources import VideoFolderSource, VideoSource, VideoTableSource
 
 from ..helpers import frames_model, ramps_video
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 SIZE = 40  # the clip's own: no resize, so the two paths differ only in colour conversion
 
 

@@ -39,7 +39,7 @@ def _job(pipe, source, path, fill_slots=True):
 
 @pytest.fixture
 def video(tmp_path):
-    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     path = tmp_path / "clip.mp4"
     rng = np.random.default_rng(0)
     with av.open(str(path), "w") as container:
@@ -55,7 +55,9 @@ def video(tmp_path):
 
 @pytest.fixture
 def images(tmp_path):
-    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    Image = pytest.importorskip(
+        "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+    )
     folder = tmp_path / "images"
     folder.mkdir()
     rng = np.random.default_rng(1)

@@ -223,7 +223,7 @@ def test_csv_source_is_read_through_the_skipped_rows_across_blocks(tmp_path, mon
 
 
 def test_video_source_skips_frames_without_converting_them(tmp_path):
-    pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     video = load_module("examples/video_frames.py").make_video(tmp_path / "clip.mp4", frames=40, size=32)
     source = VideoSource(video, 8, [_frames_spec()], size=(16, 16))
     whole = list(source.chunks())
@@ -246,7 +246,9 @@ def _frames_spec():
 
 
 def test_image_folder_leaves_out_the_first_files_undecoded(tmp_path):
-    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    Image = pytest.importorskip(
+        "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+    )
     folder = tmp_path / "images"
     folder.mkdir()
     for i in range(11):
@@ -972,7 +974,9 @@ def test_resuming_after_files_were_added_to_the_data_set_is_refused(tmp_path, ca
 
 
 def test_resuming_after_images_were_added_is_refused(tmp_path, capsys):
-    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    Image = pytest.importorskip(
+        "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+    )
     folder = tmp_path / "images"
     folder.mkdir()
     for i in range(1, 12):
@@ -1067,7 +1071,9 @@ def test_a_resumed_csv_is_parsed_once_its_row_before_checked_on_the_way(tmp_path
 
 @pytest.fixture
 def photos_with_broken_ones(tmp_path):
-    Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+    Image = pytest.importorskip(
+        "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+    )
     folder = tmp_path / "photos"
     folder.mkdir()
     for i in range(20):
@@ -1155,7 +1161,7 @@ def test_an_earlier_output_is_refused_before_the_model_is_loaded(tmp_path, capsy
     argv = ["run", str(tmp_path / "broken.onnx"), "--input", str(tmp_path / "in.npy"), "--no-progress", "--output"]
     assert main([*argv, str(tmp_path / "out.parquet")]) == 1
     assert "out.parquet' holds an earlier run's rows" in capsys.readouterr().err
-    assert main([*argv, str(tmp_path / "new.parquet")]) == 1  # a new output: the model's failure
+    assert main([*argv, str(tmp_path / "new.parquet")]) == 2  # a new output: the model's failure, 2 as in bench
     assert "broken.onnx" in capsys.readouterr().err
 
 

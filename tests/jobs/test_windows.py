@@ -102,7 +102,7 @@ def _scores_of(tmp_path, shard: str) -> np.ndarray:
 
 
 def test_a_video_window_keeps_its_frame_indices(tmp_path, capsys):
-    pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     from ..helpers import load_module
 
     video = load_module("examples/video_frames.py").make_video(tmp_path / "clip.mp4", frames=40, size=32)
@@ -118,7 +118,7 @@ def test_shards_of_a_video_without_a_frame_count_share_its_frames(tmp_path, caps
     """A Matroska file counts no frames in its header: its length is its duration
     times its frame rate, so shards share the frames (before, the last shard
     took them all), and the last one runs to the end whatever the estimate."""
-    av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     if "libx264" not in av.codecs_available:
         pytest.skip("this FFmpeg has no libx264 encoder")
     from ..helpers import encode_video

@@ -16,7 +16,9 @@ from pipeline.cli import main
 from pipeline.jobs import open_source, source_kind
 from pipeline.sources import ImageArchiveSource, SourceError, shard_of
 
-Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+Image = pytest.importorskip(
+    "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+)
 
 
 def _png(seed: int, height: int = 12) -> bytes:

@@ -19,7 +19,7 @@ from ..conftest import wait_no_threads
 from ..helpers import frames_model, ramps_video
 from ..streaming import RAW_OPTIONS, SIZE, Quiet, piped, raw_frames, serving
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 
 @pytest.fixture

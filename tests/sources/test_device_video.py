@@ -15,7 +15,9 @@ from pipeline.sources import DeviceVideoFill, Fit, SourceError, device_decoding_
 from ..conftest import make_device, wait_no_threads
 from ..helpers import encode_video, frames_model
 
-av = pytest.importorskip("av", reason="the device paths decode with PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip(
+    "av", reason="the device paths decode with PyAV: pip install '.[video]' in a checkout of ortpipe"
+)
 
 SIZE = (24, 20)  # the model's W, H
 

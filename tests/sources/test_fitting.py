@@ -15,7 +15,9 @@ from pipeline.sources import Fit, ImageFolderSource, SourceError, VideoSource
 
 from ..helpers import encode_video, frames_model
 
-Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
+Image = pytest.importorskip(
+    "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,7 @@ def test_a_fit_that_crops_or_pads_needs_a_size(landscape, inputs):
 
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
-    pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+    pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
     return encode_video(tmp_path_factory.mktemp("fit") / "square.mp4", "libx264", {"g": "5"}, frames=6, size=32)
 
 

@@ -21,7 +21,7 @@ from pipeline.sources import LiveStreamsSource, SourceError, VideoSource
 from ..helpers import encode_video
 from ..streaming import RAW_OPTIONS, SIZE, Quiet, dropping, piped, raw_frames, serving
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 
 def _spec():

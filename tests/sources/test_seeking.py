@@ -21,7 +21,7 @@ from pipeline.sources._seeking import frame_pts
 
 from ..helpers import encode_video
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 FRAMES, SIZE, GOP = 100, 32, 12
 #: (file name, codec, options): H.264 with B-frames in MP4 and in Matroska (whose

@@ -16,8 +16,12 @@ from pipeline.jobs import run_job, source_kind
 from pipeline.sinks import CallbackSink
 from pipeline.sources import ImageFolderSource, ParquetDatasetSource, SourceError, parquet_files
 
-Image = pytest.importorskip("PIL.Image", reason="image sources need Pillow: pip install 'ortpipe[images]'")
-pa = pytest.importorskip("pyarrow", reason="table sources need pyarrow: pip install 'ortpipe[parquet]'")
+Image = pytest.importorskip(
+    "PIL.Image", reason="image sources need Pillow: pip install '.[images]' in a checkout of ortpipe"
+)
+pa = pytest.importorskip(
+    "pyarrow", reason="table sources need pyarrow: pip install '.[parquet]' in a checkout of ortpipe"
+)
 pq = pytest.importorskip("pyarrow.parquet")
 
 

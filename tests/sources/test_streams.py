@@ -32,7 +32,7 @@ from pipeline.sources import STDIN, SourceError, VideoSource, is_live, is_pipe, 
 from ..helpers import ROOT, encode_video, stop_signals_handled
 from ..streaming import RAW, RAW_OPTIONS, SIZE, Quiet, dropping, piped, raw_frames, serving
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 FRAMES = 40
 

@@ -16,7 +16,7 @@ from pipeline.sources.videos import auto_convert_threads
 
 from ..helpers import corrupt_frame, encode_video
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 SPEC = [TensorSpec("frames", np.dtype(np.uint8), ("N", 16, 32, 3))]
 

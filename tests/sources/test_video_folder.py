@@ -15,7 +15,7 @@ from pipeline.sources import SourceError, VideoFolderSource, VideoSource
 
 from ..helpers import corrupt_frame, cut_after_frames, encode_video
 
-av = pytest.importorskip("av", reason="video sources need PyAV: pip install 'ortpipe[video]'")
+av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
 SIZE = 32
 #: name, codec, frames: an MP4 with B-frames, a Matroska file (no frame count in its
