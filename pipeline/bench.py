@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._engine import CopyThreads, HostCopier
+from .bench_check import ATOL, RTOL, OutputCheck, compare_outputs, worst
 from .bench_report import (
     BOTTLENECK_ADVICE,
     DEFAULT_MODES,
@@ -57,11 +58,13 @@ from .bench_report import (
     MODES,
     ModeResult,
     bottleneck_line,
+    check_line,
     compare_with,
     fastest_line,
     format_comparison,
     format_table,
     row_key,
+    run_check,
     scaling_line,
     spread_line,
     unstable_line,
@@ -96,6 +99,9 @@ __all__ = [
     "run_modes",
     "scaling_line",
     "spread_line",
+    "OutputCheck",
+    "check_line",
+    "run_check",
     "unstable_line",
 ]
 
@@ -193,9 +199,8 @@ class _StepClock:
         )
 
 
-def _loop(mode: str, step: Callable[[Batch], None], clock: _StepClock, work: Workload, tick: Any) -> ModeResult:
-    for batch in work.warm():
-        step(batch)
+def _loop(mode: str, step: Callable[[Batch], Batch], clock: _StepClock, work: Workload, tick: Any) -> ModeResult:
+    checked = [step(batch) for batch in work.warm()]  # the warm-up's outputs: what the check compares
     clock.stats = Stats()
     batches = items = 0
     start = time.perf_counter()
@@ -203,7 +208,8 @@ def _loop(mode: str, step: Callable[[Batch], None], clock: _StepClock, work: Wor
         step(batch)
         batches += 1
         items += _rows(batch)
-    return ModeResult(mode, None, batches, items, time.perf_counter() - start, clock.stats, work.batch_size)
+    seconds = time.perf_counter() - start
+    return ModeResult(mode, None, batches, items, seconds, clock.stats, work.batch_size, checked=checked)
 
 
 def bench_naive(
@@ -214,7 +220,7 @@ def bench_naive(
     constants = dict(work.constants)
     names = session.output_names
 
-    def step(batch: Batch) -> None:
+    def step(batch: Batch) -> Batch:
         clock.start(batch)
         device.charge_transfer(_nbytes(batch), "h2d")
         clock.mark("h2d")
@@ -224,6 +230,7 @@ def bench_naive(
         device.charge_transfer(out_bytes, "d2h")
         clock.mark("d2h")
         clock.finish(out_bytes)
+        return dict(zip(names, outputs, strict=True))
 
     return _loop("naive", step, clock, work, tick)
 
@@ -237,7 +244,7 @@ def bench_iobinding(
     clock = _StepClock()
     from_numpy = onnxruntime().OrtValue.ortvalue_from_numpy
 
-    def step(batch: Batch) -> None:
+    def step(batch: Batch) -> Batch:
         clock.start(batch)
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
@@ -254,6 +261,7 @@ def bench_iobinding(
         device.charge_transfer(out_bytes, "d2h")
         clock.mark("d2h")
         clock.finish(out_bytes)
+        return dict(zip(session.output_names, outputs, strict=True))
 
     return _loop("iobinding", step, clock, work, tick)
 
@@ -274,21 +282,20 @@ def bench_pipelined(
         if options.cuda_graph
         else next(name for name, threads in ENGINE_MODES.items() if threads == options.stage_threads)
     )
-    with _warmed(model, device, work, depth, options) as pipe:
-        return _timed(mode, depth, pipe, work, tick)
+    with _warmed(model, device, work, depth, options) as (pipe, checked):
+        return dataclasses.replace(_timed(mode, depth, pipe, work, tick), checked=checked)
 
 
 @contextlib.contextmanager
 def _warmed(
     model: ModelSource, device: Device, work: Workload, depth: int, options: PipelineOptions | None
-) -> Iterator[Pipeline]:
-    """The engine's pipeline for ``work`` at ``depth``, its warm-up batches run (not timed)."""
+) -> Iterator[tuple[Pipeline, list[Batch]]]:
+    """The engine's pipeline for ``work`` at ``depth``, its warm-up batches run (not timed),
+    and their outputs (what the check compares)."""
     with Pipeline(
         model, device=device, depth=depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
-        for _ in pipe.map_with(work.warm(), discard):
-            pass
-        yield pipe
+        yield pipe, list(pipe.map(work.warm()))
 
 
 def bench_arrays(
@@ -314,13 +321,19 @@ def bench_arrays(
         ended = ended or next(timed, None) is None
         return ended
 
-    with _warmed(model, device, work, depth, options) as pipe:
+    with _warmed(model, device, work, depth, options) as (pipe, checked):
         start = time.perf_counter()
         while not ended:
             for _ in pipe.map_arrays(whole, discard, batch_size=work.batch_size, stop=stop):
                 pass
         seconds = time.perf_counter() - start
-        return ModeResult("arrays", depth, counted.batches, counted.items, seconds, pipe.stats, work.batch_size)
+        stats = pipe.stats
+        if work.batch_size is not None:  # the warm-up batches cut from whole arrays, as the timed ones were
+            warm = work.warm()
+            joined = {name: np.concatenate([batch[name] for batch in warm]) for name in warm[0]}
+            checked = list(pipe.map_arrays(joined, batch_size=work.batch_size))
+        row = ModeResult("arrays", depth, counted.batches, counted.items, seconds, stats, work.batch_size)
+        return dataclasses.replace(row, checked=checked)
 
 
 def bench_multi(
@@ -339,10 +352,10 @@ def bench_multi(
     with MultiPipeline(
         model, list(devices), depth, constants=work.constants, outputs=work.outputs, options=options
     ) as pipe:
-        for each in pipe.pipelines:  # each device warmed by itself: shared, one might get no warm batch
-            for _ in each.map_with(work.warm(), discard):
-                pass
-        return _timed("multi", depth, pipe, work, tick)
+        checked = []  # each device warmed by itself: shared, one might get no warm batch
+        for each in pipe.pipelines:
+            checked += list(each.map(work.warm()))
+        return dataclasses.replace(_timed("multi", depth, pipe, work, tick), checked=checked)
 
 
 def _timed(mode: str, depth: int, pipe: Pipeline | MultiPipeline, work: Workload, tick: Any) -> ModeResult:
@@ -379,6 +392,8 @@ def run_modes(
     tick: Any = None,
     multi_devices: Sequence[Device] = (),
     rounds: int = 1,
+    rtol: float = RTOL,
+    atol: float = ATOL,
 ) -> list[ModeResult]:
     """Every requested mode over the same workload, in the order of :data:`MODES`.
 
@@ -388,23 +403,59 @@ def run_modes(
     ``rounds``: the modes run in turn that many times (A B C A B C ...), each
     round with sessions and pipelines of its own, so that a machine's slow
     spell falls on every mode alike; each row is its median round, with every
-    round's items/s in ``rates``."""
+    round's items/s in ``rates``.  Each row's outputs of the warm-up batches are
+    checked against ``session.run``'s within ``rtol``/``atol`` (``bench_check``):
+    its ``check``, the worst of its rounds'."""
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    every = [
-        _one_round(model, device, work, depths, modes, session or SessionConfig(), copy_threads, tick, multi_devices)
-        for _ in range(rounds)
-    ]
+    config = session or SessionConfig()
+    every = []
+    for _ in range(rounds):
+        rows = _one_round(model, device, work, depths, modes, config, copy_threads, tick, multi_devices)
+        every.append(_checked(rows, model, device, work, config, rtol, atol))
     return every[0] if rounds == 1 else [_median_round(rows) for rows in zip(*every, strict=True)]
 
 
 def _median_round(rows: Sequence[ModeResult]) -> ModeResult:
     """One mode's rows of every round as one: the median round's, with each round's items/s."""
     median = sorted(rows, key=lambda r: r.items_per_s)[(len(rows) - 1) // 2]
-    return dataclasses.replace(median, rates=tuple(r.items_per_s for r in rows))
+    return dataclasses.replace(median, rates=tuple(r.items_per_s for r in rows), check=worst([r.check for r in rows]))
+
+
+def _checked(
+    rows: list[ModeResult],
+    model: ModelSource,
+    device: Device,
+    work: Workload,
+    config: SessionConfig,
+    rtol: float,
+    atol: float,
+) -> list[ModeResult]:
+    """The round's rows, each with its outputs checked against ``session.run``'s (the naive
+    row's, or a plain session's where naive did not run) and its warm-up outputs let go; not
+    checked where the batches are arrays in a device's memory, which session.run does not take."""
+    if not all(isinstance(value, np.ndarray) for batch in work.pool for value in batch.values()):
+        # arrays in a device's memory (NOTE [ device arrays ]): session.run takes host arrays
+        return [dataclasses.replace(row, checked=[]) for row in rows]
+    naive = next((row for row in rows if row.mode == "naive"), None)
+    if naive is not None:
+        reference = naive.checked
+    else:
+        session = OrtSession(model, device, None, dataclasses.replace(config, spin=True), work.outputs)
+        constants = dict(work.constants)
+        names = session.output_names
+        reference = [
+            dict(zip(names, session.session.run(names, {**batch, **constants}), strict=True)) for batch in work.warm()
+        ]
+    checked = []
+    for row in rows:
+        copies = max(1, len(row.checked) // max(1, len(reference)))  # multi: each pipeline's warm-up
+        check = compare_outputs(row.checked, reference * copies, rtol, atol)
+        checked.append(dataclasses.replace(row, check=check, checked=[]))
+    return checked
 
 
 def _one_round(

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
+
+from .bench_check import OutputCheck, worst
 from .stats import MultiStats, Stats
 
 MODES = ("naive", "iobinding", "pipelined", "caller", "auto", "graph", "arrays", "multi")
@@ -31,6 +34,10 @@ class ModeResult:
     batch_size: int | None = None  # rows a batch (None when the workload's batches differ)
     #: items/s of each round where the modes ran in rounds (:func:`run_modes`); this row is the median round's
     rates: tuple[float, ...] = ()
+    #: its outputs against ``session.run``'s (``bench_check``; None: not checked)
+    check: OutputCheck | None = None
+    #: its outputs of the warm-up batches, until they are checked
+    checked: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def items_per_s(self) -> float:
@@ -61,7 +68,15 @@ class ModeResult:
             row["efficiency"] = self.items_per_s / bound if bound and bound > 0 else math.nan
         if self.rates:
             row["rounds_items_per_s"] = list(self.rates)
+        if self.check is not None:
+            row["check"] = self.check.to_dict()
         return row
+
+    @property
+    def where(self) -> str:
+        """The row as a headline names it: its mode, depth and batch size."""
+        where = self.mode if self.depth is None else f"{self.mode} at depth {self.depth}"
+        return where if self.batch_size is None else f"{where}, batch {self.batch_size}"
 
     @property
     def spread(self) -> float | None:
@@ -121,16 +136,11 @@ def unstable_line(results: Sequence[ModeResult]) -> str | None:
     shaky = [(row, row.spread) for row in results if row.spread is not None and row.spread > UNSTABLE_SPREAD]
     if not shaky:
         return None
-    named = ", ".join(f"{_where(row)} ±{spread:.0%}" for row, spread in shaky)
+    named = ", ".join(f"{row.where} ±{spread:.0%}" for row, spread in shaky)
     return (
         f"unstable: {len(shaky)} row(s) spread more than ±{UNSTABLE_SPREAD:.0%} over their rounds ({named}): "
         "their figures are not to be trusted alone; longer rounds (--duration) or more of them (--rounds) steady them"
     )
-
-
-def _where(row: ModeResult) -> str:
-    where = row.mode if row.depth is None else f"{row.mode} at depth {row.depth}"
-    return where if row.batch_size is None else f"{where}, batch {row.batch_size}"
 
 
 #: what each stage, as the fastest engine row's bottleneck, says to try next
@@ -200,6 +210,27 @@ def spread_line(results: Sequence[ModeResult]) -> str | None:
         if (values := spread[stage]) is not None
     ]
     return f"  its time a batch, p50 / p99 ms: {', '.join(parts)}" if parts else None
+
+
+def run_check(results: Sequence[ModeResult]) -> OutputCheck | None:
+    """The benchmark's check (the JSON's ``check``): every row's, its mismatch naming the row."""
+    named = [
+        check if check.ok else replace(check, mismatch=f"{row.where}: {check.mismatch}")
+        for row in results
+        if (check := row.check) is not None
+    ]
+    return worst(named)
+
+
+def check_line(check: OutputCheck | None) -> str | None:
+    """The line under the table: how far the modes' outputs were from session.run's."""
+    if check is None:
+        return None
+    figures = f"max abs diff {check.max_abs_diff:.3g}, max rel diff {check.max_rel_diff:.3g}"
+    tolerance = f"rtol {check.rtol:g}, atol {check.atol:g}"
+    if check.ok:
+        return f"outputs checked against session.run: {figures} ({tolerance}): ok"
+    return f"outputs DIFFER from session.run's ({tolerance}): {check.mismatch}"
 
 
 def format_table(results: Sequence[ModeResult]) -> str:

@@ -16,6 +16,17 @@ from ..util.errors import PipelineError
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
 
+def non_negative_float(text: str) -> float:
+    """A tolerance: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def positive(kind: type) -> Any:
     def parse(text: str) -> Any:
         try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import models
 from ..bench import DEFAULT_MODES, MODES
+from ..bench_check import ATOL, RTOL
 from ._args import (
     add_ort_options,
     add_output_names_option,
@@ -20,6 +21,7 @@ from ._args import (
     data_spec,
     depths,
     input_spec,
+    non_negative_float,
     positive,
 )
 
@@ -108,7 +110,19 @@ def _bench_how(how: Any) -> None:
         help=f"the modes take turns this many times, A B C A B C ...; each row is its median round, with the "
         f"spread (default {DEFAULT_ROUNDS})",
     )
-    how.add_argument("--warmup", type=int, default=3, help="untimed batches per mode (default 3)")
+    how.add_argument(
+        "--warmup", type=int, default=3, help="untimed batches per mode, their outputs checked (default 3)"
+    )
+    how.add_argument(
+        "--rtol",
+        type=non_negative_float,
+        default=RTOL,
+        help=f"each mode's outputs of the warm-up batches must be within atol + rtol * |session.run's| "
+        f"(Polygraphy's rule); a mode outside it fails the bench (default {RTOL:g})",
+    )
+    how.add_argument(
+        "--atol", type=non_negative_float, default=ATOL, help=f"the absolute tolerance of that check (default {ATOL:g})"
+    )
     how.add_argument(
         "--modes",
         type=choices_of(MODES, "--modes"),

@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ..bench import (
     ModeResult,
     Workload,
     bottleneck_line,
+    check_line,
     compare_with,
     deepest_engine_run,
     fastest_line,
@@ -26,6 +28,7 @@ from ..bench import (
     format_table,
     measure_copy_gbps,
     measure_host_copy_gbps,
+    run_check,
     run_modes,
     scaling_line,
     spread_line,
@@ -393,7 +396,9 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     progress.close()
     print(format_table(results))
     emulated = isinstance(device, HostDevice) and device.link is not None
+    check = run_check(results)
     for line in (
+        check_line(check),
         fastest_line(results, emulated),
         unstable_line(results),
         spread_line(results),
@@ -410,6 +415,9 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     if ops is not None:
         print(ops)
     _write_outputs(args, info, results, traced, ops, compared, [d.name for d in multi] or None)
+    if check is not None and not check.ok:  # a mode that computes another result: its speed means nothing
+        print(f"ortpipe: error: the outputs differ from session.run's: {check.mismatch}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -437,6 +445,8 @@ def _run_workloads(
             tick=tick,
             multi_devices=multi,
             rounds=args.rounds,
+            rtol=args.rtol,
+            atol=args.atol,
         )
         results.extend(rows)
         traced = deepest_engine_run(rows)
@@ -551,6 +561,7 @@ def _write_outputs(
                 "session_config": dict(args.session_option),
                 "provider_options": dict(args.provider_option),
             },
+            "check": None if (check := run_check(results)) is None else check.to_dict(),
             "results": [row.to_dict() for row in results],
             "ops": None if ops is None else ops.to_dict(),
             "baseline": None if compared is None else {"path": str(args.baseline), "rows": compared},

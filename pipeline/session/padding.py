@@ -9,8 +9,10 @@ the real rows other values beside zero rows - silently.  So before the first
 padded batch of a shape runs, the session runs that shape twice: one real row
 (random floats, ones for integers and bools, ``"a"`` for strings) padded with
 zeros, as the engine pads, and the same row padded with copies of itself.
-Row 0 of every per-row output, and every other output whole, must be the same
-in both; where it is not, the run is refused before a result is changed.
+Row 0 of every output with a row each must be the same in both; where it is
+not, the run is refused before a result is changed.  Outputs without a row
+each (a detector's hits, whose padding rows add their own) are the batch's as
+a whole, and not compared.
 
 Two runs are enough to find rows that interact for any input the model reads
 (zero padding against copies of the real row change every statistic over the
@@ -55,8 +57,8 @@ def changed_by_padding(
     shapes: Mapping[str, Shape],
     output_names: Sequence[str],
 ) -> list[str]:
-    """The outputs whose real row (or whole value, for an output without a row each)
-    differs between the two paddings of one made-up row; [] where rows do not interact.
+    """The outputs with a row each whose real row differs between the two paddings of one
+    made-up row; [] where rows do not interact.
 
     ``run`` takes the batched inputs' feeds (constants are the runner's to add) and may
     raise: a model that cannot run on made-up rows is the caller's to say."""
@@ -70,12 +72,9 @@ def changed_by_padding(
     changed = []
     for name, a, b in zip(output_names, first, second, strict=True):
         a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape:
-            changed.append(name)
-            continue
-        if a.ndim and a.shape[0] == bound:
-            a, b = a[:1], b[:1]
-        if not _same(a, b):
+        if not (a.ndim and b.ndim and a.shape[0] == b.shape[0] == bound):
+            continue  # no row each (a detector's hits, a count): the batch's own, every row's at once
+        if a.shape != b.shape or not _same(a[:1], b[:1]):
             changed.append(name)
     return changed
 

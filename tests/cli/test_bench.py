@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -20,6 +21,7 @@ from pipeline.bench import (
     run_modes,
     scaling_line,
 )
+from pipeline.cli import main
 from pipeline.stats import Stats
 
 
@@ -293,3 +295,59 @@ def test_a_baseline_is_compared_by_medians_with_both_spreads():
     text = format_comparison([naive, caller], "old.json").splitlines()
     assert text[1].endswith("items/s 1.25x  p99 -  (medians; ±5% / ±31% over the rounds: within the noise)")
     assert text[2].endswith("(medians; ±3% / ±5% over the rounds: apart)")
+
+
+def test_outputs_are_compared_with_polygraphys_rule():
+    from pipeline.bench_check import compare_outputs, worst
+
+    want = [{"y": np.array([1.0, 2.0, 0.0], np.float32), "label": np.array(["a", "b", "c"], dtype=object)}]
+    same = compare_outputs([{"y": want[0]["y"].copy(), "label": want[0]["label"].copy()}], want)
+    assert same.ok and same.max_abs_diff == 0 and same.to_dict()["ok"] is True
+    near = compare_outputs([{"y": np.array([1.0, 2.0 + 1e-6, 0.0], np.float32), "label": want[0]["label"]}], want)
+    assert near.ok and 0 < near.max_abs_diff < 1e-5
+    far = compare_outputs([{"y": np.array([1.0, 2.5, 1e-3], np.float32), "label": want[0]["label"]}], want)
+    assert not far.ok and far.mismatch.startswith("output 'y' of batch 0: max abs diff 0.5")
+    assert far.max_rel_diff == float("inf")  # 1e-3 where session.run gave 0
+    words = compare_outputs([{"y": want[0]["y"], "label": np.array(["a", "b", "x"], dtype=object)}], want)
+    assert words.mismatch == "output 'label' of batch 0: values differ (they must be equal)"
+    shape = compare_outputs([{"y": want[0]["y"][:2], "label": want[0]["label"]}], want)
+    assert shape.mismatch == "output 'y' of batch 0: shape [2] against [3]"
+    assert worst([same, None, far]).mismatch == far.mismatch and worst([None]) is None
+
+
+def _random_model(path):
+    """``y = x + RandomUniformLike(x)``: another value every run, so no mode can match session.run."""
+    from onnx import TensorProto, helper
+
+    from pipeline.models import IR_VERSION, OPSET
+
+    graph = helper.make_graph(
+        [helper.make_node("RandomUniformLike", ["x"], ["r"]), helper.make_node("Add", ["x", "r"], ["y"])],
+        "random",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_a_mode_whose_outputs_differ_fails_the_bench_and_the_json_says_so(tmp_path, capsys):
+    """Issue 38, item 3: a real model whose every run differs fails the check, naming the row."""
+    model = _random_model(tmp_path / "random.onnx")
+    report = tmp_path / "bench.json"
+    argv = ["bench", str(model), "--input", "x:4", "--batch-size", "8", "--batches", "2", "--depth", "1"]
+    assert main([*argv, "--modes", "naive,caller", "--no-progress", "--json", str(report)]) == 1
+    out, err = capsys.readouterr()
+    assert "outputs DIFFER from session.run's (rtol 1e-05, atol 1e-05): caller at depth 1, batch 8: output 'y'" in out
+    assert err.startswith("ortpipe: error: the outputs differ from session.run's: caller at depth 1")
+    check = json.loads(report.read_text())["check"]
+    assert check["ok"] is False and check["max_abs_diff"] > 1e-3 and check["mismatch"].startswith("caller at depth 1")
+    # within a tolerance that takes the noise, it passes (RandomUniformLike draws in [0, 1))
+    assert main([*argv, "--modes", "naive,caller", "--no-progress", "--atol", "1", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["check"]["ok"] is True
+    assert main(["bench", "mlp", "--batches", "2", "--depth", "1", "--no-progress", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["check"] == {"max_abs_diff": 0.0, "max_rel_diff": 0.0, "rtol": 1e-5, "atol": 1e-5, "ok": True,
+                             "mismatch": None}  # fmt: skip
+    assert all(row["check"]["ok"] for row in data["results"])

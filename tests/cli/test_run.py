@@ -713,14 +713,14 @@ def test_run_limit_on_an_image_folder_ends_its_decode_threads(tmp_path, capsys):
             "pyarrow",
             lambda d: _table(d / "t.parquet"),
             "o.npy",
-            "reading .*t.parquet' needs the pyarrow package: pip install 'ortpipe\\[parquet\\]'",
+            "reading .*t.parquet' needs the pyarrow package: pip install '\\.\\[parquet\\]' in a checkout of ortpipe",
         ),
         ("pyarrow", lambda d: _npy(d / "x.npy", (4, 64)), "o.csv", "writing .*o.csv' needs the pyarrow package"),
         (
             "PIL",
             lambda d: _write(d / "im.png", b"png").parent,
             "o.npy",
-            "needs the PIL package: pip install 'ortpipe\\[images\\]'",
+            "needs the PIL package: pip install '\\.\\[images\\]' in a checkout of ortpipe",
         ),
     ],
 )
