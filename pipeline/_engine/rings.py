@@ -261,7 +261,8 @@ def refuse_strings(session: OrtSession) -> None:
     if strings:
         raise ModelError(
             f"the model has string tensors ({', '.join(repr(name) for name in strings)}), which the engine's "
-            "slots cannot hold: a Pipeline runs such a model on its direct path (session.run), on every device"
+            "slots cannot hold: a Pipeline runs such a model on its direct path (session.run), on every device, "
+            "unless told not to (PipelineOptions(direct=False))"
         )
 
 

@@ -1,4 +1,4 @@
-"""The ``ortpipe`` command line: ``bench``, ``info`` and ``run``, one module each."""
+"""The ``ortpipe`` command line: ``bench``, ``info``, ``run`` and ``tune``, one module each."""
 
 from __future__ import annotations
 
@@ -14,11 +14,17 @@ from .. import __version__
 from ..util.errors import ModelError, PipelineError
 from ._bench_options import add_bench
 from ._run_options import add_run
+from ._tune_options import add_tune
 
 __all__ = ["build_parser", "console", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _parsers()[0]
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command line's parser, and each command's own (where ``--config`` sets defaults)."""
     parser = argparse.ArgumentParser(
         prog="ortpipe", description="Stream batches through ONNX Runtime with copies and compute overlapped."
     )
@@ -26,15 +32,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_bench(sub)
     add_run(sub)
-    return parser
+    add_tune(sub)
+    return parser, dict(sub.choices)
 
 
 def main(argv: Sequence[str] | None = None, *, standalone: bool = False) -> int:
     """Run one command; ``standalone`` (the ``ortpipe`` command, ``python -m pipeline.cli``):
     the process ends when it returns, so signal handlers may stay until then."""
-    args = build_parser().parse_args(argv)
+    parser, commands = _parsers()
+    args = parser.parse_args(argv)
     args.standalone = standalone
     try:
+        config = getattr(args, "config", None)
+        if config is not None:  # ortpipe tune's settings as defaults: what the command line gives wins
+            from ._config import config_defaults
+
+            commands[args.command].set_defaults(**config_defaults(args.command, config))
+            args = parser.parse_args(argv)
+            args.standalone = standalone
         return _command(args.command)(args)
     except PipelineError as exc:
         print(f"ortpipe: error: {exc}", file=sys.stderr)

@@ -104,6 +104,14 @@ def _bench_how(how: Any) -> None:
         help=f"timed seconds per mode and round (default {DEFAULT_DURATION_S:g})",
     )
     how.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="T.json",
+        help="the settings ortpipe tune wrote (batch size, depth, issuing, threads) as defaults; an option "
+        "given here wins",
+    )
+    how.add_argument(
         "--rounds",
         type=positive(int),
         default=DEFAULT_ROUNDS,

@@ -188,6 +188,14 @@ def _performance_options(running: Any) -> None:
         "share the batches (a name twice: two sessions on one GPU)",
     )
     running.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="T.json",
+        help="the settings ortpipe tune wrote (batch size, depth, issuing, threads) as defaults; an option "
+        "given here wins",
+    )
+    running.add_argument(
         "--batch-size",
         type=positive(int),
         default=None,

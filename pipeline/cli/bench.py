@@ -166,7 +166,7 @@ def data_batches(
     where: str,
 ) -> tuple[list, str]:
     """Up to ``count`` batches of ``batch_size`` rows cut from the user's arrays
-    (``--data``, read by ``_load_data``), checked against the batched inputs of
+    (``--data``, read by ``load_data``), checked against the batched inputs of
     the model ``probe`` is a session of; and a line saying what was read."""
     from .._engine import InputChecker
 
@@ -188,7 +188,7 @@ def data_batches(
     return batches, f"data: {where} ({total} rows; {len(batches)} batches of {batch_size} in the pool)"
 
 
-def _load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict[str, np.ndarray]:
+def load_data(data: Sequence[tuple[str | None, str]], names: list[str]) -> dict[str, np.ndarray]:
     """Input name -> array (memory-mapped) from --data, or a PipelineError naming the file."""
     arrays: dict[str, np.ndarray] = {}
     for name, path in data:
@@ -244,7 +244,7 @@ def _probe(
     return model, OrtSession(model, HostDevice(), config=config)
 
 
-def _probe_batched(
+def probe_batched(
     model_arg: str,
     constants: dict[str, np.ndarray] | None,
     config: SessionConfig | None = None,
@@ -371,10 +371,10 @@ def _bench(args: argparse.Namespace, baseline: Any, devices: list[Device], why: 
     constants = model_constants(args.model, args.constant)
     # the model is read and --data loaded once; every batch size's batches are made (and checked) before any run
     heads = functools.partial(with_heads, args)  # every mode runs the same graph: --top-k's too
-    model, probe = _probe_batched(args.model, constants, _session_config(args), heads)
+    model, probe = probe_batched(args.model, constants, _session_config(args), heads)
     args.batch_size = _batch_sizes(args.batch_size, probe.fixed_batch())
-    arrays = _load_data(args.data, [spec.name for spec in probe.batched_inputs]) if args.data else None
-    workloads = [_workload(args, model, probe, arrays, size, count) for size in args.batch_size]
+    arrays = load_data(args.data, [spec.name for spec in probe.batched_inputs]) if args.data else None
+    workloads = [bench_workload(args, model, probe, arrays, size, count) for size in args.batch_size]
     sizes = ", ".join(map(str, args.batch_size))
     info = device_facts(device)
     print(f"device: {describe_device(info)}  [{why}]")
@@ -485,7 +485,7 @@ def _batch_sizes(given: list[int] | None, fixed: int | None) -> list[int]:
     return given or [fixed or DEFAULT_BATCH_SIZE]
 
 
-def _workload(
+def bench_workload(
     args: argparse.Namespace,
     model: Any,
     probe: Any,

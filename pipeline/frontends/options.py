@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from .._engine import BatchTrace, CopyThreads, HostRegistering, resolve_copy_threads
 from ..session import ORT_LOG_LEVELS, SessionConfig
+from ..tune import ISSUINGS, Settings, load_settings
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,25 @@ class PipelineOptions:
             raise ValueError(f"ort_log must be one of {list(ORT_LOG_LEVELS)}, got {self.ort_log!r}")
         resolve_copy_threads(self.copy_threads)  # checks it
         self.session()  # checks the ORT options
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **more: Any) -> PipelineOptions:
+        """The options of tuned ``settings`` (NOTE [ tuning ]): issuing, ORT's threads, copy
+        threads, CUDA graphs; ``more``: other fields.  The batch size and depth are ``Pipeline``'s
+        own arguments (``settings.batch_size``, ``settings.depth``)."""
+        return cls(
+            stage_threads=ISSUINGS[settings.issuing],
+            intra_op_threads=settings.intra_op_threads,
+            copy_threads=settings.copy_threads,
+            cuda_graph=settings.cuda_graph,
+            **more,
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path, **more: Any) -> PipelineOptions:
+        """The options of the config ``ortpipe tune`` wrote at ``path`` (:meth:`from_settings`;
+        ``pipeline.tune.load_settings(path)`` gives its batch size and depth too)."""
+        return cls.from_settings(load_settings(path), **more)
 
     def session(self) -> SessionConfig:
         """How the pipeline's ORT session is built."""

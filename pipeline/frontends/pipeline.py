@@ -540,8 +540,8 @@ class Pipeline(OneRunAtATime):
         """See NOTE [ direct path ]: every stream op of this device is done when it returns
         (the CPU backend), and nothing needs the engine's slots or traces; or the model has
         string tensors (NOTE [ string tensors ]), on any device."""
-        if self._strings:
-            return True
+        if self._strings:  # unless the engine is asked for (direct=False), which refuses them, saying so
+            return self.options.direct
         inline = all(stream.copies_inline for stream in self.streams.all())
         return self.options.direct and inline and not self._transforms and self.options.on_batch is None
 
