@@ -14,9 +14,10 @@ not, the run is refused before a result is changed.  Outputs without a row
 each (a detector's hits, whose padding rows add their own) are the batch's as
 a whole, and not compared.
 
-Two runs are enough to find rows that interact for any input the model reads
-(zero padding against copies of the real row change every statistic over the
-rows), and cost two model runs once per padded shape.  A model that cannot run
+The two paddings give the rows different sums, means and spreads - what batch
+statistics read - for two model runs once per padded shape.  Rows that interact
+in a way both paddings leave alike (a maximum over the rows that the real row
+already holds) would pass unseen: the check is a guard, not a proof.  A model that cannot run
 on such made-up rows (it divides by an input, or takes indices) cannot be
 checked this way: it is said as a warning, and its batches run padded as before.
 """
