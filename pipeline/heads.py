@@ -52,7 +52,7 @@ def with_top_k(model: Any, output: str | None, k: int, *, softmax: bool = False,
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ModelError(f"top k takes a whole number of values >= 1, got {k!r}")
-    proto = _loaded(model)
+    proto = loaded_model(model)
     value = _taken_output(proto, output, k, softmax)
     output = value.name
     last = _last_dim(value)
@@ -102,14 +102,14 @@ def _append_top_k(graph: Any, value: Any, k: int, softmax: bool) -> None:
     output = value.name
     values_name, index_name = top_k_names(output, k)
     k_name, probabilities = f"{values_name}_k", f"{output}_softmax"
-    _check_free(graph, (values_name, index_name, k_name, probabilities))
+    check_free(graph, (values_name, index_name, k_name, probabilities))
     scored = output
     if softmax:
         graph.node.append(helper.make_node("Softmax", [output], [probabilities], axis=-1))
         scored = probabilities
     graph.initializer.append(helper.make_tensor(k_name, TensorProto.INT64, [1], [k]))
     graph.node.append(helper.make_node("TopK", [scored, k_name], [values_name, index_name], axis=-1))
-    dims = _dims(value)
+    dims = declared_dims(value)
     new_dims = None if dims is None else [*dims[:-1], k]
     graph.output.append(helper.make_tensor_value_info(values_name, value.type.tensor_type.elem_type, new_dims))
     graph.output.append(helper.make_tensor_value_info(index_name, TensorProto.INT64, new_dims))
@@ -129,7 +129,7 @@ _NUMERIC = {1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 16}
 _FLOATS = {1, 10, 11, 16}
 
 
-def _loaded(model: Any) -> Any:
+def loaded_model(model: Any) -> Any:
     """A copy of ``model`` as a ModelProto, a file's external weights read in."""
     import onnx
 
@@ -154,7 +154,7 @@ def _check_opset(proto: Any, output: str) -> None:
         )
 
 
-def _dims(value: Any) -> list[int | str | None] | None:
+def declared_dims(value: Any) -> list[int | str | None] | None:
     """An output's declared dims (an int, a name, or None where neither), None where its rank is not declared."""
     tensor = value.type.tensor_type
     if not tensor.HasField("shape"):
@@ -164,7 +164,7 @@ def _dims(value: Any) -> list[int | str | None] | None:
 
 def _last_dim(value: Any) -> int | str | None:
     """The last dim of a batched output: its first is the rows', so it needs a second."""
-    dims = _dims(value)
+    dims = declared_dims(value)
     if dims is not None and len(dims) < 2:
         raise ModelError(
             f"top k of {value.name!r}: it is {dims or 'a scalar'}, one value a row at most: there is no axis of a "
@@ -173,11 +173,11 @@ def _last_dim(value: Any) -> int | str | None:
     return None if dims is None else dims[-1]
 
 
-def _check_free(graph: Any, names: tuple[str, ...]) -> None:
-    """The names to be added are not taken by a value of the graph already."""
+def check_free(graph: Any, names: tuple[str, ...], what: str = "top k") -> None:
+    """The names to be added are not taken by a value of the graph already (``what``: who adds them)."""
     taken = {value.name for value in (*graph.input, *graph.output, *graph.value_info)}
     taken.update(init.name for init in graph.initializer)
     taken.update(name for node in graph.node for name in node.output)
     clash = [name for name in names if name in taken]
     if clash:
-        raise ModelError(f"top k: the model already has values named {clash}, the names of what it would add")
+        raise ModelError(f"{what}: the model already has values named {clash}, the names of what it would add")

@@ -16,17 +16,6 @@ from ..util.errors import PipelineError
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
 
-def non_negative_float(text: str) -> float:
-    """A tolerance: a finite float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
 def positive(kind: type) -> Any:
     def parse(text: str) -> Any:
         try:
@@ -41,13 +30,13 @@ def positive(kind: type) -> Any:
 
 
 def nonnegative_float(text: str) -> float:
-    """A number of seconds >= 0 (0: no wait)."""
+    """A finite number >= 0: seconds (0: no wait), a tolerance."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 

@@ -21,7 +21,7 @@ from ._args import (
     data_spec,
     depths,
     input_spec,
-    non_negative_float,
+    nonnegative_float,
     positive,
 )
 
@@ -123,13 +123,13 @@ def _bench_how(how: Any) -> None:
     )
     how.add_argument(
         "--rtol",
-        type=non_negative_float,
+        type=nonnegative_float,
         default=RTOL,
         help=f"each mode's outputs of the warm-up batches must be within atol + rtol * |session.run's| "
         f"(Polygraphy's rule); a mode outside it fails the bench (default {RTOL:g})",
     )
     how.add_argument(
-        "--atol", type=non_negative_float, default=ATOL, help=f"the absolute tolerance of that check (default {ATOL:g})"
+        "--atol", type=nonnegative_float, default=ATOL, help=f"the absolute tolerance of that check (default {ATOL:g})"
     )
     how.add_argument(
         "--modes",

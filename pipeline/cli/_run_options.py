@@ -46,6 +46,7 @@ def add_run(sub: Any) -> None:
     )
     run.add_argument("model", help=f"an .onnx file or a built-in model ({', '.join(models.BUILTIN)})")
     _input_options(run.add_argument_group("inputs: what is read, and how its columns feed the model"))
+    _text_options(run.add_argument_group("text: a table's texts, tokenized and batched by tokens (docs/text.md)"))
     _decoding_options(run.add_argument_group("videos, streams and images: decoding and sampling"))
     _output_options(run.add_argument_group("outputs: what is written, and how"))
     _window_options(run.add_argument_group("resuming and shards: which rows this run is for"))
@@ -73,6 +74,40 @@ def _ray_options(ray: Any) -> None:
         default=0.0,
         help="with --ray: GPUs of each actor (0, the default: on CPUs, --threads each)",
     )
+
+
+def _text_options(text: Any) -> None:
+    """A table's text column as the model's input_ids, attention_mask and token_type_ids."""
+    text.add_argument(
+        "--text-column",
+        metavar="COLUMN",
+        help="a Parquet, CSV or JSON Lines input: the column of texts, tokenized by the model folder's "
+        "tokenizer.json (or --tokenizer) and batched by tokens, rows written in input order",
+    )
+    text.add_argument("--text-pair-column", metavar="COLUMN", help="a second text each, for a cross-encoder")
+    text.add_argument(
+        "--tokenizer", type=Path, default=None, metavar="PATH", help="a tokenizer.json, where MODEL is a file"
+    )
+    text.add_argument(
+        "--max-length",
+        type=positive(int),
+        default=None,
+        help="tokens a text is cut to, special tokens included (default: the tokenizer's own, else 512)",
+    )
+    text.add_argument(
+        "--max-batch-tokens",
+        type=positive(int),
+        default=None,
+        help="a batch's rows times its padded length, at most (default 16384 on the CPU, 65536 on a GPU)",
+    )
+    text.add_argument(
+        "--pooling",
+        choices=["mean", "cls", "last", "none"],
+        default=None,
+        help="pooled in the graph, one vector a text written as 'embedding' (default: sentence-transformers' "
+        "1_Pooling/config.json, else mean for an output of [batch, tokens, hidden], none for one that pools)",
+    )
+    text.add_argument("--normalize", action="store_true", help="each vector divided by its L2 norm, in the graph")
 
 
 def _input_options(inputs: Any) -> None:

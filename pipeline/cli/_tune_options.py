@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._args import data_spec, input_spec, non_negative_float, positive
+from ._args import data_spec, input_spec, nonnegative_float, positive
 from ._bench_options import add_constant_option
 
 
@@ -44,5 +44,5 @@ def add_tune(sub: Any) -> None:
     tune.add_argument(
         "--rounds", type=positive(int), default=3, help="each step's candidates take turns this many times (default 3)"
     )
-    tune.add_argument("--rtol", type=non_negative_float, default=1e-5, help="the output check's relative tolerance")
-    tune.add_argument("--atol", type=non_negative_float, default=1e-5, help="the output check's absolute tolerance")
+    tune.add_argument("--rtol", type=nonnegative_float, default=1e-5, help="the output check's relative tolerance")
+    tune.add_argument("--atol", type=nonnegative_float, default=1e-5, help="the output check's absolute tolerance")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from .. import models
-from ..jobs import Progress, SourceOptions, output_lock
-from ..sinks import JobRecord, LabelledSink, SinkError, read_labels, writable
+from ..jobs import Progress, SourceOptions, output_lock, sink_kind
+from ..sinks import InputOrderSink, JobRecord, LabelledSink, SinkError, read_labels, writable
 from ..util.capabilities import (
     CountsStreams,
     Described,
@@ -35,6 +35,7 @@ from ..util.capabilities import (
     restarted,
     skipped,
 )
+from ..util.errors import SourceError
 from ._args import (
     constant_arrays,
     ort_options,
@@ -211,7 +212,9 @@ def _on_ray(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     from ..jobs import JobSummary, run_job, source_kind
 
-    kind = source_kind(args.input, args.image_column, args.video_column, args.video_format)
+    kind = (
+        "text" if args.text_column else source_kind(args.input, args.image_column, args.video_column, args.video_format)
+    )
     _check_before_any_work(args, kind)
     model, labelled, preprocess, constants = _model_of(args, kind)
     summary = JobSummary()
@@ -268,13 +271,17 @@ def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise SinkError("--plot draws with matplotlib: pip install '.[plot]' in a checkout of ortpipe")
     _options_fit_the_output(args)
-    _not_into_the_data_set(args.input, args.output, "parquet" if args.image_column else kind)  # images held too
+    _text_options_fit(args)
+    listed = args.image_column or args.text_column  # a table that holds its images or texts
+    _not_into_the_data_set(args.input, args.output, "parquet" if listed else kind)
 
 
 def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[str, Any]]:
     """The model with its heads (top k), the labels of its classes, the preprocessing and the constants."""
     model: Any = models.get(args.model) if args.model in models.BUILTIN else args.model
     labels = _labels(args)
+    if kind == "text":  # NOTE [ pooling in the graph ]; a classifier's labels from its config.json
+        model, labels = _text_model(args, labels)
     model = with_heads(args, model)
     labelled = None if labels is None else (_labelled_output(labels, args.labels, model), labels)
     declared = declared_inputs_of(model)  # a large graph is parsed once, and only when needed
@@ -286,7 +293,63 @@ def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[
 def _open_source(args: argparse.Namespace, pipe: Any, batch_size: int) -> Any:
     from ..jobs import open_source
 
+    if args.text_column:
+        return _text_source(args, pipe)
     return open_source(args.input, pipe, batch_size, _source_options(args, pipe))
+
+
+def _text_model(args: argparse.Namespace, labels: list[str] | None) -> tuple[Any, list[str] | None]:
+    """The model of a text run, its pooling appended (NOTE [ pooling in the graph ]), said; and the
+    labels of a classifier's classes (--labels, else its config.json's id2label where --top-k asks)."""
+    from ..text import class_labels, model_folder, pooled_model
+
+    folder = model_folder(args.model, args.tokenizer)
+    if folder.tokenizer is None:
+        raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give --tokenizer PATH")
+    args.text_folder = folder
+    model, pooling = pooled_model(folder, args.pooling, args.normalize)
+    args.pooling_used = pooling
+    if labels is None and args.top_k is not None and sink_kind(args.output) != "npy":
+        labels = class_labels(folder.config)
+    return model, labels
+
+
+def _text_source(args: argparse.Namespace, pipe: Any) -> Any:
+    """A table's texts, tokenized and batched by tokens (NOTE [ token batches ])."""
+    from ..text import DEFAULT_MAX_TOKENS, TextEncoder, TextSource
+
+    encoder = TextEncoder(args.text_folder.tokenizer, args.max_length)
+    kind = next(iter(_devices_of(pipe))).kind
+    budget = args.max_batch_tokens or DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["host"])
+    source = TextSource(
+        args.input, args.text_column, encoder, pipe.source_inputs, budget,
+        pair_column=args.text_pair_column, id_column=args.id_column,
+    )  # fmt: skip
+    pooled = "" if args.pooling_used == "none" else f", {args.pooling_used} pooling in the graph"
+    normalized = ", L2-normalized" if args.normalize else ""
+    print(f"text: {encoder.max_length} tokens at most a text, {budget:,} a batch{pooled}{normalized}")
+    return source
+
+
+def _text_options_fit(args: argparse.Namespace) -> None:
+    """The text options without --text-column, or --text-column with another input's: refused, not ignored."""
+    given = [flag for flag, value in (
+        ("--text-pair-column", args.text_pair_column), ("--tokenizer", args.tokenizer),
+        ("--max-length", args.max_length), ("--max-batch-tokens", args.max_batch_tokens),
+        ("--pooling", args.pooling), ("--normalize", args.normalize),
+    ) if value]  # fmt: skip
+    if not args.text_column:
+        if given:
+            raise SourceError(f"{', '.join(given)} are for a table's texts: give --text-column too")
+        return
+    other = [flag for flag, value in (
+        ("--image-column", args.image_column), ("--video-column", args.video_column),
+        ("--input-column", args.input_column), ("--preprocess", args.preprocess), ("--ray", args.ray),
+    ) if value]  # fmt: skip
+    if other:
+        raise SourceError(
+            f"--text-column feeds the model's token inputs from texts; {', '.join(other)} cannot go with it"
+        )
 
 
 def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
@@ -324,6 +387,7 @@ ROW_OPTIONS = (
     "input_name", "input_column", "id_column", "image_column", "video_column", "constant", "preprocess",
     "size", "pix_fmt", "fit", "every", "fps", "skip_unreadable", "video_format", "video_option", "jpeg_draft",
     "exif_orientation", "shard", "top_k", "softmax", "labels", "output_names", "data_dependent",
+    "text_column", "text_pair_column", "tokenizer", "max_length", "pooling", "normalize",
 )  # fmt: skip
 
 
@@ -333,6 +397,9 @@ def job_record(args: argparse.Namespace, engine: str = "local") -> JobRecord:
     model = args.model
     if model in models.BUILTIN:
         model = models.get(model)
+    folder = getattr(args, "text_folder", None)  # a text model's folder: its model file is the model
+    if folder is not None:
+        model = folder.model
     options = {name: getattr(args, name, None) for name in ROW_OPTIONS}
     options["first_row"] = args.rows[0] if getattr(args, "rows", None) else 0
     options["engine"] = engine
@@ -361,6 +428,10 @@ def _open_sink(
     )
     if labelled is not None:
         sink = LabelledSink(sink, *labelled)
+    if args.text_column:  # NOTE [ rows put back in order ]: a window's rows ran sorted by length
+        from ..text import POSITION
+
+        sink = InputOrderSink(sink, POSITION)
     if not args.resume and not args.overwrite:
         try:
             refuse_replacing(sink)

@@ -109,7 +109,9 @@ def resumed(
     def check(meta: dict[str, np.ndarray]) -> None:
         _check_meta(meta, expected, first - 1, source)
 
-    if isinstance(source, RowSource) or (stop is not None and stop <= first):  # read on its own: a seek, a file
+    # read on its own: a seek, a file, a window the source takes itself (a text source's rows run sorted
+    # by length within a window, so the row before the first new one is not its window's first to come)
+    if isinstance(source, RowSource | HasWindows) or (stop is not None and stop <= first):
         meta = _first_meta(window(source, first - 1, first))
         if meta is None:  # the input ends before the output's last row
             raise SourceError(

@@ -24,7 +24,8 @@ leaves no file rather than an empty, unreadable one.
   (``ortpipe run --output -``: standard output, for whatever reads the pipe);
 * :class:`JsonLinesSink` - JSON Lines, an object a row, an output of several
   values a row as a list; :class:`JsonLinesStreamSink` the same to a stream;
-* :class:`CallbackSink` - your function.
+* :class:`CallbackSink` - your function;
+* :class:`InputOrderSink` - rows run out of order handed to another sink in input order.
 
 NOTE [ resuming ]: a long job that stopped - Ctrl-C, a scheduler's SIGTERM,
 or killed outright - goes on where it ended: its sink, opened with
@@ -77,6 +78,7 @@ from .journal import JOURNAL_PART_BYTES, JOURNAL_PART_SECONDS, finish_moving_mer
 from .jsonl import JsonLinesSink, JsonLinesStreamSink
 from .labels import CallbackSink, LabelledSink, read_labels
 from .npy import NpySink, read_npy_header_rows
+from .ordered import InputOrderSink
 from .parquet import ParquetDatasetSink, ParquetSink
 from .replacing import (
     ReplacingSink,
@@ -101,6 +103,7 @@ __all__ = [
     "JsonLinesStreamSink",
     "LabelledSink",
     "ClassColumnsSink",
+    "InputOrderSink",
     "class_column_names",
     "class_columns",
     "NpySink",

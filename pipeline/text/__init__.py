@@ -1,0 +1,128 @@
+"""Text: embedding and classifying a corpus (docs/text.md).
+
+* ``tokens`` - texts made token ids by a Hugging Face ``tokenizer.json``; a model folder's files;
+* ``batching`` - batches by tokens: a window sorted by length, cut under a token budget (NOTE [ token batches ]);
+* ``pooling`` - mean, cls or last pooling and L2 normalizing appended to the graph (NOTE [ pooling in the graph ]);
+* ``source`` - a table's text column as such batches, each row's place in the input kept.
+
+``ortpipe run MODEL --input docs.parquet --text-column text --output emb.parquet`` uses them
+all; in Python, :func:`embed` gives the vectors of a list of texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .batching import PAD_MULTIPLE, SORT_WINDOW, TokenBatch, token_batches
+from .pooling import EMBEDDING, POOLINGS, configured_pooling, default_pooling, with_pooling
+from .source import DEFAULT_MAX_TOKENS, POSITION, TextSource
+from .tokens import DEFAULT_MAX_LENGTH, ModelFolder, TextEncoder, class_labels, model_folder, rows_of
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "DEFAULT_MAX_TOKENS",
+    "EMBEDDING",
+    "PAD_MULTIPLE",
+    "POOLINGS",
+    "POSITION",
+    "SORT_WINDOW",
+    "ModelFolder",
+    "TextEncoder",
+    "TextSource",
+    "TokenBatch",
+    "class_labels",
+    "configured_pooling",
+    "default_pooling",
+    "embed",
+    "model_folder",
+    "pooled_model",
+    "token_batches",
+    "with_pooling",
+]
+
+
+def pooled_model(folder: ModelFolder, pooling: str | None = None, normalize: bool = False) -> tuple[Any, str]:
+    """The folder's model with its pooling appended (NOTE [ pooling in the graph ]), and the pooling
+    used: ``pooling``, else sentence-transformers' config's, else :func:`default_pooling`'s."""
+    chosen = pooling or configured_pooling(folder.pooling_config) or default_pooling(folder.model)
+    if chosen == "none" and not normalize:
+        return str(folder.model), chosen
+    return with_pooling(str(folder.model), chosen, normalize), chosen
+
+
+def embed(
+    model: str | Path,
+    texts: Sequence[str],
+    *,
+    tokenizer: str | Path | None = None,
+    pairs: Sequence[str] | None = None,
+    pooling: str | None = None,
+    normalize: bool = False,
+    max_length: int | None = None,
+    max_batch_tokens: int | None = None,
+    device: Any = "auto",
+) -> np.ndarray:
+    """The vector of each text (or of each text and its pair), in the texts' order.
+
+    Args:
+        model: a model folder (``model.onnx`` or ``onnx/model.onnx`` beside ``tokenizer.json``), or a file.
+        texts: the texts.
+        tokenizer: a ``tokenizer.json`` (or its folder) where the model's folder has none.
+        pairs: a second text each, for a cross-encoder.
+        pooling: ``mean``, ``cls``, ``last`` or ``none`` (None: sentence-transformers' config's, else
+            ``mean`` for an output of ``[batch, tokens, hidden]``, ``none`` for one that pools itself).
+        normalize: divide each vector by its L2 norm.
+        max_length: tokens a text is cut to (None: the tokenizer's, else 512).
+        max_batch_tokens: a batch's rows times its padded length (None: 16,384 on the CPU, 65,536 on a GPU).
+        device: as ``Pipeline``'s.
+
+    Returns:
+        ``[len(texts), ...]``: the pooled output (``embedding``), a row a text.
+
+    Raises:
+        ModelError: no model, or a pooling the model's output does not allow.
+        SourceError: no tokenizer, or inputs a text cannot feed.
+    """
+    from ..frontends.pipeline import Pipeline
+    from ..util.errors import SourceError
+
+    folder = model_folder(model, tokenizer)
+    if folder.tokenizer is None:
+        raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give tokenizer=")
+    encoder = TextEncoder(folder.tokenizer, max_length)
+    graph, _ = pooled_model(folder, pooling, normalize)
+    if pairs is not None and len(pairs) != len(texts):
+        raise SourceError(f"pairs: {len(pairs)} given for {len(texts)} texts; one each")
+    with Pipeline(graph, device=device) as pipe:
+        budget = max_batch_tokens or DEFAULT_MAX_TOKENS.get(pipe.device.kind, DEFAULT_MAX_TOKENS["host"])
+        inputs = {spec.name for spec in pipe.source_inputs}
+        batches: list[TokenBatch] = []
+        for start in range(0, len(texts), SORT_WINDOW):
+            window = list(texts[start : start + SORT_WINDOW])
+            pair = None if pairs is None else list(pairs[start : start + SORT_WINDOW])
+            positions = np.arange(start, start + len(window), dtype=np.int64)
+            rows = rows_of(encoder.encode(window, pair))
+            batches += token_batches(rows, positions, budget, encoder.pad_id)
+        feeds = [_feeds(batch, inputs, pipe) for batch in batches]
+        result: np.ndarray | None = None
+        for batch, outputs in zip(batches, pipe.map(feeds), strict=True):
+            value = next(iter(outputs.values()))
+            if result is None:
+                result = np.empty((len(texts), *value.shape[1:]), value.dtype)
+            result[batch.positions] = value
+    return result if result is not None else np.empty((0,), np.float32)
+
+
+def _feeds(batch: TokenBatch, inputs: set[str], pipe: Any) -> dict[str, np.ndarray]:
+    arrays = {"input_ids": batch.ids, "attention_mask": batch.mask, "token_type_ids": batch.types}
+    missing = inputs - set(arrays)
+    if missing:
+        from ..util.errors import SourceError
+
+        raise SourceError(f"a text feeds {sorted(arrays)}; the model also takes {sorted(missing)}")
+    dtypes = {spec.name: spec.dtype for spec in pipe.source_inputs}
+    return {name: arrays[name].astype(dtypes[name], copy=False) for name in inputs}

@@ -1,0 +1,207 @@
+"""A table's text column as batches of token ids (NOTE [ token batches ]).
+
+:class:`TextSource` reads a Parquet file or data set, a CSV or a JSON Lines file through
+pyarrow's datasets, a window of :data:`~.batching.SORT_WINDOW` rows at a time; tokenizes each
+window (``tokens``) and cuts it into batches under the token budget (``batching``).  Each
+batch feeds the model's ``input_ids``, ``attention_mask`` and, where the model has one,
+``token_type_ids`` by name, in the model's dtypes, and each row carries its id (the
+``id_column``'s value, else ``row_id``: its row number) and its place in the input
+(:data:`POSITION`), by which ``sinks.ordered`` puts the outputs back in input order.
+
+Rows are the table's: a window of them (``between``: resumes, ``--rows``, shards) is read by
+leaving out the rows before it, and sorted within itself.  A null text is refused, naming
+its row; an empty text is scored as the tokenizer makes it (its special tokens alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..session import TensorSpec
+from ..sources import SourceBatch
+from ..util.errors import SourceError
+from .batching import SORT_WINDOW, token_batches
+from .tokens import TEXT_INPUTS, TextEncoder, rows_of
+
+#: the metadata that carries each row's place in the input: taken off before the rows are written
+POSITION = "__position"
+#: the token budget of a batch where none is given: a CPU's, and a GPU's
+DEFAULT_MAX_TOKENS = {"host": 16384, "cuda": 65536}
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
+
+
+@dataclass
+class TokenCounts:
+    """The tokens a run's batches held: real, padded (the padding's waste), and texts cut short."""
+
+    real: int = 0
+    padded: int = 0
+    truncated: int = 0
+
+
+class TextSource:
+    """The texts of a table's ``column`` (and ``pair_column``'s, for a cross-encoder), tokenized
+    and batched by tokens for a model whose inputs are ``inputs``."""
+
+    kind = "text"
+
+    def __init__(
+        self,
+        path: str | Path,
+        column: str,
+        encoder: TextEncoder,
+        inputs: Sequence[TensorSpec],
+        max_tokens: int,
+        *,
+        pair_column: str | None = None,
+        id_column: str | None = None,
+        start: int = 0,
+        stop: int | None = None,
+        counts: TokenCounts | None = None,
+    ) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise SourceError(f"input table not found: {str(self.path)!r}")
+        self.column, self.pair_column, self.encoder = column, pair_column, encoder
+        self.inputs = _text_inputs(inputs)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise SourceError(f"the token budget of a batch must be an int >= 1, got {max_tokens!r}")
+        self.max_tokens = max_tokens
+        self._dataset = _dataset(self.path)
+        names = self._dataset.schema.names
+        for name, what in ((column, "text"), (pair_column, "pair"), (id_column, "id")):
+            if name is not None and name not in names:
+                raise SourceError(f"{what} column {name!r} is not in {str(self.path)!r}: columns {names}")
+        self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
+        self.start, self.stop = start, stop
+        #: the tokens its batches held, shared with its windows (:meth:`between`): what :meth:`notes` says
+        self.counts = counts if counts is not None else TokenCounts()
+
+    def __len__(self) -> int:
+        total = self._dataset.count_rows()
+        stop = total if self.stop is None else min(self.stop, total)
+        return max(0, stop - self.start)
+
+    def describe(self) -> str:
+        pair = f" and {self.pair_column!r}" if self.pair_column else ""
+        return f"texts of column {self.column!r}{pair}, tokenized by {self.encoder.path.name}, of"
+
+    def between(self, start: int, stop: int | None) -> TextSource:
+        """Rows ``start`` to ``stop - 1`` of this source (counted from its own first row)."""
+        first = self.start + start
+        last = None if stop is None else self.start + stop
+        if self.stop is not None:
+            last = self.stop if last is None else min(last, self.stop)
+        return TextSource(
+            self.path, self.column, self.encoder, self.inputs, self.max_tokens,
+            pair_column=self.pair_column, id_column=self.id_column, start=first, stop=last, counts=self.counts,
+        )  # fmt: skip
+
+    def notes(self) -> list[str]:
+        """What the run says of its tokens: the real ones over the padded ones, and the texts cut short."""
+        counts = self.counts
+        if not counts.padded:
+            return []
+        said = [
+            f"tokens: {counts.real:,} real of {counts.padded:,} padded ({counts.real / counts.padded:.0%}; "
+            f"batches of at most {self.max_tokens:,} tokens, each padded to its longest text)"
+        ]
+        if counts.truncated:
+            said.append(f"{counts.truncated:,} text(s) cut to {self.encoder.max_length} tokens")
+        return said
+
+    def __iter__(self) -> Iterator[SourceBatch]:
+        for texts, pairs, ids, positions in self._windows():
+            encodings = self.encoder.encode(texts, pairs)
+            self.counts.truncated += sum(1 for e in encodings if e.overflowing)
+            for batch in token_batches(rows_of(encodings), positions, self.max_tokens, self.encoder.pad_id):
+                self.counts.real += batch.real_tokens
+                self.counts.padded += batch.padded_tokens
+                order = np.searchsorted(positions, batch.positions)
+                yield SourceBatch(self._feeds(batch), {self._id_name: ids[order], POSITION: batch.positions})
+
+    @property
+    def _id_name(self) -> str:
+        return self.id_column or "row_id"
+
+    def _feeds(self, batch: Any) -> dict[str, np.ndarray]:
+        arrays = {"input_ids": batch.ids, "attention_mask": batch.mask, "token_type_ids": batch.types}
+        return {spec.name: arrays[spec.name].astype(spec.dtype, copy=False) for spec in self.inputs}
+
+    def _windows(self) -> Iterator[tuple[list[str], list[str] | None, np.ndarray, np.ndarray]]:
+        """The table's rows from ``start`` to ``stop``, a window at a time: texts, pairs, ids, places."""
+        columns = [self.column, *(c for c in (self.pair_column, self.id_column) if c is not None)]
+        row = 0
+        for record in self._dataset.to_batches(columns=columns, batch_size=SORT_WINDOW):
+            first, row = row, row + record.num_rows
+            if row <= self.start:
+                continue
+            if self.stop is not None and first >= self.stop:
+                return
+            lo = max(0, self.start - first)
+            hi = record.num_rows if self.stop is None else min(record.num_rows, self.stop - first)
+            part = record.slice(lo, hi - lo)
+            positions = np.arange(first + lo, first + hi, dtype=np.int64) - self.start
+            texts = self._texts(part, self.column, first + lo)
+            pairs = None if self.pair_column is None else self._texts(part, self.pair_column, first + lo)
+            ids = positions + self.start if self.id_column is None else _values(part.column(self.id_column))
+            yield texts, pairs, ids, positions
+
+    def _texts(self, part: Any, column: str, first: int) -> list[str]:
+        values = part.column(column)
+        if values.null_count:
+            row = first + next(i for i, valid in enumerate(values.is_valid().to_pylist()) if not valid)
+            raise SourceError(
+                f"{str(self.path)!r}: row {row} of text column {column!r} is null: fill or drop the empty rows "
+                "first (an empty string is scored as an empty text)"
+            )
+        texts = values.to_pylist()
+        if texts and not isinstance(texts[0], str):
+            raise SourceError(
+                f"{str(self.path)!r}: column {column!r} holds {values.type}, not text: --text-column names a column "
+                "of strings"
+            )
+        return texts  # type: ignore[no-any-return]
+
+
+def _text_inputs(inputs: Sequence[TensorSpec]) -> tuple[TensorSpec, ...]:
+    """The model's inputs, each one a text feeds (``input_ids``, ``attention_mask``, ``token_type_ids``)."""
+    names = [spec.name for spec in inputs]
+    other = [name for name in names if name not in TEXT_INPUTS]
+    missing = [name for name in ("input_ids", "attention_mask") if name not in names]
+    if other or missing:
+        raise SourceError(
+            f"a text feeds the inputs {list(TEXT_INPUTS[:2])} (and {TEXT_INPUTS[2]!r} where the model has it); "
+            f"this model's are {names}" + (f": {other} cannot be made from text" if other else "")
+        )
+    return tuple(inputs)
+
+
+def _dataset(path: Path) -> Any:
+    """pyarrow's dataset of a Parquet file or folder, a CSV or a JSON Lines file."""
+    try:
+        import pyarrow.dataset as ds
+    except ImportError as exc:
+        raise SourceError(
+            f"reading a table needs pyarrow: pip install '.[text]' in a checkout of ortpipe ({exc})"
+        ) from exc
+    fmt = "parquet" if path.is_dir() else _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise SourceError(
+            f"{str(path)!r}: texts are read from Parquet (a file or a folder), CSV or JSON Lines, by the suffix: "
+            f"{sorted(_FORMATS)}"
+        )
+    try:
+        return ds.dataset(str(path), format=fmt)
+    except Exception as exc:
+        raise SourceError(f"{str(path)!r} cannot be read as {fmt}: {exc}") from exc
+
+
+def _values(column: Any) -> np.ndarray:
+    values = column.to_numpy(zero_copy_only=False)
+    return values.astype(str) if values.dtype == object else values
