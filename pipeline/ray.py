@@ -45,6 +45,7 @@ import numpy as np
 
 from .integrations.columnar import ArrowScorer, chunked, empty_outputs, joined
 from .session import ModelSource, Preprocess
+from .text.columns import TextOptions
 from .util.errors import SourceError
 
 
@@ -60,7 +61,10 @@ class Predictor:
     model's on the device by ``preprocess`` (``Preprocess(scale=1/255,
     layout="nhwc")``: uint8 HWC to float NCHW).  ``batch_size``: the rows of the
     pipeline's own batches (None: picked for the bytes of a row,
-    NOTE [ picked batch size ]); ``options`` are :class:`~pipeline.PipelineOptions` fields."""
+    NOTE [ picked batch size ]); ``options`` are :class:`~pipeline.PipelineOptions` fields.
+    ``text``: a column of texts and how they are scored (:class:`TextOptions`; ``model`` is then a
+    model folder, docs/text.md): the batch's texts tokenized, sorted by length and cut under a token
+    budget, the pooled vector a row (``embedding``) put back in the batch's order."""
 
     def __init__(
         self,
@@ -75,11 +79,15 @@ class Predictor:
         id_column: str | None = None,
         image_column: str | None = None,
         preprocess: Preprocess | str | None = None,
+        text: TextOptions | None = None,
         **options: Any,
     ) -> None:
         from .frontends.pipeline import Pipeline, PipelineOptions
 
         options.setdefault("cast_inputs", True)
+        encoder = None
+        if text is not None:
+            model, encoder = text.model(model)
         self.pipeline = Pipeline(
             model,
             device=device,
@@ -89,15 +97,19 @@ class Predictor:
             options=PipelineOptions(**options),
         )
         self._batch_size = batch_size
-        scorer = ArrowScorer(self.pipeline.source_inputs, input_columns, keep_columns, id_column, image_column)
+        features = () if text is not None else self.pipeline.source_inputs  # text: the tokens are TextColumns'
+        scorer = ArrowScorer(features, input_columns, keep_columns, id_column, image_column)
         self._scorer = scorer
+        self._text = None if text is None or encoder is None else text.columns(encoder, self.pipeline)
         self._warming = asyncio.Lock()
         self._warm = False
 
     async def __call__(self, batch: Any) -> Any:
         try:
-            features = self._scorer.features(batch)
-            outputs = await self._outputs(features)
+            if self._text is not None:
+                outputs = await self._text_outputs(batch)
+            else:
+                outputs = await self._outputs(self._scorer.features(batch))
             return self._scorer.table(batch, outputs, self.pipeline.class_labels)
         except BaseException as exc:
             self._end_if_lost(exc)
@@ -110,6 +122,17 @@ class Predictor:
         await self._warmed(chunks[0])
         futures = [asyncio.wrap_future(await self._submitted(chunk)) for chunk in chunks]
         return joined(await asyncio.gather(*futures), chunks)
+
+    async def _text_outputs(self, batch: Any) -> dict[str, np.ndarray]:
+        """The batch's texts as token batches (NOTE [ token batches ]), their outputs in the batch's order."""
+        assert self._text is not None
+        places, chunks = self._text.batches(batch)
+        if not chunks:
+            return {}
+        await self._warmed(chunks[0])
+        futures = [asyncio.wrap_future(await self._submitted(chunk)) for chunk in chunks]
+        rows = sum(len(where) for where in places)
+        return self._text.placed(await asyncio.gather(*futures), places, rows)
 
     async def _warmed(self, chunk: dict[str, np.ndarray]) -> None:
         """The first batch's warm-up (cuDNN's search, ORT's arena), once; the others wait for it."""
@@ -171,10 +194,19 @@ def predict(
 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    specs = declared_inputs(model)
     schema = dataset.schema()
+    text = predictor_kwargs.get("text")
+    specs = () if text is not None else declared_inputs(model)
     scorer = ArrowScorer(specs, input_columns, keep_columns, id_column)
-    if image_column is not None:
+    if text is not None:  # a Ray batch of texts, cut by tokens in the actor (NOTE [ token batches ])
+        names = [] if schema is None else list(schema.names)
+        absent = [
+            c for c in (text.column, text.pair_column, *keep_columns) if c is not None and names and c not in names
+        ]
+        if absent:
+            raise SourceError(f"columns {absent} are not in the data set: columns {names}")
+        row_nbytes = 0
+    elif image_column is not None:
         batch_format = "numpy"
         row_nbytes = _picture_nbytes(specs, schema, image_column)
     elif schema is not None:
@@ -184,6 +216,7 @@ def predict(
         row_nbytes = 0
     if batch_size is None:
         batch_size = picked_batch_size(row_nbytes, (32 << 20) if gpus_per_worker else (2 << 20)) if row_nbytes else 4096
+    batch_size = batch_size if text is None else min(batch_size, 4096)  # a window of texts sorted together
     kwargs: dict[str, Any] = {
         "input_columns": input_columns,
         "keep_columns": list(keep_columns),

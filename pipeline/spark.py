@@ -35,6 +35,7 @@ import numpy as np
 
 from .integrations.columnar import ArrowScorer, chunked, empty_outputs, joined
 from .session import ModelSource
+from .text.columns import TextOptions
 
 #: record batches a worker has in the pipeline at once
 WINDOW = 2
@@ -59,11 +60,14 @@ def scorer(
     keep_columns: Sequence[str] = (),
     outputs: Sequence[str] | None = None,
     id_column: str | None = None,
+    text: TextOptions | None = None,
     **options: Any,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The function for ``df.mapInArrow(fn, output_schema(...))`` (NOTE [ Spark workers ]);
-    the arguments are :class:`pipeline.ray.Predictor`'s."""
+    the arguments are :class:`pipeline.ray.Predictor`'s (``text``: a column of texts, ``model``
+    a model folder: docs/text.md)."""
     settings = {
+        "text": text,
         "device": device,
         "depth": depth,
         "batch_size": batch_size,
@@ -85,11 +89,16 @@ def scorer(
 
 
 def output_schema(
-    model: ModelSource, input_schema: Any, keep_columns: Sequence[str] = (), outputs: Sequence[str] | None = None
+    model: ModelSource,
+    input_schema: Any,
+    keep_columns: Sequence[str] = (),
+    outputs: Sequence[str] | None = None,
+    text: TextOptions | None = None,
 ) -> Any:
     """The Spark schema of what :func:`scorer`'s function returns: the kept columns as
     ``input_schema`` (the DataFrame's) has them, then one field an output, from the
-    model's declared outputs (read from the ONNX file: no session)."""
+    model's declared outputs (read from the ONNX file: no session; ``text``: the model
+    folder's, its pooling appended)."""
     from pyspark.sql import types as T
 
     from .session import declared_outputs, graph_of
@@ -106,7 +115,7 @@ def output_schema(
         "float64": T.DoubleType(),
     }
     fields = [input_schema[name] for name in keep_columns]
-    proto = graph_of(model)
+    proto = graph_of(model if text is None else text.model(model)[0])
     classes = declared_classes(proto)  # NOTE [ class columns ]: a column a class
     chosen = [value for value in proto.graph.output if outputs is None or value.name in outputs]
     for value in chosen:
@@ -132,6 +141,9 @@ class _Engine:
         from .frontends.pipeline import Pipeline, PipelineOptions
 
         options = {"cast_inputs": True, **settings["options"]}
+        text, encoder = settings["text"], None
+        if text is not None:
+            model, encoder = text.model(model)
         self.pipeline = Pipeline(
             model,
             device=settings["device"],
@@ -140,9 +152,9 @@ class _Engine:
             options=PipelineOptions(**options),
         )
         self.batch_size = settings["batch_size"]
-        self.scorer = ArrowScorer(
-            self.pipeline.source_inputs, settings["input_columns"], settings["keep_columns"], settings["id_column"]
-        )
+        features = () if text is not None else self.pipeline.source_inputs  # text: the tokens are TextColumns'
+        self.scorer = ArrowScorer(features, settings["input_columns"], settings["keep_columns"], settings["id_column"])
+        self.text = None if text is None else text.columns(encoder, self.pipeline)
         self._lock = threading.Lock()  # one partition at a time per engine (a worker runs one)
 
     def score(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -150,8 +162,7 @@ class _Engine:
             pending: collections.deque[_InFlight] = collections.deque()
             try:
                 for batch in batches:
-                    features = self.scorer.features(batch, "a partition's rows")
-                    chunks = chunked(features, self.pipeline, self.batch_size)  # none for a batch of no rows
+                    features, chunks = self._chunks(batch)  # none for a batch of no rows
                     pending.append((batch, features, chunks, [self.pipeline.submit(chunk) for chunk in chunks]))
                     if len(pending) > WINDOW:
                         yield from self._finished(*pending.popleft())
@@ -160,10 +171,20 @@ class _Engine:
             finally:
                 self.pipeline.drain()  # a partition that failed or was cut short leaves nothing running
 
+    def _chunks(self, batch: Any) -> tuple[Any, list[dict[str, np.ndarray]]]:
+        """The pipeline's batches of a record batch: cut by rows, or, for texts, by tokens
+        (NOTE [ token batches ]; then the first is each token batch's places among the rows)."""
+        if self.text is not None:
+            return self.text.batches(batch, "a partition's rows")
+        features = self.scorer.features(batch, "a partition's rows")
+        return features, chunked(features, self.pipeline, self.batch_size)
+
     def _finished(
-        self, batch: Any, features: dict[str, np.ndarray], chunks: list[dict[str, np.ndarray]], futures: list[Any]
+        self, batch: Any, features: Any, chunks: list[dict[str, np.ndarray]], futures: list[Any]
     ) -> Iterator[Any]:
-        if futures:
+        if self.text is not None:
+            outputs = self.text.placed([future.result() for future in futures], features, batch.num_rows)
+        elif futures:
             outputs = joined([future.result() for future in futures], chunks)
         else:  # a batch of no rows
             outputs = empty_outputs(self.pipeline, features)

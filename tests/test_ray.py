@@ -232,3 +232,20 @@ def test_a_classifier_as_its_converter_exports_it_gets_a_column_a_class(ray, tmp
     np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
     want = np.array([row[1] for row in maps], np.float32)
     np.testing.assert_allclose(table["output_probability_1"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_column_of_texts_is_embedded_in_the_rows_order(ray, tmp_path):
+    """Issue 39: a text column through Ray Data's map_batches, each vector its text's alone."""
+    pytest.importorskip("tokenizers")
+    from pipeline.ray import TextOptions
+    from tests.text_models import alone, corpus, model_folder
+
+    folder = model_folder(tmp_path / "encoder")
+    texts = corpus(60, seed=11)
+    dataset = ray.data.from_arrow(pa.table({"id": np.arange(60), "text": texts}))
+    text = TextOptions("text", max_batch_tokens=128)
+    scored = predict(dataset, str(folder), keep_columns=["id"], id_column="id", batch_size=25, text=text)
+    table = pa.concat_tables(ray.get(scored.to_arrow_refs())).sort_by("id")
+    np.testing.assert_array_equal(table["id"].to_numpy(), np.arange(60))
+    vectors = np.stack(table["embedding"].to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(vectors, alone(folder, texts), rtol=1e-4, atol=1e-5)

@@ -100,3 +100,23 @@ def test_a_classifier_as_its_converter_exports_it_gets_a_column_a_class(spark, t
     np.testing.assert_array_equal(table["label"].to_numpy(), labels)
     want = np.array([row[2] for row in maps], np.float32)
     np.testing.assert_allclose(table["probabilities_2"].to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_column_of_texts_is_embedded_in_the_rows_order(spark, tmp_path):
+    """Issue 39: a text column through mapInArrow, each vector its text's alone."""
+    pytest.importorskip("tokenizers")
+    from pipeline.text import TextOptions
+    from tests.text_models import HIDDEN, alone, corpus, model_folder
+
+    folder = model_folder(tmp_path / "encoder")
+    texts = corpus(50, seed=12)
+    pq.write_table(pa.table({"id": np.arange(50), "text": texts}), tmp_path / "docs.parquet")
+    frame = spark.read.parquet(str(tmp_path / "docs.parquet"))
+    text = TextOptions("text", max_batch_tokens=128)
+    schema = output_schema(str(folder), frame.schema, keep_columns=["id"], text=text)
+    assert schema.fieldNames() == ["id", "embedding"]
+    fn = scorer(str(folder), keep_columns=["id"], id_column="id", device="cpu", text=text)
+    table = frame.mapInArrow(fn, schema).toArrow().sort_by("id")
+    vectors = np.stack(table["embedding"].to_numpy(zero_copy_only=False))
+    assert vectors.shape == (50, HIDDEN)
+    np.testing.assert_allclose(vectors, alone(folder, texts), rtol=1e-4, atol=1e-5)

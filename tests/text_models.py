@@ -76,8 +76,8 @@ def tokenizer_json(path: Path) -> Path:
     return path
 
 
-def encoder(token_types: bool = True, seed: int = 0):
-    """``last_hidden_state [batch, tokens, 16]``: token, position and type embeddings, one attention
+def encoder(token_types: bool = True, seed: int = 0, hidden: int = HIDDEN, ffn: int = 32):
+    """``last_hidden_state [batch, tokens, hidden]``: token, position and type embeddings, one attention
     head that the mask keeps from the padding, and a feed-forward block, each with a residual."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -86,12 +86,12 @@ def encoder(token_types: bool = True, seed: int = 0):
     def weight(name, *shape):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
 
-    inits = [weight("word", VOCAB, HIDDEN), weight("position", POSITIONS, HIDDEN), weight("wq", HIDDEN, HIDDEN),
-             weight("wk", HIDDEN, HIDDEN), weight("wv", HIDDEN, HIDDEN), weight("w1", HIDDEN, 32),
-             weight("w2", 32, HIDDEN)]  # fmt: skip
+    inits = [weight("word", VOCAB, hidden), weight("position", POSITIONS, hidden), weight("wq", hidden, hidden),
+             weight("wk", hidden, hidden), weight("wv", hidden, hidden), weight("w1", hidden, ffn),
+             weight("w2", ffn, hidden)]  # fmt: skip
     consts = {
         "zero": np.array(0, np.int64), "one": np.array(1, np.int64), "axis1": np.array([1], np.int64),
-        "scale": np.array(1 / np.sqrt(HIDDEN), np.float32),
+        "scale": np.array(1 / np.sqrt(hidden), np.float32),
         "big": np.array(-1e4, np.float32), "onef": np.array(1.0, np.float32),
     }  # fmt: skip
     inits += [numpy_helper.from_array(value, name) for name, value in consts.items()]
@@ -107,7 +107,7 @@ def encoder(token_types: bool = True, seed: int = 0):
     inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
               for name in ("input_ids", "attention_mask")]  # fmt: skip
     if token_types:
-        inits.append(weight("types", 2, HIDDEN))
+        inits.append(weight("types", 2, hidden))
         nodes += [node("Gather", ["types", "token_type_ids"], ["typed"]), node("Add", ["embedded0", "typed"], ["x"])]
         inputs.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "sequence"]))
     else:
@@ -124,16 +124,18 @@ def encoder(token_types: bool = True, seed: int = 0):
         node("MatMul", ["h1", "w1"], ["f1"]), node("Relu", ["f1"], ["f2"]), node("MatMul", ["f2", "w2"], ["f3"]),
         node("Add", ["h1", "f3"], ["last_hidden_state"]),
     ]  # fmt: skip
-    output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", HIDDEN])
+    output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", hidden])
     graph = helper.make_graph(nodes, "encoder", inputs, [output], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def model_folder(path: Path, token_types: bool = True, pooling: str | None = None) -> Path:
+def model_folder(
+    path: Path, token_types: bool = True, pooling: str | None = None, hidden: int = HIDDEN, ffn: int = 32
+) -> Path:
     """A Hugging Face export's layout: ``onnx/model.onnx``, ``tokenizer.json`` and, where
     ``pooling`` is given, sentence-transformers' ``1_Pooling/config.json``."""
     (path / "onnx").mkdir(parents=True, exist_ok=True)
-    (path / "onnx" / "model.onnx").write_bytes(encoder(token_types).SerializeToString())
+    (path / "onnx" / "model.onnx").write_bytes(encoder(token_types, hidden=hidden, ffn=ffn).SerializeToString())
     tokenizer_json(path / "tokenizer.json")
     if pooling is not None:
         (path / "1_Pooling").mkdir(exist_ok=True)

@@ -45,10 +45,11 @@ class InputOrderSink(HandingOn):
         if len(places) and places[0] == self._next and np.array_equal(places, np.arange(self._next, self._next + rows)):
             self._hand_on(rows, outputs, rest)  # already in order: as it came
         else:
+            # copies: ``outputs`` are views of a pinned slot, valid during this call only (sinks' NOTE)
             for row, place in enumerate(places.tolist()):
                 self._held[place] = (
-                    {name: values[row : row + 1] for name, values in outputs.items()},
-                    {name: values[row : row + 1] for name, values in rest.items()},
+                    {name: values[row : row + 1].copy() for name, values in outputs.items()},
+                    {name: values[row : row + 1].copy() for name, values in rest.items()},
                 )
         self._release()
 

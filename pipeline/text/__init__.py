@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .batching import PAD_MULTIPLE, SORT_WINDOW, TokenBatch, token_batches
+from .columns import TextColumns, TextOptions
 from .pooling import EMBEDDING, POOLINGS, configured_pooling, default_pooling, with_pooling
 from .source import DEFAULT_MAX_TOKENS, POSITION, TextSource
 from .tokens import DEFAULT_MAX_LENGTH, ModelFolder, TextEncoder, class_labels, model_folder, rows_of
@@ -32,6 +33,8 @@ __all__ = [
     "SORT_WINDOW",
     "ModelFolder",
     "TextEncoder",
+    "TextColumns",
+    "TextOptions",
     "TextSource",
     "TokenBatch",
     "class_labels",
@@ -40,6 +43,7 @@ __all__ = [
     "embed",
     "model_folder",
     "pooled_model",
+    "text_model",
     "token_batches",
     "with_pooling",
 ]
@@ -52,6 +56,25 @@ def pooled_model(folder: ModelFolder, pooling: str | None = None, normalize: boo
     if chosen == "none" and not normalize:
         return str(folder.model), chosen
     return with_pooling(str(folder.model), chosen, normalize), chosen
+
+
+def text_model(
+    model: str | Path,
+    *,
+    tokenizer: str | Path | None = None,
+    pooling: str | None = None,
+    normalize: bool = False,
+    max_length: int | None = None,
+) -> tuple[Any, TextEncoder]:
+    """A model folder's (or file's, ``tokenizer`` given) model with its pooling appended, and its
+    tokenizer with its truncation: what ``embed``, Ray's ``Predictor`` and Spark's scorer run."""
+    from ..util.errors import SourceError
+
+    folder = model_folder(model, tokenizer)
+    if folder.tokenizer is None:
+        raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give tokenizer=")
+    graph, _ = pooled_model(folder, pooling, normalize)
+    return graph, TextEncoder(folder.tokenizer, max_length)
 
 
 def embed(
@@ -90,11 +113,7 @@ def embed(
     from ..frontends.pipeline import Pipeline
     from ..util.errors import SourceError
 
-    folder = model_folder(model, tokenizer)
-    if folder.tokenizer is None:
-        raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give tokenizer=")
-    encoder = TextEncoder(folder.tokenizer, max_length)
-    graph, _ = pooled_model(folder, pooling, normalize)
+    graph, encoder = text_model(model, tokenizer=tokenizer, pooling=pooling, normalize=normalize, max_length=max_length)
     if pairs is not None and len(pairs) != len(texts):
         raise SourceError(f"pairs: {len(pairs)} given for {len(texts)} texts; one each")
     with Pipeline(graph, device=device) as pipe:

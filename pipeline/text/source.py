@@ -68,7 +68,7 @@ class TextSource:
         if not self.path.exists():
             raise SourceError(f"input table not found: {str(self.path)!r}")
         self.column, self.pair_column, self.encoder = column, pair_column, encoder
-        self.inputs = _text_inputs(inputs)
+        self.inputs = text_inputs(inputs)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise SourceError(f"the token budget of a batch must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
@@ -169,7 +169,7 @@ class TextSource:
         return texts  # type: ignore[no-any-return]
 
 
-def _text_inputs(inputs: Sequence[TensorSpec]) -> tuple[TensorSpec, ...]:
+def text_inputs(inputs: Sequence[TensorSpec]) -> tuple[TensorSpec, ...]:
     """The model's inputs, each one a text feeds (``input_ids``, ``attention_mask``, ``token_type_ids``)."""
     names = [spec.name for spec in inputs]
     other = [name for name in names if name not in TEXT_INPUTS]

@@ -58,6 +58,16 @@ def test_a_corpus_is_embedded_in_input_order_equal_to_each_text_alone(folder, do
     assert "note: tokens: " in said.err and "real of" in said.err  # the padding's waste, said
 
 
+@pytest.mark.parametrize("issuing", ["threads", "caller"])
+def test_every_way_of_issuing_writes_the_same_rows(folder, docs, expected, tmp_path, issuing):
+    """Stage threads hand the sink views of a pinned slot that the next batches reuse: the rows
+    held back until the rows before them come are copies (NOTE [ rows put back in order ])."""
+    assert _run(folder, docs[0], tmp_path / "emb.parquet", "--id-column", "id", "--issuing", issuing) == 0
+    ids, vectors = _embeddings(tmp_path / "emb.parquet")
+    np.testing.assert_array_equal(ids, np.arange(1000, 1000 + ROWS))
+    np.testing.assert_allclose(vectors, expected, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".npy"])
 def test_every_output_format_holds_the_rows_in_input_order(folder, docs, expected, tmp_path, suffix):
     output = tmp_path / f"emb{suffix}"
