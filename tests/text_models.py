@@ -164,3 +164,25 @@ def alone(folder: Path, texts: list[str], pooling: str = "mean", normalize: bool
             vector = vector / max(np.linalg.norm(vector), 1e-12)
         vectors.append(vector)
     return np.stack(vectors)
+
+
+def classifier_folder(path: Path, labels: tuple[str, ...] = ("negative", "neutral", "positive")) -> Path:
+    """A text classifier as Hugging Face exports one: the encoder's first token's vector times a
+    ``[hidden, classes]`` matrix (``logits``), and ``config.json``'s ``id2label``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = encoder()
+    graph = model.graph
+    weights = np.random.default_rng(7).standard_normal((HIDDEN, len(labels))).astype(np.float32)
+    graph.initializer.extend([numpy_helper.from_array(weights, "head"), numpy_helper.from_array(np.array(0), "first")])
+    graph.node.extend([
+        helper.make_node("Gather", ["last_hidden_state", "first"], ["cls"], axis=1),
+        helper.make_node("MatMul", ["cls", "head"], ["logits"]),
+    ])  # fmt: skip
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", len(labels)]))
+    (path / "onnx").mkdir(parents=True, exist_ok=True)
+    (path / "onnx" / "model.onnx").write_bytes(model.SerializeToString())
+    tokenizer_json(path / "tokenizer.json")
+    (path / "config.json").write_text(json.dumps({"id2label": {str(i): label for i, label in enumerate(labels)}}))
+    return path

@@ -98,7 +98,7 @@ def _text_options(text: Any) -> None:
         "--max-batch-tokens",
         type=positive(int),
         default=None,
-        help="a batch's rows times its padded length, at most (default 16384 on the CPU, 65536 on a GPU)",
+        help="a batch's rows times its padded length, at most (default 4096 on the CPU, 65536 on a GPU)",
     )
     text.add_argument(
         "--pooling",

@@ -25,13 +25,14 @@ class InputOrderSink(HandingOn):
         super().__init__(sink)
         self.position = position
         self._next = 0  # the place of the next row to hand on
-        self._held: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}  # place -> one row
+        #: rows that came before a row ahead of them, as one part: their places, outputs, metadata
+        self._held: tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
         self._index = 0
 
     @property
     def held_rows(self) -> int:
         """Rows that came before a row ahead of them: held until it comes."""
-        return len(self._held)
+        return 0 if self._held is None else len(self._held[0])
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         places = np.asarray(meta[self.position], np.int64)
@@ -42,29 +43,42 @@ class InputOrderSink(HandingOn):
                     f"output {name!r} has no row each ({list(values.shape)} for {rows} rows): rows run out of "
                     "input order cannot be put back in it"
                 )
-        if len(places) and places[0] == self._next and np.array_equal(places, np.arange(self._next, self._next + rows)):
+        in_order = len(places) and places[0] == self._next and (np.diff(places) == 1).all()
+        if self._held is None and in_order:
             self._hand_on(rows, outputs, rest)  # already in order: as it came
-        else:
-            # copies: ``outputs`` are views of a pinned slot, valid during this call only (sinks' NOTE)
-            for row, place in enumerate(places.tolist()):
-                self._held[place] = (
-                    {name: values[row : row + 1].copy() for name, values in outputs.items()},
-                    {name: values[row : row + 1].copy() for name, values in rest.items()},
-                )
+            return
+        # copies: ``outputs`` are views of a pinned slot, valid during this call only (sinks' NOTE)
+        part = (places, {n: v.copy() for n, v in outputs.items()}, {n: v.copy() for n, v in rest.items()})
+        self._held = part if self._held is None else _joined(self._held, part)
         self._release()
 
     def _release(self) -> None:
-        """The held rows that are next in order, handed on as one batch."""
-        taken: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
-        while self._next + len(taken) in self._held:
-            taken.append(self._held.pop(self._next + len(taken)))
-        if not taken:
+        """The held rows that are next in order, handed on as one batch; the others kept."""
+        assert self._held is not None
+        places, outputs, meta = self._held
+        order = np.argsort(places, kind="stable")
+        ahead = places[order] != np.arange(self._next, self._next + len(places))
+        run = int(np.argmax(ahead)) if ahead.any() else len(places)
+        if run == 0:
             return
-        outputs = {name: np.concatenate([row[0][name] for row in taken]) for name in taken[0][0]}
-        meta = {name: np.concatenate([row[1][name] for row in taken]) for name in taken[0][1]}
-        self._hand_on(len(taken), outputs, meta)
+        taken, kept = order[:run], order[run:]
+        self._hand_on(run, {n: v[taken] for n, v in outputs.items()}, {n: v[taken] for n, v in meta.items()})
+        held = (places[kept], {n: v[kept] for n, v in outputs.items()}, {n: v[kept] for n, v in meta.items()})
+        self._held = held if len(kept) else None
 
     def _hand_on(self, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
         self._sink.write(self._index, rows, outputs, meta)
         self._index += 1
         self._next += rows
+
+
+Part = tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]
+
+
+def _joined(held: Part, part: Part) -> Part:
+    """Two parts of held rows as one."""
+    return (
+        np.concatenate([held[0], part[0]]),
+        {name: np.concatenate([values, part[1][name]]) for name, values in held[1].items()},
+        {name: np.concatenate([values, part[2][name]]) for name, values in held[2].items()},
+    )

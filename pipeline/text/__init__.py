@@ -100,7 +100,7 @@ def embed(
             ``mean`` for an output of ``[batch, tokens, hidden]``, ``none`` for one that pools itself).
         normalize: divide each vector by its L2 norm.
         max_length: tokens a text is cut to (None: the tokenizer's, else 512).
-        max_batch_tokens: a batch's rows times its padded length (None: 16,384 on the CPU, 65,536 on a GPU).
+        max_batch_tokens: a batch's rows times its padded length (None: 4,096 on the CPU, 65,536 on a GPU).
         device: as ``Pipeline``'s.
 
     Returns:

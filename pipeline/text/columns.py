@@ -83,7 +83,7 @@ class TextOptions:
     pooling: str | None = None
     normalize: bool = False
     max_length: int | None = None
-    #: a token batch's rows times its padded length (None: 16,384 on the CPU, 65,536 on a GPU)
+    #: a token batch's rows times its padded length (None: 4,096 on the CPU, 65,536 on a GPU)
     max_batch_tokens: int | None = None
 
     def model(self, folder: ModelSource) -> tuple[Any, Any]:

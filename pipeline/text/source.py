@@ -30,8 +30,9 @@ from .tokens import TEXT_INPUTS, TextEncoder, rows_of
 
 #: the metadata that carries each row's place in the input: taken off before the rows are written
 POSITION = "__position"
-#: the token budget of a batch where none is given: a CPU's, and a GPU's
-DEFAULT_MAX_TOKENS = {"host": 16384, "cuda": 65536}
+#: the token budget of a batch where none is given: a CPU's (small batches stay in its caches; the
+#: measurement that chose it is in docs/results.md), and a GPU's
+DEFAULT_MAX_TOKENS = {"host": 4096, "cuda": 65536}
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 
 

@@ -143,3 +143,27 @@ def test_embed_in_python_equals_each_text_alone(folder):
     np.testing.assert_allclose(vectors, alone(folder, texts), rtol=1e-4, atol=1e-5)
     cls = embed(folder / "onnx" / "model.onnx", texts, tokenizer=folder, pooling="cls", device="cpu")
     np.testing.assert_allclose(cls, alone(folder, texts, pooling="cls"), rtol=1e-4, atol=1e-5)
+
+
+def test_a_text_classifier_takes_top_k_with_its_config_labels(tmp_path):
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from ..text_models import classifier_folder
+
+    folder = classifier_folder(tmp_path / "classifier")
+    texts = corpus(30, seed=9)
+    pq.write_table(pa.table({"text": texts}), tmp_path / "docs.parquet")
+    output = tmp_path / "labels.parquet"
+    assert _run(folder, tmp_path / "docs.parquet", output, "--top-k", "logits=1") == 0
+    table = pq.read_table(output)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    session = ort.InferenceSession(str(folder / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    best = []
+    for text in texts:
+        e = tokenizer.encode(text)
+        feeds = {"input_ids": [e.ids], "attention_mask": [e.attention_mask], "token_type_ids": [e.type_ids]}
+        best.append(int(session.run(None, {k: np.array(v) for k, v in feeds.items()})[0][0].argmax()))
+    names = ("negative", "neutral", "positive")
+    label_column = next(name for name in table.column_names if name.endswith("_label"))
+    assert table[label_column].to_pylist() == [names[i] for i in best]
