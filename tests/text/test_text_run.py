@@ -167,3 +167,48 @@ def test_a_text_classifier_takes_top_k_with_its_config_labels(tmp_path):
     names = ("negative", "neutral", "positive")
     label_column = next(name for name in table.column_names if name.endswith("_label"))
     assert table[label_column].to_pylist() == [names[i] for i in best]
+
+
+def test_a_text_job_killed_mid_run_resumes_to_every_row_once_and_shards_cover_the_corpus(folder, tmp_path):
+    """SIGKILL while rows are held back for their order, then --resume: every row once, in order,
+    each equal to its text alone; two shards hold every row once between them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ..helpers import ROOT, stop_signals_handled
+
+    texts = corpus(3000, seed=21)
+    source = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": texts}), source)
+    output = tmp_path / "emb.parquet"
+    argv = ["run", str(folder), "--input", str(source), "--text-column", "text", "--output", str(output),
+            "--device", "cpu", "--no-progress", "--max-batch-tokens", "256", "--part-rows", "64"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *argv], env=env, preexec_fn=stop_signals_handled,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    from pipeline.sinks import journal_of
+
+    journal = journal_of(output)
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        if journal.is_dir() and len(list(journal.glob("part-*.parquet"))) >= 2:
+            break
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert journal.is_dir() and not output.exists()  # killed mid-run: its closed parts, nothing under the name
+    assert main([*argv, "--resume"]) == 0
+    ids, vectors = _embeddings(output)
+    np.testing.assert_array_equal(ids, np.arange(3000))
+    sample = np.arange(0, 3000, 97)
+    np.testing.assert_allclose(vectors[sample], alone(folder, [texts[i] for i in sample]), rtol=1e-4, atol=1e-5)
+    shards = [tmp_path / f"shard{k}.parquet" for k in range(2)]
+    for k, shard in enumerate(shards):
+        assert main([*argv[:7], str(shard), *argv[8:], "--shard", f"{k}/2"]) == 0
+    together = np.concatenate([_embeddings(shard)[0] for shard in shards])
+    np.testing.assert_array_equal(together, np.arange(3000))
