@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,17 @@ from ..sources import Fit
 from ..util.errors import PipelineError
 
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
+
+
+def output_path(text: str) -> Path:
+    """--output: a local path, or - (standard output); a URL is refused, not read as a path
+    (``Path("s3://b/k")`` is ``s3:/b/k``: a folder named ``s3:`` that does not exist)."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a URL: ortpipe writes local files and standard output (object storage is not built yet); "
+            "write to a local path and copy it up (aws s3 cp, gsutil cp), or mount the bucket as a folder"
+        )
+    return Path(text)
 
 
 def positive(kind: type) -> Any:

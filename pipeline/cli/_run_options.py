@@ -19,6 +19,7 @@ from ._args import (
     key_value,
     names,
     nonnegative_float,
+    output_path,
     positive,
     reconnect_tries,
     row_range,
@@ -161,7 +162,7 @@ def _output_options(outputs: Any) -> None:
     outputs.add_argument(
         "--output",
         required=True,
-        type=Path,
+        type=output_path,
         help=".npy, .parquet, .csv or .jsonl (JSON Lines); a folder (no suffix) is written as a Parquet data set of "
         "part files; - writes to standard output, a line a row, flushed each batch (the run's own lines then go to "
         "standard error)",
