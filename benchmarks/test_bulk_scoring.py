@@ -18,13 +18,12 @@ same probabilities within 1e-6.
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import alternated, said_seconds  # benchmarks/commands.py
 
 ROWS, FEATURES, ROUNDS = 1_000_000, 8, 3
 
@@ -82,12 +81,6 @@ def _table(path: Path) -> None:
     pq.write_table(pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), path)
 
 
-def _timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, timeout=900)
-    return time.perf_counter() - start
-
-
 def _same_scores(ours: Path, theirs: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -113,16 +106,9 @@ def test_ortpipe_run_against_a_pandas_script_that_flattens_the_zipmap(benchmark,
                         "--output", str(ours), "--id-column", "id", "--no-progress", "--overwrite"],
         "script": [sys.executable, str(script), str(model), str(source), str(theirs)],
     }  # fmt: skip
-    seconds: dict[str, list[float]] = {name: [] for name in commands}
-
-    def rounds() -> None:
-        for _ in range(ROUNDS):
-            for name, command in commands.items():  # alternated: A B A B ...
-                seconds[name].append(_timed(command))
-
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    seconds = benchmark.pedantic(alternated, args=(commands, ROUNDS), rounds=1, iterations=1)
     _same_scores(ours, theirs)
     ratio = statistics.median(seconds["script"]) / statistics.median(seconds["ortpipe run"])
     benchmark.extra_info.update(seconds=seconds, ratio=ratio)
-    said = ", ".join(f"{name} {' / '.join(f'{s:.2f}' for s in values)} s" for name, values in seconds.items())
+    said = said_seconds(seconds)
     print(f"\n{kind}, {ROWS:,} rows: the script's median / ortpipe run's = {ratio:.2f}x ({said})")

@@ -16,12 +16,11 @@ median seconds over ortpipe's, every round's seconds beside it.
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from commands import alternated, said_seconds, timed_command  # benchmarks/commands.py
 
 TEXTS, ROUNDS = 20_000, 3
 
@@ -49,12 +48,6 @@ pq.write_table(pa.table({"embedding": list(np.concatenate(vectors))}), target)
 """
 
 
-def _timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, timeout=1800)
-    return time.perf_counter() - start
-
-
 def test_ortpipe_run_against_batches_of_64_padded_to_their_longest(benchmark, tmp_path):
     pytest.importorskip("tokenizers")
     import pyarrow as pa
@@ -75,23 +68,16 @@ def test_ortpipe_run_against_batches_of_64_padded_to_their_longest(benchmark, tm
                         "--text-column", "text", "--output", str(ours), "--no-progress", "--overwrite"],
         "script": [sys.executable, str(script), str(folder), str(source), str(theirs), "0"],
     }  # fmt: skip
-    seconds: dict[str, list[float]] = {name: [] for name in commands}
-
-    def rounds() -> None:
-        for _ in range(ROUNDS):
-            for name, command in commands.items():
-                seconds[name].append(_timed(command))
-
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    seconds = benchmark.pedantic(alternated, args=(commands, ROUNDS), rounds=1, iterations=1)
     got = np.stack(pq.read_table(ours)["embedding"].to_numpy(zero_copy_only=False))
     want = np.stack(pq.read_table(theirs)["embedding"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
     longest = max(len(e) for e in __import__("tokenizers").Tokenizer.from_file(str(folder / "tokenizer.json"))
                   .encode_batch(texts))  # fmt: skip
-    padded = _timed([*commands["script"][:-1], str(min(512, longest))])
+    padded = timed_command([*commands["script"][:-1], str(min(512, longest))])
     ratio = statistics.median(seconds["script"]) / statistics.median(seconds["ortpipe run"])
     to_longest = padded / statistics.median(seconds["ortpipe run"])
     benchmark.extra_info.update(seconds=seconds, ratio=ratio, padded_to_longest_s=padded)
-    said = ", ".join(f"{name} {' / '.join(f'{s:.2f}' for s in values)} s" for name, values in seconds.items())
+    said = said_seconds(seconds)
     print(f"\n{TEXTS:,} texts: the script's median / ortpipe run's = {ratio:.2f}x ({said}); every text "
           f"padded to the longest ({longest} tokens): {padded:.2f} s, {to_longest:.2f}x ortpipe's")  # fmt: skip

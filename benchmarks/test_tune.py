@@ -17,19 +17,13 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from commands import alternated, said_seconds  # benchmarks/commands.py
 
 ROUNDS = 3
 INPUTS = {"mlp": (400_000, (64,)), "convnet": (4_000, (3, 64, 64))}
-
-
-def _timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, timeout=900)
-    return time.perf_counter() - start
 
 
 @pytest.mark.parametrize("model", list(INPUTS))
@@ -44,17 +38,10 @@ def test_tuned_settings_against_the_defaults_in_ortpipe_run(benchmark, tmp_path,
     run = [*cli, "run", model, "--input", str(data), "--output", str(tmp_path / "o.npy"), "--device", "cpu",
            "--no-progress", "--overwrite"]  # fmt: skip
     commands = {"defaults": run, "tuned": [*run, "--config", str(config)]}
-    seconds: dict[str, list[float]] = {name: [] for name in commands}
-
-    def rounds() -> None:
-        for _ in range(ROUNDS):
-            for name, command in commands.items():
-                seconds[name].append(_timed(command))
-
-    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    seconds = benchmark.pedantic(alternated, args=(commands, ROUNDS), rounds=1, iterations=1)
     ratio = statistics.median(seconds["defaults"]) / statistics.median(seconds["tuned"])
     settings = json.loads(config.read_text())["settings"]
     benchmark.extra_info.update(seconds=seconds, ratio=ratio, settings=settings)
-    runs = ", ".join(f"{name} {' / '.join(f'{s:.2f}' for s in values)} s" for name, values in seconds.items())
+    runs = said_seconds(seconds)
     summary = next(line for line in said.splitlines() if line.startswith("tuned:"))
     print(f"\n{model}, {rows:,} rows: {summary}\n  ortpipe run, defaults / tuned: {ratio:.2f}x ({runs})")

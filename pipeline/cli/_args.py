@@ -18,6 +18,18 @@ from ..util.errors import PipelineError
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
 
+def add_config_option(parser: Any) -> None:
+    """``--config T.json``: ``ortpipe tune``'s settings as the command's defaults (NOTE [ tuning ])."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="T.json",
+        help="the settings ortpipe tune wrote (batch size, depth, issuing, threads) as defaults; an option "
+        "given here wins",
+    )
+
+
 def output_path(text: str) -> Path:
     """--output: a local path, or - (standard output); a URL is refused, not read as a path
     (``Path("s3://b/k")`` is ``s3:/b/k``: a folder named ``s3:`` that does not exist)."""

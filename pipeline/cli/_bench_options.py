@@ -11,6 +11,7 @@ from .. import models
 from ..bench import DEFAULT_MODES, MODES
 from ..bench_check import ATOL, RTOL
 from ._args import (
+    add_config_option,
     add_ort_options,
     add_output_names_option,
     add_top_k_options,
@@ -103,14 +104,7 @@ def _bench_how(how: Any) -> None:
         default=None,
         help=f"timed seconds per mode and round (default {DEFAULT_DURATION_S:g})",
     )
-    how.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="T.json",
-        help="the settings ortpipe tune wrote (batch size, depth, issuing, threads) as defaults; an option "
-        "given here wins",
-    )
+    add_config_option(how)
     how.add_argument(
         "--rounds",
         type=positive(int),

@@ -10,6 +10,7 @@ from .. import models
 from .._engine import DEFAULT_BATCH_SIZE
 from ..sinks import PARQUET_CODECS
 from ._args import (
+    add_config_option,
     add_ort_options,
     add_output_names_option,
     add_top_k_options,
@@ -223,14 +224,7 @@ def _performance_options(running: Any) -> None:
         help="auto (default), cpu, cuda, cuda:N; several, comma-separated (cuda:0,cuda:1) or cuda:all, "
         "share the batches (a name twice: two sessions on one GPU)",
     )
-    running.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="T.json",
-        help="the settings ortpipe tune wrote (batch size, depth, issuing, threads) as defaults; an option "
-        "given here wins",
-    )
+    add_config_option(running)
     running.add_argument(
         "--batch-size",
         type=positive(int),
