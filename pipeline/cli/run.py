@@ -66,6 +66,10 @@ def _issuing(args: argparse.Namespace) -> bool | Literal["auto"]:
 
     if args.issuing == "auto" and is_live(args.input):
         return True
+    if args.text_column:  # on the CPU, the caller's thread: the tokenizer and ORT each take every CPU
+        from ..text import text_issuing
+
+        return text_issuing(args.device, ISSUING[args.issuing])
     return ISSUING[args.issuing]
 
 

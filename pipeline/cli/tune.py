@@ -24,6 +24,8 @@ from .bench import bench_workload, load_data, model_constants, probe_batched
 _MEASUREMENTS = 30
 #: the largest batch size tried
 _MOST_ROWS = 8192
+#: the batches a workload cycles through (``ortpipe bench``'s pool)
+_POOL = 16
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -151,12 +153,14 @@ class _Measurer:
         return row.items_per_s, compare_outputs(row.checked, reference * copies, self._args.rtol, self._args.atol)
 
     def memory_of(self, settings: Settings) -> int:
-        """Bytes of the buffers a candidate's pipelines hold: inputs and outputs, pinned and on the device."""
+        """Bytes a candidate needs: its pipelines' buffers (inputs and outputs, pinned and on the
+        device, ``depth`` of each) and the workload's pool of batches it cycles through."""
         work = self._work(self._smallest())
         reference = self._reference(work.batch_size or 1, work)
         rows = max(1, work.batch_size or 1)
-        row_bytes = (_nbytes(work.pool[0]) + _nbytes(reference[0])) / rows
-        return int(2 * settings.depth * settings.instances * settings.batch_size * row_bytes)
+        in_bytes, out_bytes = _nbytes(work.pool[0]) / rows, _nbytes(reference[0]) / rows
+        buffers = 2 * settings.depth * settings.instances * (in_bytes + out_bytes)
+        return int(settings.batch_size * (buffers + _POOL * in_bytes))
 
     def _smallest(self) -> int:
         return min(self._works) if self._works else 1

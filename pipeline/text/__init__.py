@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "embed",
     "model_folder",
     "pooled_model",
+    "text_issuing",
     "text_model",
     "token_batches",
     "with_pooling",
@@ -56,6 +57,26 @@ def pooled_model(folder: ModelFolder, pooling: str | None = None, normalize: boo
     if chosen == "none" and not normalize:
         return str(folder.model), chosen
     return with_pooling(str(folder.model), chosen, normalize), chosen
+
+
+def on_the_cpu(device: Any) -> bool:
+    """Whether ``device`` (a spec such as ``"auto"``, ``"cpu"``, ``"cuda,cuda"``, or a Device) is the CPU."""
+    from ..devices import Device, cuda_unavailable_reason
+
+    if isinstance(device, Device):
+        return device.kind != "cuda"
+    specs = [spec.strip().lower() for spec in str(device).split(",")]
+    return all(spec in ("cpu", "host") or (spec == "auto" and cuda_unavailable_reason() is not None) for spec in specs)
+
+
+def text_issuing(device: Any, asked: bool | Literal["auto"] = "auto") -> bool | Literal["auto"]:
+    """Who issues a text run's stages: as ``asked``, but on the CPU the caller's thread where
+    ``"auto"`` is asked.  Tokenizing (``tokenizers`` runs a window on every CPU) and ORT's run
+    (its threads on every CPU too) would contend from stage threads, and the hand-over's
+    measure, which sees only that the source and the run could overlap, picks them - a run
+    then slower than the caller's thread alone (the measurement is in docs/results.md).  On
+    a GPU the run leaves the CPUs to the tokenizer, and "auto" stands."""
+    return False if asked == "auto" and on_the_cpu(device) else asked
 
 
 def text_model(
@@ -116,7 +137,9 @@ def embed(
     graph, encoder = text_model(model, tokenizer=tokenizer, pooling=pooling, normalize=normalize, max_length=max_length)
     if pairs is not None and len(pairs) != len(texts):
         raise SourceError(f"pairs: {len(pairs)} given for {len(texts)} texts; one each")
-    with Pipeline(graph, device=device) as pipe:
+    from ..frontends.options import PipelineOptions
+
+    with Pipeline(graph, device=device, options=PipelineOptions(stage_threads=text_issuing(device))) as pipe:
         budget = max_batch_tokens or DEFAULT_MAX_TOKENS.get(pipe.device.kind, DEFAULT_MAX_TOKENS["host"])
         inputs = {spec.name for spec in pipe.source_inputs}
         batches: list[TokenBatch] = []

@@ -55,6 +55,7 @@ def test_a_corpus_is_embedded_in_input_order_equal_to_each_text_alone(folder, do
     np.testing.assert_array_equal(ids, np.arange(1000, 1000 + ROWS))  # input order, not sorted by length
     np.testing.assert_allclose(vectors, expected, rtol=1e-4, atol=1e-5)
     assert "mean pooling in the graph" in said.out and "256 a batch" in said.out
+    assert "issued by caller thread" in said.out  # on the CPU: the tokenizer and ORT each take every CPU
     assert "note: tokens: " in said.err and "real of" in said.err  # the padding's waste, said
 
 
