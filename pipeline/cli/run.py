@@ -121,7 +121,9 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
     from ..jobs import sink_kind
     from ..sources import writers_own
 
-    if kind != "parquet" or not source.is_dir() or not sink_kind(output).startswith("parquet"):
+    if kind != "parquet" or not isinstance(source, Path) or not source.is_dir():
+        return  # a file, or a URL: not a local folder of Parquet files
+    if not sink_kind(output).startswith("parquet"):
         return
     target, folder = output.resolve(), source.resolve()
     if target.is_relative_to(folder) and not writers_own(target.relative_to(folder)):

@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 import shutil
 from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import sources
@@ -54,7 +54,9 @@ from ..sources import (
     is_stream_url,
     writers_name,
 )
+from ..sources.stored_tables import StoredTableSource
 from ..util.capabilities import HasOutputs
+from ..util.storage import is_storage_url
 from .source_options import SourceOptions
 from .summary import Sink
 
@@ -95,7 +97,23 @@ def source_kind(
     return what + "s"
 
 
+def _stored_kind(url: str) -> str:
+    """The kind of a storage URL: a table by its suffix, or a prefix of tables (read as a data set)."""
+    suffix = PurePosixPath(url.split("?", 1)[0]).suffix.lower()
+    kinds = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", **dict.fromkeys(PARQUET_SUFFIXES, "parquet")}
+    if url.endswith("/") or not suffix:
+        return "parquet"  # a prefix: its files say their format (sources.stored_tables)
+    if suffix in kinds:
+        return kinds[suffix]
+    raise SourceError(
+        f"{url!r}: tables (Parquet, CSV, JSON Lines) are read from object storage; other inputs ({suffix}) are not "
+        "yet: download it, or mount the bucket as a folder"
+    )
+
+
 def _path_kind(path: str | Path, video_format: str | None = None) -> str:
+    if is_storage_url(path):  # object storage: tables (util.storage)
+        return _stored_kind(str(path))
     if is_stream_url(path):
         table = Path(str(path).split("?", 1)[0]).suffix.lower()
         if table in (".npy", ".csv", *PARQUET_SUFFIXES):
@@ -220,6 +238,8 @@ def open_source(
     if kind == "npy":
         return NpySource(path, batch_size, specs, options.input_name)
     if kind in ("parquet", "csv", "jsonl"):
+        if is_storage_url(path):
+            return StoredTableSource(str(path), batch_size, specs, dict(options.columns or {}), options.id_column)
         text = {"csv": CsvSource, "jsonl": JsonLinesSource}.get(kind)
         table = text or (ParquetDatasetSource if Path(path).is_dir() else ParquetSource)
         return table(path, batch_size, specs, dict(options.columns or {}), options.id_column)

