@@ -20,7 +20,7 @@ import numpy as np
 from .batching import PAD_MULTIPLE, SORT_WINDOW, TokenBatch, token_batches
 from .columns import TextColumns, TextOptions
 from .pooling import EMBEDDING, POOLINGS, configured_pooling, default_pooling, with_pooling
-from .source import DEFAULT_MAX_TOKENS, POSITION, TextSource
+from .source import DEFAULT_MAX_TOKENS, POSITION, TextSource, text_inputs
 from .tokens import DEFAULT_MAX_LENGTH, ModelFolder, TextEncoder, class_labels, model_folder, rows_of
 
 __all__ = [
@@ -141,7 +141,7 @@ def embed(
 
     with Pipeline(graph, device=device, options=PipelineOptions(stage_threads=text_issuing(device))) as pipe:
         budget = max_batch_tokens or DEFAULT_MAX_TOKENS.get(pipe.device.kind, DEFAULT_MAX_TOKENS["host"])
-        inputs = {spec.name for spec in pipe.source_inputs}
+        inputs = text_inputs(pipe.source_inputs)
         batches: list[TokenBatch] = []
         for start in range(0, len(texts), SORT_WINDOW):
             window = list(texts[start : start + SORT_WINDOW])
@@ -149,22 +149,6 @@ def embed(
             positions = np.arange(start, start + len(window), dtype=np.int64)
             rows = rows_of(encoder.encode(window, pair))
             batches += token_batches(rows, positions, budget, encoder.pad_id)
-        feeds = [_feeds(batch, inputs, pipe) for batch in batches]
-        result: np.ndarray | None = None
-        for batch, outputs in zip(batches, pipe.map(feeds), strict=True):
-            value = next(iter(outputs.values()))
-            if result is None:
-                result = np.empty((len(texts), *value.shape[1:]), value.dtype)
-            result[batch.positions] = value
-    return result if result is not None else np.empty((0,), np.float32)
-
-
-def _feeds(batch: TokenBatch, inputs: set[str], pipe: Any) -> dict[str, np.ndarray]:
-    arrays = {"input_ids": batch.ids, "attention_mask": batch.mask, "token_type_ids": batch.types}
-    missing = inputs - set(arrays)
-    if missing:
-        from ..util.errors import SourceError
-
-        raise SourceError(f"a text feeds {sorted(arrays)}; the model also takes {sorted(missing)}")
-    dtypes = {spec.name: spec.dtype for spec in pipe.source_inputs}
-    return {name: arrays[name].astype(dtypes[name], copy=False) for name in inputs}
+        outputs = pipe.map([batch.feeds(inputs) for batch in batches])
+        placed = TextColumns.placed(outputs, [batch.positions for batch in batches], len(texts))
+    return next(iter(placed.values()), np.empty((0,), np.float32))

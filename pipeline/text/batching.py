@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..session import TensorSpec
+
 #: rows sorted together: longer windows pad less, and hold more outputs back until written
 SORT_WINDOW = 4096
 #: a batch's padded length is a multiple of this
@@ -40,6 +42,11 @@ class TokenBatch:
     @property
     def padded_tokens(self) -> int:
         return int(self.mask.size)
+
+    def feeds(self, inputs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+        """The batch as the feeds of the model's text ``inputs`` (by name), each in its dtype."""
+        arrays = {"input_ids": self.ids, "attention_mask": self.mask, "token_type_ids": self.types}
+        return {spec.name: arrays[spec.name].astype(spec.dtype, copy=False) for spec in inputs}
 
 
 def padded_length(longest: int, multiple: int = PAD_MULTIPLE) -> int:

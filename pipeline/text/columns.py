@@ -3,7 +3,7 @@ outputs put back in the rows' order (NOTE [ token batches ] within the one batch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +40,11 @@ class TextColumns:
         pairs = None if self.pair_column is None else self._texts(rows, self.pair_column, where)
         places = np.arange(len(texts), dtype=np.int64)
         made = token_batches(rows_of(self.encoder.encode(texts, pairs)), places, self.max_tokens, self.encoder.pad_id)
-        arrays = [{"input_ids": b.ids, "attention_mask": b.mask, "token_type_ids": b.types} for b in made]
-        feeds = [{spec.name: each[spec.name].astype(spec.dtype, copy=False) for spec in self.inputs} for each in arrays]
-        return [batch.positions for batch in made], feeds
+        return [batch.positions for batch in made], [batch.feeds(self.inputs) for batch in made]
 
     @staticmethod
-    def placed(outputs: Sequence[Mapping[str, np.ndarray]], places: Sequence[np.ndarray], rows: int) -> dict[str, Any]:
-        """The token batches' outputs as one array an output, a row each in the rows' order."""
+    def placed(outputs: Iterable[Mapping[str, np.ndarray]], places: Sequence[np.ndarray], rows: int) -> dict[str, Any]:
+        """The token batches' outputs (as they come) as one array an output, a row each in the rows' order."""
         whole: dict[str, np.ndarray] = {}
         for result, where in zip(outputs, places, strict=True):
             for name, values in result.items():

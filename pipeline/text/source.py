@@ -124,15 +124,11 @@ class TextSource:
                 self.counts.real += batch.real_tokens
                 self.counts.padded += batch.padded_tokens
                 order = np.searchsorted(positions, batch.positions)
-                yield SourceBatch(self._feeds(batch), {self._id_name: ids[order], POSITION: batch.positions})
+                yield SourceBatch(batch.feeds(self.inputs), {self._id_name: ids[order], POSITION: batch.positions})
 
     @property
     def _id_name(self) -> str:
         return self.id_column or "row_id"
-
-    def _feeds(self, batch: Any) -> dict[str, np.ndarray]:
-        arrays = {"input_ids": batch.ids, "attention_mask": batch.mask, "token_type_ids": batch.types}
-        return {spec.name: arrays[spec.name].astype(spec.dtype, copy=False) for spec in self.inputs}
 
     def _windows(self) -> Iterator[tuple[list[str], list[str] | None, np.ndarray, np.ndarray]]:
         """The table's rows from ``start`` to ``stop``, a window at a time: texts, pairs, ids, places."""
