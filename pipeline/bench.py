@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._engine import CopyThreads, HostCopier
-from .bench_check import ATOL, RTOL, OutputCheck, compare_outputs, worst
+from .bench_check import ATOL, RTOL, OutputCheck, compare_runs, worst
 from .bench_report import (
     BOTTLENECK_ADVICE,
     DEFAULT_MODES,
@@ -95,6 +95,7 @@ __all__ = [
     "format_table",
     "measure_copy_gbps",
     "measure_host_copy_gbps",
+    "reference_outputs",
     "row_key",
     "run_modes",
     "scaling_line",
@@ -441,21 +442,20 @@ def _checked(
         # arrays in a device's memory (NOTE [ device arrays ]): session.run takes host arrays
         return [dataclasses.replace(row, checked=[]) for row in rows]
     naive = next((row for row in rows if row.mode == "naive"), None)
-    if naive is not None:
-        reference = naive.checked
-    else:
-        session = OrtSession(model, device, None, dataclasses.replace(config, spin=True), work.outputs)
-        constants = dict(work.constants)
-        names = session.output_names
-        reference = [
-            dict(zip(names, session.session.run(names, {**batch, **constants}), strict=True)) for batch in work.warm()
-        ]
-    checked = []
-    for row in rows:
-        copies = max(1, len(row.checked) // max(1, len(reference)))  # multi: each pipeline's warm-up
-        check = compare_outputs(row.checked, reference * copies, rtol, atol)
-        checked.append(dataclasses.replace(row, check=check, checked=[]))
-    return checked
+    reference = naive.checked if naive is not None else reference_outputs(model, device, work, config)
+    return [
+        dataclasses.replace(row, check=compare_runs(row.checked, reference, rtol, atol), checked=[]) for row in rows
+    ]
+
+
+def reference_outputs(
+    model: ModelSource, device: Device, work: Workload, config: SessionConfig | None = None
+) -> list[Batch]:
+    """``session.run``'s outputs of the workload's warm-up batches on ``device``: what the modes'
+    outputs are checked against (``bench_check``), the baselines' ORT settings (spinning on)."""
+    session = OrtSession(model, device, None, dataclasses.replace(config or SessionConfig(), spin=True), work.outputs)
+    names, constants = session.output_names, dict(work.constants)
+    return [dict(zip(names, session.session.run(names, {**batch, **constants}), strict=True)) for batch in work.warm()]
 
 
 def _one_round(

@@ -67,6 +67,15 @@ def compare_outputs(
     return OutputCheck(worst_abs, worst_rel, rtol, atol, mismatch)
 
 
+def compare_runs(
+    got: Sequence[Outputs], want: Sequence[Outputs], rtol: float = RTOL, atol: float = ATOL
+) -> OutputCheck:
+    """:func:`compare_outputs` where ``got`` holds ``want``'s batches once for each pipeline
+    that ran them (a multi row: each pipeline warms up on the same batches)."""
+    copies = max(1, len(got) // max(1, len(want)))
+    return compare_outputs(got, list(want) * copies, rtol, atol)
+
+
 def _compared(value: Any, expected: np.ndarray, rtol: float, atol: float) -> tuple[float, float, str | None]:
     """The largest absolute and relative difference, and why it is a mismatch (None: it is not)."""
     if value is None:

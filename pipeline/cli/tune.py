@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..bench import Workload, bench_multi, bench_pipelined
-from ..bench_check import compare_outputs
+from ..bench import Workload, bench_multi, bench_pipelined, reference_outputs
+from ..bench_check import compare_runs
 from ..devices import Device, host_memory_available, resolve_device
 from ..frontends.options import PipelineOptions
 from ..session import OrtSession, SessionConfig
@@ -149,8 +149,7 @@ class _Measurer:
         else:
             row = bench_pipelined(self._model, self._device, work, settings.depth, options)
         reference = self._reference(settings.batch_size, work)
-        copies = max(1, len(row.checked) // max(1, len(reference)))
-        return row.items_per_s, compare_outputs(row.checked, reference * copies, self._args.rtol, self._args.atol)
+        return row.items_per_s, compare_runs(row.checked, reference, self._args.rtol, self._args.atol)
 
     def memory_of(self, settings: Settings) -> int:
         """Bytes a candidate needs: its pipelines' buffers (inputs and outputs, pinned and on the
@@ -176,11 +175,7 @@ class _Measurer:
         """``session.run``'s outputs of the workload's warm-up batches, on this device."""
         found = self._references.get(batch_size)
         if found is None:
-            session = OrtSession(self._model, self._device, None, SessionConfig())
-            names = session.output_names
-            constants = dict(work.constants)
-            found = [dict(zip(names, session.session.run(names, {**b, **constants}), strict=True)) for b in work.warm()]
-            self._references[batch_size] = found
+            found = self._references[batch_size] = reference_outputs(self._model, self._device, work)
         return found
 
 
