@@ -55,7 +55,8 @@ def test_a_local_cluster_ends_with_a_run_that_is_killed(tmp_path):
     from ..helpers import ROOT
 
     onnx.save(models.busy(features=8, layers=256), tmp_path / "m.onnx")
-    columns = {"id": np.arange(100_000), **{f"f{i}": np.ones(100_000, np.float32) for i in range(8)}}
+    # a job far longer than the up to 30 s the cluster may take to settle: the kill lands mid-run
+    columns = {"id": np.arange(1_000_000), **{f"f{i}": np.ones(1_000_000, np.float32) for i in range(8)}}
     pq.write_table(pa.table(columns), tmp_path / "in.parquet")
     argv = ["run", str(tmp_path / "m.onnx"), "--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "o")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
