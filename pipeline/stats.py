@@ -41,7 +41,20 @@ STAGE_THREADS = "stage threads"
 
 def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
     """Read a finished batch's events (all complete once the consumer has it)."""
-    timing = BatchTiming(
+    ev = trace.events
+    device: dict[str, float] = {}
+    if ev.h2d_start is not None:  # else device timing is off
+        assert ev.run_start is not None and ev.d2h_start is not None
+        device = {
+            "h2d_s": ev.h2d_done.elapsed_s(ev.h2d_start),
+            "compute_s": ev.run_done.elapsed_s(ev.run_start),
+            "d2h_s": ev.d2h_done.elapsed_s(ev.d2h_start),
+        }
+        if origin is not None:
+            device["h2d_at"] = ev.h2d_start.elapsed_s(origin)
+            device["compute_at"] = ev.run_start.elapsed_s(origin)
+            device["d2h_at"] = ev.d2h_start.elapsed_s(origin)
+    return BatchTiming(
         index=trace.index,
         rows=trace.rows,
         h2d_bytes=trace.h2d_bytes,
@@ -53,19 +66,8 @@ def timing_from_trace(trace: BatchTrace, origin: Any | None) -> BatchTiming:
         staged=trace.t_staged,
         source_s=trace.source_s,
         take_s=trace.take_s,
+        **device,
     )
-    ev = trace.events
-    if ev.h2d_start is None:  # device timing off
-        return timing
-    assert ev.run_start is not None and ev.d2h_start is not None
-    timing.h2d_s = ev.h2d_done.elapsed_s(ev.h2d_start)
-    timing.compute_s = ev.run_done.elapsed_s(ev.run_start)
-    timing.d2h_s = ev.d2h_done.elapsed_s(ev.d2h_start)
-    if origin is not None:
-        timing.h2d_at = ev.h2d_start.elapsed_s(origin)
-        timing.compute_at = ev.run_start.elapsed_s(origin)
-        timing.d2h_at = ev.d2h_start.elapsed_s(origin)
-    return timing
 
 
 def _percentiles_ms(seconds: list[float]) -> dict[str, float]:
@@ -113,6 +115,9 @@ class _Totals:
         self.sample: list[BatchTiming] = []
         self._keep = keep
         self._rng = random.Random(0)
+        #: Algorithm L's state once the sample is full: the next batch it keeps, and its weight
+        self._next_kept: int | None = None
+        self._weight = 1.0
 
     def copy(self) -> _Totals:
         """A copy to compute figures from outside the lock (the sample's RNG is shared)."""
@@ -178,41 +183,81 @@ class _Totals:
         return self.rate(self.items) / bound if bound and not math.isnan(bound) else math.nan
 
     # -- collecting -----------------------------------------------------------
-    def fold(self, timing: BatchTiming) -> None:
-        # Unrolled (no loop over a tuple of pairs, no min/max calls): the
-        # consumer pays this once a batch, and unrolled it costs a third less.
-        self.batches += 1
-        self.items += timing.rows
-        asked = timing.submitted - timing.source_s
-        if asked < self.first_ask:
-            self.first_ask = asked
-        if timing.done > self.last_done:
-            self.last_done = timing.done
+    def fold(self, timings: list[BatchTiming]) -> None:
+        """Batches' timings added to the sums and the sample.  The sums are kept in
+        locals over the whole list and written back once (a dict update for each
+        stage of each batch cost as much as a cheap model's batch spends in the
+        engine's bookkeeping)."""
+        first_ask, last_done, items, wait = self.first_ask, self.last_done, 0, 0.0
+        source = stage = h2d = compute = d2h = take = 0.0
+        h2d_n = compute_n = d2h_n = 0
+        h2d_bytes = d2h_bytes = 0
+        # unpacked, not read by attribute: a fold reads every field of every batch
+        for (_, rows, h2d_n_bytes, d2h_n_bytes, submitted, done, stage_s, wait_s, _, source_s,
+             h2d_s, compute_s, d2h_s, take_s, _, _, _) in timings:  # fmt: skip
+            items += rows
+            asked = submitted - source_s
+            if asked < first_ask:
+                first_ask = asked
+            if done > last_done:
+                last_done = done
+            source += source_s
+            stage += stage_s
+            take += take_s
+            if h2d_s is not None:
+                h2d += h2d_s
+                h2d_n += 1
+            if compute_s is not None:
+                compute += compute_s
+                compute_n += 1
+            if d2h_s is not None:
+                d2h += d2h_s
+                d2h_n += 1
+            h2d_bytes += h2d_n_bytes
+            d2h_bytes += d2h_n_bytes
+            wait += wait_s
+        count = len(timings)
+        self.first_ask, self.last_done, self.items, self.wait_sum = (
+            first_ask,
+            last_done,
+            self.items + items,
+            self.wait_sum + wait,
+        )
         sums, counts = self.stage_sum, self.stage_count
-        sums["source"] += timing.source_s
-        counts["source"] += 1
-        sums["stage"] += timing.stage_s
-        counts["stage"] += 1
-        if timing.h2d_s is not None:
-            sums["h2d"] += timing.h2d_s
-            counts["h2d"] += 1
-        if timing.compute_s is not None:
-            sums["compute"] += timing.compute_s
-            counts["compute"] += 1
-        if timing.d2h_s is not None:
-            sums["d2h"] += timing.d2h_s
-            counts["d2h"] += 1
-        sums["take"] += timing.take_s
-        counts["take"] += 1
-        self.bytes["h2d"] += timing.h2d_bytes
-        self.bytes["d2h"] += timing.d2h_bytes
-        self.wait_sum += timing.wait_s
-        if len(self.sample) < self._keep:
-            self.sample.append(timing)
-        else:
-            slot = self._rng.randrange(self.batches)
-            if slot < self._keep:
-                self.sample[slot] = timing
+        for name, total, n in (
+            ("source", source, count),
+            ("stage", stage, count),
+            ("h2d", h2d, h2d_n),
+            ("compute", compute, compute_n),
+            ("d2h", d2h, d2h_n),
+            ("take", take, count),
+        ):
+            sums[name] += total
+            counts[name] += n
+        self.bytes["h2d"] += h2d_bytes
+        self.bytes["d2h"] += d2h_bytes
+        self._sampled(timings)
+
+    def _sampled(self, timings: list[BatchTiming]) -> None:
+        """The timings kept whole up to ``keep``, then a uniform sample of every batch:
+        reservoir sampling by Li's Algorithm L, which draws the number of batches to
+        skip before the next one kept (a draw per kept batch, not one per batch)."""
+        room = max(0, self._keep - len(self.sample))
+        self.sample.extend(timings[:room])
+        seen = self.batches + len(timings)
+        if len(self.sample) == self._keep and self._next_kept is None:
+            self._weight = 1.0
+            self._next_kept = self._skip_from(self.batches + min(room, len(timings)))
+        while self._next_kept is not None and self._next_kept <= seen:
+            self.sample[int(self._rng.random() * self._keep)] = timings[self._next_kept - self.batches - 1]
+            self._next_kept = self._skip_from(self._next_kept)
+        self.batches = seen
+
+    def _skip_from(self, batch: int) -> int:
+        """The number (1-based) of the next batch Algorithm L keeps after ``batch``."""
+        self._weight *= math.exp(math.log(self._rng.random() or 1e-300) / self._keep)
+        gap = math.log(self._rng.random() or 1e-300) / math.log1p(-self._weight) if self._weight < 1.0 else 0.0
+        return batch + int(gap) + 1
 
 
 class Stats:
@@ -269,9 +314,9 @@ class Stats:
 
     def _fold_pending(self) -> None:
         # holding the lock
-        for timing in self._pending:
-            self._totals.fold(timing)
-        self._pending.clear()
+        if self._pending:
+            self._totals.fold(self._pending)
+            self._pending = []
 
     def _snapshot(self) -> _Totals:
         with self._lock:

@@ -98,11 +98,11 @@ def test_a_slow_take_is_the_bottleneck_hand_made_and_measured():
     """The consumer's take of each result (a sink's write) is a stage: where it is the slowest,
     the run says so, and its time is what a batch's bound is held to."""
     timings = [
-        BatchTiming(i, 8, 0, 0, submitted=0.01 * i, done=0.01 * i + 0.012, stage_s=0.0, wait_s=0.0, take_s=0.010)
+        BatchTiming(
+            i, 8, 0, 0, submitted=0.01 * i, done=0.01 * i + 0.012, stage_s=0.0, wait_s=0.0, take_s=0.010
+        )._replace(h2d_s=0.001, compute_s=0.002, d2h_s=0.001)
         for i in range(4)
     ]
-    for timing in timings:
-        timing.h2d_s, timing.compute_s, timing.d2h_s = 0.001, 0.002, 0.001
     stats = Stats(timings)
     assert stats.bottleneck == "take" and stats.bound_items_per_s == pytest.approx(8 / 0.010)
     assert stats.to_dict()["stage_ms"]["take"] == pytest.approx(10.0)
@@ -124,8 +124,9 @@ def test_a_slow_take_is_the_bottleneck_hand_made_and_measured():
 
 def test_a_stage_that_moved_no_bytes_has_no_link_rate():
     """NOTE [ borrowed inputs ]: a batch bound where it lies took an h2d of no bytes."""
-    timing = BatchTiming(0, 4, 0, 400, submitted=0.0, done=0.01, stage_s=0.0, wait_s=0.0)
-    timing.h2d_s, timing.compute_s, timing.d2h_s = 1e-6, 0.005, 1e-6
+    timing = BatchTiming(
+        0, 4, 0, 400, submitted=0.0, done=0.01, stage_s=0.0, wait_s=0.0, h2d_s=1e-6, compute_s=0.005, d2h_s=1e-6
+    )
     stats = Stats([timing])
     assert stats.link_gbps() == {"h2d": None, "d2h": pytest.approx(0.4)}
 
@@ -277,3 +278,16 @@ def test_the_bottleneck_line_names_the_engine_row_when_a_synchronous_one_was_fas
         line
         == f"  the fastest engine row (pipelined at depth 3): its bottleneck, compute: {BOTTLENECK_ADVICE['compute']}"
     )
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1024])
+def test_the_sample_past_keep_is_uniform_however_the_batches_are_folded(chunk):
+    # Algorithm L: 100,000 batches into a sample of 1,000, folded a few at a time or many
+    stats = Stats(keep=1000)
+    timings = [_timing(i, submitted=float(i), done=float(i) + 1) for i in range(100_000)]
+    for start in range(0, len(timings), chunk):
+        stats.add_many(timings[start : start + chunk])
+    sample = [timing.index for timing in stats._totals.sample]
+    assert stats.batches == 100_000 and len(set(sample)) == 1000
+    tenths = np.bincount(np.array(sample) // 10_000, minlength=10)
+    assert tenths.min() >= 60 and tenths.max() <= 140  # 100 a tenth expected; the seed is fixed

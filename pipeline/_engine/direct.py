@@ -19,6 +19,17 @@ outputs cut back.  Not taken with device-side preprocessing (the engine's
 normalize step works on slots), an ``on_batch`` hook (it is given the engine's
 traces), or filled slots.
 
+NOTE [ steady batches ]: a stream of batches is mostly batches alike: the same
+dtypes and shapes, one after another.  A batch that is exactly what the last
+batch checked in full was (numpy arrays, C-ordered, of its dtypes and shapes,
+under the same names) passes without the full check (names, ranks, fixed dims,
+casts, padding, byte order), and its outputs are compared with the shapes the
+plan gave for those inputs only, an output at a time.  Those checks were a third
+of what a batch of a cheap model cost on this path (docs/results.md); the lane
+costs a few attribute reads.  Any other batch (another shape, a cast, a strided
+or device array, a short batch to pad) takes the full check, and becomes the
+steady one where it ran unpadded as the caller's own arrays.
+
 With ``stage_threads="auto"`` the run measures its three sides of host work
 as the engine does (NOTE [ auto issuing ]) and, when stage threads would pay,
 ends at a batch boundary - nothing of it is in flight then - so that the
@@ -31,8 +42,8 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -86,9 +97,13 @@ class DirectRun(Generic[T]):
         self._copier = HostCopier(copy_threads)
         # results that outlive the run already: ORT's arrays are new every run
         self._passed_on = make_take.passed_on if isinstance(make_take, CopiedOutputs) else None
+        #: ORT's outputs are the result itself (``map()``'s): no call a batch to say so
+        self._as_is = isinstance(make_take, CopiedOutputs) and make_take.then is None
         self._take = make_take(self._copier)
         self._stats = stats
-        self._timings: list[BatchTiming] = []
+        #: batches run and not yet handed to the stats: index, rows and the clock at each
+        #: step (asked, submitted, run, ran, done), made into BatchTimings a few at a time
+        self._raw: list[tuple[int, int, float, float, float, float, float]] = []
         self._index = first_index
         self._advisor = advisor
         #: set when "auto" issuing chose the stage threads: the index of the first batch not taken
@@ -105,6 +120,11 @@ class DirectRun(Generic[T]):
         #: the input shapes of the last batch, and the probe's output shapes for them
         self._planned_for: tuple[tuple[str, tuple[int, ...]], ...] | None = None
         self._plan: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        #: NOTE [ steady batches ]: (input, dtype, shape) of the last batch checked in full,
+        #: its rows and its outputs' planned shapes; None until one ran unpadded
+        self._steady: tuple[tuple[str, np.dtype, tuple[int, ...]], ...] | None = None
+        self._steady_rows = 0
+        self._steady_outputs: list[tuple[int, ...]] = []
         #: perf_counter at the start: the stats' device time 0 (their first run's, for traces)
         self._origin = time.perf_counter()
         if stats.device_origin is None:
@@ -122,20 +142,30 @@ class DirectRun(Generic[T]):
     def _loop(self) -> Iterator[T]:
         walls: list[float] = []  # seconds from one batch to the next, while measuring
         t_resume = time.perf_counter()
+        unlike: tuple[object, float] | None = None  # a batch the steady lane asked for, and when
         while not self._closed:
+            advisor = self._advisor
+            if self._steady is not None and unlike is None and (advisor is None or not advisor.measuring):
+                unlike = yield from self._steady_lane()
+                if unlike is _SOURCE_ENDED:
+                    return
+                t_resume = time.perf_counter()
+                continue
             index = self._index
-            t_ask = time.perf_counter()
-            try:
-                batch = next(self._source)
-            except StopIteration:
-                return
-            except Exception as exc:
-                raise PipelineStageError("source", index, exc) from exc
+            if unlike is None:
+                t_ask = time.perf_counter()
+                try:
+                    batch = next(self._source)
+                except StopIteration:
+                    return
+                except Exception as exc:
+                    raise PipelineStageError("source", index, exc) from exc
+            else:
+                (batch, t_ask), unlike = unlike, None
             result, sides = self._run_batch(index, batch, t_ask)
             self._index = index + 1
             t_yield = time.perf_counter()
             yield result
-            advisor = self._advisor
             if advisor is None:
                 continue
             t_back = time.perf_counter()
@@ -156,10 +186,97 @@ class DirectRun(Generic[T]):
                 return
         raise PipelineClosedError(CLOSED_MID_RUN)
 
+    def _steady_lane(self) -> Generator[T, None, tuple[object, float] | None]:
+        """NOTE [ steady batches ]: batches alike run in a loop of their own, while the
+        advisor (if any) rests; returns the first batch unlike the steady one with the
+        time it was asked for, None when the lane's batches are done (the advisor
+        measures again, the run closed), or :data:`_SOURCE_ENDED`."""
+        steady, advisor, source = self._steady, self._advisor, self._source
+        assert steady is not None
+        names, options, run, raw = self._names, self._options, self._run, self._raw
+        constants, as_is, planned = self._session.constants, self._as_is, self._steady_outputs
+        rows, single = self._steady_rows, steady[0] if len(steady) == 1 else None
+        left = advisor.rest_left if advisor is not None else -1  # batches until it measures again
+        clock = time.perf_counter
+        try:
+            while left and not self._closed:
+                index = self._index
+                t_ask = clock()
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return _SOURCE_ENDED
+                except Exception as exc:
+                    raise PipelineStageError("source", index, exc) from exc
+                t_submit = clock()
+                if (
+                    single is not None
+                    and type(batch) is np.ndarray
+                    and batch.shape == single[2]
+                    and (batch.dtype is single[1] or batch.dtype == single[1])
+                    and batch.flags.c_contiguous
+                ):
+                    feeds = {single[0]: batch}
+                else:
+                    alike = self._steady_feeds(batch)
+                    if alike is None:
+                        return batch, t_ask
+                    feeds = alike
+                try:
+                    values = run(names, {**feeds, **constants} if constants else feeds, options)
+                except Exception as exc:
+                    raise compute_failed(index, exc, rows, self._most_rows) from exc
+                t_ran = clock()
+                for value, shape in zip(values, planned, strict=False):
+                    if value.shape != shape:  # NOTE [ data-dependent outputs ], as _note_dynamic says it
+                        self._note_changed(dict(zip(names, values, strict=True)))
+                        break
+                outputs = dict(zip(names, values, strict=False))  # ORT: a value a name asked for
+                result = cast(T, outputs) if as_is else self._given(index, rows, outputs)
+                raw.append((index, rows, t_ask, t_submit, t_submit, t_ran, clock()))
+                if len(raw) >= _RECORD_EVERY:
+                    self._record()
+                self._index = index + 1
+                yield result
+                left -= 1
+            return None
+        finally:
+            if advisor is not None:
+                advisor.rested(advisor.rest_left - left)
+
+    def _given(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> T:
+        """The take's result for ORT's outputs."""
+        return self._passed_on(index, rows, outputs) if self._passed_on else self._take(index, rows, outputs)
+
     def _run_batch(self, index: int, batch: object, t_ask: float) -> tuple[T, tuple[float, float, float]]:
-        """One batch checked, run and taken: its result, and its host seconds
+        """One batch checked in full, run and taken: its result, and its host seconds
         producing, executing and taking (the sides of NOTE [ auto issuing ])."""
         t_submit = time.perf_counter()
+        feeds, rows, bound = self._checked(index, batch)
+        constants = self._session.constants
+        t_run = time.perf_counter()
+        try:
+            values = self._run(self._names, {**feeds, **constants} if constants else feeds, self._options)
+        except Exception as exc:
+            raise compute_failed(index, exc, rows, self._most_rows) from exc
+        self._most_rows = max(self._most_rows, rows)
+        t_ran = time.perf_counter()
+        outputs = dict(zip(self._names, values, strict=True))
+        self._note_dynamic(feeds, outputs)
+        if bound != rows:
+            outputs = _cut(outputs, rows, bound)
+        else:
+            self._hold_steady(batch, feeds, rows)
+        result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
+        t_done = time.perf_counter()
+        self._raw.append((index, rows, t_ask, t_submit, t_run, t_ran, t_done))
+        if len(self._raw) >= _RECORD_EVERY:
+            self._record()
+        return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
+
+    def _checked(self, index: int, batch: object) -> tuple[dict[str, np.ndarray], int, int]:
+        """A batch's feeds checked in full, padded where the layout pads, with its real
+        rows and the rows it runs at."""
         feeds = self._checker.feeds(index, batch)
         rows = bound = next(iter(feeds.values())).shape[0]
         if self._pads:
@@ -173,28 +290,45 @@ class DirectRun(Generic[T]):
                     raise compute_failed(index, exc, rows, None) from exc
         if bound != rows or self._unusual(feeds):
             feeds = self._padded(feeds, bound)
-        constants = self._session.constants
-        t_run = time.perf_counter()
-        try:
-            values = self._run(self._names, {**feeds, **constants} if constants else feeds, self._options)
-        except Exception as exc:
-            raise compute_failed(index, exc, rows, self._most_rows) from exc
-        self._most_rows = max(self._most_rows, rows)
-        t_ran = time.perf_counter()
-        outputs = dict(zip(self._names, values, strict=True))
-        self._note_dynamic(feeds, outputs)
-        if bound != rows:
-            outputs = _cut(outputs, rows, bound)
-        result = self._passed_on(index, rows, outputs) if self._passed_on else self._take(index, rows, outputs)
-        t_done = time.perf_counter()
-        # positional: a BatchTiming made by keyword costs twice as much, once a batch
-        at = t_run - self._origin  # no copies: a zero-length h2d and d2h each side of the run
-        timing = BatchTiming(index, rows, 0, 0, t_submit, t_done, 0.0, 0.0, t_run, t_submit - t_ask,
-                             0.0, t_ran - t_run, 0.0, t_done - t_ran, at, at, t_ran - self._origin)  # fmt: skip
-        self._timings.append(timing)
-        if len(self._timings) >= _RECORD_EVERY:
-            self._record()
-        return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
+        return feeds, rows, bound
+
+    def _steady_feeds(self, batch: object) -> dict[str, np.ndarray] | None:
+        """NOTE [ steady batches ]: a batch that is what the last one checked in full
+        was - numpy arrays of the same dtypes and shapes, C-ordered - as feeds (a
+        fraction of the full check's microseconds); None: check it in full."""
+        steady = self._steady
+        if steady is None:
+            return None
+        if type(batch) is np.ndarray:
+            if len(steady) != 1:
+                return None
+            name, dtype, shape = steady[0]
+            if batch.shape == shape and (batch.dtype is dtype or batch.dtype == dtype) and batch.flags.c_contiguous:
+                return {name: batch}
+            return None
+        if type(batch) is not dict or len(batch) != len(steady):
+            return None
+        for name, dtype, shape in steady:
+            value = batch.get(name)
+            if (
+                type(value) is not np.ndarray
+                or value.shape != shape
+                or not (value.dtype is dtype or value.dtype == dtype)
+                or not value.flags.c_contiguous
+            ):
+                return None
+        return batch
+
+    def _hold_steady(self, batch: object, feeds: dict[str, np.ndarray], rows: int) -> None:
+        """Remember a batch checked in full and run unpadded as the steady one, where its
+        feeds are the caller's own arrays (not a cast, a copy or a device array's view)."""
+        given = {next(iter(feeds)): batch} if type(batch) is np.ndarray else batch
+        if not isinstance(given, dict) or any(given.get(name) is not value for name, value in feeds.items()):
+            self._steady = None
+            return
+        self._steady = tuple((name, value.dtype, value.shape) for name, value in feeds.items())
+        self._steady_rows = rows
+        self._steady_outputs = [self._plan[name][1] for name in self._names]
 
     @staticmethod
     def _unusual(feeds: Mapping[str, Any]) -> bool:
@@ -217,6 +351,10 @@ class DirectRun(Generic[T]):
             except ModelError:  # no probe on zeros runs (a division by an input): this batch is the plan
                 self._session.remember_layout(dict(shapes), outputs)
                 self._plan = self._session.output_layout(dict(shapes))
+        self._note_changed(outputs)
+
+    def _note_changed(self, outputs: dict[str, np.ndarray]) -> None:
+        """The outputs of another shape than the plan's remembered by the session."""
         plan = self._plan
         changed = [name for name, value in outputs.items() if value.shape != plan[name][1]]
         if changed and not self._session.dynamic_outputs.issuperset(changed):
@@ -227,7 +365,7 @@ class DirectRun(Generic[T]):
         slice needs no check of its own), ORT's outputs joined once at the end, as a
         loop over ``session.run`` would.  For a model that pads no batch."""
         run, names, options, constants = self._run, self._names, self._options, self._session.constants
-        timings, kept = self._timings, [[] for _ in names]  # type: list[BatchTiming], list[list[np.ndarray]]
+        raw, kept = self._raw, [[] for _ in names]  # type: list[Any], list[list[np.ndarray]]
         if self._unusual(arrays):  # made readable once, not a batch at a time
             arrays = _as_host_arrays(arrays, 0)
         total = next(iter(arrays.values())).shape[0]
@@ -248,11 +386,8 @@ class DirectRun(Generic[T]):
                 if value.ndim == 0 or value.shape[0] != rows:
                     raise not_per_row(name, index, [rows, "..."], value)
                 parts.append(value)
-            t_done = time.perf_counter()
-            at, ran_at = t_ask - self._origin, t_ran - self._origin
-            timings.append(BatchTiming(index, rows, 0, 0, t_ask, t_done, 0.0, 0.0, t_ask, 0.0,
-                                       0.0, t_ran - t_ask, 0.0, t_done - t_ran, at, at, ran_at))  # fmt: skip
-            if len(timings) >= _RECORD_EVERY:
+            raw.append((index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter()))
+            if len(raw) >= _RECORD_EVERY:
                 self._record()
         self._record()
         return joined_rows(dict(zip(names, kept, strict=True)))
@@ -268,9 +403,9 @@ class DirectRun(Generic[T]):
 
     def _record(self) -> None:
         """The batches' timings so far handed to the stats, several under one lock."""
-        if self._timings:
-            self._stats.add_many(self._timings)
-            self._timings = []
+        if self._raw:  # emptied in place: the loops hold it by a name of their own
+            self._stats.add_many([_timing(*times, self._origin) for times in self._raw])
+            self._raw.clear()
 
     def _padded(self, feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
         """:func:`_as_host_arrays`; padding that does not fit in memory said as the model's doing where
@@ -303,6 +438,23 @@ class DirectRun(Generic[T]):
             interrupt_source(self._user_source)  # a caller's thread waiting in a Feed wakes up
         self._record()
         self._copier.close()
+
+
+#: what the steady lane returns when the source has no more batches
+_SOURCE_ENDED: Any = ("source ended", 0.0)
+
+
+def _timing(index: int, rows: int, t_ask: float, t_submit: float, t_run: float, t_ran: float, t_done: float,
+            origin: float) -> BatchTiming:  # fmt: skip
+    """A direct run's batch as the stats take it: no copies, a zero-length h2d and d2h each
+    side of the run."""
+    at = t_run - origin
+    return _new_timing(BatchTiming, (index, rows, 0, 0, t_submit, t_done, 0.0, 0.0, t_run, t_submit - t_ask,
+                                     0.0, t_ran - t_run, 0.0, t_done - t_ran, at, at, t_ran - origin))  # fmt: skip
+
+
+#: a BatchTiming made from its every field in order, without the keyword handling
+_new_timing = tuple.__new__
 
 
 def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:

@@ -100,9 +100,14 @@ class HandOverAdvisor:
             return
         self._times[side].append(seconds)
 
-    def rested(self) -> None:
-        """One batch went by unmeasured; measuring resumes when the rest is over."""
-        self._rest_left -= 1
+    @property
+    def rest_left(self) -> int:
+        """Batches still to go by unmeasured before measuring resumes."""
+        return max(0, self._rest_left)
+
+    def rested(self, batches: int = 1) -> None:
+        """``batches`` went by unmeasured; measuring resumes when the rest is over."""
+        self._rest_left -= batches
         if self._rest_left <= 0:
             self.measuring = True
 

@@ -188,3 +188,56 @@ def test_a_feed_is_read_on_across_the_hand_overs():
     producer.join(timeout=10)
     assert len(got) == count and not producer.is_alive()
     assert issuing is not None and "stage threads from batch" in issuing  # it did hand over
+
+
+def _counting_checks(pipe: Pipeline) -> list[int]:
+    """The batches the full input check saw (NOTE [ steady batches ]): one entry a call."""
+    seen: list[int] = []
+    full = pipe.checker.feeds
+
+    def counted(index, batch):
+        seen.append(index)
+        return full(index, batch)
+
+    pipe.checker.feeds = counted  # type: ignore[method-assign]
+    return seen
+
+
+def test_steady_batches_skip_the_full_check_and_any_other_batch_takes_it():
+    model = models.mlp()
+    x = _rows(8)
+    strided = np.asfortranarray(_rows(8, 1))  # same dtype and shape, not C-ordered
+    swapped = _rows(8, 2).astype(">f4")  # the other byte order
+    batches = [x, x * 2, x * 3, strided, x * 4, swapped, x * 5, _rows(3), x * 6, {"x": x * 7}]
+    with Pipeline(model, device="cpu", options=CALLER) as pipe:
+        checked = _counting_checks(pipe)
+        outs = list(pipe.map(batches))
+    # the first batch (the front end's check for the layout, then the run's), then only those
+    # unlike the last one checked in full; a dict of the same arrays is alike
+    assert checked == [0, 0, 3, 4, 5, 6, 7, 8]
+    for batch, out in zip(batches, outs, strict=True):
+        array = batch["x"] if isinstance(batch, dict) else batch
+        assert_outputs_equal(out, reference(model, {"x": np.ascontiguousarray(array, np.float32)}))
+
+
+def test_a_steady_stream_still_refuses_a_batch_of_another_dtype_or_an_unknown_input():
+    x = _rows(8)
+    with Pipeline(models.mlp(), device="cpu", options=CALLER) as pipe:
+        with pytest.raises(PipelineInputError, match="wrong dtype") as caught:
+            list(pipe.map([x, x, x.astype(np.float64)]))
+        assert caught.value.batch_index == 2
+        with pytest.raises(PipelineInputError, match="unknown input"):
+            list(pipe.map([{"x": x}, {"x": x}, {"y": x}]))
+
+
+def test_a_steady_stream_still_finds_outputs_that_depend_on_the_data():
+    model = models.detect()
+    rng = np.random.default_rng(4)
+    batches = [np.zeros((16, 64), np.float32)] * 3 + [rng.standard_normal((16, 64)).astype(np.float32)]
+    with Pipeline(model, device="cpu", options=CALLER) as pipe:
+        checked = _counting_checks(pipe)
+        outs = list(pipe.map(batches))
+        assert pipe.session.dynamic_outputs == {"hits", "hit_scores"}
+    assert checked == [0, 0]  # every batch after the first alike: found on the steady lane
+    for batch, out in zip(batches, outs, strict=True):
+        assert_outputs_equal(out, reference(model, {"x": batch}))

@@ -1,0 +1,133 @@
+"""The CPU's per-batch cost (issue 38, item 5): ortpipe against the ``session.run`` loop.
+
+On the CPU device a batch of a cheap model is mostly Python: what ortpipe adds
+to each (checks, stats, the hand-over of results) shows as a ratio against the
+loop a user writes.  Each contender runs the same batches of the built-in
+``mlp`` (64 -> 128 -> 16, float32) with its stats kept (the default), taking
+turns round after round (A B A B ...), and the ratio of each round is reported
+(loop's seconds / ortpipe's: 1.0 is parity, more is ortpipe faster):
+
+* ``Pipeline.map`` against ``for b in batches: out = session.run(None, {"x": b})``,
+  at 1, 32, 256 and 4,096 rows a batch (each holds a batch's outputs while the
+  next runs, as a caller of ``map()`` does: a large output is then a fresh
+  allocation a batch for both).  Goal: 0.95x or more at every size.
+* ``Pipeline.submit`` (every batch handed in, then every future's result)
+  against the same loop, at 32 rows: two hand-offs between threads a batch
+  (NOTE [ submitted batches ]), which the loop does not pay.
+* ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
+  whole array.  Goal: 0.95x or more.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from pipeline import Pipeline, models
+
+ROUNDS = 9
+#: rows each round runs, whatever the batch size (a round of about a tenth of a second and up)
+ROWS = 96_000
+
+
+def _alternated(contenders: dict[str, Callable[[], object]], rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Seconds of each round of each contender, taking turns."""
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def _report(benchmark, name: str, loop: list[float], ours: list[float], batches: int) -> None:
+    ratios = sorted(theirs / mine for theirs, mine in zip(loop, ours, strict=True))
+    median = statistics.median(ratios)
+    loop_us, ours_us = statistics.median(loop) / batches * 1e6, statistics.median(ours) / batches * 1e6
+    benchmark.extra_info.update(
+        {
+            f"{name}_ratio_median": median,
+            f"{name}_ratio_range": [ratios[0], ratios[-1]],
+            f"{name}_loop_us_a_batch": loop_us,
+            f"{name}_ortpipe_us_a_batch": ours_us,
+        }
+    )
+    print(
+        f"\n{name}: {median:.2f}x the loop ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(ratios)} rounds); "
+        f"{ours_us:.1f} against {loop_us:.1f} us a batch"
+    )
+
+
+@pytest.fixture(scope="module")
+def model() -> bytes:
+    return models.mlp().SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def session(model) -> ort.InferenceSession:
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+def _batches(rows: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(rows)
+    return [rng.standard_normal((rows, 64)).astype(np.float32) for _ in range(ROWS // rows)]
+
+
+@pytest.mark.parametrize("rows", [1, 32, 256, 4096])
+def test_map_against_a_session_run_loop(benchmark, model, session, rows):
+    batches = _batches(rows)
+
+    def loop() -> None:
+        for batch in batches:
+            outputs = session.run(None, {"x": batch})  # noqa: F841 - held until the next, as map()'s caller does
+
+    with Pipeline(model, device="cpu") as pipe:
+
+        def mapped() -> None:
+            for _ in pipe.map(batches):
+                pass
+
+        loop(), mapped()  # warmed up
+        seconds = _alternated({"loop": loop, "map": mapped})
+        benchmark.pedantic(mapped, rounds=1, iterations=1)
+        assert pipe.stats.batches == len(batches)  # the stats were kept
+    _report(benchmark, f"map_{rows}", seconds["loop"], seconds["map"], len(batches))
+
+
+def test_submit_against_a_session_run_loop(benchmark, model, session):
+    batches = _batches(32)
+
+    def loop() -> None:
+        for batch in batches:
+            outputs = session.run(None, {"x": batch})  # noqa: F841 - held until the next, as map()'s caller does
+
+    with Pipeline(model, device="cpu") as pipe:
+
+        def submitted() -> None:
+            futures = [pipe.submit(batch) for batch in batches]
+            for future in futures:
+                future.result()
+
+        loop(), submitted()
+        seconds = _alternated({"loop": loop, "submit": submitted})
+        benchmark.pedantic(submitted, rounds=1, iterations=1)
+    _report(benchmark, "submit_32", seconds["loop"], seconds["submit"], len(batches))
+
+
+def test_run_against_one_session_run(benchmark, model, session):
+    x = np.random.default_rng(0).standard_normal((ROWS, 64)).astype(np.float32)
+
+    def whole() -> None:
+        session.run(None, {"x": x})
+
+    with Pipeline(model, device="cpu") as pipe:
+        np.testing.assert_allclose(pipe.run(x)["scores"], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        seconds = _alternated({"loop": whole, "run": lambda: pipe.run(x)})
+        benchmark.pedantic(lambda: pipe.run(x), rounds=1, iterations=1)
+    _report(benchmark, "run_whole", seconds["loop"], seconds["run"], 1)
