@@ -241,3 +241,10 @@ def test_a_steady_stream_still_finds_outputs_that_depend_on_the_data():
     assert checked == [0, 0]  # every batch after the first alike: found on the steady lane
     for batch, out in zip(batches, outs, strict=True):
         assert_outputs_equal(out, reference(model, {"x": batch}))
+
+
+def test_run_on_the_direct_path_counts_every_batch_in_its_stats():
+    x = _rows(200)
+    with Pipeline(models.mlp(), device="cpu", options=CALLER) as pipe:
+        pipe.run(x, batch_size=8)
+        assert pipe.stats.batches == 25 and pipe.stats.items == 200  # past the 16 handed over at once
