@@ -14,6 +14,7 @@ import numpy as np
 
 from ..sources import Fit
 from ..util.errors import PipelineError
+from ..util.storage import is_storage_url
 
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
 
@@ -30,13 +31,15 @@ def add_config_option(parser: Any) -> None:
     )
 
 
-def output_path(text: str) -> Path:
-    """--output: a local path, or - (standard output); a URL is refused, not read as a path
-    (``Path("s3://b/k")`` is ``s3:/b/k``: a folder named ``s3:`` that does not exist)."""
+def output_path(text: str) -> Path | str:
+    """--output: a local path, - (standard output), or an object storage URL (``s3://bucket/out/``),
+    kept as text (``Path("s3://b/k")`` is ``s3:/b/k``); another URL is refused, not read as a path."""
+    if is_storage_url(text):
+        return text
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is a URL: ortpipe writes local files and standard output (object storage is not built yet); "
-            "write to a local path and copy it up (aws s3 cp, gsutil cp), or mount the bucket as a folder"
+            f"{text!r} is a URL ortpipe does not write: outputs are local files, standard output, or object "
+            "storage (s3://, gs://, abfs://, hdfs://)"
         )
     return Path(text)
 

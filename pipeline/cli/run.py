@@ -121,8 +121,8 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
     from ..jobs import sink_kind
     from ..sources import writers_own
 
-    if kind != "parquet" or not isinstance(source, Path) or not source.is_dir():
-        return  # a file, or a URL: not a local folder of Parquet files
+    if kind != "parquet" or not isinstance(source, Path) or not source.is_dir() or not isinstance(output, Path):
+        return  # a file, or a URL: not a local folder of Parquet files (or an output in one)
     if not sink_kind(output).startswith("parquet"):
         return
     target, folder = output.resolve(), source.resolve()

@@ -37,6 +37,7 @@ from ..sinks import (
     writable,
     writable_folder,
 )
+from ..sinks.stored import StoredParquetSink
 from ..sources import (
     ARCHIVE_SUFFIXES,
     IMAGE_SUFFIXES,
@@ -58,6 +59,7 @@ from ..sources.stored_tables import StoredTableSource
 from ..util.capabilities import HasOutputs
 from ..util.storage import is_storage_url
 from .source_options import SourceOptions
+from .stored_output import check_stored_output, open_stored_sink, stored_sink_kind
 from .summary import Sink
 
 if TYPE_CHECKING:
@@ -310,6 +312,8 @@ def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
         if stream_format not in STREAM_FORMATS:
             raise SinkError(f"standard output is written as {' or '.join(STREAM_FORMATS)}, not {stream_format!r}")
         return f"{stream_format} stream"
+    if is_storage_url(path):  # NOTE [ stored outputs ] in sinks.stored
+        return stored_sink_kind(str(path))
     path = Path(path)
     suffix = path.suffix.lower()
     if not suffix or (suffix in PARQUET_SUFFIXES and path.is_dir()):
@@ -336,6 +340,9 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
     an output writes beside ``path`` (a multi-output .npy's) are known once the
     model's outputs are: :func:`refuse_replacing` checks the sink too."""
     kind = sink_kind(path)
+    if is_storage_url(path):
+        check_stored_output(str(path), resume, overwrite)
+        return
     if kind.endswith(" stream"):
         if resume:
             raise SinkError("--resume goes on after the rows of an output file; standard output keeps none")
@@ -436,6 +443,18 @@ def open_sink(
             part_seconds=part_seconds,
         )
 
+    def stored(url: str, data_set: bool, resume: bool, overwrite: bool) -> Sink:
+        sink = StoredParquetSink(
+            url,
+            data_set,
+            data_dependent=known,
+            resume=resume,
+            part_rows=part_rows,
+            compression=compression,
+            part_seconds=part_seconds,
+        )
+        return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels else sink
+
     def recorded(at: str | Path, resume: bool, overwrite: bool) -> Sink:
         if record is None:
             return made(at, resume, overwrite)
@@ -445,6 +464,8 @@ def open_sink(
 
     if kind != "npy":
         _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
+    if is_storage_url(path):
+        return open_stored_sink(str(path), record, resume, overwrite, stored)
     if kind not in REPLACED_WHEN_WHOLE:
         return made(path, resume, overwrite)
     return _replaced_when_whole(path, kind, resume, overwrite, recorded)

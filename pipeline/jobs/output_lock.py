@@ -12,6 +12,16 @@ process, so a lock file left behind never blocks, and a run that ends removes
 it.  Where there is no ``flock`` (Windows), or the folder cannot hold the
 file (the output's own checks then say why), there is no lock.
 
+An output in object storage (``s3://...``) has no ``flock``: its lock is an object
+beside it of the same name, made by a conditional write (``If-None-Match: *``: of
+two runs, on any machines, one makes it and the other is refused, naming the first
+one's host and process).  A killed run cannot release it, so it is a lease: the run
+renews it every :data:`RENEW_S` seconds (a conditional write on its own ETag, from a
+thread that ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is
+taken over by a conditional write on its ETag (of two runs that find it stale, one
+wins).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
+HDFS, or S3 without boto3) there is no lock, and the run says so.
+
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
 refusal names the process that holds the lock (``filelock`` says only that it
 timed out), the lock file is unlinked while still held so a finished run leaves
@@ -23,12 +33,19 @@ kernel's ``flock``, which is what ``filelock`` uses on Linux too.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..util.conditions import Refused, conditions_of
 from ..util.errors import PipelineError
+from ..util.storage import StoredPath, is_storage_url
 
 
 def lock_path(output: Path) -> Path:
@@ -40,6 +57,10 @@ def lock_path(output: Path) -> Path:
 def output_lock(output: str | Path, error: type[PipelineError] = PipelineError) -> Iterator[None]:
     """Hold the lock on writing ``output`` (a file or a data set folder) for the ``with``
     block; ``error`` (naming the process that holds it) where another run holds it."""
+    if is_storage_url(output):
+        with stored_output_lock(str(output), error):
+            yield
+        return
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
@@ -95,3 +116,101 @@ def _still_there(path: Path, descriptor: int) -> bool:
         return os.stat(path).st_ino == os.fstat(descriptor).st_ino
     except FileNotFoundError:
         return False
+
+
+#: seconds a stored output's lock holds without being renewed (NOTE [ one writer ])
+LEASE_S = 120.0
+#: seconds between a run's renewals of its stored output's lock
+RENEW_S = 30.0
+
+
+@contextlib.contextmanager
+def stored_output_lock(url: str, error: type[PipelineError] = PipelineError) -> Iterator[None]:
+    """The lock on writing the stored output ``url`` for the ``with`` block, held as a lease
+    (NOTE [ one writer ]); ``error`` where another run holds it."""
+    try:
+        target = StoredPath.of(url)
+        target.check_bucket()
+    except OSError as exc:
+        raise error(str(exc)) from exc
+    conditions = conditions_of(target)
+    if conditions is None:
+        print(
+            f"ortpipe: no lock on {url!r}: its store offers no conditional writes here (S3 with boto3 does); "
+            "make sure no other run writes it",
+            file=sys.stderr,
+        )
+        yield
+        return
+    lease = _Lease(conditions, f"{target.parent.key}/.{target.name}.ortpipe-lock".lstrip("/"), url, error)
+    lease.take()
+    try:
+        yield
+    finally:
+        lease.release()
+
+
+class _Lease:
+    """A stored output's lock object, made, renewed and removed by conditional writes."""
+
+    def __init__(self, conditions: Any, key: str, url: str, error: type[PipelineError]) -> None:
+        self._conditions, self._key, self._url, self._error = conditions, key, url, error
+        self._etag = ""
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
+        return json.dumps(holder).encode()
+
+    def take(self) -> None:
+        try:
+            try:
+                self._etag = self._conditions.create(self._key, self._body())
+            except Refused:
+                self._take_over()
+        except OSError as exc:
+            raise self._error(f"{self._url!r}: its lock cannot be taken: {exc}") from exc
+        self._renewer = threading.Thread(target=self._renew, name="ortpipe-lock-lease", daemon=True)
+        self._renewer.start()
+
+    def _take_over(self) -> None:
+        """The lock of a run that stopped renewing it taken; a live one's refusal."""
+        found = self._conditions.read(self._key)
+        if found is None:  # released in between: make it again
+            self._etag = self._conditions.create(self._key, self._body())
+            return
+        body, etag = found
+        try:
+            holder = json.loads(body)
+            renewed = float(holder["renewed"])
+        except (ValueError, KeyError, TypeError):
+            holder, renewed = {}, 0.0
+        if time.time() - renewed < LEASE_S:
+            who = f"host {holder.get('host', '?')}, process {holder.get('pid', '?')}"
+            raise self._error(
+                f"{self._url!r} is being written by another ortpipe run ({who}): wait for it to end, or write to "
+                f"another output (a run that was killed leaves its lock, which lapses {LEASE_S:.0f} s after it "
+                "was last renewed)"
+            )
+        try:
+            self._etag = self._conditions.replace(self._key, self._body(), etag)
+        except Refused:
+            raise self._error(f"{self._url!r}: another ortpipe run took its lapsed lock first") from None
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW_S):
+            try:
+                self._etag = self._conditions.replace(self._key, self._body(), self._etag)
+            except Refused:
+                print(f"ortpipe: the lock on {self._url!r} was taken by another run", file=sys.stderr)
+                return
+            except OSError as exc:  # the next renewal may get through; the lease lasts LEASE_S
+                print(f"ortpipe: could not renew the lock on {self._url!r}: {exc}", file=sys.stderr)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        with contextlib.suppress(OSError):
+            self._conditions.delete(self._key, self._etag)

@@ -29,7 +29,7 @@ def parquet_codec(name: str) -> str:
     return name
 
 
-def parquet_writer(path: Path, schema: Any, compression: str) -> Any:
+def parquet_writer(path: Path | str, schema: Any, compression: str, filesystem: Any = None) -> Any:
     """A ``ParquetWriter`` for ortpipe's outputs, each column encoded as suits it.
 
     NOTE [ Parquet encodings ]: pyarrow's default dictionary-encodes every
@@ -49,7 +49,12 @@ def parquet_writer(path: Path, schema: Any, compression: str) -> Any:
         elif not _floats(field.type):
             dictionary.append(field.name)
     return pq.ParquetWriter(
-        path, schema, compression=compression, use_dictionary=dictionary, column_encoding=delta or None
+        path,
+        schema,
+        compression=compression,
+        use_dictionary=dictionary,
+        column_encoding=delta or None,
+        filesystem=filesystem,
     )
 
 
@@ -64,19 +69,21 @@ def _floats(arrow_type: Any) -> bool:
 
 class ParquetTableFile:
     """A Parquet file written in row groups of about ``row_group_rows``, each column
-    chunk compressed with ``compression``: a part of a data set or of a journal."""
+    chunk compressed with ``compression``: a part of a data set or of a journal; in an object
+    store's ``filesystem`` (``path`` then its ``bucket/key``), an object that appears at the close."""
 
-    def __init__(self, path: Path, row_group_rows: int, compression: str = "snappy") -> None:
+    def __init__(self, path: Path | str, row_group_rows: int, compression: str = "snappy", filesystem: Any = None):
         self.path = path
         self.row_group_rows = row_group_rows
         self.compression = compression
+        self.filesystem = filesystem
         self._writer: Any = None
         self._pending: list[Any] = []
         self._pending_rows = 0
 
     def write(self, batch: Any) -> None:
         if self._writer is None:
-            self._writer = parquet_writer(self.path, batch.schema, self.compression)
+            self._writer = parquet_writer(self.path, batch.schema, self.compression, self.filesystem)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         if self._pending_rows >= self.row_group_rows:
@@ -101,7 +108,7 @@ class ParquetTableFile:
             self._writer = None
 
 
-def _same_columns(path: Path, earlier: Any, schema: Any) -> None:
+def _same_columns(path: object, earlier: Any, schema: Any) -> None:
     """Refuse to resume ``path``, whose rows have the ``earlier`` schema, with rows of another."""
     if not schema.equals(earlier):
         raise SinkError(
@@ -114,29 +121,32 @@ def _columns(schema: Any) -> str:
     return ", ".join(f"{field.name} ({field.type})" for field in schema)
 
 
-def _last_parquet_row(path: Path) -> dict[str, Any]:
+def _last_parquet_row(path: Path | str, filesystem: Any = None) -> dict[str, Any]:
     """The integer and text columns of a Parquet file's last row: what a resumed run's
     input is held against (``jobs.resumed``), read from its last row group alone -
     the outputs' columns, often most of the bytes, are left unread."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path) as file:
+    source = filesystem.open_input_file(path) if filesystem is not None else path
+    with pq.ParquetFile(source) as file:
         text = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string)
         keys = [f.name for f in file.schema_arrow if any(kind(f.type) for kind in text)]
         group = file.read_row_group(file.metadata.num_row_groups - 1, columns=keys)
     return group.slice(group.num_rows - 1).to_pylist()[0] if group.num_rows else {}  # type: ignore[no-any-return]
 
 
-def _parquet_columns(paths: Sequence[Path], names: Sequence[str]) -> dict[str, np.ndarray]:
+def _parquet_columns(
+    paths: Sequence[Path | str], names: Sequence[str], filesystem: Any = None
+) -> dict[str, np.ndarray]:
     """Those of the columns ``names`` that the Parquet files ``paths`` (of one schema) have,
     read alone and joined in order (a resumed run's check of the rows it keeps)."""
     import pyarrow.parquet as pq
 
     if not paths:
         return {}
-    present = [name for name in names if name in pq.read_schema(paths[0]).names]
-    tables = [pq.read_table(path, columns=present) for path in paths]
+    present = [name for name in names if name in pq.read_schema(paths[0], filesystem=filesystem).names]
+    tables = [pq.read_table(path, columns=present, filesystem=filesystem) for path in paths]
     return {name: np.concatenate([to_numpy(table[name]) for table in tables]) for name in present}
 
 
@@ -345,7 +355,7 @@ class ParquetParts:
             return
         part, self._part = self._part, None
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
-        durable(part.path)  # on the disk before its name says it is whole
+        durable(Path(part.path))  # on the disk before its name says it is whole
         os.replace(part.path, self.folder / PART.format(self._number))
         durable(self.folder)
         self._number += 1

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..util.errors import SinkError
+from ..util.storage import StoredPath
 from ._handing_on import HandingOn
 from ._parts import durable
 
@@ -34,10 +35,11 @@ from ._parts import durable
 RECORD_VERSION = 1
 
 
-def record_path(output: str | Path) -> Path:
-    """The hidden file beside ``output`` (a file or a data set folder) that records who wrote it."""
-    output = Path(output)
-    return output.parent / f".{output.name}.ortpipe-job.json"
+def record_path(output: str | Path | StoredPath) -> Path | StoredPath:
+    """The hidden file beside ``output`` (a file or a data set folder; an object beside a
+    stored output) that records who wrote it."""
+    beside = output if isinstance(output, StoredPath) else Path(output)
+    return beside.parent / f".{beside.name}.ortpipe-job.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +113,7 @@ def model_digest(model: Any) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def read_record(output: str | Path) -> JobRecord | None:
+def read_record(output: str | Path | StoredPath) -> JobRecord | None:
     """The record beside ``output``, None where there is none; a SinkError where it cannot be read."""
     path = record_path(output)
     try:
@@ -130,16 +132,21 @@ def read_record(output: str | Path) -> JobRecord | None:
         ) from exc
 
 
-def write_record(output: str | Path, record: JobRecord) -> None:
-    """``record`` beside ``output``, whole or not at all (written aside, then renamed)."""
+def write_record(output: str | Path | StoredPath, record: JobRecord) -> None:
+    """``record`` beside ``output``, whole or not at all (written aside, then renamed; an object is)."""
     path = record_path(output)
+    if isinstance(path, StoredPath):
+        path.write_text(json.dumps(record.as_json(), indent=1))
+        return
     aside = path.with_name(path.name + ".new")
     aside.write_text(json.dumps(record.as_json(), indent=1))
     durable(aside)
     os.replace(aside, path)
 
 
-def refuse_other_job(output: str | Path, record: JobRecord, shown: str | Path | None = None) -> None:
+def refuse_other_job(
+    output: str | Path | StoredPath, record: JobRecord, shown: str | Path | StoredPath | None = None
+) -> None:
     """A SinkError where ``output`` was written by another job than ``record``'s, naming
     both (``shown``: the output as the user named it, where ``output`` is its replacement)."""
     earlier = read_record(output)
@@ -158,9 +165,10 @@ class RecordingSink(HandingOn):
     row - not at its opening, so that a run refused before it writes leaves the earlier
     output's record as it was.  See NOTE [ who wrote it ]."""
 
-    def __init__(self, sink: Any, output: str | Path, record: JobRecord) -> None:
+    def __init__(self, sink: Any, output: str | Path | StoredPath, record: JobRecord) -> None:
         super().__init__(sink)
-        self.recorded_at, self.record = Path(output), record
+        self.recorded_at = output if isinstance(output, StoredPath) else Path(output)
+        self.record = record
         self._written = False
 
     def write(self, index: int, rows: int, outputs: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:

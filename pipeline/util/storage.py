@@ -54,3 +54,168 @@ def said(url: str, error: BaseException) -> str:
         if any(word in text for word in words):
             return f"{url!r}: {meaning} ({text[:300]})"
     return f"{url!r}: {text[:300]}"
+
+
+class StoredPath:
+    """A name in an object store, used as the sinks use a local ``Path``: its filesystem,
+    its path there (``bucket/key``) and its scheme, shown as the URL it was named by.
+
+    An object appears whole or not at all (a write is a PUT, or a multipart upload that
+    is completed at its close), so what a local file needs a hidden name and a rename
+    for (NOTE [ stored outputs ] in ``sinks.stored``) an object has by being written."""
+
+    __slots__ = ("fs", "path", "scheme")
+
+    def __init__(self, fs: Any, path: str, scheme: str) -> None:
+        self.fs, self.path, self.scheme = fs, path.rstrip("/"), scheme
+
+    @classmethod
+    def of(cls, url: str) -> StoredPath:
+        """The object store's path ``url`` names (``s3://bucket/key``; a trailing / is dropped)."""
+        fs, path = filesystem_of(url)
+        return cls(fs, path, url.split("://", 1)[0].lower())
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.path}"
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"StoredPath({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredPath) and (self.url, self.fs) == (other.url, other.fs)
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __truediv__(self, name: str) -> StoredPath:
+        return StoredPath(self.fs, f"{self.path}/{name}", self.scheme)
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> StoredPath:
+        return StoredPath(self.fs, self.path.rsplit("/", 1)[0], self.scheme)
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        return name[name.rfind(".") :] if "." in name.lstrip(".") else ""
+
+    @property
+    def bucket(self) -> str:
+        return self.path.split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The path within the bucket."""
+        return self.path.split("/", 1)[1] if "/" in self.path else ""
+
+    def check_bucket(self) -> None:
+        """An OSError naming the URL where its bucket does not exist (or cannot be listed)."""
+        import pyarrow.fs as pafs
+
+        try:
+            found = self.fs.get_file_info(self.bucket).type != pafs.FileType.NotFound
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+        if not found:
+            raise OSError(f"{self.url!r}: the bucket {self.bucket!r} does not exist")
+
+    def with_name(self, name: str) -> StoredPath:
+        return self.parent / name
+
+    def _info(self) -> Any:
+        try:
+            return self.fs.get_file_info(self.path)
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+
+    def exists(self) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self._info().type != pafs.FileType.NotFound)
+
+    def is_file(self) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self._info().type == pafs.FileType.File)
+
+    def is_dir(self) -> bool:
+        """Whether objects are stored under this name as a prefix."""
+        import pyarrow.fs as pafs
+
+        return bool(self._info().type == pafs.FileType.Directory)
+
+    def size(self) -> int:
+        return int(self._info().size or 0)
+
+    def iterdir(self) -> list[StoredPath]:
+        """The objects and prefixes right under this one (none where there are none)."""
+        import pyarrow.fs as pafs
+
+        try:
+            found = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+        return sorted((StoredPath(self.fs, info.path, self.scheme) for info in found), key=lambda p: p.path)
+
+    def read_bytes(self) -> bytes:
+        """The object's bytes; FileNotFoundError where there is none."""
+        if not self.is_file():
+            raise FileNotFoundError(self.url)
+        try:
+            with self.fs.open_input_stream(self.path) as stream:
+                return bytes(stream.read())
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode()
+
+    def write_bytes(self, data: bytes) -> None:
+        """The object written whole (it replaces one of the same name only once uploaded)."""
+        try:
+            with self.fs.open_output_stream(self.path) as stream:
+                stream.write(data)
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        except Exception as exc:
+            if missing_ok and not self.exists():
+                return
+            raise OSError(said(self.url, exc)) from exc
+
+    def copy_to(self, target: StoredPath) -> None:
+        """A copy made by the store itself (S3's CopyObject): no byte comes here."""
+        try:
+            self.fs.copy_file(self.path, target.path)
+        except Exception as exc:
+            raise OSError(said(self.url, exc)) from exc
+
+    def remove_tree(self) -> None:
+        """Every object under this prefix removed (none there: nothing to do)."""
+        if not self.is_dir():
+            return
+        try:
+            self.fs.delete_dir_contents(self.path, missing_dir_ok=True)
+            self.fs.delete_dir(self.path)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            if self.is_dir():
+                raise OSError(said(self.url, exc)) from exc

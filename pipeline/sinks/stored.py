@@ -1,0 +1,399 @@
+"""Outputs in object storage: a Parquet data set under a prefix, or one Parquet object.
+
+NOTE [ stored outputs ]: an object store has no rename (S3's "move" is a copy,
+then a delete), so the local outputs' hidden names renamed into place
+(NOTE [ resuming ]) do not carry over.  What does, as the S3A and Spark
+committers use it: an object appears whole or not at all - a PUT, or a
+multipart upload, which no listing shows until it is completed at the close.
+
+* A data set (``s3://bucket/out/``): each part is written under its own name,
+  ``part-NNNNN.parquet``, through pyarrow's output stream (a multipart upload
+  where it grows past the first 5 MB part, uploaded in the background as it
+  fills, retried by the filesystem's own strategy) and appears when the part
+  closes.  ``_SUCCESS`` is written last, once the job wrote every row, and
+  removed when rows are added.  ``--resume`` goes on after the whole parts
+  listed (numbered 0, 1, 2, ... as ortpipe writes them); the upload a killed
+  run left unfinished is aborted first where the store says which
+  (``util.conditions``: S3 through boto3), else left to the bucket's lifecycle
+  rule (AbortIncompleteMultipartUpload), and never seen either way.
+* ``--overwrite`` of a data set writes the new parts under
+  ``.ortpipe-overwrite.<name>/<name>/`` beside it; once whole, a ``MOVING``
+  object is written there, the earlier ``_SUCCESS`` removed, the new parts
+  copied over the earlier ones by the store (no byte comes here), the earlier
+  parts beyond them removed, ``_SUCCESS`` copied last, the staging prefix
+  removed.  The earlier output is whole until ``MOVING`` is written, the new one
+  is whole from then on in the staging prefix, and a run that finds
+  ``MOVING`` (a kill during the copies) finishes them first.  A reader that
+  waits for ``_SUCCESS`` never sees a mix.
+* One file (``s3://bucket/out.parquet``): written as the hidden object
+  ``.<name>.ortpipe-writing`` beside it, copied to its name by the store once
+  the job wrote every row, then removed: a stopped or killed run, or an
+  ``--overwrite``'s, never leaves a part of the rows under the output's name.
+  An object cannot be appended to, so a file is not resumed: a data set is.
+  (A copy in one request holds up to 5 GB on S3: a larger output is a data set.)
+
+The job's record (NOTE [ who wrote it ]) is an object beside the output, as a
+local one is a file beside it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..util.conditions import conditions_of
+from ..util.errors import SinkError
+from ..util.storage import StoredPath
+from ._base import DataDependent, as_list_columns
+from ._handing_on import HandingOn
+from ._parts import (
+    DEFAULT_PART_BYTES,
+    EARLY_PART_S,
+    PART,
+    SUCCESS,
+    ParquetTableFile,
+    _last_parquet_row,
+    _parquet_columns,
+    _same_columns,
+    parquet_codec,
+)
+from ._table import Storage, TableSink
+
+_PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
+#: in a staging prefix: its data set is whole and being copied over the earlier one
+MOVING = "MOVING"
+#: the hidden prefix beside a stored output that its replacement is written under
+STAGING_PREFIX = ".ortpipe-overwrite."
+
+
+def whole_stored_parts(folder: StoredPath) -> list[StoredPath]:
+    """The parts of a stored data set, in order (every object listed is whole)."""
+    return [entry for entry in folder.iterdir() if _PART_NAME.fullmatch(entry.name)]
+
+
+def stored_staging(path: StoredPath) -> StoredPath:
+    """The hidden prefix beside ``path`` that its replacement is written under."""
+    return path.parent / f"{STAGING_PREFIX}{path.name}"
+
+
+class StoredParts:
+    """A data set's parts under a prefix of an object store (NOTE [ stored outputs ]):
+    what :class:`~pipeline.sinks._parts.ParquetParts` is for a local folder."""
+
+    def __init__(
+        self,
+        folder: StoredPath,
+        file: Callable[[StoredPath], ParquetTableFile],
+        part_rows: int | None,
+        part_bytes: int,
+        part_seconds: float | None,
+    ) -> None:
+        self.folder = folder
+        self._file = file
+        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
+        self._part: ParquetTableFile | None = None
+        self._number = self._rows = self._bytes = self._closed_by_this_run = 0
+        self._opened_at = 0.0
+        self._earlier: Any = None
+
+    def resume(self) -> int:
+        """The rows of the parts an earlier run left, kept; its unfinished upload aborted."""
+        import pyarrow.parquet as pq
+
+        conditions = conditions_of(self.folder)
+        if conditions is not None:
+            conditions.abort_uploads(self.folder.key + "/")
+        parts = whole_stored_parts(self.folder)
+        numbers = [int(_PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
+        if numbers != list(range(len(parts))):
+            raise SinkError(
+                f"cannot resume {self.folder.url!r}: its parts are not numbered 0, 1, 2, ... as ortpipe writes them: "
+                f"{[p.name for p in parts]}"
+            )
+        rows = 0
+        for part in parts:
+            try:
+                metadata = pq.read_metadata(part.path, filesystem=part.fs)
+            except Exception as exc:
+                raise SinkError(f"cannot resume {self.folder.url!r}: {part.url!r} is not readable ({exc})") from exc
+            rows += metadata.num_rows
+            if self._earlier is None:
+                self._earlier = metadata.schema.to_arrow_schema()
+        self._number = len(parts)
+        return rows
+
+    def last_row(self) -> dict[str, Any] | None:
+        parts = whole_stored_parts(self.folder) if self._earlier is not None else []
+        return _last_parquet_row(parts[-1].path, parts[-1].fs) if parts else None
+
+    def columns(self, names: Sequence[str]) -> dict[str, Any]:
+        parts = whole_stored_parts(self.folder) if self._earlier is not None else []
+        return _parquet_columns([p.path for p in parts], names, self.folder.fs)
+
+    def keep_parts(self, parts: int) -> None:
+        whole = whole_stored_parts(self.folder)
+        if len(whole) < parts:
+            raise SinkError(
+                f"cannot resume {self.folder.url!r}: it holds {len(whole)} part file(s), its main table {parts}"
+            )
+        for extra in whole[parts:]:
+            extra.unlink(missing_ok=True)
+        self._number = parts
+
+    @property
+    def parts(self) -> int:
+        return self._number
+
+    @property
+    def full(self) -> bool:
+        if self._part is None:
+            return False
+        if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
+            return True
+        if self.part_seconds is None:
+            return False
+        limit = min(self.part_seconds, EARLY_PART_S * 2 ** min(self._closed_by_this_run, 30))
+        return time.monotonic() - self._opened_at >= limit
+
+    def write(self, batch: Any) -> None:
+        if self._part is None:
+            if self._earlier is not None:
+                _same_columns(self.folder.url, self._earlier, batch.schema)
+            (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked
+            self._part = self._file(self.folder / PART.format(self._number))
+            self._opened_at = time.monotonic()
+        self._part.write(batch)
+        self._rows += batch.num_rows
+        self._bytes += batch.nbytes
+
+    def finish(self) -> None:
+        """Close the open part: its upload completes, and it appears whole."""
+        if self._part is None:
+            return
+        part, self._part = self._part, None
+        part.close()
+        self._number += 1
+        self._closed_by_this_run += 1
+        self._rows = self._bytes = 0
+
+    def close(self) -> None:
+        self.finish()
+
+    def mark_complete(self) -> None:
+        if self._number:
+            (self.folder / SUCCESS).write_bytes(b"")
+
+
+class StoredFile:
+    """One Parquet object, written aside and copied to its name once the job is whole."""
+
+    def __init__(self, target: StoredPath, file: Callable[[StoredPath], ParquetTableFile]) -> None:
+        self.target = target
+        self.aside = target.parent / f".{target.name}.ortpipe-writing"
+        self._file = file
+        self._table: ParquetTableFile | None = None
+
+    def resume(self) -> int:
+        refuse_file_resume(self.target)
+        return 0
+
+    def write(self, batch: Any) -> None:
+        if self._table is None:
+            self._table = self._file(self.aside)
+        self._table.write(batch)
+
+    def close(self) -> None:
+        if self._table is not None:
+            self._table.close()  # the hidden object is whole; the output's name is untouched
+
+    def mark_complete(self) -> None:
+        if self._table is None:  # no rows: an empty table has no schema to write
+            return
+        self.aside.copy_to(self.target)
+        self.aside.unlink(missing_ok=True)
+
+
+class StoredStorage(Storage):
+    """The tables of a sink in an object store: a data set's parts or one object each
+    (NOTE [ stored outputs ]).  The sink names its tables by local-looking paths of
+    their ``bucket/key``; ``root`` gives them their store."""
+
+    def __init__(
+        self,
+        root: StoredPath,
+        open_table: Callable[[StoredPath], ParquetTableFile],
+        data_set: bool,
+        part_rows: int | None = None,
+        part_bytes: int = DEFAULT_PART_BYTES,
+        part_seconds: float | None = None,
+        fresh: bool = True,
+    ) -> None:
+        super().__init__(lambda path: open_table(self.stored(path)), ".parquet")
+        self.open_stored = open_table
+        self.root, self.data_set, self.fresh = root, data_set, fresh
+        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
+
+    def stored(self, path: Path) -> StoredPath:
+        return StoredPath(self.root.fs, str(path), self.root.scheme)
+
+    def checked(self, path: Path) -> Path:
+        return path
+
+    def open(self, path: Path) -> Any:
+        at = self.stored(path)
+        if not self.data_set:
+            return StoredFile(at, self.open_stored)
+        if self.fresh:
+            refuse_used_prefix(at)
+        return StoredParts(at, self.open_stored, self.part_rows, self.part_bytes, self.part_seconds)
+
+    def existing(self, path: Path) -> list[Any]:
+        at = self.stored(path)
+        if self.data_set:
+            return [at] if whole_stored_parts(at) else []
+        return [at] if at.is_file() else []
+
+    def side_written(self, path: Path) -> bool:
+        return self.stored(path).exists()
+
+    def written(self, main: Any, sides: Sequence[Any]) -> None:
+        if self.data_set and main.full:  # every output's part closes at the same batch: the sides first
+            for side in sides:
+                side.finish()
+            main.finish()
+
+    def resume_side(self, side: Any, main: Any, path: Path) -> None:
+        if not self.data_set:
+            super().resume_side(side, main, path)
+        side.resume()
+        side.keep_parts(main.parts)
+
+    def restart_side(self, side: Any) -> None:
+        if self.data_set:
+            side.keep_parts(0)
+
+    def complete(self, main: Any, sides: Sequence[Any]) -> None:
+        for table in (*sides, main):
+            table.mark_complete()
+
+
+def refuse_file_resume(target: StoredPath) -> None:
+    """A stored file is not resumed: an object cannot be appended to."""
+    raise SinkError(
+        f"cannot resume {target.url!r}: an object cannot be appended to; write a data set "
+        f"({target.parent.url}/{Path(target.name).stem}/) to resume a long job"
+    )
+
+
+def refuse_used_prefix(folder: StoredPath) -> None:
+    """A new data set's refusal of a prefix that holds an earlier run's parts or other objects."""
+    entries = folder.iterdir()
+    parts = [e for e in entries if _PART_NAME.fullmatch(e.name)]
+    if parts:
+        raise SinkError(
+            f"{folder.url!r} holds {len(parts)} part file(s) of an earlier run: resume to go on from them "
+            "(ortpipe run --resume), or replace them (--overwrite)"
+        )
+    others = [e.name for e in entries if e.name != SUCCESS and not e.name.startswith(".")]
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise SinkError(
+            f"cannot write a data set under {folder.url!r}: it holds other objects ({shown}); a data set is written "
+            "under a prefix of its own: name a new one"
+        )
+
+
+class StoredParquetSink(TableSink):
+    """Parquet in an object store (NOTE [ stored outputs ]): a data set of parts under
+    ``url`` (``data_set``), or one object; the columns as the local Parquet sinks write them."""
+
+    def __init__(
+        self,
+        url: str,
+        data_set: bool,
+        row_group_rows: int = 65536,
+        data_dependent: DataDependent = (),
+        resume: bool = False,
+        part_rows: int | None = None,
+        part_bytes: int = DEFAULT_PART_BYTES,
+        compression: str = "snappy",
+        part_seconds: float | None = None,
+    ) -> None:
+        root = StoredPath.of(url)
+        self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
+
+        def table(at: StoredPath) -> ParquetTableFile:
+            return ParquetTableFile(at.path, self.row_group_rows, self.compression, at.fs)
+
+        storage = StoredStorage(root, table, data_set, part_rows, part_bytes, part_seconds, fresh=not resume)
+        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
+        super().__init__(Path(root.path), storage, as_list_columns, data_dependent, resume)
+        self.url = root.url
+
+    def mark_complete(self) -> None:
+        self._storage.complete(self._main, list(self._sides.values()))
+
+    @staticmethod
+    def refuse_resume(target: StoredPath) -> None:
+        refuse_file_resume(target)
+
+
+class StoredReplacingSink(HandingOn):
+    """``sink``, writing under the staging prefix of ``target``, whose data set replaces
+    the earlier one once the job wrote every row (NOTE [ stored outputs ])."""
+
+    def __init__(self, sink: Any, target: StoredPath) -> None:
+        super().__init__(sink)
+        self.replaces = target
+
+    def mark_complete(self) -> None:
+        super().mark_complete()
+        move_up_stored(stored_staging(self.replaces))
+
+
+def move_up_stored(staging: StoredPath) -> None:
+    """Every data set and object under ``staging`` copied over its namesake beside it, then
+    the staging prefix removed; ``MOVING`` first, so that a kill is finished by the next open."""
+    (staging / MOVING).write_bytes(b"")
+    beside = staging.parent
+    for entry in staging.iterdir():
+        if entry.name == MOVING:
+            continue
+        target = beside / entry.name
+        if entry.is_dir():
+            _replace_data_set(entry, target)
+        else:
+            entry.copy_to(target)
+    for entry in staging.iterdir():  # MOVING last: until it goes, the copies are to be finished
+        if entry.name != MOVING:
+            entry.remove_tree() if entry.is_dir() else entry.unlink(missing_ok=True)
+    (staging / MOVING).unlink(missing_ok=True)
+
+
+def _replace_data_set(new: StoredPath, old: StoredPath) -> None:
+    """``old``'s parts replaced by ``new``'s, ``_SUCCESS`` removed first and copied last."""
+    (old / SUCCESS).unlink(missing_ok=True)
+    new_parts = whole_stored_parts(new)
+    for part in new_parts:
+        part.copy_to(old / part.name)
+    for stale in whole_stored_parts(old)[len(new_parts) :]:
+        stale.unlink(missing_ok=True)
+    if (new / SUCCESS).is_file():
+        (new / SUCCESS).copy_to(old / SUCCESS)
+
+
+def finish_stored_replacing(target: StoredPath) -> bool:
+    """Finish the copies of a whole replacement of ``target`` that a kill cut short; True when it did."""
+    staging = stored_staging(target)
+    if not (staging / MOVING).is_file():
+        return False
+    move_up_stored(staging)
+    return True
+
+
+def stored_replacement_under_way(target: StoredPath) -> bool:
+    """Whether an ``--overwrite`` of ``target`` stopped before it was whole (its staging prefix holds objects)."""
+    return stored_staging(target).is_dir()

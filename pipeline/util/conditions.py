@@ -1,0 +1,123 @@
+"""What an object store offers beyond pyarrow's filesystem: conditional writes, and the
+multipart uploads a killed writer left unfinished.
+
+pyarrow's filesystems write and read objects but send no ``If-None-Match`` or ``If-Match``
+and cannot list or abort multipart uploads, which the output lock across machines
+(NOTE [ one writer ] in ``jobs.output_lock``) and a resumed stored data set
+(NOTE [ stored outputs ] in ``sinks.stored``) need.  On S3 (and stores that speak its API:
+MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same standard environment and config as
+pyarrow's (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
+``AWS_REGION``, ``~/.aws``).  Elsewhere (GCS, Azure, HDFS), or without boto3, there are
+none: :func:`conditions_of` says None, and the callers say what that leaves unguarded.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from .storage import StoredPath, said
+
+
+class Refused(Exception):
+    """A conditional write whose condition did not hold (HTTP 412): another writer was first."""
+
+
+class S3Conditions:
+    """Conditional writes and unfinished uploads of one S3 bucket, through boto3."""
+
+    def __init__(self, client: Any, bucket: str) -> None:
+        self._client, self.bucket = client, bucket
+
+    def create(self, key: str, body: bytes) -> str:
+        """``key`` written only where no object has that name (``If-None-Match: *``); its ETag.
+        :class:`Refused` where one has."""
+        return self._put(key, body, IfNoneMatch="*")
+
+    def replace(self, key: str, body: bytes, etag: str) -> str:
+        """``key`` written only where it is still the object of ``etag`` (``If-Match``); its new ETag."""
+        return self._put(key, body, IfMatch=etag)
+
+    def read(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and ETag, None where there is none."""
+        try:
+            found = self._client.get_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise OSError(said(self._url(key), exc)) from exc
+        return found["Body"].read(), found["ETag"]
+
+    def delete(self, key: str, etag: str) -> None:
+        """``key`` removed only where it is still the object of ``etag``; a refusal is quiet
+        (another writer holds it now), as is an object already gone."""
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
+        except Exception as exc:
+            if _code(exc) not in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                raise OSError(said(self._url(key), exc)) from exc
+
+    def abort_uploads(self, prefix: str) -> int:
+        """The multipart uploads under ``prefix`` never completed (a killed writer's) aborted:
+        their parts are freed, and they can never complete; how many."""
+        aborted = 0
+        try:
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    self._client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    aborted += 1
+        except Exception as exc:
+            raise OSError(said(self._url(prefix), exc)) from exc
+        return aborted
+
+    def _put(self, key: str, body: bytes, **condition: str) -> str:
+        try:
+            return str(self._client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)["ETag"])
+        except Exception as exc:
+            if _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise Refused(self._url(key)) from exc
+            raise OSError(said(self._url(key), exc)) from exc
+
+    def _url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+
+def conditions_of(path: StoredPath) -> S3Conditions | None:
+    """The conditional writes of ``path``'s store: S3's where boto3 is installed, else None."""
+    if path.scheme != "s3":
+        return None
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        return None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    style = "path" if endpoint and _ip_or_local(endpoint) else "auto"  # an IP has no bucket subdomains
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    config = Config(s3={"addressing_style": style}, retries={"mode": "standard"})
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
+    return S3Conditions(client, path.bucket)
+
+
+def _ip_or_local(endpoint: str) -> bool:
+    host = urlparse(endpoint).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _code(error: BaseException) -> str:
+    """A botocore ClientError's error code (or HTTP status), '' for anything else."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code") or response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
