@@ -186,7 +186,7 @@ class _Lease:
             renewed = float(holder["renewed"])
         except (ValueError, KeyError, TypeError):
             holder, renewed = {}, 0.0
-        if time.time() - renewed < LEASE_S:
+        if time.time() - renewed < LEASE_S and not _gone_here(holder):
             who = f"host {holder.get('host', '?')}, process {holder.get('pid', '?')}"
             raise self._error(
                 f"{self._url!r} is being written by another ortpipe run ({who}): wait for it to end, or write to "
@@ -214,3 +214,16 @@ class _Lease:
             self._renewer.join()
         with contextlib.suppress(OSError):
             self._conditions.delete(self._key, self._etag)
+
+
+def _gone_here(holder: Any) -> bool:
+    """Whether the lock's holder ran on this machine and its process has ended (a killed run)."""
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):  # alive, another user's, or unreadable
+        return False
+    return False

@@ -5,6 +5,12 @@ locally; resumed, overwritten, locked across runs, refused in a line (NOTE [ sto
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +25,8 @@ from pipeline.util.conditions import conditions_of
 from pipeline.util.storage import StoredPath
 
 from ..object_store import object_store
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ROWS, FEATURES = 1200, 64
 
@@ -131,3 +139,115 @@ def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(aws):
         body, _ = conditions.read(".x.ortpipe-lock")
         assert json.loads(body)["pid"] != 1 and LEASE_S > 0
     assert conditions.read(".x.ortpipe-lock") is None  # released
+
+
+KILL_ROWS = 48_000
+
+
+@pytest.fixture(scope="module")
+def long_job(tmp_path_factory):
+    """An input long enough to be killed at random moments, and what a whole run writes of it."""
+    folder = tmp_path_factory.mktemp("long")
+    x = np.random.default_rng(1).random((KILL_ROWS, FEATURES), np.float32)
+    pq.write_table(
+        pa.table({"id": np.arange(KILL_ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), folder / "x.parquet"
+    )
+    assert _run(folder / "x.parquet", folder / "whole.parquet") == 0
+    return folder / "x.parquet", pq.read_table(folder / "whole.parquet")
+
+
+def _killed_mid_run(store, argv: list[str], written: str, rng: np.random.Generator) -> str:
+    """``ortpipe run argv`` in a process of its own, SIGKILLed a random moment after its first
+    part appeared under ``written`` (a prefix); what it said.  Each resumed run takes the lock
+    a killed one left at once (its process, on this machine, has ended)."""
+    env = {**os.environ, **store.environment, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
+    before = len(_objects(store, written))
+    try:
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if len(_objects(store, written)) > before:  # this run's first part is there
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.4))
+        process.send_signal(signal.SIGKILL)
+        said, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGKILL, said  # killed, not finished
+    return said.decode()
+
+
+def _argv_of(source, output: str, *more: str) -> list[str]:
+    return ["run", "mlp", "--input", str(source), "--output", output, "--id-column", "id", "--device", "cpu",
+            "--no-progress", "--batch-size", "16", "--part-rows", "2048", "--threads", "1", *more]  # fmt: skip
+
+
+def _only_whole_parts(store, prefix: str) -> int:
+    """Every object under the prefix a whole part (a readable footer), no _SUCCESS: their rows."""
+    names = _objects(store, prefix)
+    assert "_SUCCESS" not in {name.rsplit("/", 1)[-1] for name in names}
+    fs = store.filesystem()
+    return sum(pq.read_metadata(name, filesystem=fs).num_rows for name in names)
+
+
+def test_killed_at_random_moments_then_resumed_every_row_once(aws, long_job):
+    source, whole = long_job
+    rng = np.random.default_rng()  # random moments: each run of the suite kills elsewhere
+    output = "s3://out/killed/"
+    kept = []
+    for attempt in range(3):
+        _killed_mid_run(aws, _argv_of(source, output, *(["--resume"] if attempt else [])), "out/killed", rng)
+        kept.append(_only_whole_parts(aws, "out/killed"))
+        assert kept[-1] % 2048 == 0 and kept[-1] < KILL_ROWS  # whole parts only, nothing half-written
+    assert kept == sorted(kept)  # each resumed run went on after the last
+    assert main(_argv_of(source, output, "--resume")) == 0
+    got = _stored_table(aws, "out/killed")
+    assert got.equals(whole)  # every row once, in order, as a whole run writes them
+    conditions = conditions_of(StoredPath.of(output))
+    assert conditions is not None and conditions.abort_uploads("killed/") == 0  # none left unfinished
+
+
+def test_an_overwrite_killed_midway_leaves_the_earlier_output_whole(aws, long_job):
+    source, whole = long_job
+    output = "s3://out/replaced/"
+    assert main(_argv_of(source, output, "--rows", "0:4096")) == 0
+    earlier = _stored_table(aws, "out/replaced")
+    _killed_mid_run(
+        aws, _argv_of(source, output, "--overwrite"), "out/.ortpipe-overwrite.replaced", np.random.default_rng()
+    )
+    assert _stored_table(aws, "out/replaced").equals(earlier)  # whole, its _SUCCESS there
+    assert "out/replaced/_SUCCESS" in _objects(aws, "out/replaced")
+    assert main(_argv_of(source, output, "--resume")) == 0  # goes on with the replacement, which then replaces it
+    assert _stored_table(aws, "out/replaced").equals(whole)
+    assert not _objects(aws, "out/.ortpipe-overwrite.replaced")
+
+
+def test_a_resume_aborts_the_upload_a_killed_run_left_unfinished(aws, table):
+    assert _run(table, "s3://out/unfinished/", "--part-rows", "300", "--rows", "0:600") == 0
+    conditions = conditions_of(StoredPath.of("s3://out/unfinished/"))
+    assert conditions is not None
+    client = conditions._client  # as a killed run leaves it: the next part's upload begun, never completed
+    client.create_multipart_upload(Bucket="out", Key="unfinished/part-00002.parquet")
+    assert client.list_multipart_uploads(Bucket="out", Prefix="unfinished/").get("Uploads")
+    assert _run(table, "s3://out/unfinished/", "--part-rows", "300", "--resume") == 0
+    assert not client.list_multipart_uploads(Bucket="out", Prefix="unfinished/").get("Uploads")
+    assert _stored_table(aws, "out/unfinished").num_rows == ROWS
+
+
+def test_a_lock_left_by_a_run_of_this_machine_that_ended_is_taken_at_once(aws):
+    import socket
+
+    conditions = conditions_of(StoredPath.of("s3://out/y/"))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = {"host": socket.gethostname(), "pid": int(ended.stdout), "renewed": time.time()}
+    conditions.create(".y.ortpipe-lock", json.dumps(holder).encode())
+    with output_lock("s3://out/y/", SinkError):  # not lapsed, but its process has ended
+        pass
+    holder["pid"] = os.getpid()  # a live one is refused
+    conditions.create(".y.ortpipe-lock", json.dumps(holder).encode())
+    with pytest.raises(SinkError, match=f"process {os.getpid()}"):
+        with output_lock("s3://out/y/", SinkError):
+            pass
