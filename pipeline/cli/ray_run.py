@@ -16,9 +16,14 @@ from typing import Any
 
 from ..jobs import Progress
 from ..sinks import SUCCESS, JobRecord, move_replacement_up, replacement_of, staging_folder, write_record
+from ..sinks.stored import move_up_stored, stored_staging
 from ..sources import Fit
 from ..util.errors import SinkError, SourceError
+from ..util.storage import StoredPath, is_storage_url
 from ._ray_cluster import local_cluster
+
+#: where --ray reads and writes: a local path, or a name in an object store
+Where = Path | StoredPath
 
 #: options of a local run that a Ray job does not take, and why
 _NOT_ON_RAY = (
@@ -57,11 +62,13 @@ def run_on_ray(args: argparse.Namespace, record: JobRecord | None = None) -> int
         return _score(args, ray, model, source, output, record)
 
 
-def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path, record: JobRecord | None) -> int:
+def _score(
+    args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where, record: JobRecord | None
+) -> int:
     from ..jobs import source_kind
 
     begun = time.perf_counter()
-    if source_kind(source) == "images":
+    if isinstance(source, Path) and source_kind(source) == "images":
         scored, total = _scored_pictures(args, ray, model, source, output), None
     else:
         scored, total = _scored_table(args, ray, model, source, output), _input_rows(source)
@@ -71,10 +78,17 @@ def _score(args: argparse.Namespace, ray: Any, model: Any, source: Path, output:
     staged = _staged(output)
     with _watched(staged, progress):
         scored.write_parquet(str(staged), mode="create")
-    (staged / SUCCESS).touch()
-    if record is not None:
-        write_record(staged, record)
-    move_replacement_up(output)
+    if isinstance(staged, StoredPath) and isinstance(output, StoredPath):  # NOTE [ stored outputs ]
+        (staged / SUCCESS).write_bytes(b"")
+        if record is not None:
+            write_record(staged, record)
+        move_up_stored(stored_staging(output))  # copied over the output once whole
+    else:
+        assert isinstance(staged, Path) and isinstance(output, Path)
+        (staged / SUCCESS).touch()
+        if record is not None:
+            write_record(staged, record)
+        move_replacement_up(output)
     seconds = time.perf_counter() - begun
     rows = _rows_in(output)
     print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
@@ -86,7 +100,7 @@ def _workers_line(args: argparse.Namespace) -> str:
     return where or f"{args.workers} worker(s) on CPUs"
 
 
-def _scored_pictures(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> Any:
+def _scored_pictures(args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where) -> Any:
     """A folder of images, read and resized by Ray's ``read_images`` (to --size, else the
     model's fixed size), each row its path and the outputs; uint8 made the model's on the
     device as a local run makes it (NOTE [ Ray actors ])."""
@@ -113,7 +127,7 @@ def _model_picture_size(specs: Any) -> tuple[int, int] | None:
     return int(width), int(height)
 
 
-def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Path, output: Path) -> Any:
+def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where) -> Any:
     from ..ray import predict
 
     dataset = ray.data.read_parquet(str(source))
@@ -156,11 +170,19 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
         raise SourceError("--fit crop or pad is not for a run on Ray (--ray): Ray's read_images resizes to --size")
 
 
-def _ray_input(path: str | Path) -> Path:
-    """What --ray reads: Parquet (a file or a folder of them), or a folder of images."""
+def _ray_input(path: str | Path) -> Where:
+    """What --ray reads: Parquet (a file or a folder of them, local or in object storage), or a
+    folder of images."""
     from ..jobs import source_kind
     from ..sources import PARQUET_SUFFIXES
 
+    if is_storage_url(path):
+        stored = StoredPath.of(str(path))
+        if stored.suffix and stored.suffix.lower() not in PARQUET_SUFFIXES:
+            raise SourceError(f"--ray reads Parquet from object storage (an object or a prefix), not {str(path)!r}")
+        if not stored.exists():
+            raise SourceError(f"input not found: {str(path)!r}")
+        return stored
     source = Path(path)
     if not source.exists():
         raise SourceError(f"input not found: {str(source)!r}")
@@ -172,9 +194,13 @@ def _ray_input(path: str | Path) -> Path:
     )
 
 
-def _data_set_output(path: Path, overwrite: bool) -> Path:
-    """The output folder, refused where it holds files (``overwrite``: other than a data set's)."""
+def _data_set_output(path: str | Path, overwrite: bool) -> Where:
+    """The output folder (or prefix), refused where it holds files (``overwrite``: other than a data set's)."""
     from ..sources import PARQUET_SUFFIXES
+
+    if is_storage_url(path):
+        return _stored_data_set_output(str(path), overwrite)
+    path = Path(path)
 
     if path.suffix:
         raise SinkError(f"--ray writes a Parquet data set, a folder: give a path without a suffix, not {str(path)!r}")
@@ -192,14 +218,34 @@ def _data_set_output(path: Path, overwrite: bool) -> Path:
     return path
 
 
-def _staged(output: Path) -> Path:
-    """Where Ray writes the data set: in the output's staging folder, made afresh (a killed run's removed)."""
+def _stored_data_set_output(url: str, overwrite: bool) -> StoredPath:
+    from ..jobs.stored_output import stored_sink_kind
+    from ..sinks.stored import refuse_used_prefix
+
+    if stored_sink_kind(url) != "parquet data set":
+        raise SinkError(f"--ray writes a Parquet data set, a prefix: give one ending in /, not {url!r}")
+    try:
+        output = StoredPath.of(url)
+        output.check_bucket()
+        if not overwrite:
+            refuse_used_prefix(output)
+    except OSError as exc:
+        raise SinkError(str(exc)) from exc
+    return output
+
+
+def _staged(output: Where) -> Where:
+    """Where Ray writes the data set: in the output's staging folder (or prefix), made afresh (a
+    killed run's removed)."""
+    if isinstance(output, StoredPath):
+        stored_staging(output).remove_tree()
+        return stored_staging(output) / output.name
     shutil.rmtree(staging_folder(output), ignore_errors=True)
     staging_folder(output).mkdir(parents=True)
     return replacement_of(output)
 
 
-def _input_rows(source: Path) -> int | None:
+def _input_rows(source: Where) -> int | None:
     """The rows of a Parquet input, from its files' footers (None where one cannot be read)."""
     try:
         return _rows_in(source)
@@ -208,20 +254,21 @@ def _input_rows(source: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def _watched(output: Path, progress: Progress, every_s: float = 0.5) -> Iterator[None]:
+def _watched(output: Where, progress: Progress, every_s: float = 0.5) -> Iterator[None]:
     """``progress`` ticked with the rows of each Parquet file Ray has finished writing into
     ``output``, until the block ends (a file still being written is counted once whole)."""
     import pyarrow.parquet as pq
 
-    counted: set[Path] = set()
+    counted: set[str] = set()
     done = threading.Event()
+    filesystem = output.fs if isinstance(output, StoredPath) else None
 
     def count() -> None:
-        for path in sorted(output.rglob("*.parquet")) if output.is_dir() else []:
+        for path in _parquet_files(output):
             if path in counted:
                 continue
             try:
-                rows = pq.read_metadata(path).num_rows
+                rows = pq.read_metadata(path, filesystem=filesystem).num_rows
             except Exception:  # noqa: BLE001 - not whole yet: counted at a later look
                 continue
             counted.add(path)
@@ -244,11 +291,26 @@ def _watched(output: Path, progress: Progress, every_s: float = 0.5) -> Iterator
             progress.close()
 
 
-def _rows_in(path: Path) -> int:
+def _rows_in(path: Where) -> int:
     """The rows of a Parquet file, or of the Parquet files in a folder, from their footers."""
-    from ..sinks import parquet_rows
+    import pyarrow.parquet as pq
 
-    return parquet_rows(path.rglob("*.parquet") if path.is_dir() else [path])
+    filesystem = path.fs if isinstance(path, StoredPath) else None
+    return sum(pq.read_metadata(file, filesystem=filesystem).num_rows for file in _parquet_files(path))
+
+
+def _parquet_files(path: Where) -> list[str]:
+    """The Parquet files a path is (a file) or holds (a folder, a prefix: at any depth), in order."""
+    if isinstance(path, StoredPath):
+        import pyarrow.fs as pafs
+
+        if path.is_file():
+            return [path.path]
+        found = path.fs.get_file_info(pafs.FileSelector(path.path, allow_not_found=True, recursive=True))
+        return sorted(info.path for info in found if info.path.endswith(".parquet"))
+    if path.is_dir():
+        return sorted(str(file) for file in path.rglob("*.parquet"))
+    return [str(path)] if path.exists() else []
 
 
 def _ray() -> Any:

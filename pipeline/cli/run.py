@@ -562,7 +562,8 @@ def _parquet_rows_on_disk(output: Path) -> tuple[str, int] | None:
         journal = journal_of(output)
         parts = whole_parts(journal)
         if output.exists() and not parts:
-            return f"{str(output)!r} was closed and holds", parquet_rows([output])
+            with contextlib.suppress(OSError, ValueError):  # else cut short by the abort: not closed
+                return f"{str(output)!r} was closed and holds", parquet_rows([output])
         where = f"{str(output)!r} was not closed; the whole parts of its journal {str(journal)!r} hold"
         return where, parquet_rows(parts)
     if not output.suffix:

@@ -371,16 +371,20 @@ def move_up_stored(staging: StoredPath) -> None:
         if entry.name != MOVING:
             entry.remove_tree() if entry.is_dir() else entry.unlink(missing_ok=True)
     (staging / MOVING).unlink(missing_ok=True)
+    staging.remove_tree()  # a store with folders of its own (SeaweedFS's filer) keeps the empty prefix
 
 
 def _replace_data_set(new: StoredPath, old: StoredPath) -> None:
-    """``old``'s parts replaced by ``new``'s, ``_SUCCESS`` removed first and copied last."""
+    """``old``'s objects replaced by ``new``'s (ortpipe's parts, or Ray's files), ``_SUCCESS``
+    removed first and copied last, the earlier objects of other names removed."""
     (old / SUCCESS).unlink(missing_ok=True)
-    new_parts = whole_stored_parts(new)
-    for part in new_parts:
-        part.copy_to(old / part.name)
-    for stale in whole_stored_parts(old)[len(new_parts) :]:
-        stale.unlink(missing_ok=True)
+    files = [entry for entry in new.iterdir() if entry.name != SUCCESS]
+    for file in files:
+        file.copy_to(old / file.name)
+    kept = {file.name for file in files}
+    for stale in old.iterdir():
+        if stale.name not in kept and not stale.is_dir():
+            stale.unlink(missing_ok=True)
     if (new / SUCCESS).is_file():
         (new / SUCCESS).copy_to(old / SUCCESS)
 
