@@ -55,9 +55,10 @@ from ..sources import (
     is_stream_url,
     writers_name,
 )
+from ..sources.stored_images import StoredImageFolderSource
 from ..sources.stored_tables import StoredTableSource
 from ..util.capabilities import HasOutputs
-from ..util.storage import is_storage_url
+from ..util.storage import StoredPath, is_storage_url
 from .source_options import SourceOptions
 from .stored_output import check_stored_output, open_stored_sink, stored_sink_kind
 from .summary import Sink
@@ -103,14 +104,29 @@ def _stored_kind(url: str) -> str:
     """The kind of a storage URL: a table by its suffix, or a prefix of tables (read as a data set)."""
     suffix = PurePosixPath(url.split("?", 1)[0]).suffix.lower()
     kinds = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", **dict.fromkeys(PARQUET_SUFFIXES, "parquet")}
-    if url.endswith("/") or not suffix:
-        return "parquet"  # a prefix: its files say their format (sources.stored_tables)
+    if url.endswith("/") or not suffix:  # a prefix: tables (their files say their format), or images
+        return "images" if _holds_stored_images(url) else "parquet"
     if suffix in kinds:
         return kinds[suffix]
     raise SourceError(
-        f"{url!r}: tables (Parquet, CSV, JSON Lines) are read from object storage; other inputs ({suffix}) are not "
-        "yet: download it, or mount the bucket as a folder"
+        f"{url!r}: tables (Parquet, CSV, JSON Lines) and prefixes of images are read from object storage; other "
+        f"inputs ({suffix}) are not yet: download it, or mount the bucket as a folder"
     )
+
+
+def _holds_stored_images(url: str) -> bool:
+    """Whether a prefix holds images and no tables (a folder of images in object storage)."""
+    from ..sources.stored_images import stored_image_keys
+    from ..sources.stored_tables import DATASET_FORMATS
+
+    try:
+        prefix = StoredPath.of(url)
+        names = [entry.name for entry in prefix.iterdir()]
+    except OSError as exc:
+        raise SourceError(str(exc)) from exc
+    if any(PurePosixPath(name).suffix.lower() in DATASET_FORMATS for name in names):
+        return False
+    return bool(stored_image_keys(prefix))
 
 
 def _path_kind(path: str | Path, video_format: str | None = None) -> str:
@@ -255,6 +271,8 @@ def _image_source(
 ) -> Iterable[SourceBatch]:
     """The images a table lists or holds, tar archives of them, or a folder of them."""
     image = options.image_decoding()
+    if is_storage_url(path):  # a prefix of images in object storage
+        return StoredImageFolderSource(str(path), batch_size, specs, options.input_name, decoding=image)
     if options.image_column is not None:
         column, name = options.image_column, options.input_name
         return sources.ImageTableSource(

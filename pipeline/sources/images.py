@@ -86,7 +86,8 @@ class ImageFiles(RowSource):
 
     #: what the source is, in messages
     kind = "image"
-    path: Path
+    #: the input as its messages name it: a folder, a table, or a prefix's URL
+    path: Path | str
 
     def _setup(
         self,

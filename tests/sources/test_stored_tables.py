@@ -3,6 +3,8 @@ each run equal to the same run over the local file; a missing bucket and bad cre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,3 +99,35 @@ def test_texts_are_read_from_the_store(aws, tmp_path):
     assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
     vectors = np.stack(pq.read_table(output)["embedding"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(vectors, alone(folder, texts), rtol=1e-4, atol=1e-5)
+
+
+def test_a_prefix_of_images_runs_as_a_local_folder_of_them_and_resumes(aws, tmp_path, capsys):
+    import io
+
+    from PIL import Image
+
+    fs = aws.filesystem()
+    rng = np.random.default_rng(3)
+    local = tmp_path / "photos"
+    for i in range(11):
+        name = f"{'cats' if i % 2 else 'dogs'}/im{i:02d}.png"
+        (local / name).parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(buffer, format="PNG")
+        (local / name).write_bytes(buffer.getvalue())
+        with fs.open_output_stream(f"tables/photos/{name}") as out:
+            out.write(buffer.getvalue())
+    with fs.open_output_stream("tables/photos/.hidden.png") as out:  # left out, as a local folder's
+        out.write(b"not an image")
+    argv = ["run", "convnet", "--size", "16x16", "--batch-size", "4", "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--input", str(local), "--output", str(tmp_path / "local.parquet")]) == 0
+    assert main([*argv, "--input", "s3://tables/photos/", "--output", str(tmp_path / "s3.parquet")]) == 0
+    want, got = pq.read_table(tmp_path / "local.parquet"), pq.read_table(tmp_path / "s3.parquet")
+    np.testing.assert_array_equal(np.stack(got["logits"].to_numpy(zero_copy_only=False)),
+                                  np.stack(want["logits"].to_numpy(zero_copy_only=False)))  # fmt: skip
+    assert got["path"].to_pylist() == [f"s3://tables/photos/{Path(p).relative_to(local).as_posix()}"
+                                       for p in want["path"].to_pylist()]  # fmt: skip
+    # a run of the first rows, resumed: the rest after the output's last path
+    assert main([*argv, "--input", "s3://tables/photos/", "--output", str(tmp_path / "r.parquet"), "--limit", "5"]) == 0
+    assert main([*argv, "--input", "s3://tables/photos/", "--output", str(tmp_path / "r.parquet"), "--resume"]) == 0
+    assert pq.read_table(tmp_path / "r.parquet")["path"].to_pylist() == got["path"].to_pylist()
