@@ -108,9 +108,11 @@ def _stored_kind(url: str) -> str:
         return "images" if _holds_stored_images(url) else "parquet"
     if suffix in kinds:
         return kinds[suffix]
+    if suffix in VIDEO_SUFFIXES:  # a video object: read through a seekable file object of it
+        return "video"
     raise SourceError(
-        f"{url!r}: tables (Parquet, CSV, JSON Lines) and prefixes of images are read from object storage; other "
-        f"inputs ({suffix}) are not yet: download it, or mount the bucket as a folder"
+        f"{url!r}: tables (Parquet, CSV, JSON Lines), videos and prefixes of images are read from object storage; "
+        f"other inputs ({suffix}) are not yet: download it, or mount the bucket as a folder"
     )
 
 

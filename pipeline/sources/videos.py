@@ -17,6 +17,7 @@ import numpy as np
 from ..session import TensorSpec
 from ..util.cpus import usable_cpus
 from ..util.rows import take_first
+from ..util.storage import StoredPath, is_storage_url, said
 from ._base import (
     Chunk,
     RowSource,
@@ -194,11 +195,14 @@ class VideoSource(RowSource):
         hwaccel: str | None,
     ) -> None:
         """Where the video is read from and how FFmpeg opens it (NOTE [ video streams ])."""
+        #: a video object in object storage (``s3://bucket/clip.mp4``): a file, read through
+        #: pyarrow's filesystem as a seekable file object; else None
+        self.stored = StoredPath.of(str(path)) if is_storage_url(path) else None
         self.path: str | Path = str(path) if is_stream_url(path) else existing_path(path, "input video")
         #: read once, as it comes: standard input, ``pipe:N``, a named pipe (NOTE [ video streams ])
         self.is_pipe = is_pipe(self.path) or is_fifo(self.path)
         #: a URL or a pipe (NOTE [ video streams ]), not a file
-        self.is_stream = is_stream_url(self.path) or self.is_pipe
+        self.is_stream = (is_stream_url(self.path) and self.stored is None) or self.is_pipe
         self.timeout_s = timeout_s
         #: FFmpeg's demuxer and options for opening the video (None, {}: as FFmpeg finds it)
         self.format = demuxer(format, self.path)
@@ -305,6 +309,8 @@ class VideoSource(RowSource):
         try:
             if self.is_pipe:
                 return av.open(self._pipe_reader(), **opening)
+            if self.stored is not None:
+                return _stored_container(self.stored, opening)
             timeout = (self.timeout_s, self.timeout_s) if self.is_stream else None
             return av.open(str(self.path), timeout=timeout, **opening)
         except RuntimeError as exc:  # PyAV: not one stream can be decoded on the device
@@ -690,3 +696,19 @@ class VideoEndedEarly(SourceError):
 
 class VideoDecodingFailed(SourceError):
     """A video's decoding failed partway, after its frames before were delivered."""
+
+
+def _stored_container(stored: StoredPath, opening: dict[str, Any]) -> Any:
+    """A video object opened with PyAV from pyarrow's seekable file of it (an input file holds
+    no resource beyond its memory: it goes with the container that holds it)."""
+    import av
+
+    try:
+        file = stored.fs.open_input_file(stored.path)
+    except Exception as exc:
+        raise SourceError(said(stored.url, exc)) from exc
+    try:
+        return av.open(file, **opening)
+    except BaseException:
+        file.close()
+        raise

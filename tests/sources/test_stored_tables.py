@@ -131,3 +131,23 @@ def test_a_prefix_of_images_runs_as_a_local_folder_of_them_and_resumes(aws, tmp_
     assert main([*argv, "--input", "s3://tables/photos/", "--output", str(tmp_path / "r.parquet"), "--limit", "5"]) == 0
     assert main([*argv, "--input", "s3://tables/photos/", "--output", str(tmp_path / "r.parquet"), "--resume"]) == 0
     assert pq.read_table(tmp_path / "r.parquet")["path"].to_pylist() == got["path"].to_pylist()
+
+
+def test_a_video_object_runs_as_its_local_file_and_resumes_by_seeking(aws, tmp_path):
+    from ..helpers import encode_video
+
+    local = encode_video(tmp_path / "clip.mp4", "libx264", {"g": "12", "bf": "2"}, frames=60, size=32)
+    fs = aws.filesystem()
+    with fs.open_output_stream("tables/clip.mp4") as out:
+        out.write(local.read_bytes())
+    argv = ["run", "convnet", "--size", "16x16", "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--input", str(local), "--output", str(tmp_path / "local.parquet")]) == 0
+    assert main([*argv, "--input", "s3://tables/clip.mp4", "--output", str(tmp_path / "s3.parquet")]) == 0
+    want, got = pq.read_table(tmp_path / "local.parquet"), pq.read_table(tmp_path / "s3.parquet")
+    assert got.drop_columns(["logits"]).equals(want.drop_columns(["logits"]))  # every frame, its index and time
+    np.testing.assert_array_equal(np.stack(got["logits"].to_numpy(zero_copy_only=False)),
+                                  np.stack(want["logits"].to_numpy(zero_copy_only=False)))  # fmt: skip
+    stopped = tmp_path / "resumed.parquet"  # frames 0-23, then the rest: a seek into the object
+    assert main([*argv, "--input", "s3://tables/clip.mp4", "--output", str(stopped), "--limit", "24"]) == 0
+    assert main([*argv, "--input", "s3://tables/clip.mp4", "--output", str(stopped), "--resume"]) == 0
+    assert pq.read_table(stopped).drop_columns(["logits"]).equals(want.drop_columns(["logits"]))
