@@ -55,6 +55,7 @@ from ..sources import (
     is_stream_url,
     writers_name,
 )
+from ..sources.stored_arrays import StoredNpySource
 from ..sources.stored_images import StoredImageFolderSource
 from ..sources.stored_tables import StoredTableSource
 from ..util.capabilities import HasOutputs
@@ -110,9 +111,11 @@ def _stored_kind(url: str) -> str:
         return kinds[suffix]
     if suffix in VIDEO_SUFFIXES:  # a video object: read through a seekable file object of it
         return "video"
+    if suffix == ".npy":
+        return "npy"
     raise SourceError(
-        f"{url!r}: tables (Parquet, CSV, JSON Lines), videos and prefixes of images are read from object storage; "
-        f"other inputs ({suffix}) are not yet: download it, or mount the bucket as a folder"
+        f"{url!r}: tables (Parquet, CSV, JSON Lines), .npy arrays, videos and prefixes of images are read from "
+        f"object storage; other inputs ({suffix}) are not yet: download it, or mount the bucket as a folder"
     )
 
 
@@ -256,6 +259,8 @@ def open_source(
     options.refuse_for(kind, path)
     specs = pipe.source_inputs
     if kind == "npy":
+        if is_storage_url(path):
+            return StoredNpySource(str(path), batch_size, specs, options.input_name)
         return NpySource(path, batch_size, specs, options.input_name)
     if kind in ("parquet", "csv", "jsonl"):
         if is_storage_url(path):

@@ -151,3 +151,25 @@ def test_a_video_object_runs_as_its_local_file_and_resumes_by_seeking(aws, tmp_p
     assert main([*argv, "--input", "s3://tables/clip.mp4", "--output", str(stopped), "--limit", "24"]) == 0
     assert main([*argv, "--input", "s3://tables/clip.mp4", "--output", str(stopped), "--resume"]) == 0
     assert pq.read_table(stopped).drop_columns(["logits"]).equals(want.drop_columns(["logits"]))
+
+
+def test_a_npy_object_runs_as_its_local_file_in_blocks_and_resumes(aws, tmp_path, monkeypatch):
+    from pipeline.sources import stored_arrays
+
+    monkeypatch.setattr(stored_arrays, "BLOCK_BYTES", 300 * FEATURES * 4)  # several blocks, a short last one
+    x = np.random.default_rng(4).random((ROWS, FEATURES), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    with aws.filesystem().open_output_stream("tables/x.npy") as out:
+        out.write((tmp_path / "x.npy").read_bytes())
+    argv = ["run", "mlp", "--device", "cpu", "--no-progress", "--batch-size", "100"]
+    assert main([*argv, "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "local.parquet")]) == 0
+    assert main([*argv, "--input", "s3://tables/x.npy", "--output", str(tmp_path / "s3.parquet")]) == 0
+    assert pq.read_table(tmp_path / "s3.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+    stopped = tmp_path / "resumed.parquet"
+    assert main([*argv, "--input", "s3://tables/x.npy", "--output", str(stopped), "--limit", "450"]) == 0
+    assert main([*argv, "--input", "s3://tables/x.npy", "--output", str(stopped), "--resume"]) == 0
+    assert pq.read_table(stopped).equals(pq.read_table(tmp_path / "local.parquet"))
+    np.save(tmp_path / "f.npy", np.asfortranarray(x))
+    with aws.filesystem().open_output_stream("tables/f.npy") as out:
+        out.write((tmp_path / "f.npy").read_bytes())
+    assert main([*argv, "--input", "s3://tables/f.npy", "--output", str(tmp_path / "f.parquet")]) == 1
