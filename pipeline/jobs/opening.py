@@ -53,6 +53,7 @@ from ..sources import (
     hidden,
     holds_files,
     is_stream_url,
+    stored_files_below,
     writers_name,
 )
 from ..sources.stored_arrays import StoredNpySource
@@ -105,8 +106,8 @@ def _stored_kind(url: str) -> str:
     """The kind of a storage URL: a table by its suffix, or a prefix of tables (read as a data set)."""
     suffix = PurePosixPath(url.split("?", 1)[0]).suffix.lower()
     kinds = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", **dict.fromkeys(PARQUET_SUFFIXES, "parquet")}
-    if url.endswith("/") or not suffix:  # a prefix: tables (their files say their format), or images
-        return "images" if _holds_stored_images(url) else "parquet"
+    if url.endswith("/") or not suffix:  # a prefix: tables (their files say their format), images or videos
+        return _stored_prefix_kind(url)
     if suffix in kinds:
         return kinds[suffix]
     if suffix in VIDEO_SUFFIXES:  # a video object: read through a seekable file object of it
@@ -119,19 +120,23 @@ def _stored_kind(url: str) -> str:
     )
 
 
-def _holds_stored_images(url: str) -> bool:
-    """Whether a prefix holds images and no tables (a folder of images in object storage)."""
-    from ..sources.stored_images import stored_image_keys
+def _stored_prefix_kind(url: str) -> str:
+    """A prefix's kind: "parquet" where it holds tables (read as a data set, its files saying
+    their format), else "images" or "videos" where it holds those (and not both)."""
     from ..sources.stored_tables import DATASET_FORMATS
 
     try:
         prefix = StoredPath.of(url)
         names = [entry.name for entry in prefix.iterdir()]
+        if any(PurePosixPath(name).suffix.lower() in DATASET_FORMATS for name in names):
+            return "parquet"
+        images = stored_files_below(prefix, IMAGE_SUFFIXES)
+        videos = stored_files_below(prefix, VIDEO_SUFFIXES)
     except OSError as exc:
         raise SourceError(str(exc)) from exc
-    if any(PurePosixPath(name).suffix.lower() in DATASET_FORMATS for name in names):
-        return False
-    return bool(stored_image_keys(prefix))
+    if images and videos:
+        raise SourceError(f"{url!r} holds both images and videos: give a prefix of one or the other")
+    return "images" if images else "videos" if videos else "parquet"  # nothing: the table's own message
 
 
 def _path_kind(path: str | Path, video_format: str | None = None) -> str:

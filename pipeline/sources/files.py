@@ -5,8 +5,11 @@ beside them left out."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+from ._base import SourceError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -83,3 +86,25 @@ def image_files(folder: Path) -> list[str]:
 def video_files(folder: Path) -> list[Path]:
     """The videos below ``folder`` at any depth, in order of their paths; hidden ones left out."""
     return files_below(folder, VIDEO_SUFFIXES, hidden)
+
+
+def stored_files_below(prefix: Any, suffixes: Collection[str]) -> list[str]:
+    """The URLs of the objects of ``suffixes`` under ``prefix`` (a ``util.storage.StoredPath``), at
+    any depth, in order of their keys, hidden ones (:func:`hidden`, at any level) left out."""
+    import pyarrow.fs as pafs
+
+    from ..util.storage import said
+
+    try:
+        found = prefix.fs.get_file_info(pafs.FileSelector(prefix.path, allow_not_found=True, recursive=True))
+    except Exception as exc:
+        raise SourceError(said(prefix.url, exc)) from exc
+    below = len(prefix.path) + 1
+    keys = sorted(
+        info.path
+        for info in found
+        if info.type == pafs.FileType.File
+        and os.path.splitext(info.path)[1].lower() in suffixes
+        and not any(hidden(part) for part in info.path[below:].split("/"))
+    )
+    return [f"{prefix.scheme}://{key}" for key in keys]

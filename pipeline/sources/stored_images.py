@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,26 +20,8 @@ from ..session import TensorSpec
 from ..util.errors import SourceError
 from ..util.storage import StoredPath, said
 from .decoding import IMAGE_CHOICES, ImageDecoding, chosen
-from .files import IMAGE_SUFFIXES, hidden
+from .files import IMAGE_SUFFIXES, stored_files_below
 from .images import ImageFiles
-
-
-def stored_image_keys(prefix: StoredPath) -> list[str]:
-    """The paths (``bucket/key``) of the image objects under ``prefix``, at any depth, in order."""
-    import pyarrow.fs as pafs
-
-    try:
-        found = prefix.fs.get_file_info(pafs.FileSelector(prefix.path, allow_not_found=True, recursive=True))
-    except Exception as exc:
-        raise SourceError(said(prefix.url, exc)) from exc
-    below = len(prefix.path) + 1
-    return sorted(
-        info.path
-        for info in found
-        if info.type == pafs.FileType.File
-        and PurePosixPath(info.path).suffix.lower() in IMAGE_SUFFIXES
-        and not any(hidden(part) for part in PurePosixPath(info.path[below:]).parts)
-    )
 
 
 class StoredImageFolderSource(ImageFiles):
@@ -61,20 +43,20 @@ class StoredImageFolderSource(ImageFiles):
         size, threads, skip, draft, fit, exif = chosen(decoding or ImageDecoding(), IMAGE_CHOICES, self.kind)
         self.root = StoredPath.of(url)
         self.path = url  # as the messages name the input
-        self._files = stored_image_keys(self.root)
+        self._files = stored_files_below(self.root, IMAGE_SUFFIXES)  # URLs
         if not self._files:
             raise SourceError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {url!r}, at any depth")
         self._setup(len(self._files), batch_size, inputs, input_name, size, threads, skip, draft, fit, exif)
 
     def _url(self, row: int) -> str:
-        return f"{self.root.scheme}://{self._files[row]}"
+        return self._files[row]
 
     def _file(self, row: int) -> Path:
-        return Path(self._files[row])
+        return Path(self._files[row].split("://", 1)[1])
 
     def _open(self, row: int) -> Any:
         try:
-            with self.root.fs.open_input_stream(self._files[row]) as stream:
+            with self.root.fs.open_input_stream(self._files[row].split("://", 1)[1]) as stream:
                 return io.BytesIO(stream.read())
         except Exception as exc:
             raise OSError(said(self._url(row), exc)) from exc

@@ -17,12 +17,13 @@ from ..session import TensorSpec
 from ..util.capabilities import KeepsColumns, last_kept_row
 from ..util.cpus import usable_cpus
 from ..util.rows import close_iteration, recut, take_first
+from ..util.storage import StoredPath, is_storage_url
 from ._base import Chunk, RowSource, SourceError, chunk_rows, existing_path, fewer_rows, sliced_chunk
 from ._frame_positions import FolderVideo, FramePositions
 from ._opening import checked_hwaccel
 from ._prefetch import in_order
 from .decoding import VIDEOS_CHOICES, VideoDecoding, chosen, from_keywords
-from .files import VIDEO_SUFFIXES, video_files
+from .files import VIDEO_SUFFIXES, stored_files_below, video_files
 from .fitting import Fit
 from .tables import PathTable
 from .videos import VideoDecodingFailed, VideoSource
@@ -96,17 +97,21 @@ class VideoFolderSource(RowSource):
     ):
         given = (size, pix_fmt, decode_threads, skip_unreadable, every, fps, fit, videos_at_once, hwaccel)
         video = _videos_decoding(decoding, "VideoFolderSource", given)
-        self.path = existing_path(path, "video folder")
-        if not self.path.is_dir():
-            raise SourceError(f"{str(self.path)!r} is not a folder")
-        files = video_files(self.path)
+        if is_storage_url(path):  # a prefix of video objects: each read as VideoSource reads one
+            self.path: str | Path = str(path)
+            files: Sequence[str | Path] = stored_files_below(StoredPath.of(str(path)), VIDEO_SUFFIXES)
+        else:
+            self.path = existing_path(path, "video folder")
+            if not self.path.is_dir():
+                raise SourceError(f"{str(self.path)!r} is not a folder")
+            files = video_files(self.path)
         if not files:
             raise SourceError(f"no videos ({', '.join(VIDEO_SUFFIXES)}) in {str(self.path)!r}, at any depth")
         self._open_videos(files, batch_size, inputs, input_name, video)
 
     def _open_videos(
         self,
-        files: Sequence[Path],
+        files: Sequence[str | Path],
         batch_size: int,
         inputs: Sequence[TensorSpec],
         input_name: str | None,

@@ -173,3 +173,23 @@ def test_a_npy_object_runs_as_its_local_file_in_blocks_and_resumes(aws, tmp_path
     with aws.filesystem().open_output_stream("tables/f.npy") as out:
         out.write((tmp_path / "f.npy").read_bytes())
     assert main([*argv, "--input", "s3://tables/f.npy", "--output", str(tmp_path / "f.parquet")]) == 1
+
+
+def test_a_prefix_of_videos_runs_as_a_local_folder_of_them(aws, tmp_path):
+    from ..helpers import encode_video
+
+    local = tmp_path / "clips"
+    local.mkdir()
+    fs = aws.filesystem()
+    for name, frames in (("a.mp4", 20), ("b/c.mkv", 13)):
+        (local / name).parent.mkdir(exist_ok=True)
+        encode_video(local / name, "libx264", {"g": "6"}, frames=frames, size=32)
+        with fs.open_output_stream(f"tables/clips/{name}") as out:
+            out.write((local / name).read_bytes())
+    argv = ["run", "convnet", "--size", "16x16", "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--input", str(local), "--output", str(tmp_path / "local.parquet")]) == 0
+    assert main([*argv, "--input", "s3://tables/clips/", "--output", str(tmp_path / "s3.parquet")]) == 0
+    want, got = pq.read_table(tmp_path / "local.parquet"), pq.read_table(tmp_path / "s3.parquet")
+    assert got["path"].to_pylist() == [f"s3://tables/clips/{Path(p).relative_to(local).as_posix()}"
+                                       for p in want["path"].to_pylist()]  # fmt: skip
+    assert got.drop_columns(["path"]).equals(want.drop_columns(["path"]))  # every frame, its index, time, scores
