@@ -96,8 +96,8 @@ def object_store(folder: Path) -> Iterator[ObjectStore]:
         yield store
     finally:
         process.terminate()
-        try:
-            process.wait(timeout=20)
+        try:  # weed takes up to 20 s to shut down on SIGTERM; its data is the test's to throw away
+            process.wait(timeout=2)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=20)

@@ -310,7 +310,7 @@ def _parquet_files(path: Where) -> list[str]:
         return sorted(info.path for info in found if info.path.endswith(".parquet"))
     if path.is_dir():
         return sorted(str(file) for file in path.rglob("*.parquet"))
-    return [str(path)] if path.exists() else []
+    return [str(path)]  # a file, or nothing there: its footer's read says so
 
 
 def _ray() -> Any:

@@ -57,7 +57,6 @@ from ..sources import (
     writers_name,
 )
 from ..sources.stored_arrays import StoredNpySource
-from ..sources.stored_images import StoredImageFolderSource
 from ..sources.stored_tables import StoredTableSource
 from ..util.capabilities import HasOutputs
 from ..util.storage import StoredPath, is_storage_url
@@ -284,6 +283,8 @@ def _image_source(
     """The images a table lists or holds, tar archives of them, or a folder of them."""
     image = options.image_decoding()
     if is_storage_url(path):  # a prefix of images in object storage
+        from ..sources.stored_images import StoredImageFolderSource  # Pillow's, for images only
+
         return StoredImageFolderSource(str(path), batch_size, specs, options.input_name, decoding=image)
     if options.image_column is not None:
         column, name = options.image_column, options.input_name

@@ -108,7 +108,7 @@ class ParquetTableFile:
             self._writer = None
 
 
-def _same_columns(path: object, earlier: Any, schema: Any) -> None:
+def same_columns(path: object, earlier: Any, schema: Any) -> None:
     """Refuse to resume ``path``, whose rows have the ``earlier`` schema, with rows of another."""
     if not schema.equals(earlier):
         raise SinkError(
@@ -121,7 +121,7 @@ def _columns(schema: Any) -> str:
     return ", ".join(f"{field.name} ({field.type})" for field in schema)
 
 
-def _last_parquet_row(path: Path | str, filesystem: Any = None) -> dict[str, Any]:
+def last_parquet_row(path: Path | str, filesystem: Any = None) -> dict[str, Any]:
     """The integer and text columns of a Parquet file's last row: what a resumed run's
     input is held against (``jobs.resumed``), read from its last row group alone -
     the outputs' columns, often most of the bytes, are left unread."""
@@ -136,9 +136,7 @@ def _last_parquet_row(path: Path | str, filesystem: Any = None) -> dict[str, Any
     return group.slice(group.num_rows - 1).to_pylist()[0] if group.num_rows else {}  # type: ignore[no-any-return]
 
 
-def _parquet_columns(
-    paths: Sequence[Path | str], names: Sequence[str], filesystem: Any = None
-) -> dict[str, np.ndarray]:
+def parquet_columns(paths: Sequence[Path | str], names: Sequence[str], filesystem: Any = None) -> dict[str, np.ndarray]:
     """Those of the columns ``names`` that the Parquet files ``paths`` (of one schema) have,
     read alone and joined in order (a resumed run's check of the rows it keeps)."""
     import pyarrow.parquet as pq
@@ -297,11 +295,11 @@ class ParquetParts:
     def last_row(self) -> dict[str, Any] | None:
         """The last row of the earlier run's last whole part (None when there is none)."""
         parts = whole_parts(self.folder) if self._earlier is not None else []
-        return _last_parquet_row(parts[-1]) if parts else None
+        return last_parquet_row(parts[-1]) if parts else None
 
     def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Those of the columns ``names`` the earlier run's whole parts have, whole, in order."""
-        return _parquet_columns(whole_parts(self.folder) if self._earlier is not None else [], names)
+        return parquet_columns(whole_parts(self.folder) if self._earlier is not None else [], names)
 
     def keep_parts(self, parts: int) -> None:
         """Go on after the first ``parts`` whole parts (a side output's, as many as its main
@@ -343,7 +341,7 @@ class ParquetParts:
 
     def _start(self, schema: Any) -> ParquetTableFile:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
-            _same_columns(self.folder, self._earlier, schema)
+            same_columns(self.folder, self._earlier, schema)
         self.folder.mkdir(exist_ok=True)
         (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
         # a killed run's part of this number, never renamed, is written over

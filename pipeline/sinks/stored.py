@@ -55,10 +55,10 @@ from ._parts import (
     PART,
     SUCCESS,
     ParquetTableFile,
-    _last_parquet_row,
-    _parquet_columns,
-    _same_columns,
+    last_parquet_row,
     parquet_codec,
+    parquet_columns,
+    same_columns,
 )
 from ._table import Storage, TableSink
 
@@ -127,11 +127,11 @@ class StoredParts:
 
     def last_row(self) -> dict[str, Any] | None:
         parts = whole_stored_parts(self.folder) if self._earlier is not None else []
-        return _last_parquet_row(parts[-1].path, parts[-1].fs) if parts else None
+        return last_parquet_row(parts[-1].path, parts[-1].fs) if parts else None
 
     def columns(self, names: Sequence[str]) -> dict[str, Any]:
         parts = whole_stored_parts(self.folder) if self._earlier is not None else []
-        return _parquet_columns([p.path for p in parts], names, self.folder.fs)
+        return parquet_columns([p.path for p in parts], names, self.folder.fs)
 
     def keep_parts(self, parts: int) -> None:
         whole = whole_stored_parts(self.folder)
@@ -161,7 +161,7 @@ class StoredParts:
     def write(self, batch: Any) -> None:
         if self._part is None:
             if self._earlier is not None:
-                _same_columns(self.folder.url, self._earlier, batch.schema)
+                same_columns(self.folder.url, self._earlier, batch.schema)
             (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked
             self._part = self._file(self.folder / PART.format(self._number))
             self._opened_at = time.monotonic()

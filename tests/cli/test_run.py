@@ -896,11 +896,13 @@ def test_an_overwrite_names_where_per_batch_outputs_end_up_not_its_staging_folde
     assert (tmp_path / "out.nz.parquet").exists()
 
 
-def test_an_output_url_is_refused_saying_what_to_do_not_mangled_into_a_path(tmp_path, capsys):
-    """Issue 40's first finding: ``s3://bucket/x.parquet`` was read as the local ``s3:/bucket/x.parquet``."""
+def test_an_output_url_ortpipe_does_not_write_is_refused_not_mangled_into_a_path(tmp_path, capsys):
+    """Issue 40's first finding: ``s3://bucket/x.parquet`` was read as the local ``s3:/bucket/x.parquet``;
+    object storage is written now (tests/sinks/test_stored_outputs.py), any other URL refused."""
     np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
     with pytest.raises(SystemExit) as exit_info:
-        main(["run", "mlp", "--input", str(tmp_path / "x.npy"), "--output", "s3://bucket/x.parquet"])
+        main(["run", "mlp", "--input", str(tmp_path / "x.npy"), "--output", "https://host/x.parquet"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "'s3://bucket/x.parquet' is a URL" in err and "aws s3 cp" in err and "s3:/bucket" not in err
+    assert "'https://host/x.parquet' is a URL ortpipe does not write" in err and "s3://" in err
+    assert "https:/host" not in err

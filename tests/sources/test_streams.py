@@ -59,11 +59,12 @@ def test_a_url_is_a_stream_whatever_its_scheme():
         assert not is_stream_url(path)
     with pytest.raises(SourceError, match="a URL is read as a video stream; tables and arrays are read from"):
         source_kind("https://host/rows.npy?sig=1")
-    # object storage holds tables (issue 40), not yet arrays or videos
+    # object storage (issue 40): a table, an array or a video object by its suffix (a prefix by what
+    # it holds: tests/sources/test_stored_tables.py), not read as a stream
     assert source_kind("s3://bucket/scores.parquet") == "parquet" and source_kind("gs://b/t.CSV") == "csv"
-    assert source_kind("s3://bucket/prefix/") == "parquet"
+    assert source_kind("s3://bucket/rows.npy") == "npy" and source_kind("s3://bucket/clip.mp4") == "video"
     with pytest.raises(SourceError, match="other inputs .* are not yet"):
-        source_kind("s3://bucket/rows.npy")
+        source_kind("s3://bucket/notes.txt")
 
 
 def test_a_served_video_gives_the_files_frames_from_its_first(clip):
