@@ -158,3 +158,13 @@ def session_options(monkeypatch) -> list:
 
     monkeypatch.setattr(ort, "InferenceSession", Recorded)
     return made
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One real S3-compatible server (SeaweedFS, ``tests/object_store.py``) for every module that
+    needs one, each in a bucket of its own; skipped where ``weed`` is not installed."""
+    from .object_store import object_store
+
+    with object_store(tmp_path_factory.mktemp("s3")) as server:
+        yield server

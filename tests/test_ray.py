@@ -22,8 +22,6 @@ from pipeline.ray import Predictor, predict
 from pipeline.sinks import read_record, replacement_of, replacement_under_way
 from pipeline.util.storage import StoredPath
 
-from .object_store import object_store
-
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed: pip install '.[ray]' in a checkout of ortpipe", allow_module_level=True)
 
@@ -31,13 +29,14 @@ ROWS, FEATURES = 3000, 8
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(request):
     """An S3 server for the --ray job over object storage (None where ``weed`` is not installed),
     its standard environment set before the cluster starts: its workers inherit it."""
     if shutil.which("weed") is None:
         yield None
         return
-    with object_store(tmp_path_factory.mktemp("store")) as server, pytest.MonkeyPatch.context() as patch:
+    server = request.getfixturevalue("s3_server")
+    with pytest.MonkeyPatch.context() as patch:
         server.bucket("ray")
         for name, value in server.environment.items():
             patch.setenv(name, value)

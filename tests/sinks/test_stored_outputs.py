@@ -24,18 +24,15 @@ from pipeline.sinks import SinkError
 from pipeline.util.conditions import conditions_of
 from pipeline.util.storage import StoredPath
 
-from ..object_store import object_store
-
 ROOT = Path(__file__).resolve().parents[2]
 
 ROWS, FEATURES = 1200, 64
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    with object_store(tmp_path_factory.mktemp("store")) as server:
-        server.bucket("out")
-        yield server
+def store(s3_server):
+    s3_server.bucket("out")
+    return s3_server
 
 
 @pytest.fixture

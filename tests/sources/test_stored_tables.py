@@ -12,16 +12,13 @@ import pytest
 
 from pipeline.cli import main
 
-from ..object_store import object_store
-
 ROWS, FEATURES = 1200, 64
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    with object_store(tmp_path_factory.mktemp("store")) as server:
-        server.bucket("tables")
-        yield server
+def store(s3_server):
+    s3_server.bucket("tables")
+    return s3_server
 
 
 @pytest.fixture
