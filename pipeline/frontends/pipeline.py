@@ -15,6 +15,7 @@ closes the streams if a pipeline is dropped unclosed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
@@ -65,7 +66,7 @@ from ..util.errors import ModelError, PipelineError, PipelineStageError
 from .gather import Gather, input_windows, result_windows
 from .lifecycle import ANOTHER_RUN, OneRunAtATime
 from .options import PipelineOptions
-from .submit import SUBMIT_QUEUE, Submitter
+from .submit import SUBMIT_QUEUE, InlineSubmitter, Submitter
 
 Batch = np.ndarray | dict[str, np.ndarray]
 #: Stats.issuing as a run starts, by PipelineOptions.stage_threads ("auto" may hand over later)
@@ -131,7 +132,7 @@ class Pipeline(OneRunAtATime):
             raise
         self._rings: Rings | None = None
         self._stats = Stats()
-        self._submitter: Submitter | None = None  # NOTE [ submitted batches ]
+        self._submitter: Submitter | InlineSubmitter | None = None  # NOTE [ submitted batches ]
         self._submit_lock = threading.Lock()
         self._start_lifecycle()
 
@@ -246,10 +247,15 @@ class Pipeline(OneRunAtATime):
             PipelineClosedError: the pipeline is closed, or was closed as this batch came.
         """
         self._check_open()
+        running = self._submitter
+        if type(running) is InlineSubmitter and not running.ended:  # the common case, without the lock
+            with contextlib.suppress(PipelineError):  # ended as this batch came: a new map, below
+                return running.submit(batch, timeout)
+            self._check_open()
         for _ in range(2):  # a map that ended as this call came: once more, on a new one
             with self._submit_lock:
                 if self._submitter is None or self._submitter.ended:
-                    self._submitter = Submitter(self._submitted_map, SUBMIT_QUEUE)
+                    self._submitter = self._new_submitter(self._submitter)
                 submitter = self._submitter
             try:
                 return submitter.submit(batch, timeout)
@@ -258,6 +264,18 @@ class Pipeline(OneRunAtATime):
                 if not submitter.ended:
                     raise
         raise PipelineError("submit: the map of submitted batches ended as this batch came, twice")
+
+    def _new_submitter(self, last: Submitter | InlineSubmitter | None) -> Submitter | InlineSubmitter:
+        """NOTE [ submitted batches run inline ]: on the direct path, issued from the caller's
+        thread, batches run in the submitting thread - unless the last such map found its runs
+        long enough for the threaded one to pay."""
+        inline = self._goes_direct() and self.options.issuing is not True and not self.options.cuda_graph
+        if inline and not (isinstance(last, InlineSubmitter) and last.threads_pay):
+            return InlineSubmitter(self._inline_map)
+        return Submitter(self._submitted_map, SUBMIT_QUEUE)
+
+    def _inline_map(self, batches: Iterator[Batch]) -> Iterator[dict[str, np.ndarray]]:
+        return self._iterate(batches, copy_outputs, issuing=False)
 
     def _submitted_map(self, feed: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """The map of submitted batches: stage threads where the engine runs them, so that

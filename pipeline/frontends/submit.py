@@ -14,7 +14,22 @@ names that batch, and a batch submitted once the failure happened starts
 a new map (one bad batch does not fail a server's later, unrelated ones).
 The engine's stage threads run the map (its caller's thread, issuing ahead,
 would hold a result until the next batch came); the CPU backend's direct
-path gives each result before taking the next batch anyway.  ``drain()`` waits
+path gives each result before taking the next batch anyway.
+
+NOTE [ submitted batches run inline ]: on the direct path (the CPU backend,
+NOTE [ direct path ]) those two hand-offs between threads a batch - the
+batch to the map's thread, its result back - cost two to three times what a
+cheap model's batch costs (docs/results.md).  So there a submit runs its
+batch itself, in the submitting thread, through a map of submitted batches
+that it drives one ``next()`` at a time (:class:`InlineSubmitter`), and
+returns its future done: the map's checks, steady lane and stats, no thread.
+Concurrent submitters take turns under one lock (submission order is the
+order they take it; ``timeout`` bounds the wait for it), each running while
+the others, ORT having left the GIL, go on with their own work.  What is lost
+is the overlap of one submitter's own work with its batch's run, which only
+pays where runs are long: once a window of batches shows runs longer than
+:data:`INLINE_MAX_S`, the inline map ends (between batches: nothing is in
+flight) and the next submit starts the threaded one.  ``drain()`` waits
 for every batch submitted and ends the map (the pipeline is then free for
 ``map()``/``run()``); ``close()`` stops it, failing what was not run with
 :class:`PipelineClosedError`.  The batch is the pipeline's until its future
@@ -24,7 +39,9 @@ is done: the CPU backend may run it where it lies (NOTE [ borrowed inputs ]).
 from __future__ import annotations
 
 import collections
+import statistics
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -40,6 +57,12 @@ SUBMIT_QUEUE = 8
 
 #: how long a submit that found the map's feed closed waits for the map's thread to end
 _ENDING_S = 10.0
+
+#: NOTE [ submitted batches run inline ]: runs this long (median of a window) are worth a
+#: thread's overlap: its two hand-offs a batch cost well under a tenth of them
+INLINE_MAX_S = 1e-3
+#: batches inline before the runs' lengths are judged
+INLINE_WINDOW = 8
 
 
 class Submitter:
@@ -132,3 +155,99 @@ def _after(index: int, error: BaseException) -> PipelineError:
         return PipelineClosedError(f"not run: {error}")
     failed = error.batch_index if isinstance(error, PipelineStageError) else index
     return PipelineError(f"not run: batch {failed}, submitted before this one, failed: {error}")
+
+
+class _OneAtATime:
+    """The source of an inline map: the batch the submit that drives it just handed in."""
+
+    def __init__(self) -> None:
+        self.batch: Any = None
+
+    def __iter__(self) -> _OneAtATime:
+        return self
+
+    def __next__(self) -> Any:
+        batch, self.batch = self.batch, None
+        if batch is None:  # asked for more than was handed in: only the close of the map does
+            raise StopIteration
+        return batch
+
+
+class InlineSubmitter:
+    """One map of submitted batches driven by the submitting threads themselves, one batch
+    a submit (NOTE [ submitted batches run inline ]); :class:`Submitter`'s interface."""
+
+    def __init__(self, start_map: Callable[[Iterator[Any]], Iterator[dict[str, np.ndarray]]]) -> None:
+        self._source = _OneAtATime()
+        self._results = start_map(self._source)
+        self._lock = threading.Lock()
+        self._ended: BaseException | None = None
+        self._seconds: list[float] = []
+        #: the runs were long enough that the threaded map's overlap pays: the next map is that one
+        self.threads_pay = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended is not None
+
+    def submit(self, batch: Any, timeout: float | None) -> Future[dict[str, np.ndarray]]:
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s")
+        try:
+            if self._ended is not None:
+                raise PipelineError(f"this map of submitted batches has ended: {self._ended}")
+            return self._run(batch)
+        finally:
+            self._lock.release()
+
+    def _run(self, batch: Any) -> Future[dict[str, np.ndarray]]:
+        """The batch run by the map, holding the lock: its future, done."""
+        future: Future[dict[str, np.ndarray]] = Future()
+        self._source.batch = batch
+        judging = len(self._seconds) < INLINE_WINDOW
+        started = time.perf_counter() if judging else 0.0
+        try:
+            outputs = next(self._results)
+        except StopIteration:  # the map was closed from outside (the pipeline's close)
+            self._ended = PipelineClosedError("the pipeline was closed before this batch ran")
+            future.set_exception(self._ended)
+            return future
+        except BaseException as exc:  # noqa: BLE001 - the batch's failure is its future's
+            self._ended = exc
+            future.set_exception(exc)
+            return future
+        if judging:
+            self._judge(time.perf_counter() - started)
+        future.set_result(outputs)
+        return future
+
+    def _judge(self, seconds: float) -> None:
+        """After a window of batches: where their runs were long, end for the threaded map."""
+        self._seconds.append(seconds)
+        if len(self._seconds) == INLINE_WINDOW and statistics.median(self._seconds) > INLINE_MAX_S:
+            self.threads_pay = True
+            self._finish(PipelineError("its runs were long enough for a thread of its own to pay"))
+
+    def _finish(self, why: BaseException) -> None:
+        """The map closed (its run's end: stats recorded, nothing left open), saying why."""
+        self._ended = self._ended or why
+        close = getattr(self._results, "close", None)
+        if close is not None:
+            close()
+
+    def drain(self, timeout: float | None) -> None:
+        """Every batch submitted has run already: the map ends."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"drain: batches still running after {timeout} s")
+        try:
+            self._finish(PipelineError("the map of submitted batches was drained"))
+        finally:
+            self._lock.release()
+
+    def join(self, timeout: float = 5.0) -> None:
+        """After the pipeline stopped the map (close): ended once the batch running (if any) is."""
+        if self._lock.acquire(timeout=timeout):
+            try:
+                self._finish(PipelineClosedError("the pipeline was closed"))
+            finally:
+                self._lock.release()
