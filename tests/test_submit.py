@@ -206,3 +206,49 @@ def test_a_submit_racing_close_is_told_the_pipeline_is_closed():
     thread.join(10)
     assert len(raised) == 1 and isinstance(raised[0], PipelineClosedError), raised
     assert wait_no_threads() == []
+
+
+def _threads_named(prefix: str) -> list[str]:
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith(prefix)]
+
+
+def test_on_the_cpu_backend_a_submit_runs_its_batch_itself_and_returns_it_done():
+    """NOTE [ submitted batches run inline ]: no map thread, no hand-off; stats kept."""
+    with Pipeline(models.identity(features=FEATURES), device="cpu") as pipe:
+        futures = [pipe.submit(_batch(tag)) for tag in range(20)]
+        assert all(future.done() for future in futures) and _threads_named("ortpipe") == []
+        for tag, future in enumerate(futures):
+            np.testing.assert_array_equal(future.result()["y"], _batch(tag))
+        assert pipe.stats.batches == 20
+        bad = pipe.submit(np.zeros((4, FEATURES + 1), np.float32))  # its failure is its future's
+        assert isinstance(bad.exception(), PipelineInputError)
+        np.testing.assert_array_equal(pipe.submit(_batch(7)).result()["y"], _batch(7))  # a new map
+        with pytest.raises(PipelineError, match="drain\\(\\) them first"):
+            list(pipe.map([_batch(1)]))
+        pipe.drain()
+        assert len(list(pipe.map([_batch(1)]))) == 1
+    assert wait_no_threads() == []
+
+
+def test_a_submit_waiting_for_another_threads_batch_times_out():
+    with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
+        big = np.ones((8_000, 256), np.float32)  # a run of a good fraction of a second
+        running = threading.Thread(target=lambda: pipe.submit(big))
+        running.start()
+        time.sleep(0.05)
+        with pytest.raises(TimeoutError, match="stayed full for 0.001 s"):
+            pipe.submit(np.ones((4, 256), np.float32), timeout=0.001)
+        running.join()
+        pipe.drain()
+
+
+def test_long_runs_hand_the_next_submits_to_the_threaded_map():
+    with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
+        batch = np.ones((300, 256), np.float32)  # runs of well over a millisecond
+        first = [pipe.submit(batch) for _ in range(8)]  # judged inline, then the map ends
+        assert all(future.done() for future in first)
+        later = pipe.submit(batch)
+        assert _threads_named("ortpipe-submit")  # the threaded map takes the rest
+        later.result(timeout=30)
+        pipe.drain()
+    assert wait_no_threads() == []
