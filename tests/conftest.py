@@ -168,3 +168,13 @@ def s3_server(tmp_path_factory):
 
     with object_store(tmp_path_factory.mktemp("s3")) as server:
         yield server
+
+
+@pytest.fixture
+def aws(s3_server, request, monkeypatch):
+    """The session's S3 server with the module's ``BUCKET`` made, and the standard AWS
+    environment that reaches it set for the test (no flags of ortpipe's)."""
+    s3_server.bucket_once(request.module.BUCKET)
+    for name, value in s3_server.environment.items():
+        monkeypatch.setenv(name, value)
+    return s3_server

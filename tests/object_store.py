@@ -49,6 +49,13 @@ class ObjectStore:
     def bucket(self, name: str) -> None:
         self.filesystem().create_dir(name)
 
+    def bucket_once(self, name: str) -> None:
+        """The bucket made where it is not there yet."""
+        import pyarrow.fs as pafs
+
+        if self.filesystem().get_file_info(name).type == pafs.FileType.NotFound:
+            self.bucket(name)
+
 
 def _bindable(port: int) -> bool:
     with socket.socket() as one:

@@ -353,12 +353,16 @@ class ParquetParts:
             return
         part, self._part = self._part, None
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
-        durable(Path(part.path))  # on the disk before its name says it is whole
-        os.replace(part.path, self.folder / PART.format(self._number))
-        durable(self.folder)
+        self._commit(part)
         self._number += 1
         self._closed_by_this_run += 1
         self._rows = self._bytes = 0
+
+    def _commit(self, part: ParquetTableFile) -> None:
+        """A closed part given its name: on the disk first, then renamed into place."""
+        durable(Path(part.path))  # on the disk before its name says it is whole
+        os.replace(part.path, self.folder / PART.format(self._number))
+        durable(self.folder)
 
     def close(self) -> None:
         self.finish()

@@ -39,7 +39,6 @@ local one is a file beside it.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,9 +50,9 @@ from ._base import DataDependent, as_list_columns
 from ._handing_on import HandingOn
 from ._parts import (
     DEFAULT_PART_BYTES,
-    EARLY_PART_S,
     PART,
     SUCCESS,
+    ParquetParts,
     ParquetTableFile,
     last_parquet_row,
     parquet_codec,
@@ -79,9 +78,13 @@ def stored_staging(path: StoredPath) -> StoredPath:
     return path.parent / f"{STAGING_PREFIX}{path.name}"
 
 
-class StoredParts:
-    """A data set's parts under a prefix of an object store (NOTE [ stored outputs ]):
-    what :class:`~pipeline.sinks._parts.ParquetParts` is for a local folder."""
+class StoredParts(ParquetParts):
+    """A data set's parts under a prefix of an object store (NOTE [ stored outputs ]): a local
+    folder's :class:`~pipeline.sinks._parts.ParquetParts`, each part written under its own
+    name (it appears when its upload completes, at its close: nothing to rename), the parts
+    listed from the store."""
+
+    folder: StoredPath  # type: ignore[assignment]  # the prefix, as the local class's folder
 
     def __init__(
         self,
@@ -91,13 +94,8 @@ class StoredParts:
         part_bytes: int,
         part_seconds: float | None,
     ) -> None:
-        self.folder = folder
-        self._file = file
-        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
-        self._part: ParquetTableFile | None = None
-        self._number = self._rows = self._bytes = self._closed_by_this_run = 0
-        self._opened_at = 0.0
-        self._earlier: Any = None
+        super().__init__(folder, file, part_rows, part_bytes, part_seconds)  # type: ignore[arg-type]
+        self._stored_file = file
 
     def resume(self) -> int:
         """The rows of the parts an earlier run left, kept; its unfinished upload aborted."""
@@ -143,44 +141,14 @@ class StoredParts:
             extra.unlink(missing_ok=True)
         self._number = parts
 
-    @property
-    def parts(self) -> int:
-        return self._number
+    def _start(self, schema: Any) -> ParquetTableFile:
+        if self._earlier is not None:  # this run's parts must be of the earlier run's columns
+            same_columns(self.folder.url, self._earlier, schema)
+        (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked
+        return self._stored_file(self.folder / PART.format(self._number))
 
-    @property
-    def full(self) -> bool:
-        if self._part is None:
-            return False
-        if (self.part_rows is not None and self._rows >= self.part_rows) or self._bytes >= self.part_bytes:
-            return True
-        if self.part_seconds is None:
-            return False
-        limit = min(self.part_seconds, EARLY_PART_S * 2 ** min(self._closed_by_this_run, 30))
-        return time.monotonic() - self._opened_at >= limit
-
-    def write(self, batch: Any) -> None:
-        if self._part is None:
-            if self._earlier is not None:
-                same_columns(self.folder.url, self._earlier, batch.schema)
-            (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked
-            self._part = self._file(self.folder / PART.format(self._number))
-            self._opened_at = time.monotonic()
-        self._part.write(batch)
-        self._rows += batch.num_rows
-        self._bytes += batch.nbytes
-
-    def finish(self) -> None:
-        """Close the open part: its upload completes, and it appears whole."""
-        if self._part is None:
-            return
-        part, self._part = self._part, None
-        part.close()
-        self._number += 1
-        self._closed_by_this_run += 1
-        self._rows = self._bytes = 0
-
-    def close(self) -> None:
-        self.finish()
+    def _commit(self, part: ParquetTableFile) -> None:
+        """Nothing: the part's upload completed at its close, under its name."""
 
     def mark_complete(self) -> None:
         if self._number:

@@ -29,17 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS, FEATURES = 1200, 64
 
 
-@pytest.fixture(scope="module")
-def store(s3_server):
-    s3_server.bucket("out")
-    return s3_server
-
-
-@pytest.fixture
-def aws(store, monkeypatch):
-    for name, value in store.environment.items():
-        monkeypatch.setenv(name, value)
-    return store
+#: this module's bucket in the session's S3 server (``aws``: tests/conftest.py)
+BUCKET = "out"
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,8 @@ from pipeline.cli import main
 ROWS, FEATURES = 1200, 64
 
 
-@pytest.fixture(scope="module")
-def store(s3_server):
-    s3_server.bucket("tables")
-    return s3_server
-
-
-@pytest.fixture
-def aws(store, monkeypatch):
-    for name, value in store.environment.items():
-        monkeypatch.setenv(name, value)
-    return store
+#: this module's bucket in the session's S3 server (``aws``: tests/conftest.py)
+BUCKET = "tables"
 
 
 @pytest.fixture(scope="module")
