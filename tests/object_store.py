@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 KEY, SECRET = "ortpipe-test-key", "ortpipe-test-secret"
+#: an identity that may read and list, not write: a denied write
+READER_KEY, READER_SECRET = "ortpipe-test-reader", "ortpipe-test-reader-secret"
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ def object_store(folder: Path) -> Iterator[ObjectStore]:
     config = folder / "s3.json"
     identity = {"name": "ortpipe", "credentials": [{"accessKey": KEY, "secretKey": SECRET}]}
     identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
-    config.write_text(json.dumps({"identities": [identity]}))
+    reader = {"name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}]}
+    reader["actions"] = ["Read", "List"]
+    config.write_text(json.dumps({"identities": [identity, reader]}))
     master, volume, filer, s3 = _free_ports(4)
     command = [
         weed, "server", "-ip=127.0.0.1", f"-dir={folder / 'data'}", "-filer", "-s3",

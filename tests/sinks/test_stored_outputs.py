@@ -24,6 +24,8 @@ from pipeline.sinks import SinkError
 from pipeline.util.conditions import conditions_of
 from pipeline.util.storage import StoredPath
 
+from ..object_store import READER_KEY, READER_SECRET
+
 ROOT = Path(__file__).resolve().parents[2]
 
 ROWS, FEATURES = 1200, 64
@@ -106,6 +108,10 @@ def test_an_earlier_output_is_refused_resumed_or_replaced_whole(aws, table, tmp_
 def test_missing_bucket_bad_credentials_and_other_formats_said_in_a_line(aws, table, monkeypatch, capsys):
     assert "the bucket 'nothere' does not exist" in _refused(capsys, table, "s3://nothere/set/")
     assert "outputs in object storage are Parquet" in _refused(capsys, table, "s3://out/x.csv")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", READER_KEY)  # may read and list, not write
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", READER_SECRET)
+    said = _refused(capsys, table, "s3://out/denied/")
+    assert "'s3://out" in said and "access was denied" in said
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     said = _refused(capsys, table, "s3://out/creds/")
     assert "'s3://out/creds/" in said or "'s3://out" in said
