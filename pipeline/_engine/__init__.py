@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
 from .device_filled import DeviceFill, DeviceTarget
-from .direct import RECORD_EVERY, DirectRun, joined_rows, not_per_row
+from .direct import DirectRun, joined_rows, not_per_row
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
 from .issuing import SKIP, HandOverAdvisor, threads_slower
 from .layout import (
@@ -70,7 +70,6 @@ __all__ = [
     "DeviceFill",
     "DeviceTarget",
     "DirectRun",
-    "RECORD_EVERY",
     "EngineParts",
     "EngineRun",
     "Fill",

@@ -67,8 +67,8 @@ class TimingSink(Protocol):
     def add_many(self, timings: list[BatchTiming]) -> None: ...
 
 
-#: batches whose timings are handed to the stats at once, by default
-RECORD_EVERY = 16
+#: batches whose timings are handed to the stats at once
+_RECORD_EVERY = 16
 
 
 class DirectRun(Generic[T]):
@@ -87,12 +87,8 @@ class DirectRun(Generic[T]):
         first_index: int = 0,
         advisor: HandOverAdvisor | None = None,
         user_source: object = None,
-        record_every: int = RECORD_EVERY,
     ) -> None:
-        """``record_every``: batches whose timings are handed to the stats at once (1: each as
-        it ends, for a run whose batches come one at a time and whose stats are read between)."""
         self._session = session
-        self._record_every = record_every
         self._checker = checker
         self._layout = layout
         #: the most rows a batch run so far had (a failure of a shorter one says what to try)
@@ -200,7 +196,6 @@ class DirectRun(Generic[T]):
         names, options, run, raw = self._names, self._options, self._run, self._raw
         constants, as_is, planned = self._session.constants, self._as_is, self._steady_outputs
         rows, single = self._steady_rows, steady[0] if len(steady) == 1 else None
-        record_every = self._record_every
         left = advisor.rest_left if advisor is not None else -1  # batches until it measures again
         clock = time.perf_counter
         try:
@@ -239,7 +234,7 @@ class DirectRun(Generic[T]):
                 outputs = dict(zip(names, values, strict=False))  # ORT: a value a name asked for
                 result = cast(T, outputs) if as_is else self._given(index, rows, outputs)
                 raw.append((index, rows, t_ask, t_submit, t_submit, t_ran, clock()))
-                if len(raw) >= record_every:
+                if len(raw) >= _RECORD_EVERY:
                     self._record()
                 self._index = index + 1
                 yield result
@@ -275,7 +270,7 @@ class DirectRun(Generic[T]):
         result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
         t_done = time.perf_counter()
         self._raw.append((index, rows, t_ask, t_submit, t_run, t_ran, t_done))
-        if len(self._raw) >= self._record_every:
+        if len(self._raw) >= _RECORD_EVERY:
             self._record()
         return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
 
@@ -392,7 +387,7 @@ class DirectRun(Generic[T]):
                     raise not_per_row(name, index, [rows, "..."], value)
                 parts.append(value)
             raw.append((index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter()))
-            if len(raw) >= self._record_every:
+            if len(raw) >= _RECORD_EVERY:
                 self._record()
         self._record()
         return joined_rows(dict(zip(names, kept, strict=True)))

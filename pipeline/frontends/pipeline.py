@@ -30,7 +30,6 @@ import numpy as np
 
 from .._engine import (
     DEFAULT_BATCH_SIZE,
-    RECORD_EVERY,
     SKIP,
     BatchTrace,
     DeviceFill,
@@ -276,7 +275,7 @@ class Pipeline(OneRunAtATime):
         return Submitter(self._submitted_map, SUBMIT_QUEUE)
 
     def _inline_map(self, batches: Iterator[Batch]) -> Iterator[dict[str, np.ndarray]]:
-        return self._iterate(batches, copy_outputs, issuing=False, live_stats=True)
+        return self._iterate(batches, copy_outputs, issuing=False)
 
     def _submitted_map(self, feed: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
         """The map of submitted batches: stage threads where the engine runs them, so that
@@ -502,10 +501,7 @@ class Pipeline(OneRunAtATime):
         batch_size: int | None = None,
         in_place: InPlace | None = None,
         issuing: bool | Literal["auto"] | None = None,
-        live_stats: bool = False,
     ) -> Generator[Any, None, None]:
-        """``live_stats``: the direct path hands each batch's timing to the stats as it ends
-        (a map of submitted batches, whose stats are read between its batches)."""
         try:
             first = next(iterator)
         except StopIteration:
@@ -531,7 +527,7 @@ class Pipeline(OneRunAtATime):
         index, caller_s, handed = 0, None, False
         while True:
             if direct:
-                straight = self._start_direct(layout, source, index, make_take, stats, advisor, iterator, live_stats)
+                straight = self._start_direct(layout, source, index, make_take, stats, advisor, iterator)
                 yield from self._results_of(straight)
                 if straight.handed_over_at is None:
                     return
@@ -687,13 +683,10 @@ class Pipeline(OneRunAtATime):
         stats: Stats,
         advisor: HandOverAdvisor | None,
         user_source: object,
-        live_stats: bool = False,
     ) -> DirectRun[Any]:
         with self._lock:
             self._starting(stats)
-            run = self._active = self._direct_run(
-                layout, source, first_index, make_take, stats, advisor, user_source, 1 if live_stats else RECORD_EVERY
-            )
+            run = self._active = self._direct_run(layout, source, first_index, make_take, stats, advisor, user_source)
         return run
 
     def _direct_run(
@@ -705,7 +698,6 @@ class Pipeline(OneRunAtATime):
         stats: Stats,
         advisor: HandOverAdvisor | None,
         user_source: object = None,
-        record_every: int = RECORD_EVERY,
     ) -> DirectRun[Any]:
         return DirectRun(
             session=self.session,
@@ -718,7 +710,6 @@ class Pipeline(OneRunAtATime):
             first_index=first_index,
             advisor=advisor,
             user_source=user_source,
-            record_every=record_every,
         )
 
     def _rings_for(self, layout: Layout) -> Rings:

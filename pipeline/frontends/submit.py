@@ -22,7 +22,8 @@ batch to the map's thread, its result back - cost two to three times what a
 cheap model's batch costs (docs/results.md).  So there a submit runs its
 batch itself, in the submitting thread, through a map of submitted batches
 that it drives one ``next()`` at a time (:class:`InlineSubmitter`), and
-returns its future done: the map's checks, steady lane and stats, no thread.
+returns its future done: the map's checks, steady lane and stats (handed to
+``pipe.stats`` 16 batches at a time, as a map's, the rest by ``drain()``), no thread.
 Concurrent submitters take turns under one lock (submission order is the
 order they take it; ``timeout`` bounds the wait for it), each running while
 the others, ORT having left the GIL, go on with their own work.  What is lost
