@@ -15,7 +15,6 @@ closes the streams if a pipeline is dropped unclosed.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import statistics
@@ -249,9 +248,10 @@ class Pipeline(OneRunAtATime):
         self._check_open()
         running = self._submitter
         if type(running) is InlineSubmitter and not running.ended:  # the common case, without the lock
-            with contextlib.suppress(PipelineError):  # ended as this batch came: a new map, below
+            try:
                 return running.submit(batch, timeout)
-            self._check_open()
+            except PipelineError:  # ended as this batch came: a new map, below
+                self._check_open()
         for _ in range(2):  # a map that ended as this call came: once more, on a new one
             with self._submit_lock:
                 if self._submitter is None or self._submitter.ended:
