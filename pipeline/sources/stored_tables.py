@@ -97,10 +97,32 @@ class StoredTableSource(ColumnarSource):
         return self._dataset.schema
 
     def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
-        """Record batches of ``wanted`` from row ``skip`` on, streamed (the rows before read through)."""
-        row = 0
-        for record in self._dataset.to_batches(columns=wanted, batch_size=_READ_ROWS):
+        """Record batches of ``wanted`` from row ``skip`` on, streamed and read ahead by pyarrow's
+        threads; a Parquet data set's row groups before the one holding row ``skip`` left
+        unread (their footers say how many rows they hold), the rows before read through else."""
+        dataset, row = self._from_row(skip)
+        for record in dataset.to_batches(columns=wanted, batch_size=_READ_ROWS):
             first, row = row, row + record.num_rows
             if row <= skip:
                 continue
             yield record.slice(skip - first) if first < skip else record
+
+    def _from_row(self, skip: int) -> tuple[Any, int]:
+        """The dataset from the Parquet row group that holds row ``skip`` on, and the rows before
+        it (a window of a shard, a resumed run: the groups before are never fetched); the whole
+        dataset and 0 where it is not Parquet or ``skip`` is 0."""
+        import pyarrow.dataset as ds
+
+        dataset = self._dataset
+        if not skip or not isinstance(dataset.format, ds.ParquetFileFormat):
+            return dataset, 0
+        fragments, row = list(dataset.get_fragments()), 0
+        for number, fragment in enumerate(fragments):
+            fragment.ensure_complete_metadata()
+            groups = fragment.row_groups
+            for index, group in enumerate(groups):
+                if row + group.num_rows > skip:
+                    rest = [fragment.subset(row_group_ids=list(range(index, len(groups)))), *fragments[number + 1 :]]
+                    return ds.FileSystemDataset(rest, dataset.schema, dataset.format, dataset.filesystem), row
+                row += group.num_rows
+        return ds.FileSystemDataset([], dataset.schema, dataset.format, dataset.filesystem), row

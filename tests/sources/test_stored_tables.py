@@ -181,3 +181,22 @@ def test_a_prefix_of_videos_runs_as_a_local_folder_of_them(aws, tmp_path):
     assert got["path"].to_pylist() == [f"s3://tables/clips/{Path(p).relative_to(local).as_posix()}"
                                        for p in want["path"].to_pylist()]  # fmt: skip
     assert got.drop_columns(["path"]).equals(want.drop_columns(["path"]))  # every frame, its index, time, scores
+
+
+def test_a_window_of_a_stored_parquet_table_leaves_the_row_groups_before_it_unread(aws, table, tmp_path):
+    from pipeline import Pipeline, models
+    from pipeline.sources.stored_tables import StoredTableSource
+
+    fs = aws.filesystem()
+    pq.write_table(table.slice(0, 600), "tables/groups/a.parquet", filesystem=fs, row_group_size=250)
+    pq.write_table(table.slice(600), "tables/groups/b.parquet", filesystem=fs, row_group_size=250)
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        source = StoredTableSource("s3://tables/groups/", 100, pipe.source_inputs, id_column="id")
+    assert source._from_row(700)[1] == 600  # a's 600 rows unread: b's first group (600-849) holds row 700
+    assert source._from_row(450)[1] == 250  # a's first group unread: its second (250-499) holds row 450
+    assert source._from_row(0)[1] == 0
+    local = tmp_path / "x.parquet"
+    pq.write_table(table, local)
+    assert _run(local, tmp_path / "local.parquet", "--rows", "700:1100") == 0
+    assert _run("s3://tables/groups/", tmp_path / "window.parquet", "--rows", "700:1100") == 0
+    assert pq.read_table(tmp_path / "window.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
