@@ -84,10 +84,8 @@ def test_a_full_pipeline_blocks_the_submitter_or_times_out():
         with pytest.raises(TimeoutError, match="stayed full for 0.05 s"):
             for _ in range(40):
                 futures.append(pipe.submit(batch, timeout=0.05))
-        assert 8 <= len(futures) < 40  # the feed's 8, and what the stages held
-        started = time.monotonic()
-        futures.append(pipe.submit(batch))  # blocks until there is room, then is taken
-        assert time.monotonic() - started > 0.02
+        assert 8 <= len(futures) < 40  # the feed's 8, and what the stages held: a full one blocked
+        futures.append(pipe.submit(batch))  # no timeout: waits until there is room, then is taken
         pipe.drain(timeout=30)
         assert all(future.done() and future.exception() is None for future in futures)
     assert wait_no_threads() == []
