@@ -93,8 +93,12 @@ def _stage_percentiles_ms(sample: list[BatchTiming]) -> dict[str, dict[str, floa
     return out
 
 
-#: timings kept whole (for traces and timelines) and latencies sampled for percentiles
+#: timings kept whole (for traces and timelines)
 KEEP = 20_000
+#: latencies sampled for percentiles: every batch's up to this many, then a uniform sample
+#: (a p99 from 4,096 values has about 41 above it; a larger sample costs a long run of tiny
+#: batches the sample's replacements, a microsecond a batch of a 10 us one: docs/results.md)
+SAMPLE = 4096
 _FOLD_EVERY = 1024
 
 
@@ -265,16 +269,16 @@ class Stats:
 
     The figures cover every batch, in constant memory: batches are folded into
     running sums, and latency percentiles come from all latencies up to
-    ``keep`` batches, then from a uniform sample of ``keep`` of them.
+    ``sample`` batches (at most ``keep``), then from a uniform sample of that many.
     :attr:`timings` keeps the first ``keep`` batches whole, for traces.
     """
 
-    def __init__(self, timings: Iterable[BatchTiming] = (), keep: int = KEEP) -> None:
+    def __init__(self, timings: Iterable[BatchTiming] = (), keep: int = KEEP, sample: int = SAMPLE) -> None:
         self._lock = threading.Lock()
         self._keep = keep
         self._kept: list[BatchTiming] = []
         self._pending: list[BatchTiming] = []  # added, not yet folded into the totals
-        self._totals = _Totals(keep)
+        self._totals = _Totals(min(keep, sample))
         self._origin: Any | None = None
         #: perf_counter time of device time 0 (the first h2d start): exact on the
         #: host device, the first h2d's enqueue time on CUDA (clocks differ)

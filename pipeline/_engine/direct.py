@@ -101,9 +101,8 @@ class DirectRun(Generic[T]):
         self._as_is = isinstance(make_take, CopiedOutputs) and make_take.then is None
         self._take = make_take(self._copier)
         self._stats = stats
-        #: batches run and not yet handed to the stats: index, rows and the clock at each
-        #: step (asked, submitted, run, ran, done), made into BatchTimings a few at a time
-        self._raw: list[tuple[int, int, float, float, float, float, float]] = []
+        #: the timings of the batches run and not yet handed to the stats (a few at a time)
+        self._raw: list[BatchTiming] = []
         self._index = first_index
         self._advisor = advisor
         #: set when "auto" issuing chose the stage threads: the index of the first batch not taken
@@ -196,6 +195,7 @@ class DirectRun(Generic[T]):
         names, options, run, raw = self._names, self._options, self._run, self._raw
         constants, as_is, planned = self._session.constants, self._as_is, self._steady_outputs
         rows, single = self._steady_rows, steady[0] if len(steady) == 1 else None
+        origin = self._origin
         left = advisor.rest_left if advisor is not None else -1  # batches until it measures again
         clock = time.perf_counter
         try:
@@ -233,7 +233,10 @@ class DirectRun(Generic[T]):
                         break
                 outputs = dict(zip(names, values, strict=False))  # ORT: a value a name asked for
                 result = cast(T, outputs) if as_is else self._given(index, rows, outputs)
-                raw.append((index, rows, t_ask, t_submit, t_submit, t_ran, clock()))
+                t_done = clock()  # the timing made here, not by a call: a microsecond of a tiny batch's
+                raw.append(_new_timing(BatchTiming, (index, rows, 0, 0, t_submit, t_done, 0.0, 0.0, t_submit,
+                    t_submit - t_ask, 0.0, t_ran - t_submit, 0.0, t_done - t_ran, t_submit - origin,
+                    t_submit - origin, t_ran - origin)))  # fmt: skip
                 if len(raw) >= _RECORD_EVERY:
                     self._record()
                 self._index = index + 1
@@ -269,7 +272,7 @@ class DirectRun(Generic[T]):
             self._hold_steady(batch, feeds, rows)
         result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
         t_done = time.perf_counter()
-        self._raw.append((index, rows, t_ask, t_submit, t_run, t_ran, t_done))
+        self._raw.append(_timing(index, rows, t_ask, t_submit, t_run, t_ran, t_done, self._origin))
         if len(self._raw) >= _RECORD_EVERY:
             self._record()
         return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
@@ -386,7 +389,7 @@ class DirectRun(Generic[T]):
                 if value.ndim == 0 or value.shape[0] != rows:
                     raise not_per_row(name, index, [rows, "..."], value)
                 parts.append(value)
-            raw.append((index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter()))
+            raw.append(_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
             if len(raw) >= _RECORD_EVERY:
                 self._record()
         self._record()
@@ -404,7 +407,7 @@ class DirectRun(Generic[T]):
     def _record(self) -> None:
         """The batches' timings so far handed to the stats, several under one lock."""
         if self._raw:  # emptied in place: the loops hold it by a name of their own
-            self._stats.add_many([_timing(*times, self._origin) for times in self._raw])
+            self._stats.add_many(self._raw)  # its lists take the timings, not this list
             self._raw.clear()
 
     def _padded(self, feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
