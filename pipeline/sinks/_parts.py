@@ -271,7 +271,7 @@ class ParquetParts:
     def resume(self) -> int:
         """The rows of the whole parts an earlier run left, to be kept (the part it was
         writing when it was killed is left hidden, and written anew)."""
-        parts = whole_parts(self.folder)
+        parts = self._listed()
         numbers = [int(_PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
         if numbers != list(range(len(parts))):
             raise SinkError(
@@ -282,8 +282,9 @@ class ParquetParts:
 
         rows = 0
         for part in parts:
+            path, filesystem = self._located(part)
             try:
-                metadata = pq.read_metadata(part)
+                metadata = pq.read_metadata(path, filesystem=filesystem)
             except Exception as exc:
                 raise SinkError(f"cannot resume {str(self.folder)!r}: {str(part)!r} is not readable ({exc})") from exc
             rows += metadata.num_rows
@@ -292,25 +293,34 @@ class ParquetParts:
         self._number = len(parts)
         return rows
 
+    def _listed(self) -> list[Any]:
+        """The whole parts in the folder, in order."""
+        return whole_parts(self.folder)
+
+    def _located(self, part: Any) -> tuple[Any, Any]:
+        """Where pyarrow reads a part: its path, and its filesystem (None: the local one)."""
+        return part, None
+
     def last_row(self) -> dict[str, Any] | None:
         """The last row of the earlier run's last whole part (None when there is none)."""
-        parts = whole_parts(self.folder) if self._earlier is not None else []
-        return last_parquet_row(parts[-1]) if parts else None
+        parts = self._listed() if self._earlier is not None else []
+        return last_parquet_row(*self._located(parts[-1])) if parts else None
 
     def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Those of the columns ``names`` the earlier run's whole parts have, whole, in order."""
-        return parquet_columns(whole_parts(self.folder) if self._earlier is not None else [], names)
+        located = [self._located(part) for part in (self._listed() if self._earlier is not None else [])]
+        return parquet_columns([path for path, _ in located], names, located[0][1] if located else None)
 
     def keep_parts(self, parts: int) -> None:
         """Go on after the first ``parts`` whole parts (a side output's, as many as its main
         table kept): any after them, from a run killed while it closed its parts, are removed."""
-        whole = whole_parts(self.folder)
+        whole = self._listed()
         if len(whole) < parts:
             raise SinkError(
                 f"cannot resume {str(self.folder)!r}: it holds {len(whole)} part file(s), its main table {parts}"
             )
         for extra in whole[parts:]:
-            extra.unlink()
+            extra.unlink(missing_ok=True)
         self._number = parts
 
     @property

@@ -54,9 +54,7 @@ from ._parts import (
     SUCCESS,
     ParquetParts,
     ParquetTableFile,
-    last_parquet_row,
     parquet_codec,
-    parquet_columns,
     same_columns,
 )
 from ._table import Storage, TableSink
@@ -99,47 +97,16 @@ class StoredParts(ParquetParts):
 
     def resume(self) -> int:
         """The rows of the parts an earlier run left, kept; its unfinished upload aborted."""
-        import pyarrow.parquet as pq
-
         conditions = conditions_of(self.folder)
         if conditions is not None:
             conditions.abort_uploads(self.folder.key + "/")
-        parts = whole_stored_parts(self.folder)
-        numbers = [int(_PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
-        if numbers != list(range(len(parts))):
-            raise SinkError(
-                f"cannot resume {self.folder.url!r}: its parts are not numbered 0, 1, 2, ... as ortpipe writes them: "
-                f"{[p.name for p in parts]}"
-            )
-        rows = 0
-        for part in parts:
-            try:
-                metadata = pq.read_metadata(part.path, filesystem=part.fs)
-            except Exception as exc:
-                raise SinkError(f"cannot resume {self.folder.url!r}: {part.url!r} is not readable ({exc})") from exc
-            rows += metadata.num_rows
-            if self._earlier is None:
-                self._earlier = metadata.schema.to_arrow_schema()
-        self._number = len(parts)
-        return rows
+        return super().resume()
 
-    def last_row(self) -> dict[str, Any] | None:
-        parts = whole_stored_parts(self.folder) if self._earlier is not None else []
-        return last_parquet_row(parts[-1].path, parts[-1].fs) if parts else None
+    def _listed(self) -> list[Any]:
+        return whole_stored_parts(self.folder)
 
-    def columns(self, names: Sequence[str]) -> dict[str, Any]:
-        parts = whole_stored_parts(self.folder) if self._earlier is not None else []
-        return parquet_columns([p.path for p in parts], names, self.folder.fs)
-
-    def keep_parts(self, parts: int) -> None:
-        whole = whole_stored_parts(self.folder)
-        if len(whole) < parts:
-            raise SinkError(
-                f"cannot resume {self.folder.url!r}: it holds {len(whole)} part file(s), its main table {parts}"
-            )
-        for extra in whole[parts:]:
-            extra.unlink(missing_ok=True)
-        self._number = parts
+    def _located(self, part: Any) -> tuple[Any, Any]:
+        return part.path, part.fs
 
     def _start(self, schema: Any) -> ParquetTableFile:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
