@@ -10,13 +10,12 @@ from typing import Any
 
 from ..sinks import JobRecord, RecordingSink, SinkError, refuse_other_job
 from ..sinks.stored import (
-    StoredParquetSink,
     StoredReplacingSink,
     finish_stored_replacing,
+    refuse_file_resume,
     refuse_used_prefix,
     stored_replacement_under_way,
     stored_staging,
-    whole_stored_parts,
 )
 from ..sources import PARQUET_SUFFIXES
 from ..util.storage import StoredPath
@@ -45,7 +44,7 @@ def check_stored_output(url: str, resume: bool, overwrite: bool) -> None:
         target.check_bucket()
         if kind == "parquet":
             if resume:
-                StoredParquetSink.refuse_resume(target)
+                refuse_file_resume(target)
             if not overwrite and target.is_file():
                 raise SinkError(f"{url!r} holds an earlier run's rows: --overwrite replaces them")
         elif not resume and not overwrite:
@@ -83,9 +82,3 @@ def open_stored_sink(
     if record is not None:
         sink = RecordingSink(sink, at, record)
     return StoredReplacingSink(sink, target) if staged else sink
-
-
-def stored_outputs_exist(url: str) -> bool:
-    """Whether ``url`` holds an earlier run's rows (a data set's parts, or the object)."""
-    target = StoredPath.of(url)
-    return bool(whole_stored_parts(target)) if stored_sink_kind(url) == "parquet data set" else target.is_file()

@@ -136,7 +136,7 @@ class JournalStorage(PartsStorage):
             remove_journal(journal.folder)
 
 
-class _ParquetTables(TableSink):
+class ParquetTables(TableSink):
     """What a Parquet file and a data set share: row groups of about ``row_group_rows``
     compressed with ``compression``, a list column for an output of several values a row."""
 
@@ -149,7 +149,7 @@ class _ParquetTables(TableSink):
         return lambda path: ParquetTableFile(path, self.row_group_rows, self.compression)
 
 
-class ParquetDatasetSink(_ParquetTables):
+class ParquetDatasetSink(ParquetTables):
     """The table of :class:`ParquetSink` as a folder of Parquet files, a data set
     (``part-00000.parquet``, ``part-00001.parquet``, ...), each part closed once it
     holds ``part_rows`` rows or about ``part_bytes`` bytes (or was opened
@@ -184,7 +184,7 @@ class ParquetDatasetSink(_ParquetTables):
         super().__init__(path, parts, as_list_columns, data_dependent, resume)
 
 
-class ParquetSink(_ParquetTables):
+class ParquetSink(ParquetTables):
     """Metadata columns, then one column per output (a list column when a row holds
     several values), in row groups of about ``row_group_rows``, compressed with
     ``compression`` (one of :data:`PARQUET_CODECS`; pyarrow's default, snappy), in

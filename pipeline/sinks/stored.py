@@ -39,7 +39,7 @@ local one is a file beside it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,9 @@ from ._parts import (
     SUCCESS,
     ParquetParts,
     ParquetTableFile,
-    parquet_codec,
     same_columns,
 )
-from ._table import Storage, TableSink
+from .parquet import ParquetTables, PartsStorage
 
 _PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 #: in a staging prefix: its data set is whole and being copied over the earlier one
@@ -131,6 +130,9 @@ class StoredFile:
         self._file = file
         self._table: ParquetTableFile | None = None
 
+    #: one object: closed once, at the end (a data set's parts close as they fill)
+    full = False
+
     def resume(self) -> int:
         refuse_file_resume(self.target)
         return 0
@@ -151,10 +153,11 @@ class StoredFile:
         self.aside.unlink(missing_ok=True)
 
 
-class StoredStorage(Storage):
-    """The tables of a sink in an object store: a data set's parts or one object each
-    (NOTE [ stored outputs ]).  The sink names its tables by local-looking paths of
-    their ``bucket/key``; ``root`` gives them their store."""
+class StoredStorage(PartsStorage):
+    """The tables of a sink in an object store (NOTE [ stored outputs ]): a data set's parts
+    as a local folder's (:class:`~pipeline.sinks.parquet.PartsStorage`: when parts close,
+    what a resume keeps, ``_SUCCESS``), or one object each.  The sink names its tables by
+    local-looking paths of their ``bucket/key``; ``root`` gives them their store."""
 
     def __init__(
         self,
@@ -166,10 +169,9 @@ class StoredStorage(Storage):
         part_seconds: float | None = None,
         fresh: bool = True,
     ) -> None:
-        super().__init__(lambda path: open_table(self.stored(path)), ".parquet")
+        super().__init__(lambda path: open_table(self.stored(path)), part_rows, part_bytes, part_seconds, fresh)
         self.open_stored = open_table
-        self.root, self.data_set, self.fresh = root, data_set, fresh
-        self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
+        self.root, self.data_set = root, data_set
 
     def stored(self, path: Path) -> StoredPath:
         return StoredPath(self.root.fs, str(path), self.root.scheme)
@@ -193,26 +195,6 @@ class StoredStorage(Storage):
 
     def side_written(self, path: Path) -> bool:
         return self.stored(path).exists()
-
-    def written(self, main: Any, sides: Sequence[Any]) -> None:
-        if self.data_set and main.full:  # every output's part closes at the same batch: the sides first
-            for side in sides:
-                side.finish()
-            main.finish()
-
-    def resume_side(self, side: Any, main: Any, path: Path) -> None:
-        if not self.data_set:
-            super().resume_side(side, main, path)
-        side.resume()
-        side.keep_parts(main.parts)
-
-    def restart_side(self, side: Any) -> None:
-        if self.data_set:
-            side.keep_parts(0)
-
-    def complete(self, main: Any, sides: Sequence[Any]) -> None:
-        for table in (*sides, main):
-            table.mark_complete()
 
 
 def refuse_file_resume(target: StoredPath) -> None:
@@ -241,7 +223,7 @@ def refuse_used_prefix(folder: StoredPath) -> None:
         )
 
 
-class StoredParquetSink(TableSink):
+class StoredParquetSink(ParquetTables):
     """Parquet in an object store (NOTE [ stored outputs ]): a data set of parts under
     ``url`` (``data_set``), or one object; the columns as the local Parquet sinks write them."""
 
@@ -258,7 +240,7 @@ class StoredParquetSink(TableSink):
         part_seconds: float | None = None,
     ) -> None:
         root = StoredPath.of(url)
-        self.row_group_rows, self.compression = row_group_rows, parquet_codec(compression)
+        self._parquet_file(row_group_rows, compression)  # the codec checked, the row groups' size
 
         def table(at: StoredPath) -> ParquetTableFile:
             return ParquetTableFile(at.path, self.row_group_rows, self.compression, at.fs)
@@ -267,13 +249,6 @@ class StoredParquetSink(TableSink):
         self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
         super().__init__(Path(root.path), storage, as_list_columns, data_dependent, resume)
         self.url = root.url
-
-    def mark_complete(self) -> None:
-        self._storage.complete(self._main, list(self._sides.values()))
-
-    @staticmethod
-    def refuse_resume(target: StoredPath) -> None:
-        refuse_file_resume(target)
 
 
 class StoredReplacingSink(HandingOn):

@@ -245,3 +245,14 @@ def test_a_lock_left_by_a_run_of_this_machine_that_ended_is_taken_at_once(aws):
     with pytest.raises(SinkError, match=f"process {os.getpid()}"):
         with output_lock("s3://out/y/", SinkError):
             pass
+
+
+def test_a_stored_data_set_of_a_detector_has_the_local_layout_its_per_batch_outputs_beside_it(aws, tmp_path):
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(5).standard_normal((96, 64)).astype(np.float32))
+    argv = ["run", "detect", "--input", str(data), "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--part-rows", "32", "--output", str(tmp_path / "dets")]) == 0
+    assert main([*argv, "--part-rows", "32", "--output", "s3://out/dets/"]) == 0
+    for name in ("", ".hits", ".hit_scores"):  # <output>.<name> beside the main data set, as locally
+        assert _stored_table(aws, f"out/dets{name}").equals(pq.read_table(f"{tmp_path / 'dets'}{name}")), name
+        assert f"out/dets{name}/_SUCCESS" in _objects(aws, f"out/dets{name}")
