@@ -274,7 +274,7 @@ class Pipeline(OneRunAtATime):
             return InlineSubmitter(self._inline_map)
         return Submitter(self._submitted_map, SUBMIT_QUEUE)
 
-    def _inline_map(self, batches: Iterator[Batch]) -> Iterator[dict[str, np.ndarray]]:
+    def _inline_map(self, batches: Iterator[Batch]) -> Generator[dict[str, np.ndarray], None, None]:
         return self._iterate(batches, copy_outputs, issuing=False)
 
     def _submitted_map(self, feed: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:

@@ -43,7 +43,7 @@ import collections
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -178,7 +178,7 @@ class InlineSubmitter:
     """One map of submitted batches driven by the submitting threads themselves, one batch
     a submit (NOTE [ submitted batches run inline ]); :class:`Submitter`'s interface."""
 
-    def __init__(self, start_map: Callable[[Iterator[Any]], Iterator[dict[str, np.ndarray]]]) -> None:
+    def __init__(self, start_map: Callable[[Iterator[Any]], Generator[dict[str, np.ndarray], None, None]]) -> None:
         self._source = _OneAtATime()
         self._results = start_map(self._source)
         self._lock = threading.Lock()
@@ -232,9 +232,7 @@ class InlineSubmitter:
     def _finish(self, why: BaseException) -> None:
         """The map closed (its run's end: stats recorded, nothing left open), saying why."""
         self._ended = self._ended or why
-        close = getattr(self._results, "close", None)
-        if close is not None:
-            close()
+        self._results.close()
 
     def drain(self, timeout: float | None) -> None:
         """Every batch submitted has run already: the map ends."""

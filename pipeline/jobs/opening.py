@@ -129,10 +129,11 @@ def _stored_prefix_kind(url: str) -> str:
         names = [entry.name for entry in prefix.iterdir()]
         if any(PurePosixPath(name).suffix.lower() in DATASET_FORMATS for name in names):
             return "parquet"
-        images = stored_files_below(prefix, IMAGE_SUFFIXES)
-        videos = stored_files_below(prefix, VIDEO_SUFFIXES)
+        pictures = stored_files_below(prefix, (*IMAGE_SUFFIXES, *VIDEO_SUFFIXES))  # one listing for both
     except OSError as exc:
         raise SourceError(str(exc)) from exc
+    suffixes = {PurePosixPath(url).suffix.lower() for url in pictures}
+    images, videos = suffixes & set(IMAGE_SUFFIXES), suffixes & set(VIDEO_SUFFIXES)
     if images and videos:
         raise SourceError(f"{url!r} holds both images and videos: give a prefix of one or the other")
     return "images" if images else "videos" if videos else "parquet"  # nothing: the table's own message
