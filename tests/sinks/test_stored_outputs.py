@@ -256,3 +256,23 @@ def test_a_stored_data_set_of_a_detector_has_the_local_layout_its_per_batch_outp
     for name in ("", ".hits", ".hit_scores"):  # <output>.<name> beside the main data set, as locally
         assert _stored_table(aws, f"out/dets{name}").equals(pq.read_table(f"{tmp_path / 'dets'}{name}")), name
         assert f"out/dets{name}/_SUCCESS" in _objects(aws, f"out/dets{name}")
+
+
+def test_a_large_part_goes_up_as_a_multipart_upload_unseen_until_it_closes(aws):
+    from pipeline.sinks.stored import StoredParquetSink
+
+    conditions = conditions_of(StoredPath.of("s3://out/large/"))
+    client = conditions._client
+    sink = StoredParquetSink("s3://out/large/", data_set=True, row_group_rows=16_384, compression="none")
+    rng = np.random.default_rng(6)
+    for index in range(8):  # 8 x 16,384 rows x 64 float32: 32 MiB, one part
+        rows = rng.random((16_384, 64), np.float32)
+        sink.write(index, len(rows), {"y": rows}, {"row_id": np.arange(index * 16_384, (index + 1) * 16_384)})
+    uploads = client.list_multipart_uploads(Bucket="out", Prefix="large/").get("Uploads", [])
+    assert [upload["Key"] for upload in uploads] == ["large/part-00000.parquet"]  # under way, in pieces
+    assert _objects(aws, "out/large") == []  # and nothing of it visible
+    sink.close()
+    sink.mark_complete()
+    assert not client.list_multipart_uploads(Bucket="out", Prefix="large/").get("Uploads")
+    assert _objects(aws, "out/large") == ["out/large/_SUCCESS", "out/large/part-00000.parquet"]
+    assert _stored_table(aws, "out/large").num_rows == 8 * 16_384
