@@ -14,8 +14,8 @@ turns round after round (A B A B ...), and the ratio of each round is reported
 * ``Pipeline.submit`` (every batch handed in, then every future's result)
   against a loop that keeps every batch's outputs as the futures do, and
   against that loop handing back a done ``Future`` a batch as submit does (the
-  future is the API's own cost), at 32 rows (NOTE [ submitted batches run
-  inline ]: no thread on the CPU backend).
+  future is the API's own cost), at 1 and 32 rows (NOTE [ submitted batches run
+  inline ]: no thread on the CPU backend; NOTE [ futures born done ]).
 * ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
   whole array.  Goal: 0.95x or more.
 """
@@ -103,8 +103,9 @@ def test_map_against_a_session_run_loop(benchmark, model, session, rows):
     _report(benchmark, f"map_{rows}", seconds["loop"], seconds["map"], len(batches))
 
 
-def test_submit_against_a_session_run_loop(benchmark, model, session):
-    batches = _batches(32)
+@pytest.mark.parametrize("rows", [1, 32])
+def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
+    batches = _batches(rows)
 
     def loop() -> None:  # every batch's outputs kept until the end, as the futures keep them
         kept = [session.run(None, {"x": batch}) for batch in batches]
@@ -125,11 +126,11 @@ def test_submit_against_a_session_run_loop(benchmark, model, session):
                 future.result()
 
         loop(), submitted()
-        seconds = _alternated({"loop": loop, "futures": loop_of_futures, "submit": submitted})
+        seconds = _alternated({"loop": loop, "submit": submitted, "futures": loop_of_futures})
         benchmark.pedantic(submitted, rounds=1, iterations=1)
         pipe.drain()
-    _report(benchmark, "submit_32", seconds["loop"], seconds["submit"], len(batches))
-    _report(benchmark, "submit_32_against_futures", seconds["futures"], seconds["submit"], len(batches))
+    _report(benchmark, f"submit_{rows}", seconds["loop"], seconds["submit"], len(batches))
+    _report(benchmark, f"submit_{rows}_against_futures", seconds["futures"], seconds["submit"], len(batches))
 
 
 def test_run_against_one_session_run(benchmark, model, session):

@@ -22,7 +22,8 @@ batch to the map's thread, its result back - cost two to three times what a
 cheap model's batch costs (docs/results.md).  So there a submit runs its
 batch itself, in the submitting thread, through a map of submitted batches
 that it drives one ``next()`` at a time (:class:`InlineSubmitter`), and
-returns its future done: the map's checks, steady lane and stats (handed to
+returns its future done (NOTE [ futures born done ]: a plain Future's making
+cost as much as the batch): the map's checks, steady lane and stats (handed to
 ``pipe.stats`` 16 batches at a time, as a map's, the rest by ``drain()``), no thread.
 Concurrent submitters take turns under one lock (submission order is the
 order they take it; ``timeout`` bounds the wait for it), each running while
@@ -51,6 +52,7 @@ import numpy as np
 
 from .._engine import THREAD_PREFIX
 from ..util.errors import PipelineClosedError, PipelineError, PipelineStageError
+from .done_future import done_future
 from .feed import Feed, FeedClosed
 
 #: batches submitted and waiting for the map to take them, at most
@@ -158,6 +160,12 @@ def _after(index: int, error: BaseException) -> PipelineError:
     return PipelineError(f"not run: batch {failed}, submitted before this one, failed: {error}")
 
 
+def _failed(error: BaseException) -> Future[dict[str, np.ndarray]]:
+    future: Future[dict[str, np.ndarray]] = Future()
+    future.set_exception(error)
+    return future
+
+
 class _OneAtATime:
     """The source of an inline map: the batch the submit that drives it just handed in."""
 
@@ -192,35 +200,31 @@ class InlineSubmitter:
         return self._ended is not None
 
     def submit(self, batch: Any, timeout: float | None) -> Future[dict[str, np.ndarray]]:
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+        """The batch run in this thread, under the lock: its future, done.  (One call a
+        batch, positional arguments: each call and keyword is a tenth of a microsecond
+        of what a cheap model's batch costs.)"""
+        lock = self._lock
+        if not lock.acquire(True, -1 if timeout is None else timeout):
             raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s")
         try:
             if self._ended is not None:
                 raise PipelineError(f"this map of submitted batches has ended: {self._ended}")
-            return self._run(batch)
+            self._source.batch = batch
+            judging = len(self._seconds) < INLINE_WINDOW
+            started = time.perf_counter() if judging else 0.0
+            try:
+                outputs = next(self._results)
+            except StopIteration:  # the map was closed from outside (the pipeline's close)
+                self._ended = PipelineClosedError("the pipeline was closed before this batch ran")
+                return _failed(self._ended)
+            except BaseException as exc:  # noqa: BLE001 - the batch's failure is its future's
+                self._ended = exc
+                return _failed(exc)
+            if judging:
+                self._judge(time.perf_counter() - started)
+            return done_future(outputs)  # NOTE [ futures born done ]
         finally:
-            self._lock.release()
-
-    def _run(self, batch: Any) -> Future[dict[str, np.ndarray]]:
-        """The batch run by the map, holding the lock: its future, done."""
-        future: Future[dict[str, np.ndarray]] = Future()
-        self._source.batch = batch
-        judging = len(self._seconds) < INLINE_WINDOW
-        started = time.perf_counter() if judging else 0.0
-        try:
-            outputs = next(self._results)
-        except StopIteration:  # the map was closed from outside (the pipeline's close)
-            self._ended = PipelineClosedError("the pipeline was closed before this batch ran")
-            future.set_exception(self._ended)
-            return future
-        except BaseException as exc:  # noqa: BLE001 - the batch's failure is its future's
-            self._ended = exc
-            future.set_exception(exc)
-            return future
-        if judging:
-            self._judge(time.perf_counter() - started)
-        future.set_result(outputs)
-        return future
+            lock.release()
 
     def _judge(self, seconds: float) -> None:
         """After a window of batches: where their runs were long, end for the threaded map."""

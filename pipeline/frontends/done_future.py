@@ -1,0 +1,80 @@
+"""A ``concurrent.futures.Future`` born done: what a submit that ran its batch inline
+hands back (NOTE [ submitted batches run inline ]).
+
+NOTE [ futures born done ]: ``Future()`` makes a ``threading.Condition`` (an RLock,
+a deque, bound methods) for waiters a done future never has, and ``set_result``
+takes it and notifies nobody: a few microseconds a future, and more objects for
+the garbage collector to walk while the caller holds its futures - as much as a
+cheap model's whole batch costs on the CPU (docs/results.md).  :func:`done_future`
+makes one with its result in place and no condition, no lists of waiters or
+callbacks: each is made on its first use (``concurrent.futures.wait``,
+``as_completed``, a callback), so every use of a Future works on it as on any
+other.  A done future
+never changes state again (``cancel`` says False, ``set_result`` refuses), so
+two threads that made the condition at once could only disagree on who guards
+a list append that the GIL guards anyway; ``setdefault`` makes them agree.
+
+It sets the attributes ``Future.__init__`` sets, which are CPython's own: where
+a Python's Future has others (checked once, at import), it is a plain Future,
+made done - slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: what ``Future.__init__`` sets, on the Pythons this module was written against (3.10 to 3.14)
+_FUTURE_FIELDS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
+
+
+#: what a done future needs only when it is waited on (``wait``, ``as_completed``) or given a callback
+_MADE_WHEN_USED: dict[str, Callable[[], Any]] = {
+    "_condition": threading.Condition,
+    "_waiters": list,
+    "_done_callbacks": list,
+}
+
+
+class _BornDone(Future[Any]):
+    """A Future made done with its result; its condition made when first used."""
+
+    def __init__(self, result: Any) -> None:  # Future.__init__ skipped: what it makes is what this saves
+        self._state = FINISHED
+        self._result = result
+        self._exception = None
+
+    def __getattr__(self, name: str) -> Any:
+        # called only for attributes not set, each once (it is then in the instance's dict)
+        made = _MADE_WHEN_USED.get(name)
+        if made is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self.__dict__.setdefault(name, made())
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._result  # done: no wait, no lock
+
+
+def _born_done_fits() -> bool:
+    """The Future of this Python sets what :class:`_BornDone` sets (NOTE [ futures born done ])."""
+    try:
+        return set(vars(Future())) == _FUTURE_FIELDS
+    except TypeError:  # no instance dict (slots)
+        return False
+
+
+_FITS = _born_done_fits()
+
+
+def done_future(result: T) -> Future[T]:
+    """A Future already done with ``result`` (NOTE [ futures born done ])."""
+    if _FITS:
+        return _BornDone(result)
+    future: Future[T] = Future()
+    future.set_result(result)
+    return future
