@@ -21,6 +21,7 @@ from ..sources import (
     SourceBatch,
 )
 from ..util.capabilities import (
+    AtUrl,
     Completable,
     ConvertsOnDevice,
     CutFromArrays,
@@ -221,6 +222,8 @@ def _close(sink: Sink, failed: bool) -> None:
 
 def _output_of(sink: Sink) -> str:
     """How a message names the output ``sink`` writes."""
+    if isinstance(sink, AtUrl):
+        return f"the output {sink.url!r}"
     path = sink.path if isinstance(sink, WritesFile) else None
     if path is None and isinstance(sink, WritesFiles):
         path = next(iter(sink.paths.values()), None)

@@ -258,6 +258,7 @@ class StoredReplacingSink(HandingOn):
     def __init__(self, sink: Any, target: StoredPath) -> None:
         super().__init__(sink)
         self.replaces = target
+        self.url = target.url  # what the run writes, in its messages: not the staging prefix
 
     def mark_complete(self) -> None:
         super().mark_complete()

@@ -108,6 +108,13 @@ class WritesFile(Protocol):
 
 
 @runtime_checkable
+class AtUrl(Protocol):
+    """A sink that writes to object storage: messages name its output by the URL it was given."""
+
+    url: str
+
+
+@runtime_checkable
 class WritesFiles(Protocol):
     """A sink that writes several files (one per output)."""
 

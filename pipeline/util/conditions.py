@@ -99,7 +99,10 @@ def conditions_of(path: StoredPath) -> S3Conditions | None:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     style = "path" if endpoint and _ip_or_local(endpoint) else "auto"  # an IP has no bucket subdomains
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    config = Config(s3={"addressing_style": style}, retries={"mode": "standard"})
+    # NOTE [ retries ]: the standard mode unless AWS_RETRY_MODE says otherwise; botocore
+    # reads AWS_MAX_ATTEMPTS itself
+    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower() or "standard"
+    config = Config(s3={"addressing_style": style}, retries={"mode": mode})
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
     return S3Conditions(client, path.bucket)
 

@@ -5,7 +5,7 @@ Through pyarrow's filesystems, not fsspec: pyarrow already reads every table ort
 and its S3, GCS, Azure and HDFS filesystems are C++ - reads of a Parquet file are ranged
 requests streamed as the row groups are read, an output stream is a multipart upload that
 stays invisible until it is closed, retries with backoff are the filesystem's own
-(``retry_strategy``) - with no second stack of Python clients (s3fs, gcsfs, adlfs).
+(NOTE [ retries ]) - with no second stack of Python clients (s3fs, gcsfs, adlfs).
 Credentials, endpoint and region come from each provider's standard environment and config
 (for S3: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
 ``AWS_REGION``, ``~/.aws``), as pyarrow reads them; ortpipe has no flags of its own for them.
@@ -13,8 +13,12 @@ Credentials, endpoint and region come from each provider's standard environment 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
+
+#: attempts at a request, the first included, where AWS_MAX_ATTEMPTS is unset (the AWS standard mode's)
+STANDARD_ATTEMPTS = 3
 
 #: the URL schemes read through pyarrow's filesystems
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "viewfs")
@@ -33,9 +37,47 @@ def filesystem_of(url: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
     try:
-        return pafs.FileSystem.from_uri(url)  # type: ignore[no-any-return]
+        fs, path = pafs.FileSystem.from_uri(url)
+        return _with_retries(fs), path
     except Exception as exc:
         raise OSError(said(url, exc)) from exc
+
+
+def _with_retries(fs: Any) -> Any:
+    """NOTE [ retries ]: a store's transient errors (S3's 503 SlowDown and 500s, a dropped
+    connection) are retried with exponential backoff and jitter by the filesystem itself -
+    pyarrow's S3 with the AWS SDK's standard strategy - and by boto3 where ortpipe writes
+    conditionally (``util.conditions``: its standard mode).  Both take the AWS settings every
+    SDK reads: ``AWS_MAX_ATTEMPTS``, attempts in all with the first (the standard mode's 3
+    where unset: raise it for long jobs on a busy bucket; a job that failed resumes), and
+    ``AWS_RETRY_MODE`` (``standard``; ``legacy``, the SDK's older strategy; ``adaptive``,
+    which pyarrow lacks, is ``standard`` here).  ``from_uri`` takes no strategy, and its
+    own default retries at a fixed interval (about 30 attempts 0.24 s apart, measured), so
+    an S3 filesystem is made again with its options and this strategy."""
+    if fs.type_name != "s3":
+        return fs
+    import pyarrow.fs as pafs
+
+    _, (options,) = fs.__reduce__()  # the filesystem's options, as pickling carries them
+    return pafs.S3FileSystem(**{**options, "retry_strategy": _s3_retry_strategy()})
+
+
+def _s3_retry_strategy() -> Any:
+    """pyarrow's retry strategy for ``AWS_MAX_ATTEMPTS`` and ``AWS_RETRY_MODE`` (NOTE [ retries ])."""
+    import pyarrow.fs as pafs
+
+    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower()
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    if mode not in ("", "standard", "adaptive", "legacy"):
+        raise ValueError(f"AWS_RETRY_MODE={mode!r}: expected standard, adaptive or legacy")
+    try:
+        most = int(attempts or STANDARD_ATTEMPTS)
+        if most < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"AWS_MAX_ATTEMPTS={attempts!r}: expected a whole number of attempts, 1 or more") from None
+    kind = pafs.AwsDefaultS3RetryStrategy if mode == "legacy" else pafs.AwsStandardS3RetryStrategy
+    return kind(max_attempts=most)
 
 
 def said(url: str, error: BaseException) -> str:
