@@ -5,6 +5,14 @@ The store is a SeaweedFS S3 server on 127.0.0.1 (``tests/object_store.py``): no 
 between them, so what the ratio shows is the cost of going through S3's API (requests,
 multipart uploads, the server's own work on the same CPUs), not a network's.  Each run's
 ``--stats`` says where its time went (the source's reads, the take's writes).
+
+And how much of a store's latency the run hides: the same s3->s3 job through a proxy
+(``tests/store_proxy.py``) that holds every read of the input and every upload of a piece of
+the output for ``HOLD_S``, against the job through the proxy with no hold, alternated.  A job
+that waited on each held request would take their count times ``HOLD_S`` longer; what it
+takes longer over that is the share of the latency the run did not hide (pyarrow reads the
+row groups ahead; the output's pieces go up in the background as a part fills, its last
+piece and the upload's completion at the part's close).
 """
 
 from __future__ import annotations
@@ -37,24 +45,34 @@ def store(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def inputs(store, tmp_path_factory):
+    """The input, local and in the store, in row groups of 65,536 rows, and the model."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("inputs")
+    x = np.random.default_rng(2).standard_normal((ROWS, FEATURES)).astype(np.float32)
+    table = pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}})
+    pq.write_table(table, folder / "x.parquet", row_group_size=65_536)
+    pq.write_table(table, "bench/x.parquet", filesystem=store.filesystem(), row_group_size=65_536)
+    model = folder / "logreg.onnx"
+    onnx.save(logistic_regression(), model)
+    return folder / "x.parquet", model
+
+
 def _command(model: Path, source: str, output: str, stats: Path) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", "run", str(model), "--input", source, "--output", output,
             "--overwrite", "--no-progress", "--stats", str(stats)]  # fmt: skip
 
 
-def test_s3_to_s3_against_local_to_local(benchmark, store, tmp_path):
-    import pyarrow as pa
+def test_s3_to_s3_against_local_to_local(benchmark, store, inputs, tmp_path):
     import pyarrow.parquet as pq
 
-    x = np.random.default_rng(2).standard_normal((ROWS, FEATURES)).astype(np.float32)
-    table = pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}})
-    pq.write_table(table, tmp_path / "x.parquet")
-    pq.write_table(table, "bench/x.parquet", filesystem=store.filesystem())
-    model = tmp_path / "logreg.onnx"
-    onnx.save(logistic_regression(), model)
+    local_input, model = inputs
     env = {**os.environ, **store.environment, "PYTHONPATH": str(ROOT)}
     runs = {
-        "local": _command(model, str(tmp_path / "x.parquet"), str(tmp_path / "out"), tmp_path / "local.json"),
+        "local": _command(model, str(local_input), str(tmp_path / "out"), tmp_path / "local.json"),
         "s3": _command(model, "s3://bench/x.parquet", "s3://bench/out/", tmp_path / "s3.json"),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runs}
@@ -80,3 +98,41 @@ def test_s3_to_s3_against_local_to_local(benchmark, store, tmp_path):
     print(f"\ns3->s3 / local->local: {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}); {seconds}")
     for name in runs:
         print(f"{name}: seconds in each stage (last round): {stages[name][-1]}")
+
+
+#: seconds the proxy holds each read of the input and each upload of a piece of the output
+HOLD_S = 0.05
+
+
+def test_the_latency_of_the_store_hidden_by_the_run(benchmark, store, inputs, tmp_path):
+    from tests.store_proxy import store_proxy
+
+    _, model = inputs
+
+    def held(method: str, path: str) -> bool:
+        return (method == "GET" and "/bench/x.parquet" in path) or (method == "PUT" and "partNumber=" in path)
+
+    seconds: dict[str, list[float]] = {"no hold": [], "held": []}
+    count: list[int] = []
+    with store_proxy(store.endpoint, delay_s=HOLD_S, slow=held) as proxy:
+        env = {**os.environ, **store.environment, "AWS_ENDPOINT_URL": proxy.endpoint, "PYTHONPATH": str(ROOT)}
+        command = _command(model, "s3://bench/x.parquet", "s3://bench/held/", tmp_path / "held.json")
+        subprocess.run(command, check=True, capture_output=True, env=env)  # warmed up
+        for _ in range(ROUNDS):
+            for name in seconds:
+                proxy.delay_s = HOLD_S if name == "held" else 0.0
+                before = len(proxy.requests)
+                start = time.perf_counter()
+                subprocess.run(command, check=True, capture_output=True, env=env)
+                seconds[name].append(time.perf_counter() - start)
+                if name == "held":
+                    count.append(sum(held(r.method, r.path) for r in proxy.requests[before:]))
+    extra = statistics.median(seconds["held"]) - statistics.median(seconds["no hold"])
+    serial = statistics.median(count) * HOLD_S
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    benchmark.extra_info.update(seconds=seconds, held_requests=count, extra_s=extra, serial_s=serial)
+    print(
+        f"\n{statistics.median(count):.0f} requests held {HOLD_S * 1e3:.0f} ms each "
+        f"({serial:.2f} s if waited on in turn): "
+        f"the job took {extra:.2f} s longer ({extra / serial:.0%} of it); {seconds}"
+    )
