@@ -14,7 +14,8 @@ turns round after round (A B A B ...), and the ratio of each round is reported
 * ``Pipeline.submit`` (every batch handed in, then every future's result)
   against a loop that keeps every batch's outputs as the futures do, and
   against that loop handing back a done ``Future`` a batch as submit does (the
-  future is the API's own cost), at 1 and 32 rows (NOTE [ submitted batches run
+  future is the API's own cost), and against a ``ThreadPoolExecutor(1)`` running
+  ``session.run`` (what a user writes for futures without ortpipe), at 1 and 32 rows (NOTE [ submitted batches run
   inline ]: no thread on the CPU backend; NOTE [ futures born done ]).
 * ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
   whole array.  Goal: 0.95x or more.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime as ort
@@ -118,19 +119,26 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
             future.set_result(session.run(None, {"x": batch}))
             kept.append(future)
 
-    with Pipeline(model, device="cpu") as pipe:
+    with Pipeline(model, device="cpu") as pipe, ThreadPoolExecutor(1) as executor:
 
         def submitted() -> None:
             futures = [pipe.submit(batch) for batch in batches]
             for future in futures:
                 future.result()
 
-        loop(), submitted()
-        seconds = _alternated({"loop": loop, "submit": submitted, "futures": loop_of_futures})
+        def executed() -> None:  # what a user writes for futures without ortpipe: a thread that runs them
+            futures = [executor.submit(session.run, None, {"x": batch}) for batch in batches]
+            for future in futures:
+                future.result()
+
+        loop(), submitted(), executed()
+        contenders = {"loop": loop, "submit": submitted, "futures": loop_of_futures, "executor": executed}
+        seconds = _alternated(contenders)
         benchmark.pedantic(submitted, rounds=1, iterations=1)
         pipe.drain()
     _report(benchmark, f"submit_{rows}", seconds["loop"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_futures", seconds["futures"], seconds["submit"], len(batches))
+    _report(benchmark, f"submit_{rows}_against_an_executor", seconds["executor"], seconds["submit"], len(batches))
 
 
 def test_run_against_one_session_run(benchmark, model, session):

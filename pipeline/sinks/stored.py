@@ -30,7 +30,8 @@ multipart upload, which no listing shows until it is completed at the close.
   the job wrote every row, then removed: a stopped or killed run, or an
   ``--overwrite``'s, never leaves a part of the rows under the output's name.
   An object cannot be appended to, so a file is not resumed: a data set is.
-  (A copy in one request holds up to 5 GB on S3: a larger output is a data set.)
+  (S3 copies up to 5 GB in one request; a larger object is copied in pieces through
+  boto3, ``util.conditions.copy_object``.)
 
 The job's record (NOTE [ who wrote it ]) is an object beside the output, as a
 local one is a file beside it.
@@ -43,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..util.conditions import conditions_of
+from ..util.conditions import conditions_of, copy_object
 from ..util.errors import SinkError
 from ..util.storage import StoredPath
 from ._base import DataDependent, as_list_columns
@@ -149,7 +150,7 @@ class StoredFile:
     def mark_complete(self) -> None:
         if self._table is None:  # no rows: an empty table has no schema to write
             return
-        self.aside.copy_to(self.target)
+        copy_object(self.aside, self.target)
         self.aside.unlink(missing_ok=True)
 
 
@@ -277,7 +278,7 @@ def move_up_stored(staging: StoredPath) -> None:
         if entry.is_dir():
             _replace_data_set(entry, target)
         else:
-            entry.copy_to(target)
+            copy_object(entry, target)
     for entry in staging.iterdir():  # MOVING last: until it goes, the copies are to be finished
         if entry.name != MOVING:
             entry.remove_tree() if entry.is_dir() else entry.unlink(missing_ok=True)
@@ -291,7 +292,7 @@ def _replace_data_set(new: StoredPath, old: StoredPath) -> None:
     (old / SUCCESS).unlink(missing_ok=True)
     files = [entry for entry in new.iterdir() if entry.name != SUCCESS]
     for file in files:
-        file.copy_to(old / file.name)
+        copy_object(file, old / file.name)
     kept = {file.name for file in files}
     for stale in old.iterdir():
         if stale.name not in kept and not stale.is_dir():

@@ -1,11 +1,12 @@
-"""What an object store offers beyond pyarrow's filesystem: conditional writes, and the
-multipart uploads a killed writer left unfinished.
+"""What an object store offers beyond pyarrow's filesystem: conditional writes, the
+multipart uploads a killed writer left unfinished, and copies of objects over 5 GB.
 
 pyarrow's filesystems write and read objects but send no ``If-None-Match`` or ``If-Match``
 and cannot list or abort multipart uploads, which the output lock across machines
 (NOTE [ one writer ] in ``jobs.output_lock``) and a resumed stored data set
-(NOTE [ stored outputs ] in ``sinks.stored``) need.  On S3 (and stores that speak its API:
-MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same standard environment and config as
+(NOTE [ stored outputs ] in ``sinks.stored``) need; and pyarrow copies an object with one
+CopyObject request, which S3 refuses for a source over 5 GB (:func:`copy_object`).  On S3
+(and stores that speak its API: MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same standard environment and config as
 pyarrow's (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
 ``AWS_REGION``, ``~/.aws``).  Elsewhere (GCS, Azure, HDFS), or without boto3, there are
 none: :func:`conditions_of` says None, and the callers say what that leaves unguarded.
@@ -75,6 +76,17 @@ class S3Conditions:
             raise OSError(said(self._url(prefix), exc)) from exc
         return aborted
 
+    def copy(self, source: str, target: str, piece_bytes: int) -> None:
+        """``source`` copied to ``target`` by the store in pieces of ``piece_bytes`` (S3's
+        UploadPartCopy, boto3's managed copy): no byte comes here, and no 5 GB limit."""
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=piece_bytes, multipart_chunksize=piece_bytes)
+        try:
+            self._client.copy({"Bucket": self.bucket, "Key": source}, self.bucket, target, Config=config)
+        except Exception as exc:
+            raise OSError(said(self._url(source), exc)) from exc
+
     def _put(self, key: str, body: bytes, **condition: str) -> str:
         try:
             return str(self._client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)["ETag"])
@@ -105,6 +117,28 @@ def conditions_of(path: StoredPath) -> S3Conditions | None:
     config = Config(s3={"addressing_style": style}, retries={"mode": mode})
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
     return S3Conditions(client, path.bucket)
+
+
+#: the largest object S3 copies in one request (CopyObject); a larger one is copied in pieces
+ONE_COPY_BYTES = 5 << 30
+#: the pieces of a copy in pieces: S3 allows 10,000 of them, so up to 5 TB, its largest object
+COPY_PIECE_BYTES = 512 << 20
+
+
+def copy_object(source: StoredPath, target: StoredPath) -> None:
+    """``source`` copied to ``target`` by the store (no byte comes here): in one request up to
+    :data:`ONE_COPY_BYTES`, in pieces above it where boto3 can (S3), else an OSError that says so."""
+    size, one_copy_bytes = source.size(), ONE_COPY_BYTES
+    if size <= one_copy_bytes:
+        source.copy_to(target)
+        return
+    conditions = conditions_of(source)
+    if conditions is None:
+        raise OSError(
+            f"{source.url!r}: {size:,} bytes is more than the store copies in one request ({one_copy_bytes:,}); "
+            "on S3, install boto3 (pip install '.[storage]' in a checkout of ortpipe) to copy it in pieces"
+        )
+    conditions.copy(source.key, target.key, min(COPY_PIECE_BYTES, one_copy_bytes))
 
 
 def _ip_or_local(endpoint: str) -> bool:
