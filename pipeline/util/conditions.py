@@ -6,10 +6,11 @@ and cannot list or abort multipart uploads, which the output lock across machine
 (NOTE [ one writer ] in ``jobs.output_lock``) and a resumed stored data set
 (NOTE [ stored outputs ] in ``sinks.stored``) need; and pyarrow copies an object with one
 CopyObject request, which S3 refuses for a source over 5 GB (:func:`copy_object`).  On S3
-(and stores that speak its API: MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same standard environment and config as
-pyarrow's (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
-``AWS_REGION``, ``~/.aws``).  Elsewhere (GCS, Azure, HDFS), or without boto3, there are
-none: :func:`conditions_of` says None, and the callers say what that leaves unguarded.
+(and stores that speak its API: MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same
+standard environment and config as pyarrow's (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``).  Elsewhere
+(GCS, Azure, HDFS), or without boto3, there are none: :func:`conditions_of` says None,
+and the callers say what that leaves unguarded.
 """
 
 from __future__ import annotations
