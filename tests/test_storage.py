@@ -119,12 +119,13 @@ def test_aws_max_attempts_sets_the_attempts(aws, stored_input, reference, monkey
     assert pq.read_table(f"{BUCKET}/four", filesystem=aws.filesystem()).equals(reference)
 
 
-def test_aws_max_attempts_that_is_not_a_number_is_refused_naming_it(aws, stored_input, monkeypatch, capsys):
-    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "many")
+@pytest.mark.parametrize(("name", "value"), [("AWS_MAX_ATTEMPTS", "many"), ("AWS_RETRY_MODE", "eager")])
+def test_a_retry_setting_that_is_not_one_is_refused_naming_it(aws, stored_input, monkeypatch, capsys, name, value):
+    monkeypatch.setenv(name, value)
     capsys.readouterr()
     assert _run(stored_input, f"s3://{BUCKET}/refused/") != 0
     err = capsys.readouterr().err
-    assert "AWS_MAX_ATTEMPTS='many'" in err and "Traceback" not in err, err
+    assert f"{name}={value!r}" in err and "Traceback" not in err, err
 
 
 def _inside(inner: tuple[float, float], outer: tuple[float, float]) -> bool:

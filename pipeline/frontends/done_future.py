@@ -9,10 +9,10 @@ cheap model's whole batch costs on the CPU (docs/results.md).  :func:`done_futur
 makes one with its result in place and no condition, no lists of waiters or
 callbacks: each is made on its first use (``concurrent.futures.wait``,
 ``as_completed``, a callback), so every use of a Future works on it as on any
-other.  A done future
-never changes state again (``cancel`` says False, ``set_result`` refuses), so
-two threads that made the condition at once could only disagree on who guards
-a list append that the GIL guards anyway; ``setdefault`` makes them agree.
+other.  A done future never changes state again (``cancel`` says False,
+``set_result`` refuses), so two threads that made the condition at once could
+only disagree on who guards a list append that the GIL guards anyway;
+``setdefault`` makes them agree.
 
 It sets the attributes ``Future.__init__`` sets, which are CPython's own: where
 a Python's Future has others (checked once, at import), it is a plain Future,

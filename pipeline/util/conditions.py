@@ -77,14 +77,14 @@ class S3Conditions:
             raise OSError(said(self._url(prefix), exc)) from exc
         return aborted
 
-    def copy(self, source: str, target: str, piece_bytes: int) -> None:
+    def copy(self, source: str, target: StoredPath, piece_bytes: int) -> None:
         """``source`` copied to ``target`` by the store in pieces of ``piece_bytes`` (S3's
         UploadPartCopy, boto3's managed copy): no byte comes here, and no 5 GB limit."""
         from boto3.s3.transfer import TransferConfig
 
         config = TransferConfig(multipart_threshold=piece_bytes, multipart_chunksize=piece_bytes)
         try:
-            self._client.copy({"Bucket": self.bucket, "Key": source}, self.bucket, target, Config=config)
+            self._client.copy({"Bucket": self.bucket, "Key": source}, target.bucket, target.key, Config=config)
         except Exception as exc:
             raise OSError(said(self._url(source), exc)) from exc
 
@@ -139,7 +139,7 @@ def copy_object(source: StoredPath, target: StoredPath) -> None:
             f"{source.url!r}: {size:,} bytes is more than the store copies in one request ({one_copy_bytes:,}); "
             "on S3, install boto3 (pip install '.[storage]' in a checkout of ortpipe) to copy it in pieces"
         )
-    conditions.copy(source.key, target.key, min(COPY_PIECE_BYTES, one_copy_bytes))
+    conditions.copy(source.key, target, min(COPY_PIECE_BYTES, one_copy_bytes))
 
 
 def _ip_or_local(endpoint: str) -> bool:
