@@ -27,7 +27,7 @@ ROWS, FEATURES = 3000, 64
 
 @pytest.fixture(scope="module")
 def stored_input(s3_server):
-    """A table in the store, in row groups of 500 rows, and what a local run of it writes."""
+    """A table in the store, in row groups of 500 rows: its URL."""
     s3_server.bucket_once(BUCKET)
     x = np.random.default_rng(4).random((ROWS, FEATURES), np.float32)
     table = pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}})
@@ -40,7 +40,8 @@ def _run(source: str, output: str, *more: str) -> int:
     return main([*argv, "--no-progress", "--batch-size", "400", "--part-rows", "1200", *more])
 
 
-def _through(aws, proxy, monkeypatch) -> None:
+def _through(proxy, monkeypatch) -> None:
+    """The test's requests to the store go through ``proxy``."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
 
 
@@ -53,21 +54,13 @@ def _objects(store, prefix: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reference(s3_server, stored_input, tmp_path_factory):
-    """The same job with no proxy between: what every run here must write."""
-    import os
-
-    saved = {name: os.environ.get(name) for name in s3_server.environment}
-    os.environ.update(s3_server.environment)
-    try:
+    """The same job with no proxy between, written locally: what every run here must write."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in s3_server.environment.items():
+            patch.setenv(name, value)
         local = tmp_path_factory.mktemp("reference") / "scores.parquet"
         assert _run(stored_input, str(local)) == 0
-        return pq.read_table(local)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return pq.read_table(local)
 
 
 @pytest.mark.parametrize("fault", ["503", "drop"])
@@ -79,7 +72,7 @@ def test_every_request_failed_once_is_retried_and_the_job_writes_what_it_would(
     (boto3) and the deletes are each tried again, and the output is the job's whole."""
     output = f"s3://{BUCKET}/retried-{fault}/"
     with store_proxy(aws.endpoint, faults=1, fault=fault) as proxy:
-        _through(aws, proxy, monkeypatch)
+        _through(proxy, monkeypatch)
         assert _run(stored_input, output) == 0
     assert {"HEAD", "GET", "PUT", "DELETE"} <= set(proxy.failed)  # each kind of request failed, and was retried
     conditional = [r for r in proxy.requests if r.method == "PUT" and "ortpipe-lock" in r.path]
@@ -93,7 +86,7 @@ def test_retries_spent_are_said_in_a_line_and_nothing_half_written_shows(aws, st
     """A store that keeps failing a part's upload: after the standard 3 attempts the job ends
     with one line naming the output, no traceback, and no part or _SUCCESS under its name."""
     with store_proxy(aws.endpoint, faults=5, applies=lambda method, path: "/spent/part-" in path) as proxy:
-        _through(aws, proxy, monkeypatch)
+        _through(proxy, monkeypatch)
         capsys.readouterr()
         assert _run(stored_input, f"s3://{BUCKET}/spent/") != 0
     err = capsys.readouterr().err
@@ -111,7 +104,7 @@ def test_aws_max_attempts_sets_the_attempts(aws, stored_input, reference, monkey
         return method == "POST" and "/part-00000.parquet?uploads" in path
 
     with store_proxy(aws.endpoint, faults=3, applies=first_part) as proxy:
-        _through(aws, proxy, monkeypatch)
+        _through(proxy, monkeypatch)
         assert _run(stored_input, f"s3://{BUCKET}/three/") != 0
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "4")
         assert _run(stored_input, f"s3://{BUCKET}/four/") == 0
@@ -133,7 +126,7 @@ def _inside(inner: tuple[float, float], outer: tuple[float, float]) -> bool:
 
 
 def test_reads_and_writes_are_in_flight_while_the_model_runs(aws, monkeypatch):
-    """Every read of the input and every upload of a piece of the output held 0.3 s by the
+    """Every read of the input and every upload of a piece of the output held 0.5 s by the
     proxy: batches run inside those requests - pyarrow reads ahead, and uploads a growing
     part's pieces in the background - where a job that read or wrote in its own thread would
     wait.  (Event order, not a speed: a request held is a window the run works in or not.)"""
@@ -147,9 +140,11 @@ def test_reads_and_writes_are_in_flight_while_the_model_runs(aws, monkeypatch):
     def held(method: str, path: str) -> bool:
         return (method == "GET" and "/wide/" in path) or (method == "PUT" and "partNumber=" in path)
 
-    with store_proxy(aws.endpoint, delay_s=0.3, slow=held) as proxy:
-        _through(aws, proxy, monkeypatch)
-        # identity: 256 bytes of output a row, 25 MB in one part, uploaded in pieces as it fills
+    with store_proxy(aws.endpoint, delay_s=0.5, slow=held) as proxy:
+        _through(proxy, monkeypatch)
+        # identity: 256 bytes of output a row, 25 MB in one part, uploaded in pieces of about
+        # 10 MB as it fills (the first once 13 MB or so are written: the batches after it run
+        # while it is held)
         with Pipeline(models.identity(features=FEATURES), device="cpu") as pipe:
             source = open_source(f"s3://{BUCKET}/wide/", pipe, 4096)
             sink = StoredParquetSink(f"s3://{BUCKET}/wide-out/", data_set=True, row_group_rows=4096, compression="none")
