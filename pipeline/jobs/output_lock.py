@@ -19,7 +19,8 @@ one's host and process).  A killed run cannot release it, so it is a lease: the 
 renews it every :data:`RENEW_S` seconds (a conditional write on its own ETag, from a
 thread that ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is
 taken over by a conditional write on its ETag (of two runs that find it stale, one
-wins).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
+wins); the run it was taken from ends at once at its next renewal (NOTE [ a lock taken
+over ]).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
 HDFS, or S3 without boto3) there is no lock, and the run says so.
 
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
@@ -122,6 +123,8 @@ def _still_there(path: Path, descriptor: int) -> bool:
 LEASE_S = 120.0
 #: seconds between a run's renewals of its stored output's lock
 RENEW_S = 30.0
+#: the exit status of a run whose stored lock another run took over (EX_TEMPFAIL: NOTE [ a lock taken over ])
+LOCK_TAKEN_EXIT = 75
 
 
 @contextlib.contextmanager
@@ -203,10 +206,33 @@ class _Lease:
             try:
                 self._etag = self._conditions.replace(self._key, self._body(), self._etag)
             except Refused:
-                print(f"ortpipe: the lock on {self._url!r} was taken by another run", file=sys.stderr)
-                return
+                self._taken()
             except OSError as exc:  # the next renewal may get through; the lease lasts LEASE_S
                 print(f"ortpipe: could not renew the lock on {self._url!r}: {exc}", file=sys.stderr)
+
+    def _taken(self) -> None:
+        """NOTE [ a lock taken over ]: another run took this run's lock, having found it not
+        renewed for LEASE_S (this process was paused, or cut off from the store, that long):
+        two runs now write the output, and only one may.  This one ends at once, as a kill
+        ends it - which every output survives (whole parts only; the upload in flight never
+        completes, and the other run's resume aborts it) - rather than close, which would
+        complete its open part under a name the other run writes too.  So ``os._exit``: no
+        ``finally`` block, no destructor (pyarrow completes an S3 upload it destroys) runs."""
+        holder: Any = {}
+        with contextlib.suppress(OSError, ValueError, TypeError):  # who took it, for the message only
+            found = self._conditions.read(self._key)
+            holder = json.loads(found[0]) if found is not None else {}
+        who = f"host {holder.get('host', '?')}, process {holder.get('pid', '?')}" if isinstance(holder, dict) else "?"
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        print(
+            f"ortpipe: error: the lock on {self._url!r} was taken by another run ({who}) after this one did not "
+            f"renew it for {LEASE_S:.0f} s: this run stopped at once, as if killed, so as not to write over it; "
+            "the other run writes the output now (its --resume goes on after the parts this one completed)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(LOCK_TAKEN_EXIT)
 
     def release(self) -> None:
         self._stop.set()

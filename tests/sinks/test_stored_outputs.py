@@ -19,9 +19,9 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.jobs import output_lock
-from pipeline.jobs.output_lock import LEASE_S
+from pipeline.jobs.output_lock import LEASE_S, LOCK_TAKEN_EXIT
 from pipeline.sinks import SinkError
-from pipeline.util.conditions import conditions_of
+from pipeline.util.conditions import Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from ..object_store import READER_KEY, READER_SECRET
@@ -304,3 +304,43 @@ def test_an_object_over_what_the_store_copies_at_once_is_copied_in_pieces(aws, t
     err = capsys.readouterr().err
     assert "more than the store copies in one request" in err and "Traceback" not in err, err
     assert pq.read_table("out/big.parquet", filesystem=aws.filesystem()).num_rows == 2048
+
+
+def test_a_run_whose_lock_another_run_takes_over_ends_at_once_as_if_killed(aws, long_job):
+    """NOTE [ a lock taken over ]: the lock rewritten by another run (as one that found it
+    lapsed does) while a run writes: at its next renewal that run ends at once with its own
+    exit status and a line that names the taker, and the output holds whole parts only."""
+    source, _ = long_job
+    renew_fast = (  # the module, not the function that pipeline.jobs names after it
+        "import sys; import pipeline.jobs.output_lock; sys.modules['pipeline.jobs.output_lock'].RENEW_S = 0.2; "
+        "from pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, **aws.environment, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    argv = _argv_of(source, "s3://out/taken/")
+    process = subprocess.Popen(
+        [sys.executable, "-c", renew_fast, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
+    conditions = conditions_of(StoredPath.of("s3://out/taken/"))
+    assert conditions is not None
+    taker = json.dumps({"host": "elsewhere", "pid": 4242, "renewed": time.time()}).encode()
+    try:
+        deadline = time.monotonic() + 60
+        while not _objects(aws, "out/taken") and time.monotonic() < deadline:  # writing: its first part is up
+            time.sleep(0.01)
+        for _ in range(50):  # as a taker does: a conditional write on the ETag it read
+            found = conditions.read(".taken.ortpipe-lock")
+            assert found is not None, "the run holds its lock while it writes"
+            try:
+                conditions.replace(".taken.ortpipe-lock", taker, found[1])
+                break
+            except Refused:  # renewed between the read and the write: again
+                continue
+        said, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    said = said.decode()
+    assert process.returncode == LOCK_TAKEN_EXIT, said
+    assert "was taken by another run (host elsewhere, process 4242)" in said and "Traceback" not in said, said
+    assert 0 < _only_whole_parts(aws, "out/taken") < KILL_ROWS  # stopped midway, whole parts only
+    body, _ = conditions.read(".taken.ortpipe-lock")
+    assert json.loads(body)["host"] == "elsewhere"  # the taker's lock, left to it
