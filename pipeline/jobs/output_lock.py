@@ -19,8 +19,8 @@ one's host and process).  A killed run cannot release it, so it is a lease: the 
 renews it every :data:`RENEW_S` seconds (a conditional write on its own ETag, from a
 thread that ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is
 taken over by a conditional write on its ETag (of two runs that find it stale, one
-wins); the run it was taken from ends at once at its next renewal (NOTE [ a lock taken
-over ]).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
+wins); the run it was taken from ends at once at its next renewal
+(NOTE [ a lock taken over ]).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
 HDFS, or S3 without boto3) there is no lock, and the run says so.
 
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
@@ -211,7 +211,9 @@ class _Lease:
                 print(f"ortpipe: could not renew the lock on {self._url!r}: {exc}", file=sys.stderr)
 
     def _taken(self) -> None:
-        """NOTE [ a lock taken over ]: another run took this run's lock, having found it not
+        """This run's lock is another's: end the process now.
+
+        NOTE [ a lock taken over ]: another run took this run's lock, having found it not
         renewed for LEASE_S (this process was paused, or cut off from the store, that long):
         two runs now write the output, and only one may.  This one ends at once, as a kill
         ends it - which every output survives (whole parts only; the upload in flight never
