@@ -5,9 +5,11 @@ the package's docstring)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -42,6 +44,42 @@ def fewer_rows(where: object, skip: int) -> Callable[[int], SourceError]:
         )
 
     return error
+
+
+class ArrayRows:
+    """The rows of one array from row :attr:`start` on, each row's ``row_id`` its place in the
+    array: a ``.npy`` file's (``tables.NpySource``) or object's (``stored_arrays.StoredNpySource``).
+    A subclass gives :attr:`path` and :attr:`all_rows`."""
+
+    #: its metadata, ``row_id``, is each row's place: nothing a resumed run could check (``jobs.resumed``)
+    positional_meta = True
+    path: object
+    #: the first row read (:meth:`after`)
+    start = 0
+
+    @property
+    def all_rows(self) -> int:
+        """The array's rows, the first ``start`` included."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.all_rows - self.start
+
+    def meta_of(self, first: int, rows: int) -> dict[str, np.ndarray]:
+        """Rows ``first``.. of those read: their ids, each row's place in the array."""
+        start = self.start + first
+        return {"row_id": np.arange(start, start + rows, dtype=np.int64)}
+
+    def after(self: Rows, rows: int) -> Rows:
+        """This source without its first ``rows`` rows (never read), ids as in the whole array."""
+        if rows > len(self):
+            raise fewer_rows(self.path, rows)(len(self))
+        later = copy.copy(self)
+        later.start = self.start + rows
+        return later
+
+
+Rows = TypeVar("Rows", bound=ArrayRows)
 
 
 def one_input(inputs: Sequence[TensorSpec], name: str | None, source: str) -> TensorSpec:

@@ -9,7 +9,6 @@ place in the array, as a local ``.npy``'s; a resumed run starts at its row's byt
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,17 +18,16 @@ import numpy as np
 from ..session import TensorSpec
 from ..util.errors import SourceError
 from ..util.storage import StoredPath, said
-from ._base import SourceBatch, fewer_rows, one_input
+from ._base import ArrayRows, SourceBatch, one_input
 
 #: bytes a ranged read asks for, about (a whole number of rows, at least a batch)
 BLOCK_BYTES = 8 << 20
 
 
-class StoredNpySource:
+class StoredNpySource(ArrayRows):
     """Rows of a ``.npy`` object (see the module)."""
 
-    #: its metadata, ``row_id``, is each row's place: nothing a resumed run could check (``jobs.resumed``)
-    positional_meta = True
+    path: str  # its URL
 
     def __init__(self, url: str, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
         self.path = url
@@ -40,11 +38,10 @@ class StoredNpySource:
         self.spec = one_input(inputs, input_name, "a .npy source")
         self.batch_size = batch_size
         self._row_bytes = self.dtype.itemsize * math.prod(self.shape[1:])
-        #: the first row read (:meth:`after`)
-        self.start = 0
 
-    def __len__(self) -> int:
-        return int(self.shape[0]) - self.start
+    @property
+    def all_rows(self) -> int:
+        return int(self.shape[0])
 
     def __iter__(self) -> Iterator[SourceBatch]:
         rows_a_block = max(self.batch_size, BLOCK_BYTES // max(1, self._row_bytes))
@@ -55,18 +52,6 @@ class StoredNpySource:
                 for first in range(0, len(rows), self.batch_size):
                     batch = rows[first : first + self.batch_size]
                     yield SourceBatch({self.spec.name: batch}, self.meta_of(block + first - self.start, len(batch)))
-
-    def meta_of(self, first: int, rows: int) -> dict[str, np.ndarray]:
-        start = self.start + first
-        return {"row_id": np.arange(start, start + rows, dtype=np.int64)}
-
-    def after(self, rows: int) -> StoredNpySource:
-        """This source without its first ``rows`` rows (never read), ids as in the whole array."""
-        if rows > len(self):
-            raise fewer_rows(self.path, rows)(len(self))
-        later = copy.copy(self)
-        later.start = self.start + rows
-        return later
 
     def _opened(self) -> Any:
         try:

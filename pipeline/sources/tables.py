@@ -17,7 +17,7 @@ from ..session import TensorSpec
 from ..util.arrow import from_numpy, to_numpy
 from ..util.capabilities import HasLength
 from ..util.rows import drop_first, peel_first_row, recut
-from ._base import SourceBatch, SourceError, existing_path, fewer_rows, one_input
+from ._base import ArrayRows, SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import (
     cast_columns,
     check_footer_nulls,
@@ -34,11 +34,8 @@ if TYPE_CHECKING:
     from .table_filling import TableFiller
 
 
-class NpySource:
+class NpySource(ArrayRows):
     """Rows of a ``.npy`` array (memory-mapped: only the rows of a batch are read)."""
-
-    #: its metadata, ``row_id``, is each row's place: nothing a resumed run could check (``jobs.resumed``)
-    positional_meta = True
 
     def __init__(self, path: str | Path, batch_size: int, inputs: Sequence[TensorSpec], input_name: str | None = None):
         self.path = existing_path(path, "input .npy file")
@@ -50,11 +47,10 @@ class NpySource:
         if self.array.ndim == 0:
             raise SourceError(f"{str(self.path)!r} holds a scalar, not rows")
         self.batch_size = batch_size
-        #: the first row read (:meth:`after`)
-        self.start = 0
 
-    def __len__(self) -> int:
-        return int(self.array.shape[0]) - self.start
+    @property
+    def all_rows(self) -> int:
+        return int(self.array.shape[0])
 
     def __iter__(self) -> Iterator[SourceBatch]:
         for start in range(self.start, int(self.array.shape[0]), self.batch_size):
@@ -65,19 +61,6 @@ class NpySource:
         """The memory map from the first row read: a job hands it to the engine whole
         (``_capabilities.CutFromArrays``), which registers it in place where that pays."""
         return {self.spec.name: self.array[self.start :]}
-
-    def meta_of(self, first: int, rows: int) -> dict[str, np.ndarray]:
-        """Rows ``first``.. of :meth:`arrays`: their ids, each row's place in the file."""
-        start = self.start + first
-        return {"row_id": np.arange(start, start + rows, dtype=np.int64)}
-
-    def after(self, rows: int) -> NpySource:
-        """This source without its first ``rows`` rows (never read), ids as in the whole file."""
-        if rows > len(self):
-            raise fewer_rows(self.path, rows)(len(self))
-        later = copy.copy(self)
-        later.start = self.start + rows
-        return later
 
 
 class ColumnarSource:
