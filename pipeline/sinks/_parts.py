@@ -151,7 +151,8 @@ def parquet_columns(paths: Sequence[Path | str], names: Sequence[str], filesyste
 #: a data set's part files: their names sort in the order they were written, and are read back in
 PART = "part-{:05d}.parquet"
 
-_PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
+#: a part file's name, its number the group
+PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 
 #: a part while it is written: hidden (readers leave names starting with . out) until it is whole
 _IN_PROGRESS = ".{}.inprogress"
@@ -192,7 +193,7 @@ def whole_parts(folder: Path) -> list[Path]:
     """The whole part files of a data set folder ortpipe writes, in order."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _PART_NAME.fullmatch(p.name))
+    return sorted(p for p in folder.iterdir() if PART_NAME.fullmatch(p.name))
 
 
 def parquet_rows(paths: Iterable[Path]) -> int:
@@ -208,7 +209,7 @@ def clear_data_set(folder: Path) -> None:
     if not folder.is_dir():
         return
     for path in folder.iterdir():
-        ours = _PART_NAME.fullmatch(path.name) or path.name == SUCCESS
+        ours = PART_NAME.fullmatch(path.name) or path.name == SUCCESS
         hidden_part = path.name.startswith(".part-") and path.name.endswith(".inprogress")
         if (ours or hidden_part) and path.is_file():
             path.unlink()
@@ -230,7 +231,7 @@ def refuse_other_files(folder: Path) -> None:
     """A data set's refusal of a folder that holds files of other kinds than its own
     (visible ones: its hidden parts are its own)."""
     others = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
-    others = [name for name in others if not _PART_NAME.fullmatch(name) and name != SUCCESS]
+    others = [name for name in others if not PART_NAME.fullmatch(name) and name != SUCCESS]
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise SinkError(
@@ -272,7 +273,7 @@ class ParquetParts:
         """The rows of the whole parts an earlier run left, to be kept (the part it was
         writing when it was killed is left hidden, and written anew)."""
         parts = self._listed()
-        numbers = [int(_PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
+        numbers = [int(PART_NAME.fullmatch(p.name).group(1)) for p in parts]  # type: ignore[union-attr]
         if numbers != list(range(len(parts))):
             raise SinkError(
                 f"cannot resume {str(self.folder)!r}: its parts are not numbered 0, 1, 2, ... as ortpipe writes them: "

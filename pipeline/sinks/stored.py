@@ -7,10 +7,10 @@ committers use it: an object appears whole or not at all - a PUT, or a
 multipart upload, which no listing shows until it is completed at the close.
 
 * A data set (``s3://bucket/out/``): each part is written under its own name,
-  ``part-NNNNN.parquet``, through pyarrow's output stream (a multipart upload
-  where it grows past the first 5 MB part, uploaded in the background as it
-  fills, retried by the filesystem's own strategy) and appears when the part
-  closes.  ``_SUCCESS`` is written last, once the job wrote every row, and
+  ``part-NNNNN.parquet``, through pyarrow's output stream (a multipart upload,
+  its pieces of about 10 MB uploaded in the background as the part fills,
+  retried by the filesystem's own strategy: NOTE [ retries ]) and appears when
+  the part closes, which waits for its last piece.  ``_SUCCESS`` is written last, once the job wrote every row, and
   removed when rows are added.  ``--resume`` goes on after the whole parts
   listed (numbered 0, 1, 2, ... as ortpipe writes them); the upload a killed
   run left unfinished is aborted first where the store says which
@@ -39,7 +39,6 @@ local one is a file beside it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from ._handing_on import HandingOn
 from ._parts import (
     DEFAULT_PART_BYTES,
     PART,
+    PART_NAME,
     SUCCESS,
     ParquetParts,
     ParquetTableFile,
@@ -59,7 +59,6 @@ from ._parts import (
 )
 from .parquet import ParquetTables, PartsStorage
 
-_PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 #: in a staging prefix: its data set is whole and being copied over the earlier one
 MOVING = "MOVING"
 #: the hidden prefix beside a stored output that its replacement is written under
@@ -68,7 +67,7 @@ STAGING_PREFIX = ".ortpipe-overwrite."
 
 def whole_stored_parts(folder: StoredPath) -> list[StoredPath]:
     """The parts of a stored data set, in order (every object listed is whole)."""
-    return [entry for entry in folder.iterdir() if _PART_NAME.fullmatch(entry.name)]
+    return [entry for entry in folder.iterdir() if PART_NAME.fullmatch(entry.name)]
 
 
 def stored_staging(path: StoredPath) -> StoredPath:
@@ -209,7 +208,7 @@ def refuse_file_resume(target: StoredPath) -> None:
 def refuse_used_prefix(folder: StoredPath) -> None:
     """A new data set's refusal of a prefix that holds an earlier run's parts or other objects."""
     entries = folder.iterdir()
-    parts = [e for e in entries if _PART_NAME.fullmatch(e.name)]
+    parts = [e for e in entries if PART_NAME.fullmatch(e.name)]
     if parts:
         raise SinkError(
             f"{folder.url!r} holds {len(parts)} part file(s) of an earlier run: resume to go on from them "
