@@ -78,16 +78,12 @@ def _score(
     staged = _staged(output)
     with _watched(staged, progress):
         scored.write_parquet(str(staged), mode="create")
-    if isinstance(staged, StoredPath) and isinstance(output, StoredPath):  # NOTE [ stored outputs ]
-        (staged / SUCCESS).write_bytes(b"")
-        if record is not None:
-            write_record(staged, record)
-        move_up_stored(stored_staging(output))  # copied over the output once whole
+    (staged / SUCCESS).write_bytes(b"")  # a file or an object: empty, as Spark leaves it
+    if record is not None:
+        write_record(staged, record)
+    if isinstance(output, StoredPath):  # NOTE [ stored outputs ]: copied over the output once whole
+        move_up_stored(stored_staging(output))
     else:
-        assert isinstance(staged, Path) and isinstance(output, Path)
-        (staged / SUCCESS).touch()
-        if record is not None:
-            write_record(staged, record)
         move_replacement_up(output)
     seconds = time.perf_counter() - begun
     rows = _rows_in(output)
