@@ -20,8 +20,9 @@ renews it every :data:`RENEW_S` seconds (a conditional write on its own ETag, fr
 thread that ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is
 taken over by a conditional write on its ETag (of two runs that find it stale, one
 wins); the run it was taken from ends at once at its next renewal
-(NOTE [ a lock taken over ]).  Where the store offers no conditional writes (``util.conditions``: GCS, Azure,
-HDFS, or S3 without boto3) there is no lock, and the run says so.
+(NOTE [ a lock taken over ]).  Where the store offers no conditional writes
+(``util.conditions``: GCS, Azure, HDFS, or S3 without boto3) there is no lock, and
+the run says so.
 
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
 refusal names the process that holds the lock (``filelock`` says only that it
