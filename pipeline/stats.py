@@ -25,12 +25,12 @@ import operator
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace
+from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace, SteadyTimings
 
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
@@ -227,22 +227,29 @@ class _Totals:
             self.items + items,
             self.wait_sum + wait,
         )
-        sums, counts = self.stage_sum, self.stage_count
-        for name, total, n in (
-            ("source", source, count),
-            ("stage", stage, count),
-            ("h2d", h2d, h2d_n),
-            ("compute", compute, compute_n),
-            ("d2h", d2h, d2h_n),
-            ("take", take, count),
-        ):
-            sums[name] += total
-            counts[name] += n
+        self._summed(((source, count), (stage, count), (h2d, h2d_n), (compute, compute_n), (d2h, d2h_n), (take, count)))
         self.bytes["h2d"] += h2d_bytes
         self.bytes["d2h"] += d2h_bytes
         self._sampled(timings)
 
-    def _sampled(self, timings: list[BatchTiming]) -> None:
+    def fold_steady(self, block: SteadyTimings) -> None:
+        """A steady lane's batches (NOTE [ steady timings ]): their sums from their clock
+        reads, no record made but those the sample keeps."""
+        source, compute, take, first_ask, last_done = block.sums()
+        count = len(block)
+        self.first_ask, self.last_done = min(self.first_ask, first_ask), max(self.last_done, last_done)
+        self.items += block.rows * count
+        self._summed(((source, count), (0.0, count), (0.0, count), (compute, count), (0.0, count), (take, count)))
+        self._sampled(block)
+
+    def _summed(self, stages: tuple[tuple[float, int], ...]) -> None:
+        """Each stage's (seconds, batches timed), in :data:`STAGES`' order, added to the sums."""
+        sums, counts = self.stage_sum, self.stage_count
+        for name, (total, n) in zip(STAGES, stages, strict=True):
+            sums[name] += total
+            counts[name] += n
+
+    def _sampled(self, timings: Sequence[BatchTiming]) -> None:
         """The timings kept whole up to ``keep``, then a uniform sample of every batch:
         reservoir sampling by Li's Algorithm L, which draws the number of batches to
         skip before the next one kept (a draw per kept batch, not one per batch)."""
@@ -276,7 +283,9 @@ class Stats:
     def __init__(self, timings: Iterable[BatchTiming] = (), keep: int = KEEP, sample: int = SAMPLE) -> None:
         self._lock = threading.Lock()
         self._keep = keep
-        self._kept: list[BatchTiming] = []
+        #: the first ``keep`` batches' timings: records, and steady lanes' blocks read as records
+        self._kept: list[BatchTiming | SteadyTimings] = []
+        self._kept_count = 0
         self._pending: list[BatchTiming] = []  # added, not yet folded into the totals
         self._totals = _Totals(min(keep, sample))
         self._origin: Any | None = None
@@ -300,8 +309,9 @@ class Stats:
         # Folding is deferred and done in runs: the consumer, which calls this
         # once a batch, pays an append.
         with self._lock:
-            if len(self._kept) < self._keep:
+            if self._kept_count < self._keep:
                 self._kept.append(timing)
+                self._kept_count += 1
             self._pending.append(timing)
             if len(self._pending) >= _FOLD_EVERY:
                 self._fold_pending()
@@ -309,12 +319,23 @@ class Stats:
     def add_many(self, timings: list[BatchTiming]) -> None:
         """:meth:`add` for several batches under one lock (the direct path's, NOTE [ direct path ])."""
         with self._lock:
-            room = self._keep - len(self._kept)
+            room = self._keep - self._kept_count
             if room > 0:
                 self._kept.extend(timings[:room])
+                self._kept_count += min(room, len(timings))
             self._pending.extend(timings)
             if len(self._pending) >= _FOLD_EVERY:
                 self._fold_pending()
+
+    def add_steady(self, block: SteadyTimings) -> None:
+        """A direct run's steady batches (NOTE [ steady timings ]), folded at once: their
+        sums cost a fraction of their records'."""
+        with self._lock:
+            room = self._keep - self._kept_count
+            if room > 0:
+                self._kept.append(block[:room])
+                self._kept_count += min(room, len(block))
+            self._totals.fold_steady(block)
 
     def _fold_pending(self) -> None:
         # holding the lock
@@ -347,7 +368,14 @@ class Stats:
     def timings(self) -> list[BatchTiming]:
         """The first ``keep`` batches' timings."""
         with self._lock:
-            return list(self._kept)
+            kept = list(self._kept)
+        timings: list[BatchTiming] = []
+        for part in kept:
+            if isinstance(part, SteadyTimings):
+                timings.extend(part)
+            else:
+                timings.append(part)
+        return timings
 
     def sample(self) -> list[BatchTiming]:
         """Every batch's timing up to ``keep`` batches, then a uniform sample of ``keep`` (the percentiles' source)."""

@@ -15,10 +15,9 @@ from pipeline.frontends.done_future import done_future
 
 
 @pytest.fixture(params=["born done", "plain"])
-def make(request, monkeypatch):
-    if request.param == "plain":
-        monkeypatch.setattr(module, "_FITS", False)
-    return done_future
+def make(request):
+    """The kind this Python gets, and the plain one a Python whose Future differs gets."""
+    return done_future if request.param == "born done" else module._made_done
 
 
 def test_it_is_a_done_future_with_its_result(make):
@@ -83,3 +82,15 @@ def test_this_python_gets_the_born_done_kind():
     """Else submit's futures cost what plain ones do (a fallback, not the design)."""
     assert module._FITS
     assert type(done_future(1)) is module._BornDone
+
+
+def test_a_future_of_other_fields_is_not_born_done(monkeypatch):
+    """The check at import: a Future that sets other fields than this module's gets the plain kind."""
+    original = cf.Future.__init__
+
+    def init(self):
+        original(self)
+        self._extra = None
+
+    monkeypatch.setattr(cf.Future, "__init__", init)
+    assert module._born_done_fits() is False

@@ -59,6 +59,7 @@ from .records import (
 )
 from .rings import Rings, allocate_rings
 from .run import EngineParts, EngineRun, RunInput
+from .steady_timings import SteadyTimings
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "Rings",
     "RunConfig",
     "RunInput",
+    "SteadyTimings",
     "SKIP",
     "STAGES",
     "STAGE_FIELDS",

@@ -54,6 +54,7 @@ from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown
 from .records import CLOSED_MID_RUN, BatchTiming, CopiedOutputs, MakeTake, compute_failed, interrupt_source
+from .steady_timings import SteadyTimes, SteadyTimings, direct_timing
 
 T = TypeVar("T")
 
@@ -66,9 +67,13 @@ class TimingSink(Protocol):
 
     def add_many(self, timings: list[BatchTiming]) -> None: ...
 
+    def add_steady(self, block: SteadyTimings) -> None: ...
+
 
 #: batches whose timings are handed to the stats at once
 _RECORD_EVERY = 16
+#: the steady lane's (NOTE [ steady timings ]: a block costs a lock and an object, its batches little)
+_STEADY_RECORD_EVERY = 64
 
 
 class DirectRun(Generic[T]):
@@ -192,12 +197,15 @@ class DirectRun(Generic[T]):
         measures again, the run closed), or :data:`_SOURCE_ENDED`."""
         steady, advisor, source = self._steady, self._advisor, self._source
         assert steady is not None
-        names, options, run, raw = self._names, self._options, self._run, self._raw
+        names, options, run = self._names, self._options, self._run
         constants, as_is, planned = self._session.constants, self._as_is, self._steady_outputs
         rows, single = self._steady_rows, steady[0] if len(steady) == 1 else None
-        origin = self._origin
+        # one output (most models): its dict and its shape's check without a zip (half a microsecond)
+        only, only_planned = (names[0], planned[0]) if len(names) == 1 else (None, ())
         left = advisor.rest_left if advisor is not None else -1  # batches until it measures again
         clock = time.perf_counter
+        self._record()  # the full path's timings first: the stats keep them in the batches' order
+        first, times = self._index, []  # type: int, list[SteadyTimes]  # NOTE [ steady timings ]
         try:
             while left and not self._closed:
                 index = self._index
@@ -227,26 +235,35 @@ class DirectRun(Generic[T]):
                 except Exception as exc:
                     raise compute_failed(index, exc, rows, self._most_rows) from exc
                 t_ran = clock()
-                # zip's strict= is a keyword parsed a call: a quarter of a microsecond, twice a batch
-                for value, shape in zip(values, planned):  # noqa: B905 - a shape a value, as planned
-                    if value.shape != shape:  # NOTE [ data-dependent outputs ], as _note_dynamic says it
-                        self._note_changed(dict(zip(names, values, strict=True)))
-                        break
-                outputs = dict(zip(names, values))  # noqa: B905 - ORT: a value a name asked for
+                if only is not None:
+                    outputs = {only: values[0]}
+                    if values[0].shape != only_planned:  # NOTE [ data-dependent outputs ]
+                        self._note_changed(outputs)
+                else:
+                    # zip's strict= is a keyword parsed a call: a quarter of a microsecond, twice a batch
+                    outputs = dict(zip(names, values))  # noqa: B905 - ORT: a value a name asked for
+                    for value, shape in zip(values, planned):  # noqa: B905 - a shape a value, as planned
+                        if value.shape != shape:  # NOTE [ data-dependent outputs ], as _note_dynamic says it
+                            self._note_changed(outputs)
+                            break
                 result = cast(T, outputs) if as_is else self._given(index, rows, outputs)
-                t_done = clock()  # the timing made here, not by a call: a microsecond of a tiny batch's
-                raw.append(_new_timing(BatchTiming, (index, rows, 0, 0, t_submit, t_done, 0.0, 0.0, t_submit,
-                    t_submit - t_ask, 0.0, t_ran - t_submit, 0.0, t_done - t_ran, t_submit - origin,
-                    t_submit - origin, t_ran - origin)))  # fmt: skip
-                if len(raw) >= _RECORD_EVERY:
-                    self._record()
+                times.append((t_ask, t_submit, t_ran, clock()))
+                if len(times) >= _STEADY_RECORD_EVERY:
+                    self._record_steady(first, rows, times)
+                    first, times = index + 1, []
                 self._index = index + 1
                 yield result
                 left -= 1
             return None
         finally:
+            if times:
+                self._record_steady(first, rows, times)
             if advisor is not None:
                 advisor.rested(advisor.rest_left - left)
+
+    def _record_steady(self, first: int, rows: int, times: list[SteadyTimes]) -> None:
+        """NOTE [ steady timings ]: a steady lane's batches handed to the stats."""
+        self._stats.add_steady(SteadyTimings(first, rows, self._origin, times))
 
     def _given(self, index: int, rows: int, outputs: dict[str, np.ndarray]) -> T:
         """The take's result for ORT's outputs."""
@@ -273,7 +290,7 @@ class DirectRun(Generic[T]):
             self._hold_steady(batch, feeds, rows)
         result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
         t_done = time.perf_counter()
-        self._raw.append(_timing(index, rows, t_ask, t_submit, t_run, t_ran, t_done, self._origin))
+        self._raw.append(direct_timing(index, rows, t_ask, t_submit, t_run, t_ran, t_done, self._origin))
         if len(self._raw) >= _RECORD_EVERY:
             self._record()
         return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
@@ -390,7 +407,7 @@ class DirectRun(Generic[T]):
                 if value.ndim == 0 or value.shape[0] != rows:
                     raise not_per_row(name, index, [rows, "..."], value)
                 parts.append(value)
-            raw.append(_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
+            raw.append(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
             if len(raw) >= _RECORD_EVERY:
                 self._record()
         self._record()
@@ -446,19 +463,6 @@ class DirectRun(Generic[T]):
 
 #: what the steady lane returns when the source has no more batches
 _SOURCE_ENDED: Any = ("source ended", 0.0)
-
-
-def _timing(index: int, rows: int, t_ask: float, t_submit: float, t_run: float, t_ran: float, t_done: float,
-            origin: float) -> BatchTiming:  # fmt: skip
-    """A direct run's batch as the stats take it: no copies, a zero-length h2d and d2h each
-    side of the run."""
-    at = t_run - origin
-    return _new_timing(BatchTiming, (index, rows, 0, 0, t_submit, t_done, 0.0, 0.0, t_run, t_submit - t_ask,
-                                     0.0, t_ran - t_run, 0.0, t_done - t_ran, at, at, t_ran - origin))  # fmt: skip
-
-
-#: a BatchTiming made from its every field in order, without the keyword handling
-_new_timing = tuple.__new__
 
 
 def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:

@@ -42,12 +42,14 @@ _MADE_WHEN_USED: dict[str, Callable[[], Any]] = {
 
 
 class _BornDone(Future[Any]):
-    """A Future made done with its result; its condition made when first used."""
+    """A Future made done with its result; its condition made when first used.
 
-    def __init__(self, result: Any) -> None:  # Future.__init__ skipped: what it makes is what this saves
-        self._state = FINISHED
-        self._result = result
-        self._exception = None
+    Made by :func:`done_future` without an ``__init__`` (Future's is skipped: what it
+    makes is what this saves): the state and the absent exception, the same for every
+    one, are the class's; only the result is the instance's own."""
+
+    _state = FINISHED
+    _exception = None
 
     def __getattr__(self, name: str) -> Any:
         # called only for attributes not set, each once (it is then in the instance's dict)
@@ -71,10 +73,22 @@ def _born_done_fits() -> bool:
 _FITS = _born_done_fits()
 
 
-def done_future(result: T) -> Future[T]:
-    """A Future already done with ``result`` (NOTE [ futures born done ])."""
-    if _FITS:
-        return _BornDone(result)
+#: an instance with nothing set (its class's ``__new__``: a C call, no ``__init__`` frame)
+_new = object.__new__
+
+
+def _born_done(result: T) -> Future[T]:
+    future = _new(_BornDone)
+    future._result = result
+    return future
+
+
+def _made_done(result: T) -> Future[T]:
     future: Future[T] = Future()
     future.set_result(result)
     return future
+
+
+#: A Future already done with ``result`` (NOTE [ futures born done ]): where this Python's
+#: Future fits, one born done, else a plain one made done
+done_future: Callable[[T], Future[T]] = _born_done if _FITS else _made_done
