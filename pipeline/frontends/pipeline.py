@@ -245,13 +245,13 @@ class Pipeline(OneRunAtATime):
             TimeoutError: the pipeline stayed full for ``timeout`` s.
             PipelineClosedError: the pipeline is closed, or was closed as this batch came.
         """
-        self._check_open()
         running = self._submitter
-        if type(running) is InlineSubmitter and not running.ended:  # the common case, without the lock
+        if type(running) is InlineSubmitter and not self._closed:  # the common case, without the lock
             try:
                 return running.submit(batch, timeout)
-            except PipelineError:  # ended as this batch came: a new map, below
-                self._check_open()
+            except PipelineError:  # ended (drained, closed, failed) before this batch: a new map, below
+                pass
+        self._check_open()
         for _ in range(2):  # a map that ended as this call came: once more, on a new one
             with self._submit_lock:
                 if self._submitter is None or self._submitter.ended:

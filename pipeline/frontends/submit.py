@@ -41,6 +41,7 @@ is done: the CPU backend may run it where it lies (NOTE [ borrowed inputs ]).
 from __future__ import annotations
 
 import collections
+import itertools
 import statistics
 import threading
 import time
@@ -166,32 +167,20 @@ def _failed(error: BaseException) -> Future[dict[str, np.ndarray]]:
     return future
 
 
-class _OneAtATime:
-    """The source of an inline map: the batch the submit that drives it just handed in."""
-
-    def __init__(self) -> None:
-        self.batch: Any = None
-
-    def __iter__(self) -> _OneAtATime:
-        return self
-
-    def __next__(self) -> Any:
-        batch, self.batch = self.batch, None
-        if batch is None:  # asked for more than was handed in: only the close of the map does
-            raise StopIteration
-        return batch
-
-
 class InlineSubmitter:
     """One map of submitted batches driven by the submitting threads themselves, one batch
     a submit (NOTE [ submitted batches run inline ]); :class:`Submitter`'s interface."""
 
     def __init__(self, start_map: Callable[[Iterator[Any]], Generator[dict[str, np.ndarray], None, None]]) -> None:
-        self._source = _OneAtATime()
-        self._results = start_map(self._source)
+        #: the batch the submit driving the map just handed in: the map's source pops it (a
+        #: list's pop called by ``map`` - no Python frame a batch - and asked only after a batch
+        #: was put: an empty list's IndexError never comes, as the submits drive it)
+        self._handed: list[Any] = []
+        self._results = start_map(map(self._handed.pop, itertools.repeat(-1)))
         self._lock = threading.Lock()
         self._ended: BaseException | None = None
         self._seconds: list[float] = []
+        self._judging = True  # until a window of runs is judged
         #: the runs were long enough that the threaded map's overlap pays: the next map is that one
         self.threads_pay = False
 
@@ -209,8 +198,8 @@ class InlineSubmitter:
         try:
             if self._ended is not None:
                 raise PipelineError(f"this map of submitted batches has ended: {self._ended}")
-            self._source.batch = batch
-            judging = len(self._seconds) < INLINE_WINDOW
+            self._handed.append(batch)
+            judging = self._judging
             started = time.perf_counter() if judging else 0.0
             try:
                 outputs = next(self._results)
@@ -229,7 +218,10 @@ class InlineSubmitter:
     def _judge(self, seconds: float) -> None:
         """After a window of batches: where their runs were long, end for the threaded map."""
         self._seconds.append(seconds)
-        if len(self._seconds) == INLINE_WINDOW and statistics.median(self._seconds) > INLINE_MAX_S:
+        if len(self._seconds) < INLINE_WINDOW:
+            return
+        self._judging = False
+        if statistics.median(self._seconds) > INLINE_MAX_S:
             self.threads_pay = True
             self._finish(PipelineError("its runs were long enough for a thread of its own to pay"))
 
