@@ -19,6 +19,10 @@ turns round after round (A B A B ...), and the ratio of each round is reported
   inline ]: no thread on the CPU backend; NOTE [ futures born done ]).
 * ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
   whole array.  Goal: 0.95x or more.
+
+The map and submit rounds also run the loop a second time as a contender of its own
+(``*_noise``: the loop against itself, an A/A ratio): how far apart the same code's
+rounds land on this machine, the width within which no ratio above says anything.
 """
 
 from __future__ import annotations
@@ -98,10 +102,11 @@ def test_map_against_a_session_run_loop(benchmark, model, session, rows):
                 pass
 
         loop(), mapped()  # warmed up
-        seconds = _alternated({"loop": loop, "map": mapped})
+        seconds = _alternated({"loop": loop, "map": mapped, "loop again": loop})
         benchmark.pedantic(mapped, rounds=1, iterations=1)
         assert pipe.stats.batches == len(batches)  # the stats were kept
     _report(benchmark, f"map_{rows}", seconds["loop"], seconds["map"], len(batches))
+    _report(benchmark, f"map_{rows}_noise", seconds["loop"], seconds["loop again"], len(batches))
 
 
 @pytest.mark.parametrize("rows", [1, 32])
@@ -132,13 +137,20 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
                 future.result()
 
         loop(), submitted(), executed()
-        contenders = {"loop": loop, "submit": submitted, "futures": loop_of_futures, "executor": executed}
+        contenders = {
+            "loop": loop,
+            "submit": submitted,
+            "futures": loop_of_futures,
+            "executor": executed,
+            "loop again": loop,
+        }
         seconds = _alternated(contenders)
         benchmark.pedantic(submitted, rounds=1, iterations=1)
         pipe.drain()
     _report(benchmark, f"submit_{rows}", seconds["loop"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_futures", seconds["futures"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_an_executor", seconds["executor"], seconds["submit"], len(batches))
+    _report(benchmark, f"submit_{rows}_noise", seconds["loop"], seconds["loop again"], len(batches))
 
 
 def test_run_against_one_session_run(benchmark, model, session):

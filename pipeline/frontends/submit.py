@@ -24,7 +24,7 @@ batch itself, in the submitting thread, through a map of submitted batches
 that it drives one ``next()`` at a time (:class:`InlineSubmitter`), and
 returns its future done (NOTE [ futures born done ]: a plain Future's making
 cost as much as the batch): the map's checks, steady lane and stats (handed to
-``pipe.stats`` 16 batches at a time, as a map's, the rest by ``drain()``), no thread.
+``pipe.stats`` a block of batches at a time, as a map's, the rest by ``drain()``), no thread.
 Concurrent submitters take turns under one lock (submission order is the
 order they take it; ``timeout`` bounds the wait for it), each running while
 the others, ORT having left the GIL, go on with their own work.  What is lost
