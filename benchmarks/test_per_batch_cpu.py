@@ -3,7 +3,7 @@
 On the CPU device a batch of a cheap model is mostly Python: what ortpipe adds
 to each (checks, stats, the hand-over of results) shows as a ratio against the
 loop a user writes.  Each contender runs the same batches of the built-in
-``mlp`` (64 -> 128 -> 16, float32) with its stats kept (the default), taking
+``mlp`` (64 -> 128 -> 16, float32; ORT on one intra-op thread in both, below) with its stats kept (the default), taking
 turns round after round (A B A B ...), and the ratio of each round is reported
 (loop's seconds / ortpipe's: 1.0 is parity, more is ortpipe faster):
 
@@ -36,9 +36,15 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from pipeline import Pipeline, models
+from pipeline import Pipeline, PipelineOptions, models
 
 ROUNDS = 9
+#: ORT's intra-op threads of both contenders' sessions.  One: ORT's default on this
+#: 2-core machine (two, spinning while they wait) made a 32-row batch slower and its
+#: rounds scatter 20-50 us, within one session and across sessions alike
+#: (docs/results.md), hiding the microseconds this measures
+THREADS = 1
+OPTIONS = PipelineOptions(intra_op_threads=THREADS)
 #: rows each round runs, whatever the batch size (a round of about a tenth of a second and up)
 ROWS = 96_000
 
@@ -79,7 +85,9 @@ def model() -> bytes:
 
 @pytest.fixture(scope="module")
 def session(model) -> ort.InferenceSession:
-    return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def _batches(rows: int) -> list[np.ndarray]:
@@ -95,7 +103,7 @@ def test_map_against_a_session_run_loop(benchmark, model, session, rows):
         for batch in batches:
             outputs = session.run(None, {"x": batch})  # noqa: F841 - held until the next, as map()'s caller does
 
-    with Pipeline(model, device="cpu") as pipe:
+    with Pipeline(model, device="cpu", options=OPTIONS) as pipe:
 
         def mapped() -> None:
             for _ in pipe.map(batches):
@@ -124,7 +132,7 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
             future.set_result(session.run(None, {"x": batch}))
             kept.append(future)
 
-    with Pipeline(model, device="cpu") as pipe, ThreadPoolExecutor(1) as executor:
+    with Pipeline(model, device="cpu", options=OPTIONS) as pipe, ThreadPoolExecutor(1) as executor:
 
         def submitted() -> None:
             futures = [pipe.submit(batch) for batch in batches]
@@ -159,7 +167,7 @@ def test_run_against_one_session_run(benchmark, model, session):
     def whole() -> None:
         session.run(None, {"x": x})
 
-    with Pipeline(model, device="cpu") as pipe:
+    with Pipeline(model, device="cpu", options=OPTIONS) as pipe:
         np.testing.assert_allclose(pipe.run(x)["scores"], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
         seconds = _alternated({"loop": whole, "run": lambda: pipe.run(x)})
         benchmark.pedantic(lambda: pipe.run(x), rounds=1, iterations=1)
