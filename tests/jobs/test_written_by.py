@@ -39,7 +39,7 @@ def two_inputs(tmp_path_factory):
     """Two inputs of as many rows, a busy model, and what each run over them computes."""
     folder = tmp_path_factory.mktemp("two")
     model = folder / "busy.onnx"
-    onnx.save(models.busy(features=FEATURES, layers=64), model)
+    onnx.save(models.busy(features=FEATURES, layers=16), model)
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     wanted = {}
     for name, seed in (("a", 1), ("b", 2)):
