@@ -652,7 +652,8 @@ def test_a_resumed_run_with_per_batch_outputs_the_earlier_had_not_is_refused(tmp
 
 # -- ortpipe run --resume, after a real kill ---------------------------------------------------------------------
 
-ROWS, FEATURES, LAYERS = 12_000, 64, 32  # a few tenths of a second's run here: the kill, sent once rows are written, lands mid-run
+# a few tenths of a second's run here: the kill, sent once rows are written, lands mid-run
+ROWS, FEATURES, LAYERS = 12_000, 64, 32
 
 
 @pytest.fixture(scope="module")
