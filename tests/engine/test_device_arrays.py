@@ -32,7 +32,7 @@ def test_device_arrays_give_what_host_arrays_give(host_device, stage_threads):
     def on_device():  # made and dropped one by one: the pipeline keeps each alive until delivered
         for batch in batches:
             yield host_device.to_device(batch)
-            gc.collect()
+            gc.collect(1)  # the young generations, where an array made a batch ago is
 
     options = PipelineOptions(stage_threads=stage_threads)
     with Pipeline(models.mlp(), device=host_device, depth=3, options=options) as pipe:
