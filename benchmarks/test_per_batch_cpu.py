@@ -3,7 +3,8 @@
 On the CPU device a batch of a cheap model is mostly Python: what ortpipe adds
 to each (checks, stats, the hand-over of results) shows as a ratio against the
 loop a user writes.  Each contender runs the same batches of the built-in
-``mlp`` (64 -> 128 -> 16, float32; ORT on one intra-op thread in both, below) with its stats kept (the default), taking
+``mlp`` (64 -> 128 -> 16, float32; ORT on one intra-op thread in both, see
+``THREADS``) with its stats kept (the default), taking
 turns round after round (A B A B ...), and the ratio of each round is reported
 (loop's seconds / ortpipe's: 1.0 is parity, more is ortpipe faster):
 

@@ -123,10 +123,10 @@ def no_leaked_threads():
     # a minute of CPU: the heap it walks grows as the suite runs)
     start = time.monotonic()
     collected = False
-    while leaked():
+    while names := leaked():
         waited = time.monotonic() - start
         if waited > 2.0:
-            pytest.fail(f"threads left behind: {leaked()}")
+            pytest.fail(f"threads left behind: {names}")
         if not collected and waited > 0.05:
             gc.collect()
             collected = True
