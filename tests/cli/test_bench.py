@@ -264,6 +264,24 @@ def test_rounds_on_both_sides_of_naive_name_no_winner():
     assert fastest_line([naive, clear], emulated=True).startswith("fastest on an emulated link: caller at depth 2")
 
 
+def test_naive_at_the_median_is_no_winner_where_another_row_beat_it_in_a_round():
+    """Issue 38, item 2, the other side: naive's lead the rounds do not agree on is within the
+    noise too; a lead they all agree on names naive."""
+    naive = ModeResult("naive", None, 10, 100, 1.0, batch_size=8, rates=(90.0, 100.0, 110.0))
+    close = ModeResult("caller", 2, 10, 96, 1.0, batch_size=8, rates=(95.0, 96.0, 105.0))
+    other_size = ModeResult("caller", 2, 10, 500, 1.0, batch_size=64, rates=(500.0, 500.0, 500.0))
+    line = fastest_line([naive, close])
+    assert line == (
+        "no clear winner: naive ran 100.0 items/s at the median and caller at depth 2 0.96x it, but "
+        "0.95-1.06x over 3 rounds: the difference is within the noise (--duration or --rounds for longer)"
+    )
+    behind = ModeResult("caller", 2, 10, 55, 1.0, batch_size=8, rates=(50.0, 55.0, 60.0))
+    assert fastest_line([naive, behind]) == "fastest: naive, 100.0 items/s"
+    assert fastest_line([naive, close], emulated=True).startswith("no clear winner on an emulated link: naive")
+    assert fastest_line([naive]) == "fastest: naive, 100.0 items/s"  # nothing to compare it with
+    assert fastest_line([naive, behind, other_size]).startswith("fastest: caller at depth 2, batch size 64")
+
+
 def test_a_row_whose_rounds_spread_more_than_ten_percent_is_said_unstable():
     """Issue 38, item 2: trtexec's warning, with what to do."""
     from pipeline.bench import unstable_line
