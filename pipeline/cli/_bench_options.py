@@ -128,8 +128,9 @@ def _bench_how(how: Any) -> None:
     how.add_argument(
         "--modes",
         type=choices_of(MODES, "--modes"),
-        default=list(DEFAULT_MODES),
-        help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}; caller = the engine with no "
+        default=None,
+        help=f"some of {','.join(MODES)} (default: {','.join(DEFAULT_MODES)}, and auto on the CPU backend, "
+        "where Pipeline runs the direct path by default and the engine modes do not; caller = the engine with no "
         "stage threads, auto = as Pipeline issues by default, graph = caller with CUDA graphs (CUDA only), "
         "arrays = whole host arrays as run() and a .npy take them, registered in place where the device "
         "gains; multi = several pipelines, see --device and --instances)",

@@ -16,6 +16,7 @@ import numpy as np
 from .. import models
 from .._engine import auto_copy_threads, resolve_copy_threads
 from ..bench import (
+    DEFAULT_MODES,
     TRACED_MODES,
     ModeResult,
     Workload,
@@ -321,15 +322,26 @@ def _runs(modes: Sequence[str], depths: Sequence[int]) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.data and args.input:
         raise PipelineError("--data gives the inputs' shapes itself: leave out --input")
-    if (args.trace or args.plot) and not any(mode in TRACED_MODES for mode in args.modes):
-        raise PipelineError(f"--trace/--plot need an engine mode ({', '.join(TRACED_MODES)}) in --modes")
     baseline = _load_baseline(args.baseline)
     devices, why = _bench_devices(args)
     try:
+        if args.modes is None:
+            args.modes = default_modes(devices[0])
+        if (args.trace or args.plot) and not any(mode in TRACED_MODES for mode in args.modes):
+            raise PipelineError(f"--trace/--plot need an engine mode ({', '.join(TRACED_MODES)}) in --modes")
         return _bench(args, baseline, devices, why)
     finally:
         for device in devices:
             device.close()
+
+
+def default_modes(device: Device) -> list[str]:
+    """The modes a bench runs where --modes is not given: on the CPU backend (the host with no
+    emulated link and no chaos) ``auto`` too - there ``Pipeline`` runs the direct path by default
+    (NOTE [ direct path ]), which none of the engine modes is, and a CPU user's question is what
+    ``Pipeline`` costs against the loop."""
+    direct = isinstance(device, HostDevice) and not device.threaded
+    return [*DEFAULT_MODES, "auto"] if direct else list(DEFAULT_MODES)
 
 
 def _multi_devices(args: argparse.Namespace, devices: list[Device]) -> list[Device]:

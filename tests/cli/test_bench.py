@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import HostDevice, models
 from pipeline.bench import (
+    DEFAULT_MODES,
     ModeResult,
     Workload,
     compare_with,
@@ -369,3 +370,24 @@ def test_a_mode_whose_outputs_differ_fails_the_bench_and_the_json_says_so(tmp_pa
     assert data["check"] == {"max_abs_diff": 0.0, "max_rel_diff": 0.0, "rtol": 1e-5, "atol": 1e-5, "ok": True,
                              "mismatch": None}  # fmt: skip
     assert all(row["check"]["ok"] for row in data["results"])
+
+
+def test_the_cpu_backend_benches_what_pipeline_runs_there_by_default(tmp_path):
+    """Issue 38, item 1: on the CPU backend the default modes add auto - Pipeline's own way
+    there, the direct path, which no engine mode is; an emulated link or chaos keeps the
+    engine's modes; --modes given is run as given."""
+    from pipeline.cli.bench import default_modes
+
+    assert default_modes(HostDevice()) == [*DEFAULT_MODES, "auto"]
+    for threaded in (HostDevice(link_gbps=10.0), HostDevice(chaos=True)):
+        try:
+            assert default_modes(threaded) == list(DEFAULT_MODES)
+        finally:
+            threaded.close()
+    argv = ["bench", "mlp", "--device", "cpu", "--batch-size", "8", "--batches", "4", "--warmup", "1", "--depth", "1"]
+    assert main([*argv, "--json", str(tmp_path / "b.json"), "--no-progress"]) == 0
+    rows = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert [row["mode"] for row in rows] == [*DEFAULT_MODES, "auto"]
+    assert "caller thread" in rows[-1]["issuing"]  # the direct path, not the engine
+    assert main([*argv, "--modes", "naive,caller", "--json", str(tmp_path / "c.json"), "--no-progress"]) == 0
+    assert [row["mode"] for row in json.loads((tmp_path / "c.json").read_text())["results"]] == ["naive", "caller"]

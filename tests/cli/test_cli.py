@@ -178,7 +178,8 @@ def test_bench_output_names_limit_what_every_mode_copies_back(tmp_path, capsys):
     assert main([*argv, "--output-names", "half", "--device", "cpu", "--json", str(path), "--no-progress"]) == 0
     data = json.loads(path.read_text())
     assert data["outputs"] == ["half"]
-    engine = [row for row in data["results"] if row["depth"] is not None]  # the engine's copies, not the direct path's
+    # the engine's copies, not the direct path's (the auto row on the CPU backend)
+    engine = [row for row in data["results"] if row["depth"] is not None and row["mode"] != "auto"]
     assert engine and all(row["link_gbps"]["d2h"] is not None for row in engine)
     assert main([*argv, "--output-names", "nope", "--device", "cpu", "--no-progress"]) == 2
     assert "['nope'] are not outputs of the model" in capsys.readouterr().err
@@ -472,13 +473,13 @@ def test_bench_on_your_own_data(tmp_path, capsys):
     np.save(tmp_path / "x.npy", rows)
     path = tmp_path / "bench.json"
     argv = ["bench", "mlp", "--data", str(tmp_path / "x.npy"), "--batch-size", "16", "--batches", "4"]
-    assert main([*argv, "--warmup", "1", "--depth", "2", "--json", str(path), "--no-progress"]) == 0
+    assert main([*argv, "--device", "cpu", "--warmup", "1", "--depth", "2", "--json", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert f"data: {tmp_path / 'x.npy'} (100 rows; 4 batches of 16 in the pool)" in out
     assert "data: random inputs" not in out  # said only where the batches are random (issue 26, item 9)
     data = json.loads(path.read_text())
     assert data["data"] == [str(tmp_path / "x.npy")]
-    assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined", "caller"]
+    assert [r["mode"] for r in data["results"]] == ["naive", "iobinding", "pipelined", "caller", "auto"]
     assert all(r["items"] == 4 * 16 for r in data["results"])
 
 
