@@ -208,6 +208,9 @@ class Device(abc.ABC):
     #: (NOTE [ outputs handed over ] in the engine); cudaHostAlloc costs
     #: milliseconds, so not on CUDA
     cheap_pinned: bool = False
+    #: whether :meth:`charge_transfer` charges anything (the host device's emulated link):
+    #: where not, a baseline loop neither counts its bytes nor calls it
+    charges_transfers: bool = False
     #: bytes of inputs a batch is picked to hold where no batch size is given
     #: (NOTE [ picked batch size ] in ``_engine/batch_size``): enough that per-batch costs vanish
     batch_bytes: int = 2 << 20

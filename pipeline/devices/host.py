@@ -434,6 +434,7 @@ class HostDevice(Device):
             chaos = ChaosOptions()
         self.chaos: ChaosOptions | None = chaos or None
         self.threaded = self.link is not None or self.chaos is not None
+        self.charges_transfers = self.link is not None
         self._engines = {"h2d": threading.Lock(), "d2h": threading.Lock()}
         self._streams: list[HostStream] = []
         self._signal = _Signal()

@@ -391,3 +391,30 @@ def test_the_cpu_backend_benches_what_pipeline_runs_there_by_default(tmp_path):
     assert "caller thread" in rows[-1]["issuing"]  # the direct path, not the engine
     assert main([*argv, "--modes", "naive,caller", "--json", str(tmp_path / "c.json"), "--no-progress"]) == 0
     assert [row["mode"] for row in json.loads((tmp_path / "c.json").read_text())["results"]] == ["naive", "caller"]
+
+
+def test_the_baselines_pay_no_bookkeeping_a_batch_that_a_users_loop_does_not(monkeypatch):
+    """Issue 38, items 1-2: naive and iobinding read no figures a batch (a snapshot of the
+    stats folds them and copies the percentiles' sample: it made naive three times a plain
+    loop's time on a cheap model); on the CPU backend naive times its batches with two clock
+    reads and says no bytes crossed a link. Every batch is still counted, in order."""
+    from pipeline import bench
+    from pipeline.stats import Stats
+
+    snapshots = []
+    real = Stats._snapshot
+    monkeypatch.setattr(Stats, "_snapshot", lambda self: snapshots.append(1) or real(self))
+    work = Workload([{"x": models.example_batch("mlp", 8, seed)["x"]} for seed in range(4)], count=300, warmup=2)
+    for run_mode in (bench.bench_naive, bench.bench_iobinding):
+        snapshots.clear()
+        row = run_mode(models.mlp(), HostDevice(), work)
+        assert snapshots == []  # none while it ran
+        assert row.batches == 300 and [t.index for t in row.stats.timings] == list(range(300))
+    naive = bench.bench_naive(models.mlp(), HostDevice(), work)
+    assert naive.stats.link_gbps() == {"h2d": None, "d2h": None}  # nothing crossed a link
+    linked = HostDevice(link_gbps=50.0)
+    try:
+        charged = bench.bench_naive(models.mlp(), linked, work)
+    finally:
+        linked.close()
+    assert charged.stats.link_gbps()["h2d"] is not None  # the emulated link's copies, timed
