@@ -209,7 +209,7 @@ class Device(abc.ABC):
     #: milliseconds, so not on CUDA
     cheap_pinned: bool = False
     #: whether :meth:`charge_transfer` charges anything (the host device's emulated link):
-    #: where not, a baseline loop neither counts its bytes nor calls it
+    #: where not, ``bench``'s naive loop neither counts its bytes nor calls it
     charges_transfers: bool = False
     #: bytes of inputs a batch is picked to hold where no batch size is given
     #: (NOTE [ picked batch size ] in ``_engine/batch_size``): enough that per-batch costs vanish
