@@ -319,10 +319,7 @@ class Stats:
     def add_many(self, timings: list[BatchTiming]) -> None:
         """:meth:`add` for several batches under one lock (the direct path's, NOTE [ direct path ])."""
         with self._lock:
-            room = self._keep - self._kept_count
-            if room > 0:
-                self._kept.extend(timings[:room])
-                self._kept_count += min(room, len(timings))
+            self._keep_whole(timings)
             self._pending.extend(timings)
             if len(self._pending) >= _FOLD_EVERY:
                 self._fold_pending()
@@ -331,11 +328,21 @@ class Stats:
         """A direct run's steady batches (NOTE [ steady timings ]), folded at once: their
         sums cost a fraction of their records'."""
         with self._lock:
-            room = self._keep - self._kept_count
-            if room > 0:
-                self._kept.append(block[:room])
-                self._kept_count += min(room, len(block))
+            self._keep_whole(block)
             self._totals.fold_steady(block)
+
+    def _keep_whole(self, timings: list[BatchTiming] | SteadyTimings) -> None:
+        """Of these batches, those among the first ``keep`` kept whole (holding the lock): a
+        steady block as the block it is, read as records only by :attr:`timings`."""
+        room = self._keep - self._kept_count
+        if room <= 0:
+            return
+        kept = timings[:room]
+        if isinstance(kept, SteadyTimings):
+            self._kept.append(kept)
+        else:
+            self._kept.extend(kept)
+        self._kept_count += len(kept)
 
     def _fold_pending(self) -> None:
         # holding the lock

@@ -20,7 +20,7 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from .storage import StoredPath, said
+from .storage import StoredPath, aws_retry_mode, said
 
 
 class Refused(Exception):
@@ -112,10 +112,9 @@ def conditions_of(path: StoredPath) -> S3Conditions | None:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     style = "path" if endpoint and _ip_or_local(endpoint) else "auto"  # an IP has no bucket subdomains
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    # NOTE [ retries ]: the standard mode unless AWS_RETRY_MODE says otherwise; botocore
-    # reads AWS_MAX_ATTEMPTS itself
-    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower() or "standard"
-    config = Config(s3={"addressing_style": style}, retries={"mode": mode})
+    # NOTE [ retries ]: the mode AWS_RETRY_MODE names, standard where unset; botocore reads
+    # AWS_MAX_ATTEMPTS itself
+    config = Config(s3={"addressing_style": style}, retries={"mode": aws_retry_mode()})
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
     return S3Conditions(client, path.bucket)
 

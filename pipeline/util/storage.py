@@ -62,14 +62,21 @@ def _with_retries(fs: Any) -> Any:
     return pafs.S3FileSystem(**{**options, "retry_strategy": _s3_retry_strategy()})
 
 
+def aws_retry_mode() -> str:
+    """``AWS_RETRY_MODE`` checked (NOTE [ retries ]): standard where unset; refused, naming it,
+    where it is none of the modes the AWS SDKs know."""
+    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower() or "standard"
+    if mode not in ("standard", "adaptive", "legacy"):
+        raise ValueError(f"AWS_RETRY_MODE={mode!r}: expected standard, adaptive or legacy")
+    return mode
+
+
 def _s3_retry_strategy() -> Any:
     """pyarrow's retry strategy for ``AWS_MAX_ATTEMPTS`` and ``AWS_RETRY_MODE`` (NOTE [ retries ])."""
     import pyarrow.fs as pafs
 
-    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower()
+    mode = aws_retry_mode()
     attempts = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
-    if mode not in ("", "standard", "adaptive", "legacy"):
-        raise ValueError(f"AWS_RETRY_MODE={mode!r}: expected standard, adaptive or legacy")
     try:
         most = int(attempts or STANDARD_ATTEMPTS)
         if most < 1:
