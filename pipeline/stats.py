@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace, SteadyTimings
+from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace, SteadyEntry, SteadyTimings, steady_record
 
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
@@ -115,8 +115,9 @@ class _Totals:
         self.bytes = {"h2d": 0, "d2h": 0}
         self.wait_sum = 0.0
         #: every batch's timing up to ``keep``, then a uniform sample of them
-        #: (reservoir): the percentiles of latency and of each stage come from it
-        self.sample: list[BatchTiming] = []
+        #: (reservoir): the percentiles of latency and of each stage come from it.  A steady
+        #: batch is its compact entry until read (NOTE [ steady timings ]): :meth:`records`
+        self.sample: list[BatchTiming | SteadyEntry] = []
         self._keep = keep
         self._rng = random.Random(0)
         #: Algorithm L's state once the sample is full: the next batch it keeps, and its weight
@@ -151,11 +152,15 @@ class _Totals:
             out[direction] = crossed / seconds / 1e9 if seconds > 0 and crossed else None
         return out
 
+    def records(self) -> list[BatchTiming]:
+        """The sample, every entry a record."""
+        return [steady_record(entry) if type(entry) is tuple else entry for entry in self.sample]  # type: ignore[arg-type,misc]
+
     def latency_ms(self) -> dict[str, float]:
-        return _latency_ms(self.sample)
+        return _latency_ms(self.records())
 
     def stage_percentiles_ms(self) -> dict[str, dict[str, float] | None]:
-        return _stage_percentiles_ms(self.sample)
+        return _stage_percentiles_ms(self.records())
 
     def outside_stages_s(self) -> float | None:
         """Seconds per batch that no stage accounts for, beyond their sum (the
@@ -253,14 +258,18 @@ class _Totals:
         """The timings kept whole up to ``keep``, then a uniform sample of every batch:
         reservoir sampling by Li's Algorithm L, which draws the number of batches to
         skip before the next one kept (a draw per kept batch, not one per batch)."""
-        room = max(0, self._keep - len(self.sample))
-        self.sample.extend(timings[:room])
-        seen = self.batches + len(timings)
+        count = len(timings)
+        room = min(max(0, self._keep - len(self.sample)), count)
+        steady = type(timings) is SteadyTimings
+        if room:
+            self.sample.extend(timings.entries(0, room) if steady else timings[:room])  # type: ignore[attr-defined]
+        seen = self.batches + count
         if len(self.sample) == self._keep and self._next_kept is None:
             self._weight = 1.0
-            self._next_kept = self._skip_from(self.batches + min(room, len(timings)))
+            self._next_kept = self._skip_from(self.batches + room)
+        entry = timings.entry if steady else timings.__getitem__  # type: ignore[attr-defined]
         while self._next_kept is not None and self._next_kept <= seen:
-            self.sample[int(self._rng.random() * self._keep)] = timings[self._next_kept - self.batches - 1]
+            self.sample[int(self._rng.random() * self._keep)] = entry(self._next_kept - self.batches - 1)
             self._next_kept = self._skip_from(self._next_kept)
         self.batches = seen
 
@@ -386,7 +395,7 @@ class Stats:
 
     def sample(self) -> list[BatchTiming]:
         """Every batch's timing up to ``keep`` batches, then a uniform sample of ``keep`` (the percentiles' source)."""
-        return self._snapshot().sample
+        return self._snapshot().records()
 
     # -- figures (each from one consistent snapshot) ------------------------
     @property

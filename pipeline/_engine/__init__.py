@@ -59,7 +59,7 @@ from .records import (
 )
 from .rings import Rings, allocate_rings
 from .run import EngineParts, EngineRun, RunInput
-from .steady_timings import SteadyTimings
+from .steady_timings import SteadyEntry, SteadyTimings, steady_record
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "Rings",
     "RunConfig",
     "RunInput",
+    "SteadyEntry",
     "SteadyTimings",
     "SKIP",
     "STAGES",
@@ -108,5 +109,6 @@ __all__ = [
     "resolve_copy_threads",
     "row_shape_fits",
     "split_rows",
+    "steady_record",
     "threads_slower",
 ]
