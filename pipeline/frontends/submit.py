@@ -193,7 +193,8 @@ class InlineSubmitter:
         batch, positional arguments: each call and keyword is a tenth of a microsecond
         of what a cheap model's batch costs.)"""
         lock = self._lock
-        if not lock.acquire(True, -1 if timeout is None else timeout):
+        # acquire() without arguments: its arguments parsed cost 40 ns a batch
+        if not (lock.acquire() if timeout is None else lock.acquire(True, timeout)):
             raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s")
         try:
             if self._ended is not None:
