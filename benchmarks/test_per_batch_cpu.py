@@ -14,10 +14,16 @@ turns round after round (A B A B ...), and the ratio of each round is reported
   allocation a batch for both).  Goal: 0.95x or more at every size.
 * ``Pipeline.submit`` (every batch handed in, then every future's result)
   against a loop that keeps every batch's outputs as the futures do, and
-  against that loop handing back a done ``Future`` a batch as submit does (the
-  future is the API's own cost), and against a ``ThreadPoolExecutor(1)`` running
-  ``session.run`` (what a user writes for futures without ortpipe), at 1 and 32 rows (NOTE [ submitted batches run
-  inline ]: no thread on the CPU backend; NOTE [ futures born done ]).
+  against that loop handing back a done ``Future`` a batch as submit does, and
+  against a ``ThreadPoolExecutor(1)`` running ``session.run`` (what a user writes
+  for futures without ortpipe), at 1, 32, 256 and 4,096 rows (NOTE [ submitted
+  batches run inline ]: no thread on the CPU backend).  And against the floor of
+  any API that answers with futures: the loop handing back the cheapest done
+  future there is, ortpipe's own (NOTE [ futures born done ]: no condition, no
+  ``__init__``) - what is left between that loop and submit is ortpipe's.  A
+  future the caller keeps is one more object a batch for the garbage collector to
+  walk, which a plain loop does not have: at one row a batch that alone is most of
+  what submit costs over the loop (docs/results.md).
 * ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
   whole array.  Goal: 0.95x or more.
 
@@ -38,6 +44,7 @@ import onnxruntime as ort
 import pytest
 
 from pipeline import Pipeline, PipelineOptions, models
+from pipeline.frontends.done_future import done_future
 
 ROUNDS = 9
 #: ORT's intra-op threads of both contenders' sessions.  One: ORT's default on this
@@ -118,7 +125,7 @@ def test_map_against_a_session_run_loop(benchmark, model, session, rows):
     _report(benchmark, f"map_{rows}_noise", seconds["loop"], seconds["loop again"], len(batches))
 
 
-@pytest.mark.parametrize("rows", [1, 32])
+@pytest.mark.parametrize("rows", [1, 32, 256, 4096])
 def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
     batches = _batches(rows)
 
@@ -132,6 +139,10 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
             future: Future = Future()
             future.set_result(session.run(None, {"x": batch}))
             kept.append(future)
+
+    def loop_of_done_futures() -> None:  # the floor: the cheapest done future a batch, nothing else
+        kept = [done_future(session.run(None, {"x": batch})) for batch in batches]
+        del kept
 
     with Pipeline(model, device="cpu", options=OPTIONS) as pipe, ThreadPoolExecutor(1) as executor:
 
@@ -150,6 +161,7 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
             "loop": loop,
             "submit": submitted,
             "futures": loop_of_futures,
+            "done futures": loop_of_done_futures,
             "executor": executed,
             "loop again": loop,
         }
@@ -158,6 +170,7 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
         pipe.drain()
     _report(benchmark, f"submit_{rows}", seconds["loop"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_futures", seconds["futures"], seconds["submit"], len(batches))
+    _report(benchmark, f"submit_{rows}_against_the_floor", seconds["done futures"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_an_executor", seconds["executor"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_noise", seconds["loop"], seconds["loop again"], len(batches))
 

@@ -35,6 +35,20 @@ as the engine does (NOTE [ auto issuing ]) and, when stage threads would pay,
 ends at a batch boundary - nothing of it is in flight then - so that the
 front end hands the rest of the source to the stage threads
 (:attr:`DirectRun.handed_over_at`).
+
+NOTE [ measured in the lane ]: the steady lane reads the clock four times a
+batch anyway (NOTE [ steady timings ]), and those reads are the three sides:
+produce from the ask to the batch in hand, execute to ORT's return, consume
+from there to the next ask (the result made, the caller's own work).  So the
+lane measures the advisor's windows itself - the first one right after the
+first batch, the run's first skipped ones included, and each after a rest -
+instead of leaving them to the full path, whose checks and records make a
+measured batch cost about twice a steady one (on a run of 3,000 batches,
+windows every few hundred batches and ten at the start showed as a few
+percent of the whole; docs/results.md).  The full path measures only batches
+unlike the steady one.  A window's reads start a block of their own, so
+they are the lane's list and nothing else when it is judged; a window cut
+short by an unlike batch is dropped, and the full path measures a whole one.
 """
 
 from __future__ import annotations
@@ -150,9 +164,9 @@ class DirectRun(Generic[T]):
         unlike: tuple[object, float] | None = None  # a batch the steady lane asked for, and when
         while not self._closed:
             advisor = self._advisor
-            if self._steady is not None and unlike is None and (advisor is None or not advisor.measuring):
+            if self._steady is not None and unlike is None:
                 unlike = yield from self._steady_lane()
-                if unlike is _SOURCE_ENDED:
+                if unlike is _SOURCE_ENDED or unlike is _HANDED_OVER:
                     return
                 t_resume = time.perf_counter()
                 continue
@@ -192,10 +206,10 @@ class DirectRun(Generic[T]):
         raise PipelineClosedError(CLOSED_MID_RUN)
 
     def _steady_lane(self) -> Generator[T, None, tuple[object, float] | None]:
-        """NOTE [ steady batches ]: batches alike run in a loop of their own, while the
-        advisor (if any) rests; returns the first batch unlike the steady one with the
-        time it was asked for, None when the lane's batches are done (the advisor
-        measures again, the run closed), or :data:`_SOURCE_ENDED`."""
+        """NOTE [ steady batches ]: batches alike run in a loop of their own; returns the
+        first batch unlike the steady one with the time it was asked for, None when the
+        run was closed, :data:`_SOURCE_ENDED` or :data:`_HANDED_OVER`.  With an advisor
+        the lane measures its windows itself (NOTE [ measured in the lane ])."""
         steady, advisor, source = self._steady, self._advisor, self._source
         assert steady is not None
         names, options, run = self._names, self._options, self._run
@@ -203,12 +217,28 @@ class DirectRun(Generic[T]):
         rows, single = self._steady_rows, steady[0] if len(steady) == 1 else None
         # one output (most models): its dict and its shape's check without a zip (half a microsecond)
         only, only_planned = (names[0], planned[0]) if len(names) == 1 else (None, ())
-        left = advisor.rest_left if advisor is not None else -1  # batches until it measures again
+        # batches until the advisor's rest is over, or its window measured in the lane (-1: never)
+        left = advisor.rest_left if advisor is not None else -1
+        # a window's reads fit in one block (a block handed on mid-window would take them away)
+        assert advisor is None or advisor.window + advisor.skip_left < _STEADY_RECORD_EVERY
+        measuring = False  # a window being measured (NOTE [ measured in the lane ])
         clock = time.perf_counter
         self._record()  # the full path's timings first: the stats keep them in the batches' order
         first, times = self._index, []  # type: int, list[float]  # NOTE [ steady timings ]: READS a batch, flat
         try:
-            while left and not self._closed:
+            while not self._closed:
+                if not left:  # an advisor's rest or window is over (never without one)
+                    assert advisor is not None
+                    if measuring and self._handed_over_in_lane(times, clock()):
+                        return _HANDED_OVER
+                    if measuring:  # stay: its next rest (twice as long)
+                        measuring, left = False, advisor.rest_left
+                    else:  # measure the next batches: their reads first in a block of their own
+                        advisor.rested(advisor.rest_left)
+                        if times:
+                            self._record_steady(first, rows, times)
+                            first, times = self._index, []
+                        measuring, left = True, advisor.window + advisor.skip_left
                 index = self._index
                 t_ask = clock()
                 try:
@@ -260,8 +290,28 @@ class DirectRun(Generic[T]):
         finally:
             if times:
                 self._record_steady(first, rows, times)
-            if advisor is not None:
+            if advisor is not None and not measuring:  # the batches of its rest that went by
                 advisor.rested(advisor.rest_left - left)
+            # (a window cut short is dropped: the full path measures one whole)
+
+    def _handed_over_in_lane(self, times: list[float], t_back: float) -> bool:
+        """NOTE [ measured in the lane ]: the advisor's verdict on the window whose clock
+        reads end ``times`` (which holds nothing before it but the skipped batches), its last
+        batch's consumer back at ``t_back``."""
+        advisor = self._advisor
+        assert advisor is not None
+        # plain lists: numpy's calls here, cold once in a thousand batches, cost several times these
+        window = times[-advisor.window * READS :]  # the batches before it: the run's first, skipped
+        asked, handed, ran = window[::READS], window[1::READS], window[2::READS]
+        next_asked = [*asked[1:], t_back]
+        self.seconds_per_batch = statistics.median(b - a for a, b in zip(asked, next_asked, strict=True))
+        produce = [b - a for a, b in zip(asked, handed, strict=True)]
+        execute = [b - a for a, b in zip(handed, ran, strict=True)]
+        consume = [b - a for a, b in zip(ran, next_asked, strict=True)]
+        if not advisor.judge(produce, execute, consume):
+            return False
+        self.handed_over_at = self._index
+        return True
 
     def _record_steady(self, first: int, rows: int, times: list[float]) -> None:
         """NOTE [ steady timings ]: a steady lane's batches handed to the stats."""
@@ -465,6 +515,8 @@ class DirectRun(Generic[T]):
 
 #: what the steady lane returns when the source has no more batches
 _SOURCE_ENDED: Any = ("source ended", 0.0)
+#: what it returns when its advisor measured that stage threads would pay (:attr:`DirectRun.handed_over_at`)
+_HANDED_OVER: Any = ("handed over", 0.0)
 
 
 def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:

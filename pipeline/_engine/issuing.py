@@ -127,6 +127,21 @@ class HandOverAdvisor:
         self._rest()
         return False
 
+    @property
+    def skip_left(self) -> int:
+        """The run's first batches still to go by unmeasured."""
+        return max(self._skip.values())
+
+    def judge(self, produce: list[float], execute: list[float], consume: list[float]) -> bool:
+        """:meth:`hand_over`'s verdict on a whole window measured in one go, a side's
+        times a list, one a batch (the steady lane's own clock reads, NOTE [ measured in
+        the lane ]), which ran after the skipped batches: none of it is skipped."""
+        self.measuring = True
+        for side, times in zip(SIDES, (produce, execute, consume), strict=True):
+            self._skip[side] = 0
+            self._times[side][:] = times
+        return self.hand_over()
+
     def handed_back(self) -> None:
         """The stage threads measured slower than the caller's thread had been: the
         caller's thread issues again, and rests before it measures again (twice as

@@ -220,6 +220,23 @@ def test_steady_batches_skip_the_full_check_and_any_other_batch_takes_it():
         assert_outputs_equal(out, reference(model, {"x": np.ascontiguousarray(array, np.float32)}))
 
 
+def test_auto_measures_its_windows_on_the_steady_lane():
+    """NOTE [ measured in the lane ]: the advisor's windows, the first one included, are
+    measured from the steady lane's own clock reads: no batch of a steady stream after
+    the first takes the full check, and the caller's thread, judged to stay window after
+    window, keeps every batch."""
+    model = models.mlp()
+    batches = [_rows(8, seed) for seed in range(600)]
+    with Pipeline(model, device="cpu") as pipe:  # stage_threads="auto" by default
+        checked = _counting_checks(pipe)
+        outs = list(pipe.map(batches))
+        assert pipe.stats.issuing == "caller thread"
+        assert pipe.stats.batches == 600
+    assert checked == [0, 0]  # the layout's check and the run's, of the first batch
+    for batch, out in zip(batches[::50], outs[::50], strict=True):
+        assert_outputs_equal(out, reference(model, {"x": batch}))
+
+
 def test_a_steady_stream_still_refuses_a_batch_of_another_dtype_or_an_unknown_input():
     x = _rows(8)
     with Pipeline(models.mlp(), device="cpu", options=CALLER) as pipe:

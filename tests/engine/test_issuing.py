@@ -84,6 +84,16 @@ def test_after_a_stay_it_rests_twice_as_long_each_time_then_judges_a_fresh_windo
     assert _feed(advisor, [1e-3] * 3, [1e-3] * 3, [1e-5] * 3) == [False, False, True]
 
 
+def test_a_window_judged_in_one_go_skips_nothing_and_rests_after_a_stay():
+    advisor = HandOverAdvisor(threshold_s=1e-4, window=3, skip=2, rest=4)
+    assert advisor.skip_left == 2
+    assert not advisor.judge([1e-5] * 3, [1e-3] * 3, [1e-5] * 3)  # one slow side: nothing to overlap
+    assert advisor.gain_s == pytest.approx(2e-5)
+    assert not advisor.measuring and advisor.rest_left == 4 and advisor.skip_left == 0
+    assert advisor.judge([1e-3] * 3, [1e-3] * 3, [1e-5] * 3)  # judged at once, rest or not: no batch skipped
+    assert advisor.gain_s == pytest.approx(1e-3 + 1e-5)
+
+
 def test_window_and_rest_must_be_at_least_one_batch():
     with pytest.raises(ValueError, match="window and rest"):
         HandOverAdvisor(window=0)
