@@ -119,7 +119,9 @@ class _Totals:
         #: batch is its compact entry until read (NOTE [ steady timings ]): :meth:`records`
         self.sample: list[BatchTiming | SteadyEntry] = []
         self._keep = keep
-        self._rng = random.Random(0)
+        #: made when the sample first fills (seeding one costs a few microseconds, which a short
+        #: run - a ``pipe.run`` of a few rows - would pay for nothing)
+        self._rng: random.Random | None = None
         #: Algorithm L's state once the sample is full: the next batch it keeps, and its weight
         self._next_kept: int | None = None
         self._weight = 1.0
@@ -265,18 +267,22 @@ class _Totals:
             self.sample.extend(timings.entries(0, room) if steady else timings[:room])  # type: ignore[attr-defined]
         seen = self.batches + count
         if len(self.sample) == self._keep and self._next_kept is None:
+            self._rng = self._rng or random.Random(0)
             self._weight = 1.0
             self._next_kept = self._skip_from(self.batches + room)
         entry = timings.entry if steady else timings.__getitem__  # type: ignore[attr-defined]
-        while self._next_kept is not None and self._next_kept <= seen:
-            self.sample[int(self._rng.random() * self._keep)] = entry(self._next_kept - self.batches - 1)
+        rng = self._rng
+        while rng is not None and self._next_kept is not None and self._next_kept <= seen:  # rng: the sample is full
+            self.sample[int(rng.random() * self._keep)] = entry(self._next_kept - self.batches - 1)
             self._next_kept = self._skip_from(self._next_kept)
         self.batches = seen
 
     def _skip_from(self, batch: int) -> int:
         """The number (1-based) of the next batch Algorithm L keeps after ``batch``."""
-        self._weight *= math.exp(math.log(self._rng.random() or 1e-300) / self._keep)
-        gap = math.log(self._rng.random() or 1e-300) / math.log1p(-self._weight) if self._weight < 1.0 else 0.0
+        rng = self._rng
+        assert rng is not None  # made as the sample filled
+        self._weight *= math.exp(math.log(rng.random() or 1e-300) / self._keep)
+        gap = math.log(rng.random() or 1e-300) / math.log1p(-self._weight) if self._weight < 1.0 else 0.0
         return batch + int(gap) + 1
 
 

@@ -552,7 +552,8 @@ def joined_rows(parts: Mapping[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
         for index, value in enumerate(values):
             if value.shape[1:] != first:
                 raise not_per_row(name, index, [value.shape[0], *first], value)
-    return {name: np.concatenate(values) for name, values in parts.items()}
+    # one batch's outputs are ORT's own new arrays: joined by nothing, not copied
+    return {name: values[0] if len(values) == 1 else np.concatenate(values) for name, values in parts.items()}
 
 
 def not_per_row(name: str, index: int, expected: list[object], value: np.ndarray) -> PipelineInputError:

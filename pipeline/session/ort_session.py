@@ -209,6 +209,9 @@ class OrtSession:
         self._probe_lock = threading.Lock()
         #: NOTE [ rows that interact ]: input shapes whose padding was checked
         self._padding_checked: set[tuple[tuple[str, Shape], ...]] = set()
+        #: :meth:`fixed_batch`'s and :meth:`check_cut_alike`'s answers for the constants set, once found
+        self._fixed_batch: tuple[int | None] | None = None
+        self._cut_alike: tuple[str | None] | None = None
 
     @property
     def string_tensors(self) -> list[str]:
@@ -237,6 +240,7 @@ class OrtSession:
                 )
             checked[name] = _constant(spec, value)
         self.constants = checked
+        self._fixed_batch = self._cut_alike = None
         self._probes.clear()
         self._padding_checked.clear()
 
@@ -247,7 +251,9 @@ class OrtSession:
     def check_cut_alike(self) -> None:
         """Raises :class:`PipelineInputError` where the batched inputs are not rows of one
         batch, so that cutting them into batches alike would be wrong (:func:`own_batch_dims`)."""
-        why = own_batch_dims(self.batched_inputs, self.outputs)
+        if self._cut_alike is None:  # found once for the constants set: every run() asks
+            self._cut_alike = (own_batch_dims(self.batched_inputs, self.outputs),)
+        why = self._cut_alike[0]
         if why is not None:
             raise PipelineInputError(
                 f"the inputs cannot be cut into batches alike: {why}; pass such an input whole as a constant "
@@ -257,7 +263,13 @@ class OrtSession:
             )
 
     def fixed_batch(self) -> int | None:
-        """The batch dim (axis 0) when the model fixes it, else None."""
+        """The batch dim (axis 0) when the model fixes it, else None (found once for the
+        constants set: every ``run`` and ``map`` asks)."""
+        if self._fixed_batch is None:
+            self._fixed_batch = (self._found_fixed_batch(),)
+        return self._fixed_batch[0]
+
+    def _found_fixed_batch(self) -> int | None:
         fixed = {
             spec.name: spec.shape[0] for spec in self.batched_inputs if spec.rank and isinstance(spec.shape[0], int)
         }
