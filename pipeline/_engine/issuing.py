@@ -134,8 +134,9 @@ class HandOverAdvisor:
 
     def judge(self, produce: list[float], execute: list[float], consume: list[float]) -> bool:
         """:meth:`hand_over`'s verdict on a whole window measured in one go, a side's
-        times a list, one a batch (the steady lane's own clock reads, NOTE [ measured in
-        the lane ]), which ran after the skipped batches: none of it is skipped."""
+        times a list, one a batch (the steady lane's own clock reads,
+        NOTE [ measured in the lane ]), which ran after the skipped batches: none of it
+        is skipped."""
         self.measuring = True
         for side, times in zip(SIDES, (produce, execute, consume), strict=True):
             self._skip[side] = 0
