@@ -240,13 +240,33 @@ def test_a_submit_waiting_for_another_threads_batch_times_out():
         pipe.drain()
 
 
-def test_long_runs_hand_the_next_submits_to_the_threaded_map():
+def _submitted_with_work_between(pipe: Pipeline, batch: np.ndarray, work_s: float) -> list:
+    futures = []
+    for _ in range(8):  # a window, judged inline
+        futures.append(pipe.submit(batch))
+        time.sleep(work_s)  # the submitter's own work (leaving the GIL, as a server's reads do)
+    return futures
+
+
+def test_long_runs_beside_the_submitters_own_work_hand_the_next_submits_to_the_threaded_map():
     with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
         batch = np.ones((300, 256), np.float32)  # runs of well over a millisecond
-        first = [pipe.submit(batch) for _ in range(8)]  # judged inline, then the map ends
+        first = _submitted_with_work_between(pipe, batch, work_s=0.003)  # then the inline map ends
         assert all(future.done() for future in first)
         later = pipe.submit(batch)
-        assert _threads_named("ortpipe-submit")  # the threaded map takes the rest
+        assert _threads_named("ortpipe-submit")  # the threaded map takes the rest, to overlap them
         later.result(timeout=30)
         pipe.drain()
+    assert wait_no_threads() == []
+
+
+def test_long_runs_submitted_back_to_back_stay_inline():
+    """Nothing of the submitter's to overlap the runs with: a thread's hand-offs would only add to them."""
+    with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
+        batch = np.ones((300, 256), np.float32)
+        futures = _submitted_with_work_between(pipe, batch, work_s=0.0)
+        futures += [pipe.submit(batch) for _ in range(8)]
+        assert all(future.done() for future in futures) and not _threads_named("ortpipe")
+        pipe.drain()
+        assert pipe.stats.batches == 16
     assert wait_no_threads() == []

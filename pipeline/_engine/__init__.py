@@ -30,7 +30,7 @@ from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
 from .device_filled import DeviceFill, DeviceTarget
 from .direct import DirectRun, joined_rows, not_per_row
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
-from .issuing import SKIP, HandOverAdvisor, threads_slower
+from .issuing import HAND_OVER_GAIN_S, SKIP, HandOverAdvisor, threads_slower
 from .layout import (
     InputChecker,
     Layout,
@@ -74,6 +74,7 @@ __all__ = [
     "EngineParts",
     "EngineRun",
     "Fill",
+    "HAND_OVER_GAIN_S",
     "HandOverAdvisor",
     "HostCopier",
     "HostRegistering",

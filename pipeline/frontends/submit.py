@@ -29,9 +29,14 @@ Concurrent submitters take turns under one lock (submission order is the
 order they take it; ``timeout`` bounds the wait for it), each running while
 the others, ORT having left the GIL, go on with their own work.  What is lost
 is the overlap of one submitter's own work with its batch's run, which only
-pays where runs are long: once a window of batches shows runs longer than
-:data:`INLINE_MAX_S`, the inline map ends (between batches: nothing is in
-flight) and the next submit starts the threaded one.  ``drain()`` waits
+pays where both are long: once a window of batches shows runs longer than
+:data:`INLINE_MAX_S` and, between one submit's return and the next submit,
+more of the submitter's own work than the threads' hand-offs cost
+(``HAND_OVER_GAIN_S``, NOTE [ auto issuing ]), the inline map ends (between
+batches: nothing is in flight) and the next submit starts the threaded one.
+Long runs submitted back to back stay inline: there is nothing to overlap
+them with, and the hand-offs would only add to each (about a tenth of a
+millisecond's run on the CPU, docs/results.md).  ``drain()`` waits
 for every batch submitted and ends the map (the pipeline is then free for
 ``map()``/``run()``); ``close()`` stops it, failing what was not run with
 :class:`PipelineClosedError`.  The batch is the pipeline's until its future
@@ -51,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from .._engine import THREAD_PREFIX
+from .._engine import HAND_OVER_GAIN_S, THREAD_PREFIX
 from ..util.errors import PipelineClosedError, PipelineError, PipelineStageError
 from .done_future import done_future
 from .feed import Feed, FeedClosed
@@ -179,7 +184,9 @@ class InlineSubmitter:
         self._results = start_map(map(self._handed.pop, itertools.repeat(-1)))
         self._lock = threading.Lock()
         self._ended: BaseException | None = None
-        self._seconds: list[float] = []
+        self._seconds: list[float] = []  # each judged batch's run
+        self._own: list[float] = []  # the submitters' own time before each judged batch but the first
+        self._returned_at: float | None = None  # when the last judged submit returned
         self._judging = True  # until a window of runs is judged
         #: the runs were long enough that the threaded map's overlap pays: the next map is that one
         self.threads_pay = False
@@ -211,20 +218,24 @@ class InlineSubmitter:
                 self._ended = exc
                 return _failed(exc)
             if judging:
-                self._judge(time.perf_counter() - started)
+                self._judge(started, time.perf_counter())
             return done_future(outputs)  # NOTE [ futures born done ]
         finally:
             lock.release()
 
-    def _judge(self, seconds: float) -> None:
-        """After a window of batches: where their runs were long, end for the threaded map."""
-        self._seconds.append(seconds)
+    def _judge(self, started: float, ended: float) -> None:
+        """After a window of batches: where their runs and the submitters' own work between
+        them were both long, end for the threaded map."""
+        if self._returned_at is not None:
+            self._own.append(started - self._returned_at)
+        self._returned_at = ended
+        self._seconds.append(ended - started)
         if len(self._seconds) < INLINE_WINDOW:
             return
         self._judging = False
-        if statistics.median(self._seconds) > INLINE_MAX_S:
+        if statistics.median(self._seconds) > INLINE_MAX_S and statistics.median(self._own) > HAND_OVER_GAIN_S:
             self.threads_pay = True
-            self._finish(PipelineError("its runs were long enough for a thread of its own to pay"))
+            self._finish(PipelineError("its runs and the work between them were long enough for a thread to pay"))
 
     def _finish(self, why: BaseException) -> None:
         """The map closed (its run's end: stats recorded, nothing left open), saying why."""
