@@ -43,9 +43,8 @@ from there to the next ask (the result made, the caller's own work).  So the
 lane measures the advisor's windows itself - the first one right after the
 first batch, the run's first skipped ones included, and each after a rest -
 instead of leaving them to the full path, whose checks and records make a
-measured batch cost about twice a steady one (on a run of 3,000 batches,
-windows every few hundred batches and ten at the start showed as a few
-percent of the whole; docs/results.md).  The full path measures only batches
+measured batch cost about twice a steady one, which showed in a whole
+run's time (docs/results.md).  The full path measures only batches
 unlike the steady one.  A window's reads start a block of their own, so
 they are the lane's list and nothing else when it is judged; a window cut
 short by an unlike batch is dropped, and the full path measures a whole one.
@@ -277,7 +276,7 @@ class DirectRun(Generic[T]):
                         if value.shape != shape:  # NOTE [ data-dependent outputs ], as _note_dynamic says it
                             self._note_changed(outputs)
                             break
-                # typing.cast is a Python call: a tenth of a microsecond a batch
+                # typing.cast would be a Python call a batch
                 result: T = outputs if as_is else self._given(index, rows, outputs)  # type: ignore[assignment]
                 times += (t_ask, t_submit, t_ran, clock())
                 if len(times) >= _STEADY_READS_KEPT:

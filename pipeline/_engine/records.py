@@ -293,7 +293,7 @@ BLOCKED_SOURCE = (
 
 
 #: whether a source's type listens (:func:`interrupt_source`): ``isinstance`` against a
-#: runtime-checkable protocol looks its members up each call, ~10 us, at every run's close
+#: runtime-checkable protocol looks its members up each call, at every run's close (docs/results.md)
 _LISTENS: dict[type, bool] = {}
 
 

@@ -18,8 +18,8 @@ count and walk while the caller holds its outputs.  It is a sequence of
 percentiles' sample), the same record the full path makes (:func:`direct_timing`).
 The percentiles' sample keeps a steady batch as a :data:`SteadyEntry` - its four
 reads and where it stands, a plain tuple - made a record only when the sample is
-read: over 40,000 batches its fill and Algorithm L's replacements take ~13,000 of
-them, a record made each time (two Python calls, a 17-field tuple).
+read: its fill and Algorithm L's replacements take thousands of them over a long
+run, a record made each time (two Python calls, a 17-field tuple).
 """
 
 from __future__ import annotations

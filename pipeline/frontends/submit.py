@@ -35,8 +35,7 @@ more of the submitter's own work than the threads' hand-offs cost
 (``HAND_OVER_GAIN_S``, NOTE [ auto issuing ]), the inline map ends (between
 batches: nothing is in flight) and the next submit starts the threaded one.
 Long runs submitted back to back stay inline: there is nothing to overlap
-them with, and the hand-offs would only add to each (about a tenth of a
-millisecond's run on the CPU, docs/results.md).  ``drain()`` waits
+them with, and the hand-offs would only add to each (docs/results.md).  ``drain()`` waits
 for every batch submitted and ends the map (the pipeline is then free for
 ``map()``/``run()``); ``close()`` stops it, failing what was not run with
 :class:`PipelineClosedError`.  The batch is the pipeline's until its future
@@ -200,7 +199,7 @@ class InlineSubmitter:
         batch, positional arguments: each call and keyword is a tenth of a microsecond
         of what a cheap model's batch costs.)"""
         lock = self._lock
-        # acquire() without arguments: its arguments parsed cost 40 ns a batch
+        # acquire() without arguments where it can: parsing them is a cost a batch
         if not (lock.acquire() if timeout is None else lock.acquire(True, timeout)):
             raise TimeoutError(f"submit: the pipeline stayed full for {timeout} s")
         try:
