@@ -267,7 +267,7 @@ class _Totals:
             self.sample.extend(timings.entries(0, room) if steady else timings[:room])  # type: ignore[attr-defined]
         seen = self.batches + count
         if len(self.sample) == self._keep and self._next_kept is None:
-            self._rng = self._rng or random.Random(0)
+            self._rng = random.Random(0)  # the sample just filled: the draws begin
             self._weight = 1.0
             self._next_kept = self._skip_from(self.batches + room)
         entry = timings.entry if steady else timings.__getitem__  # type: ignore[attr-defined]

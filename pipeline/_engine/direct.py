@@ -228,9 +228,9 @@ class DirectRun(Generic[T]):
             while not self._closed:
                 if not left:  # an advisor's rest or window is over (never without one)
                     assert advisor is not None
-                    if measuring and self._handed_over_in_lane(times, clock()):
-                        return _HANDED_OVER
-                    if measuring:  # stay: its next rest (twice as long)
+                    if measuring:  # the window is in: hand over, or rest (twice as long as before)
+                        if self._handed_over_in_lane(times, clock()):
+                            return _HANDED_OVER
                         measuring, left = False, advisor.rest_left
                     else:  # measure the next batches: their reads first in a block of their own
                         advisor.rested(advisor.rest_left)
