@@ -102,6 +102,10 @@ SAMPLE = 4096
 _FOLD_EVERY = 1024
 
 
+_NO_SECONDS = dict.fromkeys(STAGES, 0.0)
+_NO_COUNTS = dict.fromkeys(STAGES, 0)
+
+
 class _Totals:
     """Running sums over every batch: what the figures need, in constant memory."""
 
@@ -110,8 +114,8 @@ class _Totals:
         self.items = 0
         self.first_ask = math.inf
         self.last_done = -math.inf
-        self.stage_sum = dict.fromkeys(STAGES, 0.0)
-        self.stage_count = dict.fromkeys(STAGES, 0)
+        self.stage_sum = _NO_SECONDS.copy()  # copies: a run() of a few rows makes these each call
+        self.stage_count = _NO_COUNTS.copy()
         self.bytes = {"h2d": 0, "d2h": 0}
         self.wait_sum = 0.0
         #: every batch's timing up to ``keep``, then a uniform sample of them

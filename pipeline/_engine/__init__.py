@@ -21,14 +21,15 @@ the names this package exports.  Its modules, one idea each:
 * ``threads`` - the producer and execute threads;
 * ``inline`` - the caller's thread issuing every stage, and the hand-over to the threads;
 * ``run`` - a run made of those stages, its results and its one error path;
-* ``direct`` - the CPU backend's direct path through ``session.run``.
+* ``direct`` - the CPU backend's direct path through ``session.run``;
+* ``whole`` - ``run()`` of whole arrays on that path.
 """
 
 from __future__ import annotations
 
 from .batch_size import DEFAULT_BATCH_SIZE, picked_batch_size
 from .device_filled import DeviceFill, DeviceTarget
-from .direct import DirectRun, joined_rows, not_per_row
+from .direct import DirectRun
 from .hostcopy import CopyThreads, HostCopier, auto_copy_threads, resolve_copy_threads
 from .issuing import HAND_OVER_GAIN_S, SKIP, HandOverAdvisor, threads_slower
 from .layout import (
@@ -60,6 +61,7 @@ from .records import (
 from .rings import Rings, allocate_rings
 from .run import EngineParts, EngineRun, RunInput
 from .steady_timings import SteadyEntry, SteadyTimings, steady_record
+from .whole import WholeRun, joined_rows, not_per_row
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
@@ -95,6 +97,7 @@ __all__ = [
     "Streams",
     "THREAD_PREFIX",
     "Take",
+    "WholeRun",
     "allocate_rings",
     "auto_copy_threads",
     "check_batch_size",

@@ -55,14 +55,14 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
 from ..devices import DeviceArray, typed_view
 from ..session import OrtSession
-from ..util.errors import DeviceError, ModelError, PipelineClosedError, PipelineInputError, PipelineStageError
+from ..util.errors import DeviceError, ModelError, PipelineClosedError, PipelineStageError
 from .hostcopy import HostCopier
 from .issuing import HandOverAdvisor
 from .layout import InputChecker, Layout, SlotsOutgrown
@@ -84,7 +84,7 @@ class TimingSink(Protocol):
 
 
 #: batches whose timings are handed to the stats at once
-_RECORD_EVERY = 16
+RECORD_EVERY = 16
 #: the steady lane's (NOTE [ steady timings ]: a block costs a lock and an object, its batches little)
 _STEADY_RECORD_EVERY = 64
 _STEADY_READS_KEPT = _STEADY_RECORD_EVERY * READS
@@ -131,7 +131,7 @@ class DirectRun(Generic[T]):
         self.seconds_per_batch: float | None = None
         self._closed = False
         self._user_source = user_source
-        self._run = self._run_call()
+        self._run = session.unchecked_run
         self._names = session.output_names
         self._options = session.plain_run_options
         self._pads = layout is not None and layout.pad
@@ -342,7 +342,7 @@ class DirectRun(Generic[T]):
         result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
         t_done = time.perf_counter()
         self._raw.append(direct_timing(index, rows, t_ask, t_submit, t_run, t_ran, t_done, self._origin))
-        if len(self._raw) >= _RECORD_EVERY:
+        if len(self._raw) >= RECORD_EVERY:
             self._record()
         return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
 
@@ -360,7 +360,7 @@ class DirectRun(Generic[T]):
                     self._session.check_padding(shapes, rows, *self._layout.padding_words())
                 except ModelError as exc:  # the batch's compute refused, as the engine says it
                     raise compute_failed(index, exc, rows, None) from exc
-        if bound != rows or self._unusual(feeds):
+        if bound != rows or unreadable_in_place(feeds):
             feeds = self._padded(feeds, bound)
         return feeds, rows, bound
 
@@ -402,16 +402,6 @@ class DirectRun(Generic[T]):
         self._steady_rows = rows
         self._steady_outputs = [self._plan[name][1] for name in self._names]
 
-    @staticmethod
-    def _unusual(feeds: Mapping[str, Any]) -> bool:
-        """Whether a batch holds an array ORT cannot read where it lies: strided, of
-        the other byte order, or a device array (NOTE [ device arrays ]: the host
-        device's memory, which ORT reads as a numpy view of it)."""
-        for value in feeds.values():
-            if type(value) is DeviceArray or not (value.flags.c_contiguous and value.dtype.isnative):
-                return True
-        return False
-
     def _note_dynamic(self, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
         """See NOTE [ data-dependent outputs ]: outputs whose shape is not the one the probe
         run gave for these input shapes are remembered by the session, as the engine does."""
@@ -432,47 +422,6 @@ class DirectRun(Generic[T]):
         if changed and not self._session.dynamic_outputs.issuperset(changed):
             self._session.note_dynamic(changed)
 
-    def run_whole(self, arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-        """``Pipeline.run`` on the direct path: batches sliced off checked arrays (each
-        slice needs no check of its own), ORT's outputs joined once at the end, as a
-        loop over ``session.run`` would.  For a model that pads no batch."""
-        run, names, options, constants = self._run, self._names, self._options, self._session.constants
-        raw, kept = self._raw, [[] for _ in names]  # type: list[Any], list[list[np.ndarray]]
-        if self._unusual(arrays):  # made readable once, not a batch at a time
-            arrays = _as_host_arrays(arrays, 0)
-        total = next(iter(arrays.values())).shape[0]
-        for index, start in enumerate(range(0, total, batch_size), self._index):
-            if self._closed:
-                raise PipelineClosedError(CLOSED_MID_RUN)
-            t_ask = time.perf_counter()
-            feeds = {name: array[start : start + batch_size] for name, array in arrays.items()}
-            if constants:
-                feeds.update(constants)
-            try:
-                values = run(names, feeds, options)
-            except Exception as exc:
-                raise compute_failed(index, exc, min(batch_size, total - start), batch_size) from exc
-            t_ran = time.perf_counter()
-            rows = min(batch_size, total - start)
-            for name, value, parts in zip(names, values, kept, strict=True):
-                if value.ndim == 0 or value.shape[0] != rows:
-                    raise not_per_row(name, index, [rows, "..."], value)
-                parts.append(value)
-            raw.append(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
-            if len(raw) >= _RECORD_EVERY:
-                self._record()
-        self._record()
-        return joined_rows(dict(zip(names, kept, strict=True)))
-
-    def _run_call(self) -> Callable[..., list[np.ndarray]]:
-        """ORT's ``run(output names, feeds, run options)``: the binding's own, below
-        ``InferenceSession.run``'s checks that its callers here made already (an
-        input name it does not know, an OrtValue it would not own; a microsecond
-        a batch, a tenth of a cheap model's run)."""
-        session = self._session.session
-        inner = getattr(session, "_sess", None)
-        return inner.run if inner is not None and hasattr(inner, "run") else session.run
-
     def _record(self) -> None:
         """The batches' timings so far handed to the stats, several under one lock."""
         if self._raw:  # emptied in place: the loops hold it by a name of their own
@@ -480,10 +429,10 @@ class DirectRun(Generic[T]):
             self._raw.clear()
 
     def _padded(self, feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
-        """:func:`_as_host_arrays`; padding that does not fit in memory said as the model's doing where
+        """:func:`as_host_arrays`; padding that does not fit in memory said as the model's doing where
         it fixes the batch dim (NOTE [ buffers that do not fit ])."""
         try:
-            return _as_host_arrays(feeds, bound)
+            return as_host_arrays(feeds, bound)
         except MemoryError as exc:
             fixed = self._layout is not None and self._layout.fixed
             what = f"the model fixes its batch dim at {bound:,}" if fixed else f"batches of {bound:,} rows"
@@ -518,7 +467,17 @@ _SOURCE_ENDED: Any = ("source ended", 0.0)
 _HANDED_OVER: Any = ("handed over", 0.0)
 
 
-def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
+def unreadable_in_place(feeds: Mapping[str, Any]) -> bool:
+    """Whether a batch holds an array ORT cannot read where it lies: strided, of
+    the other byte order, or a device array (NOTE [ device arrays ]: the host
+    device's memory, which ORT reads as a numpy view of it)."""
+    for value in feeds.values():
+        if type(value) is DeviceArray or not (value.flags.c_contiguous and value.dtype.isnative):
+            return True
+    return False
+
+
+def as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
     """Each input as a numpy array (a host device array's memory viewed as one), with
     zero rows added up to ``bound`` (a fixed batch dim, static shapes)."""
     arrays = {}
@@ -541,26 +500,3 @@ def _as_host_arrays(feeds: dict[str, Any], bound: int) -> dict[str, np.ndarray]:
 def _cut(outputs: dict[str, np.ndarray], rows: int, bound: int) -> dict[str, np.ndarray]:
     """Outputs of a padded run without the padding rows' (those with one row per input row)."""
     return {name: value[:rows] if value.ndim and value.shape[0] == bound else value for name, value in outputs.items()}
-
-
-def joined_rows(parts: Mapping[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
-    """Each output's batches joined along their rows; an output whose rows change shape
-    from batch to batch (a shape that depends on the batch, not only its rows) refused."""
-    for name, values in parts.items():
-        first = values[0].shape[1:]
-        for index, value in enumerate(values):
-            if value.shape[1:] != first:
-                raise not_per_row(name, index, [value.shape[0], *first], value)
-    # one batch's outputs are ORT's own new arrays: joined by nothing, not copied
-    return {name: values[0] if len(values) == 1 else np.concatenate(values) for name, values in parts.items()}
-
-
-def not_per_row(name: str, index: int, expected: list[object], value: np.ndarray) -> PipelineInputError:
-    """``run()``'s refusal of an output that has no row per input row to join along."""
-    return PipelineInputError(
-        f"output {name!r} has no batch dim to concatenate along: run() joins outputs of one row per input "
-        "row, and this one's shape is not that (it may depend on the data); use map() for this model",
-        batch_index=index,
-        expected=str(expected).replace("'", ""),
-        got=list(value.shape),
-    )

@@ -47,6 +47,7 @@ from .._engine import (
     RunInput,
     Streams,
     Take,
+    WholeRun,
     allocate_rings,
     check_batch_size,
     copy_outputs,
@@ -161,6 +162,11 @@ class Pipeline(OneRunAtATime):
         #: NOTE [ string tensors ]: ORT keeps strings in host memory, where the slots are not
         self._strings = self.session.string_tensors
         _check_strings_run_direct(self._strings, self._transforms, self.options.on_batch is not None)
+        # found once: nothing they depend on changes after this (a run() asks both)
+        self._direct_path = self._goes_direct()
+        self._whole_direct = self._runs_whole()
+        #: the last batch size picked for a row's bytes, and those bytes
+        self._picked = (0, 0)
 
     # -- lifecycle (the rest in OneRunAtATime) -------------------------------
     def _release(self) -> None:
@@ -269,7 +275,7 @@ class Pipeline(OneRunAtATime):
         """NOTE [ submitted batches run inline ]: on the direct path, issued from the caller's
         thread, batches run in the submitting thread - unless the last such map found its runs
         long enough for the threaded one to pay."""
-        inline = self._goes_direct() and self.options.issuing is not True and not self.options.cuda_graph
+        inline = self._direct_path and self.options.issuing is not True and not self.options.cuda_graph
         if inline and not (isinstance(last, InlineSubmitter) and last.threads_pay):
             return InlineSubmitter(self._inline_map)
         return Submitter(self._submitted_map, SUBMIT_QUEUE)
@@ -283,7 +289,7 @@ class Pipeline(OneRunAtATime):
         issuing ahead, would wait for one); the direct path gives each before the next."""
         if self.options.cuda_graph:
             raise PipelineError("submit() runs the stage threads, and cuda_graph needs the caller's thread: use map()")
-        issuing: bool | Literal["auto"] = self.options.issuing if self._goes_direct() else True
+        issuing: bool | Literal["auto"] = self.options.issuing if self._direct_path else True
         return self._iterate(iter(feed), copy_outputs, issuing=issuing)
 
     def _check_free(self) -> None:
@@ -384,8 +390,8 @@ class Pipeline(OneRunAtATime):
         feeds = self.checker.feeds(None, inputs)
         total = next(iter(feeds.values())).shape[0]
         size = self._whole_rows_per_batch(feeds, batch_size)
-        if self._runs_whole(size):
-            return self._run_direct(feeds, size)
+        if self._whole_direct:
+            return self._run_whole(feeds, size)
         results = result_windows(self.device, self.options.registering, total, size, self.options.poll_s)
         gathered = Gather(total, results)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot,
@@ -418,8 +424,16 @@ class Pipeline(OneRunAtATime):
 
     def _whole_rows_per_batch(self, feeds: dict[str, np.ndarray], batch_size: int | None) -> int:
         """The rows a batch cut from whole arrays gets: :meth:`rows_per_batch` for their bytes a row."""
-        total = next(iter(feeds.values())).shape[0]
-        return self.rows_per_batch(batch_size, sum(array.nbytes // max(1, total) for array in feeds.values()))
+        fixed = batch_size or self.batch_size or self.session.fixed_batch()
+        if fixed:
+            return fixed
+        row_nbytes = 0
+        for array in feeds.values():  # rows alike: each array's bytes a whole number of rows
+            row_nbytes += array.nbytes
+        row_nbytes //= max(1, next(iter(feeds.values())).shape[0])
+        if row_nbytes != self._picked[0]:  # runs of one kind of rows pick once
+            self._picked = (row_nbytes, self.rows_per_batch(None, row_nbytes))
+        return self._picked[1]
 
     def _cut(
         self,
@@ -445,20 +459,19 @@ class Pipeline(OneRunAtATime):
                 results.close()
                 self._stats.host_outputs = results.describe()
 
-    def _runs_whole(self, batch_size: int) -> bool:
-        """See NOTE [ direct path ]: ``run()`` slices and runs the arrays itself — the
-        direct path, on the caller's thread, no batch padded."""
+    def _runs_whole(self) -> bool:
+        """See NOTE [ whole arrays run direct ]: ``run()`` slices and runs the arrays itself
+        — the direct path, on the caller's thread, no batch padded."""
         padded = self.session.fixed_batch() is not None or self.options.static
-        return (self.options.issuing is not True or bool(self._strings)) and self._goes_direct() and not padded
+        return (self.options.issuing is not True or bool(self._strings)) and self._direct_path and not padded
 
-    def _run_direct(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+    def _run_whole(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
         stats = self._new_stats()
         with self._lock:
             self._starting(stats)
-            run: DirectRun[Any] = self._direct_run(None, iter(()), 0, copy_outputs, stats, None)
-            self._active = run
+            run = self._active = WholeRun(self.session, stats)
         try:
-            return run.run_whole(feeds, batch_size)
+            return run.run(feeds, batch_size)
         finally:
             self._finished(run)
 
@@ -520,7 +533,7 @@ class Pipeline(OneRunAtATime):
         stats = self._new_stats()  # one for the whole map(), whichever slots its batches go through
         source: Iterator[object] = itertools.chain([first], iterator)
         issuing = self.options.issuing if issuing is None else issuing
-        direct = (issuing is not True or bool(self._strings)) and self._goes_direct()
+        direct = (issuing is not True or bool(self._strings)) and self._direct_path
         # one advisor for the whole map(): its rest grows each time the threads hand back
         # (none where strings keep the run on the direct path)
         advisor = HandOverAdvisor() if issuing == "auto" and not self._strings else None
@@ -550,7 +563,7 @@ class Pipeline(OneRunAtATime):
             if run.stopped_at is None:
                 return
             assert advisor is not None  # only a watched run stops taking batches
-            index, direct, caller_s, handed = run.stopped_at, self._goes_direct(), None, False
+            index, direct, caller_s, handed = run.stopped_at, self._direct_path, None, False
             stats.handed_back(index)
             advisor.handed_back()
 
@@ -628,7 +641,7 @@ class Pipeline(OneRunAtATime):
         finally:
             self._finished(run)
 
-    def _finished(self, run: EngineRun[Any] | DirectRun[Any]) -> None:
+    def _finished(self, run: EngineRun[Any] | DirectRun[Any] | WholeRun) -> None:
         """A run ended: closed (threads joined, streams synchronized), and no longer the active one."""
         run.close()
         with self._lock:
