@@ -28,6 +28,9 @@ turns round after round (A B A B ...), and the ratio of each round is reported
   whole array, for an array of 96,000 rows and for small ones (1, 32 and 1,024
   rows, a call each, as a server's requests), where what a run costs to start
   and end shows.  Goal: 0.95x or more for the large one.
+* ``pipe.run(x, batch_size=n)`` of 96,000 rows against a loop of ``session.run``
+  over slices of ``n`` rows that then joins each output's batches, at 1, 32, 256
+  and 4,096 rows: what a batch of ``run()`` costs.  Goal: 0.95x or more at every size.
 
 The map and submit rounds also run the loop a second time as a contender of its own
 (``*_noise``: the loop against itself, an A/A ratio): how far apart the same code's
@@ -199,3 +202,27 @@ def test_run_against_one_session_run(benchmark, model, session, rows):
         seconds = _alternated({"loop": whole, "run": ran})
         benchmark.pedantic(ran, rounds=1, iterations=1)
     _report(benchmark, "run_whole" if rows == ROWS else f"run_{rows}_rows", seconds["loop"], seconds["run"], len(calls))
+
+
+@pytest.mark.parametrize("rows", [1, 32, 256, 4096])
+def test_run_in_batches_against_a_loop_that_joins(benchmark, model, session, rows):
+    """``pipe.run(x, batch_size=rows)`` of ``ROWS`` rows against the loop a user writes for
+    the same: ``session.run`` over each slice of ``rows`` rows, then each output's batches
+    joined (NOTE [ whole arrays run direct ])."""
+    x = np.random.default_rng(0).standard_normal((ROWS, 64)).astype(np.float32)
+
+    def loop() -> None:
+        outputs = [session.run(None, {"x": x[start : start + rows]}) for start in range(0, ROWS, rows)]
+        [np.concatenate([batch[at] for batch in outputs]) for at in range(len(outputs[0]))]
+
+    with Pipeline(model, device="cpu", options=OPTIONS) as pipe:
+
+        def ran() -> None:
+            pipe.run(x, batch_size=rows)
+
+        loop(), ran()  # warmed up
+        seconds = _alternated({"loop": loop, "run": ran})
+        benchmark.pedantic(ran, rounds=1, iterations=1)
+        batches = -(-ROWS // rows)  # the last one short where rows do not divide ROWS
+        assert pipe.stats.batches == batches  # the stats were kept
+    _report(benchmark, f"run_in_batches_of_{rows}", seconds["loop"], seconds["run"], batches)

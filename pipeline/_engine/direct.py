@@ -87,7 +87,7 @@ class TimingSink(Protocol):
 RECORD_EVERY = 16
 #: the steady lane's (NOTE [ steady timings ]: a block costs a lock and an object, its batches little)
 _STEADY_RECORD_EVERY = 64
-_STEADY_READS_KEPT = _STEADY_RECORD_EVERY * READS
+STEADY_READS_KEPT = _STEADY_RECORD_EVERY * READS
 
 
 class DirectRun(Generic[T]):
@@ -279,7 +279,7 @@ class DirectRun(Generic[T]):
                 # typing.cast would be a Python call a batch
                 result: T = outputs if as_is else self._given(index, rows, outputs)  # type: ignore[assignment]
                 times += (t_ask, t_submit, t_ran, clock())
-                if len(times) >= _STEADY_READS_KEPT:
+                if len(times) >= STEADY_READS_KEPT:
                     self._record_steady(first, rows, times)
                     first, times = index + 1, []
                 self._index = index + 1

@@ -11,8 +11,11 @@ advisor) cost more to make and to close than a batch of a few rows costs to
 run, and a server that answers each request with a ``run()`` paid that a call
 (docs/results.md).  ORT's outputs are joined once at the end, as a loop over
 ``session.run`` would join them; a run of one batch returns ORT's arrays as
-they are.  For a model that pads no batch (a fixed batch dim or static shapes
-take the map's way, which pads).
+they are.  Its full batches run in a loop as lean as the steady lane's
+(NOTE [ steady batches ]), each batch's timing its clock reads
+(NOTE [ steady timings ]); the short last one, if any, runs on its own.  For a
+model that pads no batch (a fixed batch dim or static shapes take the map's
+way, which pads).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ import numpy as np
 
 from ..session import OrtSession
 from ..util.errors import PipelineClosedError, PipelineInputError
-from .direct import RECORD_EVERY, TimingSink, as_host_arrays, unreadable_in_place
-from .records import CLOSED_MID_RUN, BatchTiming, compute_failed
-from .steady_timings import direct_timing
+from .direct import STEADY_READS_KEPT, TimingSink, as_host_arrays, unreadable_in_place
+from .records import CLOSED_MID_RUN, compute_failed
+from .steady_timings import SteadyTimings, direct_timing
 
 
 class WholeRun:
@@ -45,42 +48,69 @@ class WholeRun:
     def run(self, arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
         """``arrays`` (checked: names, dtypes, fixed dims, rows alike) in batches of
         ``batch_size`` rows; every output's batches joined."""
-        raw: list[BatchTiming] = []
-        try:
-            return self._run(arrays, batch_size, raw)
-        finally:  # the batches that ran are in the stats, a failure's too
-            if raw:
-                self._stats.add_many(raw)
-
-    def _run(self, arrays: dict[str, np.ndarray], batch_size: int, raw: list[BatchTiming]) -> dict[str, np.ndarray]:
         names = self._session.output_names
         if unreadable_in_place(arrays):  # made readable once, not a batch at a time
             arrays = as_host_arrays(arrays, 0)
         total = next(iter(arrays.values())).shape[0]
         if total <= batch_size:  # one batch: the arrays themselves, ORT's outputs as they come
-            return dict(zip(names, self._batch(0, arrays, total, batch_size, names, raw), strict=True))
+            return dict(zip(names, self._last(0, arrays, total, batch_size, names), strict=True))
         kept: list[list[np.ndarray]] = [[] for _ in names]
-        for index, start in enumerate(range(0, total, batch_size)):
-            feeds = {name: array[start : start + batch_size] for name, array in arrays.items()}
-            values = self._batch(index, feeds, min(batch_size, total - start), batch_size, names, raw)
-            for value, parts in zip(values, kept, strict=True):
+        full = total // batch_size
+        self._full_batches(arrays, full, batch_size, names, kept)
+        if total > full * batch_size:
+            start = full * batch_size
+            feeds = {name: array[start:] for name, array in arrays.items()}
+            for value, parts in zip(self._last(full, feeds, total - start, batch_size, names), kept, strict=True):
                 parts.append(value)
-            if len(raw) >= RECORD_EVERY:
-                self._stats.add_many(raw)  # its lists take the timings, not this list
-                raw.clear()
         return joined_rows(dict(zip(names, kept, strict=True)))
 
-    def _batch(
+    def _full_batches(
         self,
-        index: int,
-        feeds: dict[str, np.ndarray],
-        rows: int,
+        arrays: dict[str, np.ndarray],
+        count: int,
         batch_size: int,
         names: list[str],
-        raw: list[BatchTiming],
+        kept: list[list[np.ndarray]],
+    ) -> None:
+        """The first ``count`` batches, each of ``batch_size`` rows, their outputs added to
+        ``kept``: a loop of its own, as lean as the steady lane's (NOTE [ steady batches ]),
+        each batch's timing its clock reads (NOTE [ steady timings ])."""
+        session, clock = self._session, time.perf_counter
+        run, options, constants = session.unchecked_run, session.plain_run_options, session.constants
+        inputs, appends = list(arrays.items()), [parts.append for parts in kept]
+        first, times = 0, []  # type: int, list[float]
+        try:
+            for index in range(count):
+                if self._closed:
+                    raise PipelineClosedError(CLOSED_MID_RUN)
+                start = index * batch_size
+                t_ask = clock()
+                feeds = {name: array[start : start + batch_size] for name, array in inputs}
+                if constants:
+                    feeds.update(constants)
+                try:
+                    values = run(names, feeds, options)
+                except Exception as exc:
+                    raise compute_failed(index, exc, batch_size, batch_size) from exc
+                t_ran = clock()
+                # zip's strict= is a keyword parsed a call: ORT gives a value a name asked for
+                for name, value, append in zip(names, values, appends):  # noqa: B905
+                    if value.ndim == 0 or value.shape[0] != batch_size:
+                        raise not_per_row(name, index, [batch_size, "..."], value)
+                    append(value)
+                times += (t_ask, t_ask, t_ran, clock())
+                if len(times) >= STEADY_READS_KEPT:
+                    self._stats.add_steady(SteadyTimings(first, batch_size, self._origin, times))
+                    first, times = index + 1, []
+        finally:  # the batches that ran are in the stats, a failure's too
+            if times:
+                self._stats.add_steady(SteadyTimings(first, batch_size, self._origin, times))
+
+    def _last(
+        self, index: int, feeds: dict[str, np.ndarray], rows: int, batch_size: int, names: list[str]
     ) -> list[np.ndarray]:
-        """One batch through ``session.run``: its outputs, each checked to have a row per
-        input row (``names``: the session's outputs), and its timing added to ``raw``."""
+        """The run's last batch (or only one), of ``rows`` rows: its outputs, each checked to
+        have a row per input row (``names``: the session's outputs), and its timing recorded."""
         if self._closed:
             raise PipelineClosedError(CLOSED_MID_RUN)
         session = self._session
@@ -95,7 +125,9 @@ class WholeRun:
         for name, value in zip(names, values, strict=True):
             if value.ndim == 0 or value.shape[0] != rows:
                 raise not_per_row(name, index, [rows, "..."], value)
-        raw.append(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
+        self._stats.add_many(
+            [direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin)]
+        )
         return values
 
     def close(self) -> None:

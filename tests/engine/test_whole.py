@@ -8,10 +8,19 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline import Pipeline, PipelineClosedError, PipelineInputError, PipelineOptions, Stats, models
+from pipeline import (
+    Pipeline,
+    PipelineClosedError,
+    PipelineInputError,
+    PipelineOptions,
+    PipelineStageError,
+    Stats,
+    models,
+)
 from pipeline._engine import WholeRun
 
 from ..conftest import assert_outputs_equal, reference
+from ..helpers import gather_model
 
 CALLER = PipelineOptions(stage_threads=False)
 
@@ -61,8 +70,8 @@ class _ClosingAfterRecords(Stats):
 
     run: WholeRun | None = None
 
-    def add_many(self, timings) -> None:
-        super().add_many(timings)
+    def add_steady(self, block) -> None:
+        super().add_steady(block)
         assert self.run is not None
         self.run.close()
 
@@ -72,9 +81,32 @@ def test_a_close_stops_the_run_before_its_next_batch_and_keeps_the_batches_that_
         stats = _ClosingAfterRecords()
         run = stats.run = WholeRun(pipe.session, stats)
         with pytest.raises(PipelineClosedError, match="closed while"):
-            run.run({"x": _rows(100)}, 2)
-        assert stats.batches == 16  # handed to the stats 16 at a time: the close came after the first 16
+            run.run({"x": _rows(200)}, 2)
+        assert stats.batches == 64  # handed to the stats 64 at a time: the close came after the first 64
         closed = WholeRun(pipe.session, Stats())
         closed.close()
         with pytest.raises(PipelineClosedError):  # a one-batch run too
             closed.run({"x": _rows(1)}, 2)
+
+
+@pytest.mark.parametrize("bad_at", [5, 9])  # a full batch, and the short last one
+def test_a_failing_batch_is_named_and_the_batches_before_it_are_in_the_stats(bad_at):
+    idx = np.zeros(38, np.int64)  # batches of 4: nine full ones and one of 2
+    idx[bad_at * 4] = 99  # out of the table's range: ORT's Gather refuses it
+    with Pipeline(gather_model(rows=10), device="cpu") as pipe:
+        with pytest.raises(PipelineStageError) as caught:
+            pipe.run(idx, batch_size=4)
+        assert caught.value.batch_index == bad_at and caught.value.stage == "compute"
+        assert pipe.stats.batches == bad_at and pipe.stats.items == bad_at * 4
+        np.testing.assert_array_equal(pipe.run(idx[:36] % 10, batch_size=4)["out"][:, 0], (idx[:36] % 10) * 3)
+
+
+def test_every_batch_is_in_the_stats_in_order_with_its_rows():
+    x = _rows(151)  # 75 batches of 2 (more than one block of steady timings), then one of 1
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        got = pipe.run(x, batch_size=2)
+        timings = pipe.stats.timings
+    assert_outputs_equal(got, reference(models.mlp(), {"x": x}))
+    assert [timing.index for timing in timings] == list(range(76))
+    assert [timing.rows for timing in timings] == [2] * 75 + [1]
+    assert all(timing.compute_s > 0 for timing in timings)
