@@ -4,6 +4,9 @@ outputs once; a run of one batch hands back ORT's arrays as they are."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -19,7 +22,7 @@ from pipeline import (
 )
 from pipeline._engine import WholeRun
 
-from ..conftest import assert_outputs_equal, reference
+from ..conftest import assert_outputs_equal, reference, wait_no_threads
 from ..helpers import gather_model
 
 CALLER = PipelineOptions(stage_threads=False)
@@ -110,3 +113,17 @@ def test_every_batch_is_in_the_stats_in_order_with_its_rows():
     assert [timing.index for timing in timings] == list(range(76))
     assert [timing.rows for timing in timings] == [2] * 75 + [1]
     assert all(timing.compute_s > 0 for timing in timings)
+
+
+def test_a_close_from_another_thread_ends_a_long_run():
+    x = _rows(1)
+    many = np.repeat(x, 200_000, axis=0)  # 200,000 batches of one row: seconds, unless stopped
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        closer = threading.Timer(0.05, pipe.close)
+        closer.start()
+        started = time.monotonic()
+        with pytest.raises(PipelineClosedError, match="closed while"):
+            pipe.run(many, batch_size=1)
+        closer.join()
+    assert time.monotonic() - started < 1.0
+    assert wait_no_threads() == []
