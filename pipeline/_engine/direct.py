@@ -84,7 +84,7 @@ class TimingSink(Protocol):
 
 
 #: batches whose timings are handed to the stats at once
-RECORD_EVERY = 16
+_RECORD_EVERY = 16
 #: the steady lane's (NOTE [ steady timings ]: a block costs a lock and an object, its batches little)
 _STEADY_RECORD_EVERY = 64
 STEADY_READS_KEPT = _STEADY_RECORD_EVERY * READS
@@ -342,7 +342,7 @@ class DirectRun(Generic[T]):
         result = cast(T, outputs) if self._as_is else self._given(index, rows, outputs)
         t_done = time.perf_counter()
         self._raw.append(direct_timing(index, rows, t_ask, t_submit, t_run, t_ran, t_done, self._origin))
-        if len(self._raw) >= RECORD_EVERY:
+        if len(self._raw) >= _RECORD_EVERY:
             self._record()
         return result, (t_run - t_ask, t_ran - t_run, t_done - t_ran)
 

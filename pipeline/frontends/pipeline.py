@@ -388,10 +388,10 @@ class Pipeline(OneRunAtATime):
         self._check_free()
         self.session.check_cut_alike()
         feeds = self.checker.feeds(None, inputs)
-        total = next(iter(feeds.values())).shape[0]
         size = self._whole_rows_per_batch(feeds, batch_size)
         if self._whole_direct:
             return self._run_whole(feeds, size)
+        total = next(iter(feeds.values())).shape[0]
         results = result_windows(self.device, self.options.registering, total, size, self.options.poll_s)
         gathered = Gather(total, results)
         # results that are the batch's own are kept (a GPU's are copied out of a reused slot,
