@@ -308,7 +308,8 @@ class Stats:
         self._kept: list[BatchTiming | SteadyTimings] = []
         self._kept_count = 0
         self._pending: list[BatchTiming] = []  # added, not yet folded into the totals
-        self._totals = _Totals(min(keep, sample))
+        self._sample_size = min(keep, sample)
+        self._made_totals: _Totals | None = None  # made when first folded into or read: :attr:`_totals`
         self._origin: Any | None = None
         #: perf_counter time of device time 0 (the first h2d start): exact on the
         #: host device, the first h2d's enqueue time on CUDA (clocks differ)
@@ -324,6 +325,15 @@ class Stats:
         self.host_outputs: str | None = None
         for timing in timings:
             self.add(timing)
+
+    @property
+    def _totals(self) -> _Totals:
+        """The running sums, made when first folded into or read (holding the lock): a
+        ``run()`` of a few rows makes a stats a call, which nothing may read."""
+        totals = self._made_totals
+        if totals is None:
+            totals = self._made_totals = _Totals(self._sample_size)
+        return totals
 
     # -- collecting ---------------------------------------------------------
     def add(self, timing: BatchTiming) -> None:

@@ -73,10 +73,12 @@ T = TypeVar("T")
 
 
 class TimingSink(Protocol):
-    """Where a direct run's batch timings go (``Stats``): several at once, and the
+    """Where a direct run's batch timings go (``Stats``): one, several at once, and the
     perf_counter time its device clock starts at (a trace's time 0)."""
 
     device_origin: float | None
+
+    def add(self, timing: BatchTiming) -> None: ...
 
     def add_many(self, timings: list[BatchTiming]) -> None: ...
 

@@ -125,9 +125,7 @@ class WholeRun:
         for name, value in zip(names, values, strict=True):
             if value.ndim == 0 or value.shape[0] != rows:
                 raise not_per_row(name, index, [rows, "..."], value)
-        self._stats.add_many(
-            [direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin)]
-        )
+        self._stats.add(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
         return values
 
     def close(self) -> None:
