@@ -53,7 +53,8 @@ class WholeRun:
             arrays = as_host_arrays(arrays, 0)
         total = next(iter(arrays.values())).shape[0]
         if total <= batch_size:  # one batch: the arrays themselves, ORT's outputs as they come
-            return dict(zip(names, self._last(0, arrays, total, batch_size, names), strict=True))
+            # (zip's strict= is a keyword parsed a call: ORT gives a value a name asked for)
+            return dict(zip(names, self._last(0, arrays, total, batch_size, names)))  # noqa: B905
         kept: list[list[np.ndarray]] = [[] for _ in names]
         full = total // batch_size
         self._full_batches(arrays, full, batch_size, names, kept)
@@ -122,7 +123,7 @@ class WholeRun:
         except Exception as exc:
             raise compute_failed(index, exc, rows, batch_size) from exc
         t_ran = time.perf_counter()
-        for name, value in zip(names, values, strict=True):
+        for name, value in zip(names, values):  # noqa: B905 - ORT gives a value a name asked for
             if value.ndim == 0 or value.shape[0] != rows:
                 raise not_per_row(name, index, [rows, "..."], value)
         self._stats.add(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))

@@ -472,8 +472,10 @@ class Pipeline(OneRunAtATime):
             run = self._active = WholeRun(self.session, stats)
         try:
             return run.run(feeds, batch_size)
-        finally:
-            self._finished(run)
+        finally:  # nothing of a whole run is left to close once it returns (or raises)
+            with self._lock:
+                if self._active is run:
+                    self._active = None
 
     def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
