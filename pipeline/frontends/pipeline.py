@@ -643,7 +643,7 @@ class Pipeline(OneRunAtATime):
         finally:
             self._finished(run)
 
-    def _finished(self, run: EngineRun[Any] | DirectRun[Any] | WholeRun) -> None:
+    def _finished(self, run: EngineRun[Any] | DirectRun[Any]) -> None:
         """A run ended: closed (threads joined, streams synchronized), and no longer the active one."""
         run.close()
         with self._lock:
