@@ -136,3 +136,52 @@ def test_the_latency_of_the_store_hidden_by_the_run(benchmark, store, inputs, tm
         f"({serial:.2f} s if waited on in turn): "
         f"the job took {extra:.2f} s longer ({extra / serial:.0%} of it); {seconds}"
     )
+
+
+#: seconds the proxy holds every request in the small-parts job (a store's round trip)
+ROUND_TRIP_S = 0.03
+
+
+def test_small_objects_in_one_request_against_pyarrows_default(benchmark, store, inputs, tmp_path, monkeypatch):
+    """NOTE [ one request for a small object ]: a job whose parts are smaller than a piece
+    (200,000 rows in parts of 20,000, then ``_SUCCESS`` and the job's record) into a store
+    that holds every request ``ROUND_TRIP_S``, with ortpipe's output streams (opened without a
+    request) against pyarrow's default (a multipart upload started at each open), in turns,
+    in this process: the requests each sends and the job's seconds."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipeline.cli import main
+    from tests.store_proxy import store_proxy
+
+    local_input, model = inputs
+    small = tmp_path / "small.parquet"
+    pq.write_table(pq.read_table(local_input).slice(0, 200_000), small)
+    made = pafs.S3FileSystem
+
+    def opened_at_once(**options: object) -> pafs.S3FileSystem:  # pyarrow's default
+        return made(**{**options, "allow_delayed_open": False})
+
+    for name, value in store.environment.items():
+        monkeypatch.setenv(name, value)
+    seconds: dict[str, list[float]] = {"ortpipe": [], "pyarrow default": []}
+    requests: dict[str, int] = {}
+    with store_proxy(store.endpoint, delay_s=ROUND_TRIP_S, slow=lambda method, path: True) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        for _ in range(ROUNDS):
+            for name in seconds:
+                monkeypatch.setattr(pafs, "S3FileSystem", made if name == "ortpipe" else opened_at_once)
+                before = len(proxy.requests)
+                argv = ["run", str(model), "--input", str(small), "--output", f"s3://bench/small-{name[0]}/",
+                        "--overwrite", "--no-progress", "--part-rows", "20000"]  # fmt: skip
+                start = time.perf_counter()
+                assert main(argv) == 0
+                seconds[name].append(time.perf_counter() - start)
+                requests[name] = len(proxy.requests) - before
+    ratios = sorted(a / b for a, b in zip(seconds["pyarrow default"], seconds["ortpipe"], strict=True))
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    benchmark.extra_info.update(seconds=seconds, requests=requests, ratio_median=statistics.median(ratios))
+    print(
+        f"\nrequests: {requests}; pyarrow's default / ortpipe's: {statistics.median(ratios):.2f}x "
+        f"({ratios[0]:.2f}-{ratios[-1]:.2f}); {seconds}"
+    )

@@ -98,18 +98,33 @@ def test_retries_spent_are_said_in_a_line_and_nothing_half_written_shows(aws, st
 
 def test_aws_max_attempts_sets_the_attempts(aws, stored_input, reference, monkeypatch):
     """Three failures of the upload of a part outlast the standard 3 attempts; AWS_MAX_ATTEMPTS=4
-    rides them out (each attempt a request of its own at the proxy)."""
+    rides them out (each attempt a request of its own at the proxy).  A part this small is
+    one PUT (NOTE [ one request for a small object ])."""
 
     def first_part(method: str, path: str) -> bool:
-        return method == "POST" and "/part-00000.parquet?uploads" in path
+        return method == "PUT" and path.endswith("/part-00000.parquet")
 
     with store_proxy(aws.endpoint, faults=3, applies=first_part) as proxy:
         _through(proxy, monkeypatch)
         assert _run(stored_input, f"s3://{BUCKET}/three/") != 0
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "4")
         assert _run(stored_input, f"s3://{BUCKET}/four/") == 0
-    assert proxy.failed["POST"] == 3 + 3  # each run's first part: 3 attempts failed, then the fourth passed
+    assert proxy.failed["PUT"] == 3 + 3  # each run's first part: 3 attempts failed, then the fourth passed
     assert pq.read_table(f"{BUCKET}/four", filesystem=aws.filesystem()).equals(reference)
+
+
+def test_a_small_object_is_one_put(aws, stored_input, reference, monkeypatch):
+    """NOTE [ one request for a small object ]: a part smaller than a piece, ``_SUCCESS`` and
+    the job's record are each written by one PUT, not a multipart upload's three requests."""
+    with store_proxy(aws.endpoint) as proxy:
+        _through(proxy, monkeypatch)
+        assert _run(stored_input, f"s3://{BUCKET}/small/") == 0
+    writes = [r for r in proxy.requests if r.method in ("PUT", "POST")]
+    assert [r.path for r in writes if r.method == "POST" or "partNumber=" in r.path] == []
+    written = sorted(r.path.rsplit("/", 1)[1] for r in writes if "/small/" in r.path)
+    assert written == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert any("small" in r.path and "ortpipe-lock" not in r.path and "/small/" not in r.path for r in writes)
+    assert pq.read_table(f"{BUCKET}/small", filesystem=aws.filesystem()).equals(reference)
 
 
 @pytest.mark.parametrize(("name", "value"), [("AWS_MAX_ATTEMPTS", "many"), ("AWS_RETRY_MODE", "eager")])

@@ -112,7 +112,7 @@ def conditions_of(path: StoredPath) -> S3Conditions | None:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     style = "path" if endpoint and _ip_or_local(endpoint) else "auto"  # an IP has no bucket subdomains
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    # NOTE [ retries ]: the mode AWS_RETRY_MODE names, standard where unset; botocore reads
+    # the mode AWS_RETRY_MODE names, standard where unset (NOTE [ retries ]); botocore reads
     # AWS_MAX_ATTEMPTS itself
     config = Config(s3={"addressing_style": style}, retries={"mode": aws_retry_mode()})
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)

@@ -38,13 +38,16 @@ def filesystem_of(url: str) -> tuple[Any, str]:
 
     try:
         fs, path = pafs.FileSystem.from_uri(url)
-        return _with_retries(fs), path
+        return _tuned(fs), path
     except Exception as exc:
         raise OSError(said(url, exc)) from exc
 
 
-def _with_retries(fs: Any) -> Any:
-    """NOTE [ retries ]: a store's transient errors (S3's 503 SlowDown and 500s, a dropped
+def _tuned(fs: Any) -> Any:
+    """An S3 filesystem made again with its options, its retries (NOTE [ retries ]) and its
+    output streams opened without a request (NOTE [ one request for a small object ]).
+
+    NOTE [ retries ]: a store's transient errors (S3's 503 SlowDown and 500s, a dropped
     connection) are retried with exponential backoff and jitter by the filesystem itself -
     pyarrow's S3 with the AWS SDK's standard strategy - and by boto3 where ortpipe writes
     conditionally (``util.conditions``: its standard mode).  Both take the AWS settings every
@@ -52,14 +55,24 @@ def _with_retries(fs: Any) -> Any:
     where unset: raise it for long jobs on a busy bucket; a job that failed resumes), and
     ``AWS_RETRY_MODE`` (``standard``; ``legacy``, the SDK's older strategy; ``adaptive``,
     which pyarrow lacks, is ``standard`` here).  ``from_uri`` takes no strategy, and its
-    own default retries at a fixed interval (about 30 attempts 0.24 s apart, measured), so
-    an S3 filesystem is made again with its options and this strategy."""
+    own default retries at a fixed interval (about 30 attempts 0.24 s apart, measured).
+
+    NOTE [ one request for a small object ]: pyarrow's output stream starts a multipart
+    upload when it is opened, so every object it writes costs three requests at least
+    (start, a piece, complete), however small.  Opened with ``allow_delayed_open``, it
+    starts one only once a piece (10 MB) is full, and an object smaller than that is one
+    PUT at its close: a data set's small parts, its ``_SUCCESS`` and the job's record.
+    Both appear whole or not at all (NOTE [ stored outputs ]), and a killed run leaves
+    no upload behind for a small one.  What it costs is where an open's failure shows:
+    at the first piece or the close, where a sink's failures are said anyway; a bucket
+    that does not exist is refused before the job starts (``StoredPath.check_bucket``).
+    What it saves a job: docs/results.md."""
     if fs.type_name != "s3":
         return fs
     import pyarrow.fs as pafs
 
     _, (options,) = fs.__reduce__()  # the filesystem's options, as pickling carries them
-    return pafs.S3FileSystem(**{**options, "retry_strategy": _s3_retry_strategy()})
+    return pafs.S3FileSystem(**{**options, "retry_strategy": _s3_retry_strategy(), "allow_delayed_open": True})
 
 
 def aws_retry_mode() -> str:
