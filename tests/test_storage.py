@@ -115,7 +115,8 @@ def test_aws_max_attempts_sets_the_attempts(aws, stored_input, reference, monkey
 
 def test_a_small_object_is_one_put(aws, stored_input, reference, monkeypatch):
     """NOTE [ one request for a small object ]: a part smaller than a piece, ``_SUCCESS`` and
-    the job's record are each written by one PUT, not a multipart upload's three requests."""
+    the job's record are each written by one PUT, not a multipart upload's three requests;
+    and an earlier ``_SUCCESS`` is looked for once a run, not once a part."""
     with store_proxy(aws.endpoint) as proxy:
         _through(proxy, monkeypatch)
         assert _run(stored_input, f"s3://{BUCKET}/small/") == 0
@@ -123,6 +124,8 @@ def test_a_small_object_is_one_put(aws, stored_input, reference, monkeypatch):
     assert [r.path for r in writes if r.method == "POST" or "partNumber=" in r.path] == []
     written = sorted(r.path.rsplit("/", 1)[1] for r in writes if "/small/" in r.path)
     assert written == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    # the earlier marker looked for once, before the first part (only this run writes one)
+    assert len([r for r in proxy.requests if r.path.endswith("/small/_SUCCESS") and r.method != "PUT"]) == 1
     assert any("small" in r.path and "ortpipe-lock" not in r.path and "/small/" not in r.path for r in writes)
     assert pq.read_table(f"{BUCKET}/small", filesystem=aws.filesystem()).equals(reference)
 

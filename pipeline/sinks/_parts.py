@@ -354,7 +354,8 @@ class ParquetParts:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
             same_columns(self.folder, self._earlier, schema)
         self.folder.mkdir(exist_ok=True)
-        (self.folder / SUCCESS).unlink(missing_ok=True)  # rows are being added: not complete until marked again
+        if not self._closed_by_this_run:  # rows are being added: not complete until marked again
+            (self.folder / SUCCESS).unlink(missing_ok=True)  # (once: only this run writes it, at its end)
         # a killed run's part of this number, never renamed, is written over
         return self._file(self.folder / _IN_PROGRESS.format(PART.format(self._number)))
 
