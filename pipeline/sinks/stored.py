@@ -11,10 +11,9 @@ multipart upload, which no listing shows until it is completed at the close.
   where it is smaller than a piece of about 10 MB,
   NOTE [ one request for a small object ]; else a multipart upload, its pieces
   uploaded in the background as the part fills; retried by the filesystem's own
-  strategy: NOTE [ retries ])
-  and appears when the part closes, which waits for its last piece.
-  ``_SUCCESS`` is written last, once the job wrote every row, and removed when
-  rows are added.  ``--resume`` goes on after the whole parts
+  strategy: NOTE [ retries ]) and appears when the part closes, which waits for
+  its last piece.  ``_SUCCESS`` is written last, once the job wrote every row,
+  and removed when rows are added.  ``--resume`` goes on after the whole parts
   listed (numbered 0, 1, 2, ... as ortpipe writes them); the upload a killed
   run left unfinished is aborted first where the store says which
   (``util.conditions``: S3 through boto3), else left to the bucket's lifecycle
