@@ -4,6 +4,7 @@ outputs once; a run of one batch hands back ORT's arrays as they are."""
 
 from __future__ import annotations
 
+import _thread
 import threading
 import time
 
@@ -127,3 +128,18 @@ def test_a_close_from_another_thread_ends_a_long_run():
         closer.join()
     assert time.monotonic() - started < 1.0
     assert wait_no_threads() == []
+
+
+def test_ctrl_c_ends_a_long_run_and_leaves_the_pipeline_free():
+    many = np.repeat(_rows(1), 400_000, axis=0)  # 400,000 batches of one row: seconds
+    with Pipeline(models.mlp(), device="cpu") as pipe:
+        timer = threading.Timer(0.1, _thread.interrupt_main)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            pipe.run(many, batch_size=1)
+        timer.join()
+        assert time.monotonic() - started < 1.0
+        assert 0 < pipe.stats.batches < 400_000  # the batches that ran are counted
+        x = _rows(3)
+        assert_outputs_equal(pipe.run(x), reference(models.mlp(), {"x": x}))  # free for the next run
