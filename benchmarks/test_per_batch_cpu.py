@@ -23,7 +23,9 @@ turns round after round (A B A B ...), and the ratio of each round is reported
   ``__init__``) - what is left between that loop and submit is ortpipe's.  A
   future the caller keeps is one more object a batch for the garbage collector to
   walk, which a plain loop does not have: at one row a batch that alone is most of
-  what submit costs over the loop (docs/results.md).
+  what submit costs over the loop (docs/results.md).  And a server's pattern at 1 and
+  32 rows: each result taken before the next submit and its future let go, against a
+  loop that lets each batch's outputs go as well.
 * ``pipe.run(x)`` (its picked batch size) against one ``session.run`` over the
   whole array, for an array of 96,000 rows and for small ones (1, 32 and 1,024
   rows, a call each, as a server's requests), where what a run costs to start
@@ -178,6 +180,32 @@ def test_submit_against_a_session_run_loop(benchmark, model, session, rows):
     _report(benchmark, f"submit_{rows}_against_the_floor", seconds["done futures"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_against_an_executor", seconds["executor"], seconds["submit"], len(batches))
     _report(benchmark, f"submit_{rows}_noise", seconds["loop"], seconds["loop again"], len(batches))
+
+
+@pytest.mark.parametrize("rows", [1, 32])
+def test_submit_each_result_taken_against_a_session_run_loop(benchmark, model, session, rows):
+    """A server's pattern: each batch submitted and its result taken before the next, the
+    future let go (nothing kept for the collector to walk), against a loop that lets each
+    batch's outputs go as well."""
+    batches = _batches(rows)
+
+    def loop() -> None:
+        for batch in batches:
+            outputs = session.run(None, {"x": batch})  # noqa: F841 - held until the next, as the caller does
+
+    with Pipeline(model, device="cpu", options=OPTIONS) as pipe:
+
+        def submitted() -> None:
+            for batch in batches:
+                outputs = pipe.submit(batch).result()  # noqa: F841 - as above
+
+        loop(), submitted()  # warmed up
+        seconds = _alternated({"loop": loop, "submit": submitted})
+        pipe.drain()  # the map of submitted batches ends: the next submit starts one of its own
+        benchmark.pedantic(submitted, rounds=1, iterations=1)
+        pipe.drain()
+        assert pipe.stats.batches == len(batches)  # the stats were kept (that map's)
+    _report(benchmark, f"submit_{rows}_each_taken", seconds["loop"], seconds["submit"], len(batches))
 
 
 @pytest.mark.parametrize("rows", [1, 32, 1024, ROWS])
