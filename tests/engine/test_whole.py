@@ -143,3 +143,13 @@ def test_ctrl_c_ends_a_long_run_and_leaves_the_pipeline_free():
         assert 0 < pipe.stats.batches < 400_000  # the batches that ran are counted
         x = _rows(3)
         assert_outputs_equal(pipe.run(x), reference(models.mlp(), {"x": x}))  # free for the next run
+
+
+@pytest.mark.parametrize("rows", [5, 8, 21])  # one short batch, one full one, several and a short one
+def test_inputs_and_outputs_of_every_dtype_run_whole(rows):
+    model = models.multi_io()
+    batch = models.example_batch("multi_io", rows, seed=rows)
+    with Pipeline(model, device="cpu", batch_size=8) as pipe:
+        got = pipe.run(batch)
+        assert pipe.stats.batches == -(-rows // 8) and pipe.stats.items == rows
+    assert_outputs_equal(got, reference(model, batch))
