@@ -424,16 +424,13 @@ class Pipeline(OneRunAtATime):
 
     def _whole_rows_per_batch(self, feeds: dict[str, np.ndarray], batch_size: int | None) -> int:
         """The rows a batch cut from whole arrays gets: :meth:`rows_per_batch` for their bytes a row."""
-        fixed = batch_size or self.batch_size or self.session.fixed_batch()
-        if fixed:
-            return fixed
+        given = self._given_rows(batch_size)
+        if given:
+            return given
         row_nbytes = 0
         for array in feeds.values():  # rows alike: each array's bytes a whole number of rows
             row_nbytes += array.nbytes
-        row_nbytes //= max(1, next(iter(feeds.values())).shape[0])
-        if row_nbytes != self._picked[0]:  # runs of one kind of rows pick once
-            self._picked = (row_nbytes, self.rows_per_batch(None, row_nbytes))
-        return self._picked[1]
+        return self.rows_per_batch(None, row_nbytes // max(1, next(iter(feeds.values())).shape[0]))
 
     def _cut(
         self,
@@ -473,21 +470,28 @@ class Pipeline(OneRunAtATime):
         try:
             return run.run(feeds, batch_size)
         finally:  # nothing of a whole run is left to close once it returns (or raises)
-            with self._lock:
-                if self._active is run:
-                    self._active = None
+            self._let_go(run)
 
     def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
         pipeline's, else the model's fixed batch dim, else picked for the bytes a
         row costs (``row_nbytes``, else the model's, where it fixes every dim beyond
         the batch dim: NOTE [ picked batch size ]), else :data:`DEFAULT_BATCH_SIZE`."""
-        fixed = batch_size or self.batch_size or self.session.fixed_batch()
-        if fixed:
-            return fixed
+        given = self._given_rows(batch_size)
+        if given:
+            return given
         if row_nbytes is None:
             row_nbytes = self.row_nbytes()
-        return picked_batch_size(row_nbytes, self.device.batch_bytes) if row_nbytes else DEFAULT_BATCH_SIZE
+        if not row_nbytes:
+            return DEFAULT_BATCH_SIZE
+        if row_nbytes != self._picked[0]:  # runs of one kind of rows pick once
+            self._picked = (row_nbytes, picked_batch_size(row_nbytes, self.device.batch_bytes))
+        return self._picked[1]
+
+    def _given_rows(self, batch_size: int | None) -> int | None:
+        """The rows a batch gets where something names them: ``batch_size``, the pipeline's,
+        the model's fixed batch dim; else None (picked for a row's bytes)."""
+        return batch_size or self.batch_size or self.session.fixed_batch()
 
     def row_nbytes(self) -> int | None:
         """Bytes of one row of every input the source sends, where the model fixes
@@ -646,6 +650,10 @@ class Pipeline(OneRunAtATime):
     def _finished(self, run: EngineRun[Any] | DirectRun[Any]) -> None:
         """A run ended: closed (threads joined, streams synchronized), and no longer the active one."""
         run.close()
+        self._let_go(run)
+
+    def _let_go(self, run: EngineRun[Any] | DirectRun[Any] | WholeRun) -> None:
+        """``run`` no longer the active one, where it still is (a close may have taken it off)."""
         with self._lock:
             if self._active is run:
                 self._active = None

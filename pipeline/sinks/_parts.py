@@ -354,10 +354,16 @@ class ParquetParts:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
             same_columns(self.folder, self._earlier, schema)
         self.folder.mkdir(exist_ok=True)
-        if not self._closed_by_this_run:  # rows are being added: not complete until marked again
-            (self.folder / SUCCESS).unlink(missing_ok=True)  # (once: only this run writes it, at its end)
+        self._unmarked()
         # a killed run's part of this number, never renamed, is written over
         return self._file(self.folder / _IN_PROGRESS.format(PART.format(self._number)))
+
+    def _unmarked(self) -> None:
+        """Rows are being added: the folder's ``_SUCCESS`` removed until the job marks it
+        whole again - before this run's first part only (only this run writes one, at its
+        end; in object storage a removal is a request)."""
+        if not self._closed_by_this_run:
+            (self.folder / SUCCESS).unlink(missing_ok=True)
 
     def finish(self) -> None:
         """Close the open part (if any) and rename it into place."""

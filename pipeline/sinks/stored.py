@@ -112,8 +112,7 @@ class StoredParts(ParquetParts):
     def _start(self, schema: Any) -> ParquetTableFile:
         if self._earlier is not None:  # this run's parts must be of the earlier run's columns
             same_columns(self.folder.url, self._earlier, schema)
-        if not self._closed_by_this_run:  # rows are being added: not complete until marked again
-            (self.folder / SUCCESS).unlink(missing_ok=True)  # (once, a request: only this run writes it, at its end)
+        self._unmarked()
         return self._stored_file(self.folder / PART.format(self._number))
 
     def _commit(self, part: ParquetTableFile) -> None:
