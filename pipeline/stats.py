@@ -30,7 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import STAGE_FIELDS, STAGES, BatchTiming, BatchTrace, SteadyEntry, SteadyTimings, steady_record
+from ._engine import (
+    STAGE_FIELDS,
+    STAGES,
+    BatchTiming,
+    BatchTrace,
+    OneBatchReads,
+    SteadyEntry,
+    SteadyTimings,
+    direct_timing,
+    steady_record,
+)
 
 #: the bottleneck when time outside every stage is what limits a run
 HOST = "host"
@@ -520,6 +530,18 @@ class Stats:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def one_batch_stats(reads: OneBatchReads, issuing: str | None) -> Stats:
+    """The stats of a ``run()`` of one batch, made from its clock reads when first read
+    (NOTE [ a run of one batch ]); ``issuing``: who issued it."""
+    stats = Stats()
+    stats.issuing = issuing
+    rows, t_ask, t_ran, t_done = reads
+    if rows:  # it ran: device time 0 its start, as a direct run's
+        stats.device_origin = t_ask
+        stats.add(direct_timing(0, rows, t_ask, t_ask, t_ask, t_ran, t_done, t_ask))
+    return stats
 
 
 class Delivered:

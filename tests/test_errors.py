@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from pipeline import (
     DeviceError,
@@ -104,6 +105,20 @@ def test_not_an_array():
     with Pipeline(models.mlp(), device="cpu") as pipe:
         with pytest.raises(PipelineInputError, match="not an array.*expected numpy.ndarray, got str"):
             pipe.run("frames.mp4")
+
+
+def test_a_0d_array_after_rows_of_a_1d_input_is_refused_by_its_rank():
+    """A 0-d array has the row shape of a 1-d input's rows, ``()``: the shapes remembered as
+    checked must not let it pass as rows (it has none)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "negate", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with Pipeline(model, device="cpu") as pipe:
+        np.testing.assert_array_equal(pipe.run(np.ones(3, np.float32))["y"], -np.ones(3))
+        for given in (np.array(1.0, np.float32), {"x": np.array(1.0, np.float32)}):
+            with pytest.raises(PipelineInputError, match="wrong rank.*expected 1 dims.*got 0 dims"):
+                pipe.run(given)
 
 
 def test_a_batch_larger_than_a_fixed_batch_dim():

@@ -60,8 +60,8 @@ from .records import (
 )
 from .rings import Rings, allocate_rings
 from .run import EngineParts, EngineRun, RunInput
-from .steady_timings import SteadyEntry, SteadyTimings, steady_record
-from .whole import WholeRun, joined_rows, not_per_row
+from .steady_timings import SteadyEntry, SteadyTimings, direct_timing, steady_record
+from .whole import NO_BATCH, OneBatchReads, WholeRunner, joined_rows, not_per_row
 from .windows import HostRegistering, HostWindows, InPlace, ResultWindows
 
 __all__ = [
@@ -85,6 +85,8 @@ __all__ = [
     "InputChecker",
     "Layout",
     "MakeTake",
+    "NO_BATCH",
+    "OneBatchReads",
     "ResultWindows",
     "Rings",
     "RunConfig",
@@ -97,11 +99,12 @@ __all__ = [
     "Streams",
     "THREAD_PREFIX",
     "Take",
-    "WholeRun",
+    "WholeRunner",
     "allocate_rings",
     "auto_copy_threads",
     "check_batch_size",
     "copy_outputs",
+    "direct_timing",
     "fixed_row_shape",
     "BLOCKED_SOURCE",
     "interrupt_source",

@@ -100,6 +100,7 @@ class InputChecker:
         self._single = self._names[0] if len(self._names) == 1 else None
         #: (dtype, row shape) of each input's batches that passed every check (``_known_feeds``)
         self._accepted: dict[str, set[tuple[np.dtype, Shape]]] = {name: set() for name in self._names}
+        self._accepted_single = self._accepted[self._single] if self._single is not None else set()
         # (spec, its dims the model fixes beyond the batch dim): worked out once,
         # checked for every batch
         self._rules = [
@@ -128,21 +129,27 @@ class InputChecker:
         arrays of dtypes and row shapes accepted before, none empty, rows alike
         (the check costs a batch of a cheap model more than a microsecond; this
         a fraction of that).  None: check it in full."""
-        if type(batch) is np.ndarray and self._single is not None:
-            feeds = {self._single: batch}
-        elif type(batch) is dict and batch.keys() == self._name_set:
-            feeds = batch
-        else:
+        if type(batch) is np.ndarray and self._single is not None:  # the commonest batch, in fewest steps
+            shape = batch.shape  # a 0-d array, or one of no rows: checked in full (refused)
+            if shape and shape[0] and (batch.dtype, shape[1:]) in self._accepted_single:
+                return {self._single: batch}
+            return None
+        if type(batch) is not dict or batch.keys() != self._name_set:
             return None
         rows = -1
-        for name, value in feeds.items():
-            if type(value) is not np.ndarray or (value.dtype, value.shape[1:]) not in self._accepted[name]:
+        for name, value in batch.items():
+            # a 0-d array has a 1-d one's row shape, and no rows: checked in full (refused)
+            if (
+                type(value) is not np.ndarray
+                or not value.ndim
+                or (value.dtype, value.shape[1:]) not in self._accepted[name]
+            ):
                 return None
             if rows != value.shape[0]:
                 if rows != -1:
                     return None
                 rows = value.shape[0]
-        return feeds if rows > 0 else None
+        return batch if rows > 0 else None
 
     def _accept(self, feeds: dict[str, np.ndarray]) -> None:
         """Remember the dtypes and row shapes of a batch that passed (a few per input)."""

@@ -4,18 +4,25 @@ NOTE [ whole arrays run direct ]: ``run()`` on the direct path
 (NOTE [ direct path ]) needs none of what a map's run holds.  Its arrays are
 checked once, as a whole, so a batch is a slice that needs no check of its
 own; there is no source to ask, nothing to copy in or out, and no result to
-hand over before the end.  So it is a run of its own, :class:`WholeRun`, made
-at each call from what the session already holds: a map's
+hand over before the end.  So it has a runner of its own, :class:`WholeRunner`,
+made once with the pipeline from what the session holds: a map's
 :class:`~pipeline._engine.DirectRun` (its copier, its steady lane's state, its
 advisor) cost more to make and to close than a batch of a few rows costs to
 run, and a server that answers each request with a ``run()`` paid that a call
 (docs/results.md).  ORT's outputs are joined once at the end, as a loop over
-``session.run`` would join them; a run of one batch returns ORT's arrays as
-they are.  Its full batches run in a loop as lean as the steady lane's
-(NOTE [ steady batches ]), each batch's timing its clock reads
+``session.run`` would join them.  Its full batches run in a loop as lean as the
+steady lane's (NOTE [ steady batches ]), each batch's timing its clock reads
 (NOTE [ steady timings ]); the short last one, if any, runs on its own.  For a
 model that pads no batch (a fixed batch dim or static shapes take the map's
 way, which pads).
+
+NOTE [ a run of one batch ]: arrays of a batch or less - a server's request -
+run as given and return ORT's arrays as they are, and the run's stats are made
+when read: its clock reads are kept (:data:`OneBatchReads`) and
+:func:`pipeline.stats.one_batch_stats` makes the ``Stats`` from them.  A
+``Stats`` and its record cost more than a microsecond to make, a sixth of what
+a cheap model's one-row ``session.run`` costs, and most calls' stats are never
+read (docs/results.md).
 """
 
 from __future__ import annotations
@@ -31,37 +38,58 @@ from .direct import STEADY_READS_KEPT, TimingSink, as_host_arrays, unreadable_in
 from .records import CLOSED_MID_RUN, compute_failed
 from .steady_timings import SteadyTimings, direct_timing
 
+#: a run of one batch as its stats are made from it (NOTE [ a run of one batch ]): its
+#: rows (0: none ran), and the clock when it was asked for, when ORT returned, and when done
+OneBatchReads = tuple[int, float, float, float]
+#: the reads of a run whose batch has not run (yet, or failed)
+NO_BATCH: OneBatchReads = (0, 0.0, 0.0, 0.0)
 
-class WholeRun:
-    """One ``Pipeline.run`` of checked arrays on the direct path; :meth:`close` (from any
-    thread) stops it before its next batch."""
 
-    def __init__(self, session: OrtSession, stats: TimingSink) -> None:
-        self._session = session
-        self._stats = stats
+class WholeRunner:
+    """A pipeline's ``run()`` of checked arrays on the direct path, one call at a time:
+    :meth:`one` or :meth:`batches`.  Made once, with what it asks of the session each
+    batch (fixed once the session's constants are set); :meth:`close` (from any thread,
+    the pipeline's close) stops the run before its next batch, and every run after."""
+
+    def __init__(self, session: OrtSession) -> None:
+        self._run = session.unchecked_run
+        self._names = session.output_names
+        self._options = session.plain_run_options
+        self._constants = session.constants
         self._closed = False
+
+    def one(
+        self, arrays: dict[str, np.ndarray], rows: int, batch_size: int
+    ) -> tuple[dict[str, np.ndarray], OneBatchReads]:
+        """``arrays`` (checked: names, dtypes, fixed dims, ``rows`` rows each, at most
+        ``batch_size``) as the run's only batch: ORT's outputs as they come, and the
+        batch's reads to make the run's stats from (NOTE [ a run of one batch ])."""
+        t_ask = time.perf_counter()
+        values, t_ran = self._ran(0, arrays, rows, batch_size)
+        # zip's strict= is a keyword parsed a call: ORT gives a value a name asked for
+        return dict(zip(self._names, values)), (rows, t_ask, t_ran, time.perf_counter())  # noqa: B905
+
+    def batches(
+        self, arrays: dict[str, np.ndarray], rows: int, batch_size: int, stats: TimingSink
+    ) -> dict[str, np.ndarray]:
+        """``arrays`` (checked: names, dtypes, fixed dims, ``rows`` rows each) in batches of
+        ``batch_size`` rows, their timings recorded in ``stats``; every output's batches joined."""
         origin = stats.device_origin
         if origin is None:  # the stats' device time 0: this run's start
             origin = stats.device_origin = time.perf_counter()
-        self._origin = origin
-
-    def run(self, arrays: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-        """``arrays`` (checked: names, dtypes, fixed dims, rows alike) in batches of
-        ``batch_size`` rows; every output's batches joined."""
-        names = self._session.output_names
+        names = self._names
         if unreadable_in_place(arrays):  # made readable once, not a batch at a time
             arrays = as_host_arrays(arrays, 0)
-        total = next(iter(arrays.values())).shape[0]
-        if total <= batch_size:  # one batch: the arrays themselves, ORT's outputs as they come
-            # (zip's strict= is a keyword parsed a call: ORT gives a value a name asked for)
-            return dict(zip(names, self._last(0, arrays, total, batch_size, names)))  # noqa: B905
         kept: list[list[np.ndarray]] = [[] for _ in names]
-        full = total // batch_size
-        self._full_batches(arrays, full, batch_size, names, kept)
-        if total > full * batch_size:
+        full = rows // batch_size
+        self._full_batches(arrays, full, batch_size, kept, stats, origin)
+        if rows > full * batch_size:
             start = full * batch_size
             feeds = {name: array[start:] for name, array in arrays.items()}
-            for value, parts in zip(self._last(full, feeds, total - start, batch_size, names), kept, strict=True):
+            t_ask = time.perf_counter()
+            values, t_ran = self._ran(full, feeds, rows - start, batch_size)
+            stats.add(direct_timing(full, rows - start, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), origin))
+            for value, parts in zip(values, kept, strict=True):
                 parts.append(value)
         return joined_rows(dict(zip(names, kept, strict=True)))
 
@@ -70,14 +98,21 @@ class WholeRun:
         arrays: dict[str, np.ndarray],
         count: int,
         batch_size: int,
-        names: list[str],
         kept: list[list[np.ndarray]],
+        stats: TimingSink,
+        origin: float,
     ) -> None:
         """The first ``count`` batches, each of ``batch_size`` rows, their outputs added to
-        ``kept``: a loop of its own, as lean as the steady lane's (NOTE [ steady batches ]),
-        each batch's timing its clock reads (NOTE [ steady timings ])."""
-        session, clock = self._session, time.perf_counter
-        run, options, constants = session.unchecked_run, session.plain_run_options, session.constants
+        ``kept`` and their timings to ``stats`` (device time 0 at ``origin``): a loop of its
+        own, as lean as the steady lane's (NOTE [ steady batches ]), each batch's timing its
+        clock reads (NOTE [ steady timings ])."""
+        clock, run, names, options, constants = (
+            time.perf_counter,
+            self._run,
+            self._names,
+            self._options,
+            self._constants,
+        )
         inputs, appends = list(arrays.items()), [parts.append for parts in kept]
         first, times = 0, []  # type: int, list[float]
         try:
@@ -101,33 +136,33 @@ class WholeRun:
                     append(value)
                 times += (t_ask, t_ask, t_ran, clock())
                 if len(times) >= STEADY_READS_KEPT:
-                    self._stats.add_steady(SteadyTimings(first, batch_size, self._origin, times))
+                    stats.add_steady(SteadyTimings(first, batch_size, origin, times))
                     first, times = index + 1, []
         finally:  # the batches that ran are in the stats, a failure's too
             if times:
-                self._stats.add_steady(SteadyTimings(first, batch_size, self._origin, times))
+                stats.add_steady(SteadyTimings(first, batch_size, origin, times))
 
-    def _last(
-        self, index: int, feeds: dict[str, np.ndarray], rows: int, batch_size: int, names: list[str]
-    ) -> list[np.ndarray]:
-        """The run's last batch (or only one), of ``rows`` rows: its outputs, each checked to
-        have a row per input row (``names``: the session's outputs), and its timing recorded."""
+    def _ran(
+        self, index: int, feeds: dict[str, np.ndarray], rows: int, batch_size: int
+    ) -> tuple[list[np.ndarray], float]:
+        """Batch ``index`` of ``rows`` rows run on its own: its outputs, each checked to have
+        a row per input row, and the clock when ORT returned."""
         if self._closed:
             raise PipelineClosedError(CLOSED_MID_RUN)
-        session = self._session
-        t_ask = time.perf_counter()
-        if session.constants:
-            feeds = {**feeds, **session.constants}
+        if unreadable_in_place(feeds):
+            feeds = as_host_arrays(feeds, 0)
+        if self._constants:
+            feeds = {**feeds, **self._constants}
+        names = self._names
         try:
-            values: list[np.ndarray] = session.unchecked_run(names, feeds, session.plain_run_options)
+            values: list[np.ndarray] = self._run(names, feeds, self._options)
         except Exception as exc:
             raise compute_failed(index, exc, rows, batch_size) from exc
         t_ran = time.perf_counter()
         for name, value in zip(names, values):  # noqa: B905 - ORT gives a value a name asked for
             if value.ndim == 0 or value.shape[0] != rows:
                 raise not_per_row(name, index, [rows, "..."], value)
-        self._stats.add(direct_timing(index, rows, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), self._origin))
-        return values
+        return values, t_ran
 
     def close(self) -> None:
         """Stop before the next batch; safe to call twice, and from another thread."""

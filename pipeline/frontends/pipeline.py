@@ -29,6 +29,7 @@ import numpy as np
 
 from .._engine import (
     DEFAULT_BATCH_SIZE,
+    NO_BATCH,
     SKIP,
     BatchTrace,
     DeviceFill,
@@ -41,13 +42,14 @@ from .._engine import (
     InputChecker,
     Layout,
     MakeTake,
+    OneBatchReads,
     ResultWindows,
     Rings,
     RunConfig,
     RunInput,
     Streams,
     Take,
-    WholeRun,
+    WholeRunner,
     allocate_rings,
     check_batch_size,
     copy_outputs,
@@ -61,7 +63,7 @@ from .._engine import (
 )
 from ..devices import Device, resolve_device
 from ..session import ModelSource, OrtSession, Preprocess, TensorSpec
-from ..stats import CALLER_THREAD, STAGE_THREADS, Stats
+from ..stats import CALLER_THREAD, STAGE_THREADS, Stats, one_batch_stats
 from ..util.errors import ModelError, PipelineError, PipelineStageError
 from .gather import Gather, input_windows, result_windows
 from .lifecycle import ANOTHER_RUN, OneRunAtATime
@@ -131,7 +133,8 @@ class Pipeline(OneRunAtATime):
             self._finalizer()  # a failed constructor leaves no stream worker behind
             raise
         self._rings: Rings | None = None
-        self._stats = Stats()
+        #: the running or last run's stats; a run of one batch's reads until read (NOTE [ a run of one batch ])
+        self._stats: Stats | OneBatchReads = Stats()
         self._submitter: Submitter | InlineSubmitter | None = None  # NOTE [ submitted batches ]
         self._submit_lock = threading.Lock()
         self._start_lifecycle()
@@ -145,9 +148,11 @@ class Pipeline(OneRunAtATime):
     ) -> None:
         self.session = OrtSession(model, self.device, self.streams.compute, self.options.session(), outputs)
         self.session.set_constants(constants)
+        #: the batch dim the model fixes, if any (found once: the constants are set)
+        self._model_batch = self.session.fixed_batch()
         batched = self.session.batched_inputs
         _check_batch_dims(batched)
-        check_batch_size(self.batch_size, self.session.fixed_batch())
+        check_batch_size(self.batch_size, self._model_batch)
         self.preprocess = _preprocess_by_input(preprocess, batched)
         # What the source sends: the batched inputs, the preprocessed ones as they come.
         self.source_inputs = tuple(
@@ -164,7 +169,8 @@ class Pipeline(OneRunAtATime):
         _check_strings_run_direct(self._strings, self._transforms, self.options.on_batch is not None)
         # found once: nothing they depend on changes after this (a run() asks both)
         self._direct_path = self._goes_direct()
-        self._whole_direct = self._runs_whole()
+        #: run()'s runner where it runs whole arrays itself (NOTE [ whole arrays run direct ])
+        self._whole = WholeRunner(self.session) if self._runs_whole() else None
         #: the last batch size picked for a row's bytes, and those bytes
         self._picked = (0, 0)
 
@@ -183,7 +189,10 @@ class Pipeline(OneRunAtATime):
     def stats(self) -> Stats:
         """Figures of the running (or last) ``map()``/``run()``: throughput, stage times,
         latency, bound, efficiency, bottleneck. Prints as a table; ``to_dict()``."""
-        return self._stats
+        stats = self._stats
+        if not isinstance(stats, Stats):  # NOTE [ a run of one batch ]: made when first read
+            stats = self._stats = one_batch_stats(stats, _ISSUING[self.options.issuing])
+        return stats
 
     @property
     def input_names(self) -> list[str]:
@@ -389,8 +398,8 @@ class Pipeline(OneRunAtATime):
         self.session.check_cut_alike()
         feeds = self.checker.feeds(None, inputs)
         size = self._whole_rows_per_batch(feeds, batch_size)
-        if self._whole_direct:
-            return self._run_whole(feeds, size)
+        if self._whole is not None:
+            return self._run_whole(self._whole, feeds, size)
         total = next(iter(feeds.values())).shape[0]
         results = result_windows(self.device, self.options.registering, total, size, self.options.poll_s)
         gathered = Gather(total, results)
@@ -428,9 +437,9 @@ class Pipeline(OneRunAtATime):
         if given:
             return given
         row_nbytes = 0
-        for array in feeds.values():  # rows alike: each array's bytes a whole number of rows
+        for array in feeds.values():  # rows alike, none empty: each array's bytes a whole number of rows
             row_nbytes += array.nbytes
-        return self.rows_per_batch(None, row_nbytes // max(1, next(iter(feeds.values())).shape[0]))
+        return self._picked_rows(row_nbytes // next(iter(feeds.values())).shape[0])
 
     def _cut(
         self,
@@ -451,24 +460,30 @@ class Pipeline(OneRunAtATime):
         finally:  # the run has ended: its copies are done
             if windows is not None:
                 windows.close()
-                self._stats.host_inputs = windows.describe()
+                self.stats.host_inputs = windows.describe()
             if results is not None:
                 results.close()
-                self._stats.host_outputs = results.describe()
+                self.stats.host_outputs = results.describe()
 
     def _runs_whole(self) -> bool:
         """See NOTE [ whole arrays run direct ]: ``run()`` slices and runs the arrays itself
         — the direct path, on the caller's thread, no batch padded."""
-        padded = self.session.fixed_batch() is not None or self.options.static
+        padded = self._model_batch is not None or self.options.static
         return (self.options.issuing is not True or bool(self._strings)) and self._direct_path and not padded
 
-    def _run_whole(self, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-        stats = self._new_stats()
+    def _run_whole(self, run: WholeRunner, feeds: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+        """NOTE [ whole arrays run direct ]: a run of one batch keeps its clock reads for its
+        stats (NOTE [ a run of one batch ]), a longer one its stats as it goes."""
+        rows = next(iter(feeds.values())).shape[0]
+        stats = NO_BATCH if rows <= batch_size else self._new_stats()
         with self._lock:
             self._starting(stats)
-            run = self._active = WholeRun(self.session, stats)
+            self._active = run
         try:
-            return run.run(feeds, batch_size)
+            if isinstance(stats, Stats):
+                return run.batches(feeds, rows, batch_size, stats)
+            outputs, self._stats = run.one(feeds, rows, batch_size)
+            return outputs
         finally:  # nothing of a whole run is left to close once it returns (or raises)
             self._let_go(run)
 
@@ -477,11 +492,13 @@ class Pipeline(OneRunAtATime):
         pipeline's, else the model's fixed batch dim, else picked for the bytes a
         row costs (``row_nbytes``, else the model's, where it fixes every dim beyond
         the batch dim: NOTE [ picked batch size ]), else :data:`DEFAULT_BATCH_SIZE`."""
-        given = self._given_rows(batch_size)
-        if given:
-            return given
-        if row_nbytes is None:
-            row_nbytes = self.row_nbytes()
+        return self._given_rows(batch_size) or self._picked_rows(
+            self.row_nbytes() if row_nbytes is None else row_nbytes
+        )
+
+    def _picked_rows(self, row_nbytes: int | None) -> int:
+        """The rows picked for a row of ``row_nbytes`` (NOTE [ picked batch size ]); None or
+        0 (not known): :data:`DEFAULT_BATCH_SIZE`."""
         if not row_nbytes:
             return DEFAULT_BATCH_SIZE
         if row_nbytes != self._picked[0]:  # runs of one kind of rows pick once
@@ -491,7 +508,7 @@ class Pipeline(OneRunAtATime):
     def _given_rows(self, batch_size: int | None) -> int | None:
         """The rows a batch gets where something names them: ``batch_size``, the pipeline's,
         the model's fixed batch dim; else None (picked for a row's bytes)."""
-        return batch_size or self.batch_size or self.session.fixed_batch()
+        return batch_size or self.batch_size or self._model_batch
 
     def row_nbytes(self) -> int | None:
         """Bytes of one row of every input the source sends, where the model fixes
@@ -531,7 +548,7 @@ class Pipeline(OneRunAtATime):
         layout = layout_for(
             feeds,
             self.source_inputs,
-            self.session.fixed_batch(),
+            self._model_batch,
             batch_size or self.batch_size,
             self._transforms,
             static=self.options.static,
@@ -624,7 +641,7 @@ class Pipeline(OneRunAtATime):
         self._check_free()
         layout = layout_of_model(
             self.source_inputs,
-            self.session.fixed_batch(),
+            self._model_batch,
             batch_size or self.batch_size,
             self._transforms,
             static=self.options.static,
@@ -652,11 +669,12 @@ class Pipeline(OneRunAtATime):
         run.close()
         self._let_go(run)
 
-    def _let_go(self, run: EngineRun[Any] | DirectRun[Any] | WholeRun) -> None:
-        """``run`` no longer the active one, where it still is (a close may have taken it off)."""
-        with self._lock:
-            if self._active is run:
-                self._active = None
+    def _let_go(self, run: EngineRun[Any] | DirectRun[Any] | WholeRunner) -> None:
+        """``run`` no longer the active one, where it still is (a close may have taken it off).
+        No lock: while ``run`` is active only a close changes ``_active`` (to None: a run
+        starts only where none is active), so nothing can come between the test and the clear."""
+        if self._active is run:
+            self._active = None
 
     def _start_run(
         self,
@@ -689,7 +707,7 @@ class Pipeline(OneRunAtATime):
             self._active = run
         return run
 
-    def _starting(self, stats: Stats) -> None:
+    def _starting(self, stats: Stats | OneBatchReads) -> None:
         """Under the lock: refuse a closed pipeline (closed from another thread while the slots
         were being re-sized?) or a second run, and make ``stats`` the run's."""
         self._check_open()

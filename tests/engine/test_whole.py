@@ -21,7 +21,7 @@ from pipeline import (
     Stats,
     models,
 )
-from pipeline._engine import WholeRun
+from pipeline._engine import WholeRunner
 
 from ..conftest import assert_outputs_equal, reference, wait_no_threads
 from ..helpers import gather_model
@@ -43,6 +43,32 @@ def test_an_array_of_one_batch_or_less_runs_once_and_is_counted(rows):
         assert pipe.memory() is None  # no slots: ORT's arrays are the results
     assert_outputs_equal(first, reference(models.mlp(), {"x": x}))
     assert second["scores"] is not first["scores"]  # each run's arrays its own
+
+
+def test_a_run_of_one_batch_has_stats_of_its_own_made_when_read():
+    """NOTE [ a run of one batch ]: the stats are made from the batch's reads when read,
+    and are the same stats each read; a failed run's stats are its own (no batch)."""
+    x = _rows(3)
+    with Pipeline(gather_model(rows=10), device="cpu", options=CALLER) as pipe:
+        pipe.run(np.arange(3, dtype=np.int64))
+        before = time.perf_counter()
+        pipe.run(np.arange(5, dtype=np.int64))
+        stats = pipe.stats
+        assert stats is pipe.stats  # made once
+        assert (stats.batches, stats.items, stats.issuing) == (1, 5, "caller thread")
+        (timing,) = stats.timings
+        assert timing.index == 0 and timing.rows == 5 and timing.compute_s > 0
+        assert stats.device_origin is not None and stats.device_origin >= before
+        assert stats.to_dict()["items_per_s"] > 0
+        with pytest.raises(PipelineStageError):
+            pipe.run(np.array([99], np.int64))  # out of the table's range
+        assert pipe.stats.batches == 0  # this run's stats: none ran, not the last run's
+    with Pipeline(models.mlp(), device="cpu") as pipe:  # a map's stats after a run's, and back
+        pipe.run(x)
+        list(pipe.map([x, x]))
+        assert pipe.stats.batches == 2
+        pipe.run(x)
+        assert pipe.stats.batches == 1
 
 
 def test_strided_and_big_endian_arrays_run_as_their_values():
@@ -72,7 +98,7 @@ class _ClosingAfterRecords(Stats):
     """Stats that close the run once its first records come (as a close of the
     pipeline from another thread would, between two batches)."""
 
-    run: WholeRun | None = None
+    run: WholeRunner | None = None
 
     def add_steady(self, block) -> None:
         super().add_steady(block)
@@ -83,14 +109,12 @@ class _ClosingAfterRecords(Stats):
 def test_a_close_stops_the_run_before_its_next_batch_and_keeps_the_batches_that_ran():
     with Pipeline(models.mlp(), device="cpu") as pipe:
         stats = _ClosingAfterRecords()
-        run = stats.run = WholeRun(pipe.session, stats)
+        run = stats.run = WholeRunner(pipe.session)
         with pytest.raises(PipelineClosedError, match="closed while"):
-            run.run({"x": _rows(200)}, 2)
+            run.batches({"x": _rows(200)}, 200, 2, stats)
         assert stats.batches == 64  # handed to the stats 64 at a time: the close came after the first 64
-        closed = WholeRun(pipe.session, Stats())
-        closed.close()
-        with pytest.raises(PipelineClosedError):  # a one-batch run too
-            closed.run({"x": _rows(1)}, 2)
+        with pytest.raises(PipelineClosedError):  # a one-batch run too, and every run after
+            run.one({"x": _rows(1)}, 1, 2)
 
 
 @pytest.mark.parametrize("bad_at", [5, 9])  # a full batch, and the short last one
