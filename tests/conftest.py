@@ -178,6 +178,26 @@ def s3_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session")
+def gcs_server():
+    """One real GCS emulator (fake-gcs-server, ``tests/object_store.py``) for every module that
+    needs one; skipped where it is not installed."""
+    from .object_store import gcs_store
+
+    with gcs_store() as server:
+        yield server
+
+
+@pytest.fixture
+def gcs(gcs_server, request, monkeypatch):
+    """The session's GCS emulator with the module's ``BUCKET`` made, and ``STORAGE_EMULATOR_HOST``
+    (the variable Google's clients read for one) set for the test."""
+    gcs_server.bucket_once(request.module.BUCKET)
+    for name, value in gcs_server.environment.items():
+        monkeypatch.setenv(name, value)
+    return gcs_server
+
+
 @pytest.fixture
 def aws(s3_server, request, monkeypatch):
     """The session's S3 server with the module's ``BUCKET`` made, and the standard AWS

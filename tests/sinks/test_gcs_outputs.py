@@ -1,0 +1,120 @@
+"""Outputs and inputs in Google Cloud Storage, against a real GCS emulator (fake-gcs-server,
+reached through ``STORAGE_EMULATOR_HOST``, NOTE [ GCS emulator ]): what the S3 tests prove of a
+data set and an object, on a store whose listing shows no prefix as a folder
+(NOTE [ prefixes as folders ]) and that offers ortpipe no lock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from pipeline.sinks.stored import MOVING, finish_stored_replacing
+from pipeline.util.storage import StoredPath
+
+ROWS, FEATURES = 1200, 64
+
+#: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
+BUCKET = "gcs-out"
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    x = np.random.default_rng(1).random((ROWS, FEATURES), np.float32)
+    path = tmp_path_factory.mktemp("in") / "x.parquet"
+    pq.write_table(pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local(table, tmp_path_factory) -> pa.Table:
+    """The same run written to a local file: what every stored output must equal."""
+    path = tmp_path_factory.mktemp("local") / "local.parquet"
+    assert _run(table, path) == 0
+    return pq.read_table(path)
+
+
+def _run(source, output, *more) -> int:
+    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
+    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
+
+
+def _objects(store, prefix: str) -> list[str]:
+    from pyarrow.fs import FileSelector
+
+    infos = store.filesystem().get_file_info(FileSelector(prefix, allow_not_found=True, recursive=True))
+    return sorted(info.path for info in infos)
+
+
+def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local, capsys):
+    assert _run(table, f"gs://{BUCKET}/set/", "--part-rows", "300") == 0
+    assert "no lock on 'gs://gcs-out/set/'" in capsys.readouterr().err  # said, not pretended
+    assert _run(table, f"gs://{BUCKET}/one.parquet") == 0
+    fs = gcs.filesystem()
+    assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
+    assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
+    parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
+    assert _objects(gcs, f"{BUCKET}/set") == [f"{BUCKET}/set/_SUCCESS", *parts]
+
+
+def test_a_run_reads_its_input_from_gcs_too(gcs, table, local):
+    pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=gcs.filesystem())
+    assert _run(f"gs://{BUCKET}/input.parquet", f"gs://{BUCKET}/read/") == 0
+    assert pq.read_table(f"{BUCKET}/read", filesystem=gcs.filesystem()).equals(local)
+
+
+def test_an_earlier_output_is_refused_resumed_or_replaced_whole(gcs, table, local, capsys):
+    """The overwrite is the case a listing without folders broke: its staging prefix holds the
+    new data set as a prefix, which looked empty, so nothing was copied and the run said 0."""
+    url = f"gs://{BUCKET}/again/"
+    assert _run(table, url, "--part-rows", "300") == 0
+    capsys.readouterr()
+    assert _run(table, url) == 1
+    assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
+    assert _run(table, url, "--resume") == 0  # every row there: nothing to add
+    assert _run(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
+    names = _objects(gcs, f"{BUCKET}/again")
+    assert names == [
+        f"{BUCKET}/again/_SUCCESS",
+        f"{BUCKET}/again/part-00000.parquet",
+        f"{BUCKET}/again/part-00001.parquet",
+    ]
+    assert pq.read_table(f"{BUCKET}/again", filesystem=gcs.filesystem()).equals(local.slice(0, 900))
+    assert not _objects(gcs, f"{BUCKET}/.ortpipe-overwrite.again")
+
+
+def test_a_killed_overwrite_is_finished_from_its_staging_prefix(gcs):
+    """``MOVING`` written, the copies cut short: the next open finishes them (the staging prefix
+    holds the new data set as a prefix, which only a listing of everything under it shows)."""
+    fs = gcs.filesystem()
+    old = pa.table({"x": [1, 2]})
+    new = pa.table({"x": [3, 4, 5]})
+    pq.write_table(old, f"{BUCKET}/killed/part-00000.parquet", filesystem=fs)
+    pq.write_table(old, f"{BUCKET}/killed/part-00001.parquet", filesystem=fs)
+    staging = f"{BUCKET}/.ortpipe-overwrite.killed"
+    pq.write_table(new, f"{staging}/killed/part-00000.parquet", filesystem=fs)
+    with fs.open_output_stream(f"{staging}/killed/_SUCCESS"):
+        pass
+    with fs.open_output_stream(f"{staging}/{MOVING}"):
+        pass
+    target = StoredPath.of(f"gs://{BUCKET}/killed")
+    assert [entry.name for entry in target.parent.iterdir() if entry.name.startswith(".ortpipe")] == [
+        ".ortpipe-overwrite.killed"
+    ]
+    assert finish_stored_replacing(target)
+    assert _objects(gcs, f"{BUCKET}/killed") == [f"{BUCKET}/killed/_SUCCESS", f"{BUCKET}/killed/part-00000.parquet"]
+    assert pq.read_table(f"{BUCKET}/killed", filesystem=fs).equals(new)
+    assert not _objects(gcs, staging)
+
+
+def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, table, monkeypatch, capsys):
+    capsys.readouterr()
+    assert _run(table, "gs://nothere/set/") == 1
+    said = capsys.readouterr().err
+    assert "the bucket 'nothere' does not exist" in said and said.count("\n") == 1
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1/some/path")
+    assert _run(table, f"gs://{BUCKET}/bad/") == 1
+    said = capsys.readouterr().err
+    assert "STORAGE_EMULATOR_HOST='http://127.0.0.1:1/some/path': expected http://host:port" in said
