@@ -179,12 +179,12 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def gcs_server():
+def gcs_server(tmp_path_factory):
     """One real GCS emulator (fake-gcs-server, ``tests/object_store.py``) for every module that
     needs one; skipped where it is not installed."""
     from .object_store import gcs_store
 
-    with gcs_store() as server:
+    with gcs_store(tmp_path_factory.mktemp("gcs")) as server:
         yield server
 
 

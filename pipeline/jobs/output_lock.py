@@ -12,17 +12,17 @@ process, so a lock file left behind never blocks, and a run that ends removes
 it.  Where there is no ``flock`` (Windows), or the folder cannot hold the
 file (the output's own checks then say why), there is no lock.
 
-An output in object storage (``s3://...``) has no ``flock``: its lock is an object
-beside it of the same name, made by a conditional write (``If-None-Match: *``: of
-two runs, on any machines, one makes it and the other is refused, naming the first
-one's host and process).  A killed run cannot release it, so it is a lease: the run
-renews it every :data:`RENEW_S` seconds (a conditional write on its own ETag, from a
-thread that ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is
-taken over by a conditional write on its ETag (of two runs that find it stale, one
-wins); the run it was taken from ends at once at its next renewal
-(NOTE [ a lock taken over ]).  Where the store offers no conditional writes
-(``util.conditions``: GCS, Azure, HDFS, or S3 without boto3) there is no lock, and
-the run says so.
+An output in object storage (``s3://...``, ``gs://...``) has no ``flock``: its lock is
+an object beside it of the same name, made by a conditional write (S3's
+``If-None-Match: *``, GCS's ``ifGenerationMatch=0``: of two runs, on any machines, one
+makes it and the other is refused, naming the first one's host and process).  A killed
+run cannot release it, so it is a lease: the run renews it every :data:`RENEW_S`
+seconds (a conditional write on its own version - ETag, generation - from a thread that
+ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is taken over by
+a conditional write on its version (of two runs that find it stale, one wins); the run
+it was taken from ends at once at its next renewal (NOTE [ a lock taken over ]).  Where
+the store offers no conditional writes (``util.conditions``: Azure, HDFS, or S3 without
+boto3, GCS without google-cloud-storage) there is no lock, and the run says so.
 
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
 refusal names the process that holds the lock (``filelock`` says only that it
@@ -135,12 +135,13 @@ def stored_output_lock(url: str, error: type[PipelineError] = PipelineError) -> 
     try:
         target = StoredPath.of(url)
         target.check_bucket()
+        conditions = conditions_of(target)
     except OSError as exc:
         raise error(str(exc)) from exc
-    conditions = conditions_of(target)
     if conditions is None:
         print(
-            f"ortpipe: no lock on {url!r}: its store offers no conditional writes here (S3 with boto3 does); "
+            f"ortpipe: no lock on {url!r}: its store offers no conditional writes here (S3 with boto3 and GCS "
+            "with google-cloud-storage do: pip install '.[storage]' in a checkout of ortpipe); "
             "make sure no other run writes it",
             file=sys.stderr,
         )

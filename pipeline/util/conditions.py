@@ -8,16 +8,19 @@ and cannot list or abort multipart uploads, which the output lock across machine
 CopyObject request, which S3 refuses for a source over 5 GB (:func:`copy_object`).  On S3
 (and stores that speak its API: MinIO, SeaweedFS, Ceph, R2) boto3 does, with the same
 standard environment and config as pyarrow's (``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``).  Elsewhere
-(GCS, Azure, HDFS), or without boto3, there are none: :func:`conditions_of` says None,
-and the callers say what that leaves unguarded.
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``).  On GCS,
+google-cloud-storage does, its conditions on an object's generation (``ifGenerationMatch``:
+0 where none may exist), with Google's default credentials or ``STORAGE_EMULATOR_HOST``;
+there an upload never finalized is never seen and lapses by itself, and a copy is a
+rewrite of any size.  Elsewhere (Azure, HDFS), or without the library, there are none:
+:func:`conditions_of` says None, and the callers say what that leaves unguarded.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from .storage import StoredPath, aws_retry_mode, said
@@ -25,6 +28,26 @@ from .storage import StoredPath, aws_retry_mode, said
 
 class Refused(Exception):
     """A conditional write whose condition did not hold (HTTP 412): another writer was first."""
+
+
+class StoreConditions(Protocol):
+    """A bucket's conditional writes, its unfinished uploads and its copies of any size; a
+    version (``etag``) is the store's own token of one object's content (S3's ETag, GCS's
+    generation)."""
+
+    bucket: str
+
+    def create(self, key: str, body: bytes) -> str: ...
+
+    def replace(self, key: str, body: bytes, etag: str) -> str: ...
+
+    def read(self, key: str) -> tuple[bytes, str] | None: ...
+
+    def delete(self, key: str, etag: str) -> None: ...
+
+    def abort_uploads(self, prefix: str) -> int: ...
+
+    def copy(self, source: str, target: StoredPath, piece_bytes: int) -> None: ...
 
 
 class S3Conditions:
@@ -100,8 +123,76 @@ class S3Conditions:
         return f"s3://{self.bucket}/{key}"
 
 
-def conditions_of(path: StoredPath) -> S3Conditions | None:
-    """The conditional writes of ``path``'s store: S3's where boto3 is installed, else None."""
+class GcsConditions:
+    """Conditional writes of one GCS bucket, through google-cloud-storage: an object's
+    version is its generation, and ``ifGenerationMatch`` the condition (0: no object yet)."""
+
+    def __init__(self, client: Any, bucket: str) -> None:
+        self._bucket, self.bucket = client.bucket(bucket), bucket
+
+    def create(self, key: str, body: bytes) -> str:
+        """``key`` written only where no object has that name; its generation."""
+        return self._put(key, body, 0)
+
+    def replace(self, key: str, body: bytes, etag: str) -> str:
+        """``key`` written only where it is still generation ``etag``; its new generation."""
+        return self._put(key, body, int(etag))
+
+    def read(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and generation (one request: the download says it), None where there is none."""
+        from google.api_core.exceptions import NotFound
+
+        blob = self._bucket.blob(key)
+        try:
+            body = blob.download_as_bytes()
+        except NotFound:
+            return None
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+        return body, str(blob.generation)
+
+    def delete(self, key: str, etag: str) -> None:
+        """``key`` removed only where it is still generation ``etag``; a refusal is quiet
+        (another writer holds it now), as is an object already gone."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            self._bucket.blob(key).delete(if_generation_match=int(etag))
+        except (NotFound, PreconditionFailed):
+            return
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+
+    def abort_uploads(self, prefix: str) -> int:
+        """None to abort: an upload never finalized is never listed or read, and lapses by itself."""
+        return 0
+
+    def copy(self, source: str, target: StoredPath, piece_bytes: int) -> None:
+        """A rewrite by the store, of any size (pyarrow's copy is one)."""
+        StoredPath(target.fs, f"{self.bucket}/{source}", target.scheme).copy_to(target)
+
+    def _put(self, key: str, body: bytes, generation: int) -> str:
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._bucket.blob(key)
+        try:
+            blob.upload_from_string(body, if_generation_match=generation)
+        except PreconditionFailed as exc:
+            raise Refused(self._url(key)) from exc
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+        return str(blob.generation)
+
+    def _url(self, key: str) -> str:
+        return f"gs://{self.bucket}/{key}"
+
+
+def conditions_of(path: StoredPath) -> StoreConditions | None:
+    """The conditional writes of ``path``'s store: S3's where boto3 is installed, GCS's where
+    google-cloud-storage is, else None; an OSError naming the URL where GCS's client cannot
+    be made (no credentials)."""
+    if path.scheme in ("gs", "gcs"):
+        return _gcs_conditions(path)
     if path.scheme != "s3":
         return None
     try:
@@ -117,6 +208,18 @@ def conditions_of(path: StoredPath) -> S3Conditions | None:
     config = Config(s3={"addressing_style": style}, retries={"mode": aws_retry_mode()})
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
     return S3Conditions(client, path.bucket)
+
+
+def _gcs_conditions(path: StoredPath) -> GcsConditions | None:
+    try:
+        from google.cloud import storage
+    except ImportError:
+        return None
+    try:  # the emulator's address or Google's default credentials, as every Google client reads them
+        client = storage.Client()
+    except Exception as exc:
+        raise OSError(said(path.url, exc)) from exc
+    return GcsConditions(client, path.bucket)
 
 
 #: the largest object S3 copies in one request (CopyObject); a larger one is copied in pieces
