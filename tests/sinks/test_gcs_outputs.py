@@ -20,6 +20,8 @@ from pipeline.sinks.stored import MOVING, finish_stored_replacing
 from pipeline.util.conditions import GcsConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts
+
 ROWS, FEATURES = 1200, 64
 
 #: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
@@ -47,13 +49,6 @@ def _run(source, output, *more) -> int:
     return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
 
 
-def _objects(store, prefix: str) -> list[str]:
-    from pyarrow.fs import FileSelector
-
-    infos = store.filesystem().get_file_info(FileSelector(prefix, allow_not_found=True, recursive=True))
-    return sorted(info.path for info in infos)
-
-
 def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local, capsys):
     assert _run(table, f"gs://{BUCKET}/set/", "--part-rows", "300") == 0
     assert "no lock" not in capsys.readouterr().err  # locked, by google-cloud-storage's conditional writes
@@ -62,8 +57,8 @@ def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local
     assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
     assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
     parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
-    assert _objects(gcs, f"{BUCKET}/set") == [f"{BUCKET}/set/_SUCCESS", *parts]
-    assert not [name for name in _objects(gcs, BUCKET) if name.endswith("ortpipe-lock")]  # released
+    assert objects(gcs, f"{BUCKET}/set") == [f"{BUCKET}/set/_SUCCESS", *parts]
+    assert not [name for name in objects(gcs, BUCKET) if name.endswith("ortpipe-lock")]  # released
 
 
 def test_a_run_reads_its_input_from_gcs_too(gcs, table, local):
@@ -82,14 +77,14 @@ def test_an_earlier_output_is_refused_resumed_or_replaced_whole(gcs, table, loca
     assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
     assert _run(table, url, "--resume") == 0  # every row there: nothing to add
     assert _run(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
-    names = _objects(gcs, f"{BUCKET}/again")
+    names = objects(gcs, f"{BUCKET}/again")
     assert names == [
         f"{BUCKET}/again/_SUCCESS",
         f"{BUCKET}/again/part-00000.parquet",
         f"{BUCKET}/again/part-00001.parquet",
     ]
     assert pq.read_table(f"{BUCKET}/again", filesystem=gcs.filesystem()).equals(local.slice(0, 900))
-    assert not _objects(gcs, f"{BUCKET}/.ortpipe-overwrite.again")
+    assert not objects(gcs, f"{BUCKET}/.ortpipe-overwrite.again")
 
 
 def test_a_killed_overwrite_is_finished_from_its_staging_prefix(gcs):
@@ -111,9 +106,9 @@ def test_a_killed_overwrite_is_finished_from_its_staging_prefix(gcs):
         ".ortpipe-overwrite.killed"
     ]
     assert finish_stored_replacing(target)
-    assert _objects(gcs, f"{BUCKET}/killed") == [f"{BUCKET}/killed/_SUCCESS", f"{BUCKET}/killed/part-00000.parquet"]
+    assert objects(gcs, f"{BUCKET}/killed") == [f"{BUCKET}/killed/_SUCCESS", f"{BUCKET}/killed/part-00000.parquet"]
     assert pq.read_table(f"{BUCKET}/killed", filesystem=fs).equals(new)
-    assert not _objects(gcs, staging)
+    assert not objects(gcs, staging)
 
 
 def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, table, monkeypatch, capsys):
@@ -130,7 +125,7 @@ def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, tab
 def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(gcs):
     url = f"gs://{BUCKET}/locked/"
     with output_lock(url, SinkError):
-        assert f"{BUCKET}/.locked.ortpipe-lock" in _objects(gcs, BUCKET)
+        assert f"{BUCKET}/.locked.ortpipe-lock" in objects(gcs, BUCKET)
         with pytest.raises(SinkError, match="being written by another ortpipe run"):
             with output_lock(url, SinkError):
                 pass
@@ -160,3 +155,33 @@ def test_a_lock_is_made_once_and_renewed_only_on_its_own_generation(gcs):
     conditions.delete("renewed", second)
     assert conditions.read("renewed") is None
     conditions.delete("renewed", second)  # already gone: quiet
+
+
+def test_killed_at_random_moments_then_resumed_every_row_once(gcs, long_job):
+    """A GCS upload never finalized is never seen: a killed run leaves whole parts only."""
+    source, whole = long_job
+    rng = np.random.default_rng()  # random moments: each run of the suite kills elsewhere
+    output = f"gs://{BUCKET}/killed-runs/"
+    kept = []
+    for attempt in range(2):  # S3's test kills three times; the chain of resumes is the sink's, not the store's
+        resume = ["--resume"] if attempt else []
+        killed_mid_run(gcs, argv_of(source, output, *resume), f"{BUCKET}/killed-runs", rng)
+        kept.append(only_whole_parts(gcs, f"{BUCKET}/killed-runs"))
+        assert kept[-1] % 2048 == 0 and kept[-1] < KILL_ROWS  # whole parts only, nothing half-written
+    assert kept == sorted(kept)  # each resumed run went on after the last
+    assert main(argv_of(source, output, "--resume")) == 0
+    assert pq.read_table(f"{BUCKET}/killed-runs", filesystem=gcs.filesystem()).equals(whole)
+
+
+def test_an_overwrite_killed_midway_leaves_the_earlier_output_whole(gcs, long_job):
+    source, whole = long_job
+    output, fs = f"gs://{BUCKET}/replaced/", gcs.filesystem()
+    assert main(argv_of(source, output, "--rows", "0:4096")) == 0
+    earlier = pq.read_table(f"{BUCKET}/replaced", filesystem=fs)
+    staging = f"{BUCKET}/.ortpipe-overwrite.replaced"
+    killed_mid_run(gcs, argv_of(source, output, "--overwrite"), staging, np.random.default_rng())
+    assert pq.read_table(f"{BUCKET}/replaced", filesystem=fs).equals(earlier)  # whole, its _SUCCESS there
+    assert f"{BUCKET}/replaced/_SUCCESS" in objects(gcs, f"{BUCKET}/replaced")
+    assert main(argv_of(source, output, "--resume")) == 0  # goes on with the replacement, which then replaces it
+    assert pq.read_table(f"{BUCKET}/replaced", filesystem=fs).equals(whole)
+    assert not objects(gcs, staging)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pipeline.util.conditions import Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from ..object_store import READER_KEY, READER_SECRET
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,13 +52,6 @@ def _stored_table(store, path: str) -> pa.Table:
     return pq.read_table(path, filesystem=store.filesystem())
 
 
-def _objects(store, prefix: str) -> list[str]:
-    from pyarrow.fs import FileSelector
-
-    infos = store.filesystem().get_file_info(FileSelector(prefix, allow_not_found=True, recursive=True))
-    return sorted(info.path for info in infos)
-
-
 def test_a_data_set_and_an_object_hold_what_a_local_run_writes(aws, table, tmp_path):
     assert _run(table, tmp_path / "local.parquet") == 0
     assert _run(table, "s3://out/set/", "--part-rows", "300") == 0
@@ -66,8 +59,8 @@ def test_a_data_set_and_an_object_hold_what_a_local_run_writes(aws, table, tmp_p
     want = pq.read_table(tmp_path / "local.parquet")
     assert _stored_table(aws, "out/set").equals(want)
     assert _stored_table(aws, "out/one.parquet").equals(want)
-    assert _objects(aws, "out/set") == ["out/set/_SUCCESS"] + [f"out/set/part-0000{i}.parquet" for i in range(4)]
-    beside = _objects(aws, "out")
+    assert objects(aws, "out/set") == ["out/set/_SUCCESS"] + [f"out/set/part-0000{i}.parquet" for i in range(4)]
+    beside = objects(aws, "out")
     assert "out/.one.parquet.ortpipe-writing" not in beside  # copied to its name, then removed
     assert "out/.set.ortpipe-job.json" in beside and "out/.one.parquet.ortpipe-job.json" in beside
     assert not [name for name in beside if name.endswith("ortpipe-lock")]  # released
@@ -95,13 +88,13 @@ def test_an_earlier_output_is_refused_resumed_or_replaced_whole(aws, table, tmp_
     assert _run(table, "s3://out/again/", "--resume") == 0  # every row there: nothing to add
     assert _stored_table(aws, "out/again").num_rows == ROWS
     assert _run(table, "s3://out/again/", "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
-    assert _objects(aws, "out/again") == [
+    assert objects(aws, "out/again") == [
         "out/again/_SUCCESS",
         "out/again/part-00000.parquet",
         "out/again/part-00001.parquet",
     ]
     assert _stored_table(aws, "out/again").num_rows == 900
-    assert not _objects(aws, "out/.ortpipe-overwrite.again")
+    assert not objects(aws, "out/.ortpipe-overwrite.again")
     assert "an object cannot be appended to" in _refused(capsys, table, "s3://out/one-file.parquet", "--resume")
 
 
@@ -135,69 +128,17 @@ def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(aws):
     assert conditions.read(".x.ortpipe-lock") is None  # released
 
 
-KILL_ROWS = 48_000
-
-
-@pytest.fixture(scope="module")
-def long_job(tmp_path_factory):
-    """An input long enough to be killed at random moments, and what a whole run writes of it."""
-    folder = tmp_path_factory.mktemp("long")
-    x = np.random.default_rng(1).random((KILL_ROWS, FEATURES), np.float32)
-    pq.write_table(
-        pa.table({"id": np.arange(KILL_ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), folder / "x.parquet"
-    )
-    assert _run(folder / "x.parquet", folder / "whole.parquet") == 0
-    return folder / "x.parquet", pq.read_table(folder / "whole.parquet")
-
-
-def _killed_mid_run(store, argv: list[str], written: str, rng: np.random.Generator) -> str:
-    """``ortpipe run argv`` in a process of its own, SIGKILLed a random moment after its first
-    part appeared under ``written`` (a prefix); what it said.  Each resumed run takes the lock
-    a killed one left at once (its process, on this machine, has ended)."""
-    env = {**os.environ, **store.environment, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-    )
-    before = len(_objects(store, written))
-    try:
-        deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            if len(_objects(store, written)) > before:  # this run's first part is there
-                break
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.4))
-        process.send_signal(signal.SIGKILL)
-        said, _ = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == -signal.SIGKILL, said  # killed, not finished
-    return said.decode()
-
-
-def _argv_of(source, output: str, *more: str) -> list[str]:
-    return ["run", "mlp", "--input", str(source), "--output", output, "--id-column", "id", "--device", "cpu",
-            "--no-progress", "--batch-size", "16", "--part-rows", "2048", "--threads", "1", *more]  # fmt: skip
-
-
-def _only_whole_parts(store, prefix: str) -> int:
-    """Every object under the prefix a whole part (a readable footer), no _SUCCESS: their rows."""
-    names = _objects(store, prefix)
-    assert "_SUCCESS" not in {name.rsplit("/", 1)[-1] for name in names}
-    fs = store.filesystem()
-    return sum(pq.read_metadata(name, filesystem=fs).num_rows for name in names)
-
-
 def test_killed_at_random_moments_then_resumed_every_row_once(aws, long_job):
     source, whole = long_job
     rng = np.random.default_rng()  # random moments: each run of the suite kills elsewhere
     output = "s3://out/killed/"
     kept = []
     for attempt in range(3):
-        _killed_mid_run(aws, _argv_of(source, output, *(["--resume"] if attempt else [])), "out/killed", rng)
-        kept.append(_only_whole_parts(aws, "out/killed"))
+        killed_mid_run(aws, argv_of(source, output, *(["--resume"] if attempt else [])), "out/killed", rng)
+        kept.append(only_whole_parts(aws, "out/killed"))
         assert kept[-1] % 2048 == 0 and kept[-1] < KILL_ROWS  # whole parts only, nothing half-written
     assert kept == sorted(kept)  # each resumed run went on after the last
-    assert main(_argv_of(source, output, "--resume")) == 0
+    assert main(argv_of(source, output, "--resume")) == 0
     got = _stored_table(aws, "out/killed")
     assert got.equals(whole)  # every row once, in order, as a whole run writes them
     conditions = conditions_of(StoredPath.of(output))
@@ -207,16 +148,16 @@ def test_killed_at_random_moments_then_resumed_every_row_once(aws, long_job):
 def test_an_overwrite_killed_midway_leaves_the_earlier_output_whole(aws, long_job):
     source, whole = long_job
     output = "s3://out/replaced/"
-    assert main(_argv_of(source, output, "--rows", "0:4096")) == 0
+    assert main(argv_of(source, output, "--rows", "0:4096")) == 0
     earlier = _stored_table(aws, "out/replaced")
-    _killed_mid_run(
-        aws, _argv_of(source, output, "--overwrite"), "out/.ortpipe-overwrite.replaced", np.random.default_rng()
+    killed_mid_run(
+        aws, argv_of(source, output, "--overwrite"), "out/.ortpipe-overwrite.replaced", np.random.default_rng()
     )
     assert _stored_table(aws, "out/replaced").equals(earlier)  # whole, its _SUCCESS there
-    assert "out/replaced/_SUCCESS" in _objects(aws, "out/replaced")
-    assert main(_argv_of(source, output, "--resume")) == 0  # goes on with the replacement, which then replaces it
+    assert "out/replaced/_SUCCESS" in objects(aws, "out/replaced")
+    assert main(argv_of(source, output, "--resume")) == 0  # goes on with the replacement, which then replaces it
     assert _stored_table(aws, "out/replaced").equals(whole)
-    assert not _objects(aws, "out/.ortpipe-overwrite.replaced")
+    assert not objects(aws, "out/.ortpipe-overwrite.replaced")
 
 
 def test_a_resume_aborts_the_upload_a_killed_run_left_unfinished(aws, table):
@@ -255,7 +196,7 @@ def test_a_stored_data_set_of_a_detector_has_the_local_layout_its_per_batch_outp
     assert main([*argv, "--part-rows", "32", "--output", "s3://out/dets/"]) == 0
     for name in ("", ".hits", ".hit_scores"):  # <output>.<name> beside the main data set, as locally
         assert _stored_table(aws, f"out/dets{name}").equals(pq.read_table(f"{tmp_path / 'dets'}{name}")), name
-        assert f"out/dets{name}/_SUCCESS" in _objects(aws, f"out/dets{name}")
+        assert f"out/dets{name}/_SUCCESS" in objects(aws, f"out/dets{name}")
 
 
 def test_a_large_part_goes_up_as_a_multipart_upload_unseen_until_it_closes(aws):
@@ -270,11 +211,11 @@ def test_a_large_part_goes_up_as_a_multipart_upload_unseen_until_it_closes(aws):
         sink.write(index, len(rows), {"y": rows}, {"row_id": np.arange(index * 16_384, (index + 1) * 16_384)})
     uploads = client.list_multipart_uploads(Bucket="out", Prefix="large/").get("Uploads", [])
     assert [upload["Key"] for upload in uploads] == ["large/part-00000.parquet"]  # under way, in pieces
-    assert _objects(aws, "out/large") == []  # and nothing of it visible
+    assert objects(aws, "out/large") == []  # and nothing of it visible
     sink.close()
     sink.mark_complete()
     assert not client.list_multipart_uploads(Bucket="out", Prefix="large/").get("Uploads")
-    assert _objects(aws, "out/large") == ["out/large/_SUCCESS", "out/large/part-00000.parquet"]
+    assert objects(aws, "out/large") == ["out/large/_SUCCESS", "out/large/part-00000.parquet"]
     assert _stored_table(aws, "out/large").num_rows == 8 * 16_384
 
 
@@ -296,7 +237,7 @@ def test_an_object_over_what_the_store_copies_at_once_is_copied_in_pieces(aws, t
     assert head["ContentLength"] > 5 << 20 and "-" in head["ETag"], head  # a multipart ETag: copied in pieces
     got = pq.read_table("out/big.parquet", filesystem=aws.filesystem())
     np.testing.assert_array_equal(np.stack(got.column("y").to_numpy(zero_copy_only=False)), x)
-    assert "out/.big.parquet.ortpipe-writing" not in _objects(aws, "out")
+    assert "out/.big.parquet.ortpipe-writing" not in objects(aws, "out")
 
     monkeypatch.setitem(sys.modules, "boto3", None)  # no boto3: refused in a line, the earlier output whole
     capsys.readouterr()
@@ -316,7 +257,7 @@ def test_a_run_whose_lock_another_run_takes_over_ends_at_once_as_if_killed(aws, 
         "from pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     env = {**os.environ, **aws.environment, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    argv = _argv_of(source, "s3://out/taken/")
+    argv = argv_of(source, "s3://out/taken/")
     process = subprocess.Popen(
         [sys.executable, "-c", renew_fast, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
     )
@@ -325,7 +266,7 @@ def test_a_run_whose_lock_another_run_takes_over_ends_at_once_as_if_killed(aws, 
     taker = json.dumps({"host": "elsewhere", "pid": 4242, "renewed": time.time()}).encode()
     try:
         deadline = time.monotonic() + 60
-        while not _objects(aws, "out/taken") and time.monotonic() < deadline:  # writing: its first part is up
+        while not objects(aws, "out/taken") and time.monotonic() < deadline:  # writing: its first part is up
             time.sleep(0.01)
         for _ in range(50):  # as a taker does: a conditional write on the ETag it read
             found = conditions.read(".taken.ortpipe-lock")
@@ -341,6 +282,6 @@ def test_a_run_whose_lock_another_run_takes_over_ends_at_once_as_if_killed(aws, 
     said = said.decode()
     assert process.returncode == LOCK_TAKEN_EXIT, said
     assert "was taken by another run (host elsewhere, process 4242)" in said and "Traceback" not in said, said
-    assert 0 < _only_whole_parts(aws, "out/taken") < KILL_ROWS  # stopped midway, whole parts only
+    assert 0 < only_whole_parts(aws, "out/taken") < KILL_ROWS  # stopped midway, whole parts only
     body, _ = conditions.read(".taken.ortpipe-lock")
     assert json.loads(body)["host"] == "elsewhere"  # the taker's lock, left to it
