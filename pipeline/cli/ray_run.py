@@ -76,8 +76,9 @@ def _score(
     if progress.enabled:
         ray.data.DataContext.get_current().enable_progress_bars = False  # ours instead of Ray's, as a local run's
     staged = _staged(output)
+    path, filesystem = _for_ray(staged)
     with _watched(staged, progress):
-        scored.write_parquet(str(staged), mode="create")
+        scored.write_parquet(path, filesystem=filesystem, mode="create")
     (staged / SUCCESS).write_bytes(b"")  # a file or an object: empty, as Spark leaves it
     if record is not None:
         write_record(staged, record)
@@ -89,6 +90,16 @@ def _score(
     rows = _rows_in(output)
     print(f"{rows:,} rows on Ray in {seconds:.2f} s: {rows / max(seconds, 1e-9):,.1f} rows/s, into {str(output)!r}")
     return 0
+
+
+def _for_ray(where: Where) -> tuple[str, Any]:
+    """A path as Ray's readers and writers take it, and its filesystem: a stored one's is
+    ortpipe's, pickled to the workers, so that they reach the store as a local run does (its
+    retries, NOTE [ retries ]; a GCS emulator, NOTE [ GCS emulator ]) rather than through a
+    filesystem each makes from the URL."""
+    if isinstance(where, StoredPath):
+        return where.path, where.fs
+    return str(where), None
 
 
 def _workers_line(args: argparse.Namespace) -> str:
@@ -126,7 +137,8 @@ def _model_picture_size(specs: Any) -> tuple[int, int] | None:
 def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where) -> Any:
     from ..ray import predict
 
-    dataset = ray.data.read_parquet(str(source))
+    path, filesystem = _for_ray(source)
+    dataset = ray.data.read_parquet(path, filesystem=filesystem)
     names = dataset.schema().names
     id_column = args.id_column or ("row_id" if "row_id" in names else None)
     if args.id_column is not None and args.id_column not in names:
