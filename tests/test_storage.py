@@ -15,7 +15,7 @@ from pipeline import Pipeline, models
 from pipeline.cli import main
 from pipeline.jobs import open_source, run_job
 from pipeline.sinks.stored import StoredParquetSink
-from pipeline.util.storage import STANDARD_ATTEMPTS
+from pipeline.util.storage import STANDARD_ATTEMPTS, said
 
 from .store_proxy import store_proxy
 
@@ -180,3 +180,18 @@ def test_reads_and_writes_are_in_flight_while_the_model_runs(aws, monkeypatch):
     assert len(uploads) >= 2, "the part went up in pieces"
     assert any(_inside(run, read) for run in runs for read in reads), "no batch ran while a read was in flight"
     assert any(_inside(run, up) for run in runs for up in uploads), "no batch ran while an upload was in flight"
+
+
+@pytest.mark.parametrize(
+    "text, meaning",
+    [
+        # S3 through pyarrow and boto3, and GCS as pyarrow's GCS (google-cloud-cpp) says its statuses
+        ("AWS Error ACCESS_DENIED during PutObject operation: Access Denied", "access was denied"),
+        ("google::cloud::Status(PERMISSION_DENIED: caller does not have storage.objects.create)", "access was denied"),
+        ("google::cloud::Status(UNAUTHENTICATED: invalid credentials)", "credentials were refused"),
+        ("AWS Error NO_SUCH_BUCKET during HeadBucket operation", "the bucket does not exist"),
+    ],
+)
+def test_a_stores_error_is_said_in_a_line_with_what_to_check(text, meaning):
+    said_line = said("gs://bucket/key", OSError(text + "\n  detail"))
+    assert said_line.startswith("'gs://bucket/key': ") and meaning in said_line and "\n" not in said_line

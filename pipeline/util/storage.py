@@ -133,10 +133,13 @@ def said(url: str, error: BaseException) -> str:
     checks = (
         (("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist"), "the bucket does not exist"),
         (
-            ("InvalidAccessKeyId", "SignatureDoesNotMatch", "INVALID_ACCESS_KEY", "credentials"),
+            ("InvalidAccessKeyId", "SignatureDoesNotMatch", "INVALID_ACCESS_KEY", "UNAUTHENTICATED", "credentials"),
             "the credentials were refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, or the provider's own)",
         ),
-        (("ACCESS_DENIED", "AccessDenied", "Forbidden", "403"), "access was denied to these credentials"),
+        (
+            ("ACCESS_DENIED", "AccessDenied", "PERMISSION_DENIED", "Forbidden", "403"),
+            "access was denied to these credentials",
+        ),
         (("Path does not exist", "NoSuchKey", "not found"), "nothing is stored there"),
     )
     for words, meaning in checks:
