@@ -157,31 +157,15 @@ def test_a_lock_is_made_once_and_renewed_only_on_its_own_generation(gcs):
     conditions.delete("renewed", second)  # already gone: quiet
 
 
-def test_killed_at_random_moments_then_resumed_every_row_once(gcs, long_job):
-    """A GCS upload never finalized is never seen: a killed run leaves whole parts only."""
+def test_killed_at_a_random_moment_then_resumed_every_row_once(gcs, long_job):
+    """A GCS upload never finalized is never seen: a killed run leaves whole parts only.  (One
+    kill: the chain of kills and resumes, and an overwrite killed midway, are S3's tests - the
+    sink's logic, the same on both stores; what is GCS's own, its listing of a staged data set,
+    is tested above without a kill.)"""
     source, whole = long_job
-    rng = np.random.default_rng()  # random moments: each run of the suite kills elsewhere
     output = f"gs://{BUCKET}/killed-runs/"
-    kept = []
-    for attempt in range(2):  # S3's test kills three times; the chain of resumes is the sink's, not the store's
-        resume = ["--resume"] if attempt else []
-        killed_mid_run(gcs, argv_of(source, output, *resume), f"{BUCKET}/killed-runs", rng)
-        kept.append(only_whole_parts(gcs, f"{BUCKET}/killed-runs"))
-        assert kept[-1] % 2048 == 0 and kept[-1] < KILL_ROWS  # whole parts only, nothing half-written
-    assert kept == sorted(kept)  # each resumed run went on after the last
+    killed_mid_run(gcs, argv_of(source, output), f"{BUCKET}/killed-runs", np.random.default_rng())
+    kept = only_whole_parts(gcs, f"{BUCKET}/killed-runs")
+    assert kept % 2048 == 0 and kept < KILL_ROWS  # whole parts only, nothing half-written
     assert main(argv_of(source, output, "--resume")) == 0
     assert pq.read_table(f"{BUCKET}/killed-runs", filesystem=gcs.filesystem()).equals(whole)
-
-
-def test_an_overwrite_killed_midway_leaves_the_earlier_output_whole(gcs, long_job):
-    source, whole = long_job
-    output, fs = f"gs://{BUCKET}/replaced/", gcs.filesystem()
-    assert main(argv_of(source, output, "--rows", "0:4096")) == 0
-    earlier = pq.read_table(f"{BUCKET}/replaced", filesystem=fs)
-    staging = f"{BUCKET}/.ortpipe-overwrite.replaced"
-    killed_mid_run(gcs, argv_of(source, output, "--overwrite"), staging, np.random.default_rng())
-    assert pq.read_table(f"{BUCKET}/replaced", filesystem=fs).equals(earlier)  # whole, its _SUCCESS there
-    assert f"{BUCKET}/replaced/_SUCCESS" in objects(gcs, f"{BUCKET}/replaced")
-    assert main(argv_of(source, output, "--resume")) == 0  # goes on with the replacement, which then replaces it
-    assert pq.read_table(f"{BUCKET}/replaced", filesystem=fs).equals(whole)
-    assert not objects(gcs, staging)
