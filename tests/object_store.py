@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -106,14 +107,19 @@ def object_store(folder: Path) -> Iterator[ObjectStore]:
     try:
         _wait_ready(store, process, folder)
         yield store
-    finally:
-        process.terminate()
-        try:  # weed takes up to 20 s to shut down on SIGTERM; its data is the test's to throw away
-            process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
-        log.close()
+    finally:  # weed takes up to 20 s to shut down on SIGTERM; its data is the test's to throw away
+        _stopped(process, log, grace_s=2, after_kill_s=20)
+
+
+def _stopped(process: subprocess.Popen, log: IO[bytes], grace_s: float, after_kill_s: float) -> None:
+    """A server ended: asked to, then killed after ``grace_s``; its log closed."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=after_kill_s)
+    log.close()
 
 
 def _wait_ready(store: ObjectStore, process: subprocess.Popen, folder: Path, timeout_s: float = 60) -> None:
@@ -185,13 +191,7 @@ def gcs_store(folder: Path) -> Iterator[GcsStore]:
         _wait_gcs_ready(store, process, folder)
         yield store
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        log.close()
+        _stopped(process, log, grace_s=5, after_kill_s=5)
 
 
 def _wait_gcs_ready(store: GcsStore, process: subprocess.Popen, folder: Path, timeout_s: float = 30) -> None:

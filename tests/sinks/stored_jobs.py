@@ -37,11 +37,18 @@ def argv_of(source, output: str, *more: str) -> list[str]:
             "--no-progress", "--batch-size", "16", "--part-rows", "2048", "--threads", "1", *more]  # fmt: skip
 
 
+def table_in(folder: Path, rows: int, seed: int, first_id: int = 0) -> Path:
+    """``x.parquet`` in ``folder``: an ``id`` column from ``first_id`` and :data:`FEATURES` random float32 ones."""
+    x = np.random.default_rng(seed).random((rows, FEATURES), np.float32)
+    path = folder / "x.parquet"
+    ids = np.arange(first_id, first_id + rows)
+    pq.write_table(pa.table({"id": ids, **{f"f{i}": x[:, i] for i in range(FEATURES)}}), path)
+    return path
+
+
 def long_job_in(folder: Path) -> tuple[Path, pa.Table]:
     """An input of :data:`KILL_ROWS` rows in ``folder``, and what a whole run writes of it."""
-    x = np.random.default_rng(1).random((KILL_ROWS, FEATURES), np.float32)
-    source = folder / "x.parquet"
-    pq.write_table(pa.table({"id": np.arange(KILL_ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), source)
+    source = table_in(folder, KILL_ROWS, seed=1)
     argv = ["run", "mlp", "--input", str(source), "--output", str(folder / "whole.parquet"), "--id-column", "id"]
     assert main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100"]) == 0
     return source, pq.read_table(folder / "whole.parquet")

@@ -20,9 +20,9 @@ from pipeline.sinks.stored import MOVING, finish_stored_replacing
 from pipeline.util.conditions import GcsConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
-from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, table_in
 
-ROWS, FEATURES = 1200, 64
+ROWS = 1200
 
 #: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
 BUCKET = "gcs-out"
@@ -30,10 +30,7 @@ BUCKET = "gcs-out"
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    x = np.random.default_rng(1).random((ROWS, FEATURES), np.float32)
-    path = tmp_path_factory.mktemp("in") / "x.parquet"
-    pq.write_table(pa.table({"id": np.arange(ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), path)
-    return path
+    return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=1)
 
 
 @pytest.fixture(scope="module")

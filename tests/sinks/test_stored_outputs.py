@@ -24,11 +24,11 @@ from pipeline.util.conditions import Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from ..object_store import READER_KEY, READER_SECRET
-from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, table_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ROWS, FEATURES = 1200, 64
+ROWS = 1200
 
 
 #: this module's bucket in the session's S3 server (``aws``: tests/conftest.py)
@@ -37,10 +37,7 @@ BUCKET = "out"
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    x = np.random.default_rng(0).random((ROWS, FEATURES), np.float32)
-    path = tmp_path_factory.mktemp("in") / "x.parquet"
-    pq.write_table(pa.table({"id": np.arange(5000, 5000 + ROWS), **{f"f{i}": x[:, i] for i in range(FEATURES)}}), path)
-    return path
+    return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=0, first_id=5000)
 
 
 def _run(source, output, *more):
