@@ -31,9 +31,8 @@ class Refused(Exception):
 
 
 class StoreConditions(Protocol):
-    """A bucket's conditional writes, its unfinished uploads and its copies of any size; a
-    version (``etag``) is the store's own token of one object's content (S3's ETag, GCS's
-    generation)."""
+    """A bucket's conditional writes and its unfinished uploads; a version (``etag``) is the
+    store's own token of one object's content (S3's ETag, GCS's generation)."""
 
     bucket: str
 
@@ -46,8 +45,6 @@ class StoreConditions(Protocol):
     def delete(self, key: str, etag: str) -> None: ...
 
     def abort_uploads(self, prefix: str) -> int: ...
-
-    def copy(self, source: str, target: StoredPath, piece_bytes: int) -> None: ...
 
 
 class S3Conditions:
@@ -167,10 +164,6 @@ class GcsConditions:
         """None to abort: an upload never finalized is never listed or read, and lapses by itself."""
         return 0
 
-    def copy(self, source: str, target: StoredPath, piece_bytes: int) -> None:
-        """A rewrite by the store, of any size (pyarrow's copy is one)."""
-        StoredPath(target.fs, f"{self.bucket}/{source}", target.scheme).copy_to(target)
-
     def _put(self, key: str, body: bytes, generation: int) -> str:
         from google.api_core.exceptions import PreconditionFailed
 
@@ -229,14 +222,15 @@ COPY_PIECE_BYTES = 512 << 20
 
 
 def copy_object(source: StoredPath, target: StoredPath) -> None:
-    """``source`` copied to ``target`` by the store (no byte comes here): in one request up to
-    :data:`ONE_COPY_BYTES`, in pieces above it where boto3 can (S3), else an OSError that says so."""
+    """``source`` copied to ``target`` by the store (no byte comes here): on S3 in one request up
+    to :data:`ONE_COPY_BYTES`, in pieces above it where boto3 can, else an OSError that says so;
+    elsewhere in one (GCS's rewrite takes any size)."""
     size, one_copy_bytes = source.size(), ONE_COPY_BYTES
-    if size <= one_copy_bytes:
+    if size <= one_copy_bytes or source.scheme != "s3":  # GCS's copy is a rewrite, of any size
         source.copy_to(target)
         return
     conditions = conditions_of(source)
-    if conditions is None:
+    if not isinstance(conditions, S3Conditions):
         raise OSError(
             f"{source.url!r}: {size:,} bytes is more than the store copies in one request ({one_copy_bytes:,}); "
             "on S3, install boto3 (pip install '.[storage]' in a checkout of ortpipe) to copy it in pieces"
