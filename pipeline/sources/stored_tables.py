@@ -14,7 +14,7 @@ from typing import Any
 
 from ..session import TensorSpec
 from ..util.errors import SourceError
-from ..util.storage import filesystem_of, said
+from ..util.storage import StoredPath, filesystem_of, is_storage_url, said
 from .tables import ColumnarSource
 
 #: each format pyarrow's datasets read, by a file's suffix
@@ -29,8 +29,6 @@ def open_dataset(location: str, where: str | None = None) -> Any:
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
-    from ..util.storage import is_storage_url
-
     where = where or location
     if is_storage_url(location):
         try:
@@ -42,6 +40,11 @@ def open_dataset(location: str, where: str | None = None) -> Any:
         filesystem, path = pafs.LocalFileSystem(), location
         info = filesystem.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
+        if is_storage_url(location):  # a missing bucket said as such (a request only where nothing is found)
+            try:
+                StoredPath(filesystem, path, location.split("://", 1)[0]).check_bucket()
+            except OSError as exc:
+                raise SourceError(str(exc)) from exc
         raise SourceError(f"{where!r}: nothing is stored there (no such file, object or prefix)")
     fmt = _format(filesystem, path, info, where)
     try:

@@ -113,6 +113,10 @@ def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, tab
     assert _run(table, "gs://nothere/set/") == 1
     said = capsys.readouterr().err
     assert "the bucket 'nothere' does not exist" in said and said.count("\n") == 1
+    assert _run("gs://nothere/x.parquet", f"gs://{BUCKET}/from-nowhere/") == 1  # an input's missing bucket too
+    assert "the bucket 'nothere' does not exist" in capsys.readouterr().err
+    assert _run(f"gs://{BUCKET}/absent.parquet", f"gs://{BUCKET}/from-nothing/") == 1
+    assert "nothing is stored there" in capsys.readouterr().err
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1/some/path")
     assert _run(table, f"gs://{BUCKET}/bad/") == 1
     said = capsys.readouterr().err
