@@ -3,6 +3,7 @@ closed and renamed into place, a folder's whole parts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -98,6 +99,11 @@ class ParquetTableFile:
         if pending:
             self._writer.write_table(pa.Table.from_batches(pending))
 
+    @property
+    def started(self) -> bool:
+        """Whether its writer was made: the file, once closed, is a Parquet file."""
+        return self._writer is not None
+
     def close(self) -> None:
         if self._writer is None:
             return
@@ -106,6 +112,15 @@ class ParquetTableFile:
         finally:
             self._writer.close()  # writes the footer: the file is readable
             self._writer = None
+
+    def discard(self) -> None:
+        """A file never started: removed where its opening had made it (an interrupt between
+        the open and the writer's start leaves an empty file there, which no reader takes)."""
+        if self.filesystem is None:
+            Path(self.path).unlink(missing_ok=True)
+            return
+        with contextlib.suppress(OSError):  # FileNotFoundError included: an object that never appeared
+            self.filesystem.delete_file(self.path)
 
 
 def same_columns(path: object, earlier: Any, schema: Any) -> None:
@@ -370,6 +385,10 @@ class ParquetParts:
         if self._part is None:
             return
         part, self._part = self._part, None
+        if not part.started:  # interrupted as it opened: no rows in it, and no part of the folder
+            part.discard()
+            self._rows = self._bytes = 0
+            return
         part.close()  # a failure here leaves it hidden: the folder holds whole parts only
         self._commit(part)
         self._number += 1

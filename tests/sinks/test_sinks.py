@@ -129,6 +129,33 @@ def test_a_runs_first_parts_close_early_so_an_abort_loses_seconds_not_a_minute(t
     assert pq.read_table(tmp_path / "set").num_rows == 160
 
 
+@pytest.mark.parametrize("sink", [ParquetSink, ParquetDatasetSink])
+def test_an_interrupt_as_a_part_opens_makes_no_part_of_its_empty_file(tmp_path, monkeypatch, sink):
+    """A signal handled as a new part's file is opened - the file made, its writer not yet (seen
+    when two signals stopped ``ortpipe run``): that file is no part; the close keeps the rows
+    before it, readable, instead of failing on an empty Parquet file."""
+    from pipeline.sinks import _parts
+
+    real, opened = _parts.parquet_writer, []
+
+    def interrupted_at_the_second_part(path, *args, **kwargs):
+        opened.append(path)
+        if len(opened) == 2:
+            Path(path).touch()  # what the output stream's open has made when the interrupt lands
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_parts, "parquet_writer", interrupted_at_the_second_part)
+    out = tmp_path / ("out.parquet" if sink is ParquetSink else "out")
+    made = sink(out, part_rows=4)
+    made.write(0, 4, {"y": np.full((4, 2), 0, np.float32)}, {"row_id": np.arange(4)})
+    with pytest.raises(KeyboardInterrupt):
+        made.write(1, 4, {"y": np.full((4, 2), 1, np.float32)}, {"row_id": np.arange(4, 8)})
+    made.close()
+    assert pq.read_table(out).column("row_id").to_pylist() == [0, 1, 2, 3]
+    assert not Path(opened[1]).exists()  # the empty file removed, not renamed into place
+
+
 @pytest.mark.parametrize("sink", [NpySink, ParquetSink, CsvSink, ParquetDatasetSink])
 def test_a_sink_that_wrote_nothing_leaves_no_file(tmp_path, sink):
     """An empty input, or a run that failed before its first write: no unreadable 0-byte file."""
