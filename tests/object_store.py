@@ -157,7 +157,8 @@ class GcsStore:
     def filesystem(self):
         import pyarrow.fs as pafs
 
-        host = self.url.split("://", 1)[1]  # a project names where buckets are made
+        host = self.url.split("://", 1)[1]
+        # a project: what the bucket of a create_dir is made in
         return pafs.GcsFileSystem(anonymous=True, scheme="http", endpoint_override=host, project_id="ortpipe-test")
 
     def bucket_once(self, name: str) -> None:
