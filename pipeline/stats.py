@@ -112,8 +112,8 @@ SAMPLE = 4096
 _FOLD_EVERY = 1024
 
 
-#: the sums and counts of a stats with no batch yet (copied: a ``run()`` of a few rows makes a
-#: stats a call, and a copy costs a fifth of ``dict.fromkeys``)
+#: the sums and counts of a stats with no batch yet (copied: a ``map()``, or a ``run()`` of a few
+#: batches, makes a stats a call, and a copy costs a fifth of ``dict.fromkeys``)
 _NO_SECONDS = dict.fromkeys(STAGES, 0.0)
 _NO_COUNTS = dict.fromkeys(STAGES, 0)
 
@@ -136,7 +136,7 @@ class _Totals:
         self.sample: list[BatchTiming | SteadyEntry] = []
         self._keep = keep
         #: made when the sample first fills (seeding one costs a few microseconds, which a short
-        #: run - a ``pipe.run`` of a few rows - would pay for nothing)
+        #: run - a ``map()`` of a few batches - would pay for nothing)
         self._rng: random.Random | None = None
         #: Algorithm L's state once the sample is full: the next batch it keeps, and its weight
         self._next_kept: int | None = None
@@ -339,7 +339,8 @@ class Stats:
     @property
     def _totals(self) -> _Totals:
         """The running sums, made when first folded into or read (holding the lock): a
-        ``run()`` of a few rows makes a stats a call, which nothing may read."""
+        ``map()`` of a few batches makes a stats a call, which nothing may read (a ``run()``
+        of one batch makes none: NOTE [ a run of one batch ])."""
         totals = self._made_totals
         if totals is None:
             totals = self._made_totals = _Totals(self._sample_size)
