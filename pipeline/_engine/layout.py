@@ -110,9 +110,14 @@ class InputChecker:
 
     def feeds(self, index: int | None, batch: object) -> dict[str, np.ndarray]:
         """Name, dtype and rank checks, and every dim the model fixes."""
-        known = self._known_feeds(batch)
-        if known is not None:
-            return known
+        if type(batch) is np.ndarray and self._single is not None:  # the commonest batch, in fewest steps
+            shape = batch.shape  # a 0-d array, or one of no rows: checked in full (refused)
+            if shape and shape[0] and (batch.dtype, shape[1:]) in self._accepted_single:
+                return {self._single: batch}
+        else:
+            known = self._known_feeds(batch)
+            if known is not None:
+                return known
         if len(self._rules) == 1 and not isinstance(batch, Mapping):  # one input, one array: no naming to check
             spec, fixed = self._rules[0]
             feeds = {spec.name: self._check(index, spec, fixed, batch)}
@@ -128,12 +133,8 @@ class InputChecker:
         """The batch as feeds when it passes as a batch already checked did: numpy
         arrays of dtypes and row shapes accepted before, none empty, rows alike
         (the check costs a batch of a cheap model more than a microsecond; this
-        a fraction of that).  None: check it in full."""
-        if type(batch) is np.ndarray and self._single is not None:  # the commonest batch, in fewest steps
-            shape = batch.shape  # a 0-d array, or one of no rows: checked in full (refused)
-            if shape and shape[0] and (batch.dtype, shape[1:]) in self._accepted_single:
-                return {self._single: batch}
-            return None
+        a fraction of that; :meth:`feeds` passes a single input's array itself, a
+        call less).  None: check it in full."""
         if type(batch) is not dict or batch.keys() != self._name_set:
             return None
         rows = -1

@@ -22,7 +22,13 @@ when read: its clock reads are kept (:data:`OneBatchReads`) and
 :func:`pipeline.stats.one_batch_stats` makes the ``Stats`` from them.  A
 ``Stats`` and its record cost more than a microsecond to make, a sixth of what
 a cheap model's one-row ``session.run`` costs, and most calls' stats are never
-read (docs/results.md).
+read (docs/results.md).  On this path every check stays, and a step a call
+would take is written inline where it is cheap (a Python call costs about a
+tenth of a microsecond, and ten of them were a sixth of that ``session.run``):
+:meth:`WholeRunner.one` is one frame, and the pipeline's ``run()`` calls only
+what refuses or picks.  A strided array is left to ORT, which makes it
+contiguous itself; an array of the other byte order, which ORT would misread,
+and a device array are made host arrays first.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..devices import DeviceArray
 from ..session import OrtSession
 from ..util.errors import PipelineClosedError, PipelineInputError
 from .direct import STEADY_READS_KEPT, TimingSink, as_host_arrays, unreadable_in_place
@@ -56,18 +63,42 @@ class WholeRunner:
         self._names = session.output_names
         self._options = session.plain_run_options
         self._constants = session.constants
+        #: the name of a model's only output (its outputs' dict made in one step), else None
+        self._single = self._names[0] if len(self._names) == 1 else None
         self._closed = False
 
     def one(
-        self, arrays: dict[str, np.ndarray], rows: int, batch_size: int
+        self, feeds: dict[str, np.ndarray], rows: int, batch_size: int, index: int = 0
     ) -> tuple[dict[str, np.ndarray], OneBatchReads]:
-        """``arrays`` (checked: names, dtypes, fixed dims, ``rows`` rows each, at most
-        ``batch_size``) as the run's only batch: ORT's outputs as they come, and the
-        batch's reads to make the run's stats from (NOTE [ a run of one batch ])."""
+        """``feeds`` (checked: names, dtypes, fixed dims, ``rows`` rows each, at most
+        ``batch_size``) run as batch ``index``: ORT's outputs as they come, each checked to
+        have a row per input row, and the batch's reads to make its stats from.
+        One frame, its steps inline: NOTE [ a run of one batch ]."""
         t_ask = time.perf_counter()
-        values, t_ran = self._ran(0, arrays, rows, batch_size)
-        # zip's strict= is a keyword parsed a call: ORT gives a value a name asked for
-        return dict(zip(self._names, values)), (rows, t_ask, t_ran, time.perf_counter())  # noqa: B905
+        if self._closed:
+            raise PipelineClosedError(CLOSED_MID_RUN)
+        for value in feeds.values():  # a strided array ORT copies itself, as as_host_arrays would
+            if type(value) is DeviceArray or not value.dtype.isnative:
+                feeds = as_host_arrays(feeds, 0)
+                break
+        if self._constants:
+            feeds = {**feeds, **self._constants}
+        names = self._names
+        try:
+            values: list[np.ndarray] = self._run(names, feeds, self._options)
+        except Exception as exc:
+            raise compute_failed(index, exc, rows, batch_size) from exc
+        t_ran = time.perf_counter()
+        single = self._single
+        if single is not None:  # the commonest model's, in the fewest steps
+            value = values[0]
+            if value.shape[:1] != (rows,):  # a 0-d value's is ()
+                raise not_per_row(single, index, [rows, "..."], value)
+            return {single: value}, (rows, t_ask, t_ran, time.perf_counter())
+        for name, value in zip(names, values, strict=True):
+            if value.shape[:1] != (rows,):
+                raise not_per_row(name, index, [rows, "..."], value)
+        return dict(zip(names, values, strict=True)), (rows, t_ask, t_ran, time.perf_counter())
 
     def batches(
         self, arrays: dict[str, np.ndarray], rows: int, batch_size: int, stats: TimingSink
@@ -86,11 +117,10 @@ class WholeRunner:
         if rows > full * batch_size:
             start = full * batch_size
             feeds = {name: array[start:] for name, array in arrays.items()}
-            t_ask = time.perf_counter()
-            values, t_ran = self._ran(full, feeds, rows - start, batch_size)
-            stats.add(direct_timing(full, rows - start, t_ask, t_ask, t_ask, t_ran, time.perf_counter(), origin))
-            for value, parts in zip(values, kept, strict=True):
-                parts.append(value)
+            outputs, (last, t_ask, t_ran, t_done) = self.one(feeds, rows - start, batch_size, full)
+            stats.add(direct_timing(full, last, t_ask, t_ask, t_ask, t_ran, t_done, origin))
+            for name, parts in zip(names, kept, strict=True):
+                parts.append(outputs[name])
         return joined_rows(dict(zip(names, kept, strict=True)))
 
     def _full_batches(
@@ -141,28 +171,6 @@ class WholeRunner:
         finally:  # the batches that ran are in the stats, a failure's too
             if times:
                 stats.add_steady(SteadyTimings(first, batch_size, origin, times))
-
-    def _ran(
-        self, index: int, feeds: dict[str, np.ndarray], rows: int, batch_size: int
-    ) -> tuple[list[np.ndarray], float]:
-        """Batch ``index`` of ``rows`` rows run on its own: its outputs, each checked to have
-        a row per input row, and the clock when ORT returned."""
-        if self._closed:
-            raise PipelineClosedError(CLOSED_MID_RUN)
-        if unreadable_in_place(feeds):
-            feeds = as_host_arrays(feeds, 0)
-        if self._constants:
-            feeds = {**feeds, **self._constants}
-        names = self._names
-        try:
-            values: list[np.ndarray] = self._run(names, feeds, self._options)
-        except Exception as exc:
-            raise compute_failed(index, exc, rows, batch_size) from exc
-        t_ran = time.perf_counter()
-        for name, value in zip(names, values):  # noqa: B905 - ORT gives a value a name asked for
-            if value.ndim == 0 or value.shape[0] != rows:
-                raise not_per_row(name, index, [rows, "..."], value)
-        return values, t_ran
 
     def close(self) -> None:
         """Stop before the next batch; safe to call twice, and from another thread."""

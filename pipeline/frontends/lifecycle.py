@@ -11,6 +11,8 @@ from ..util.closing import Closable
 from ..util.errors import PipelineClosedError
 
 #: a second map()/run() while one is running (a broken-out-of iterator still referenced is running)
+#: what a call on a closed pipeline is told
+CLOSED = "this pipeline is closed"
 ANOTHER_RUN = (
     "another map()/run() is still running on this pipeline: finish it, or end it with its iterator's "
     "close() (an iterator left by a break stays running while it is referenced: `it = pipe.map(...)`, "
@@ -59,4 +61,4 @@ class OneRunAtATime:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise PipelineClosedError("this pipeline is closed")
+            raise PipelineClosedError(CLOSED)

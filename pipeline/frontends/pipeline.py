@@ -64,9 +64,9 @@ from .._engine import (
 from ..devices import Device, resolve_device
 from ..session import ModelSource, OrtSession, Preprocess, TensorSpec
 from ..stats import CALLER_THREAD, STAGE_THREADS, Stats, one_batch_stats
-from ..util.errors import ModelError, PipelineError, PipelineStageError
+from ..util.errors import ModelError, PipelineClosedError, PipelineError, PipelineStageError
 from .gather import Gather, input_windows, result_windows
-from .lifecycle import ANOTHER_RUN, OneRunAtATime
+from .lifecycle import ANOTHER_RUN, CLOSED, OneRunAtATime
 from .options import PipelineOptions
 from .submit import SUBMIT_QUEUE, InlineSubmitter, Submitter
 
@@ -303,7 +303,8 @@ class Pipeline(OneRunAtATime):
 
     def _check_free(self) -> None:
         """Open, and not running submitted batches (NOTE [ submitted batches ])."""
-        self._check_open()
+        if self._closed:  # self._check_open(), a call less: NOTE [ a run of one batch ]
+            raise PipelineClosedError(CLOSED)
         submitter = self._submitter
         if submitter is not None and not submitter.ended:
             raise PipelineError(f"{ANOTHER_RUN}; batches handed in with submit() are running: drain() them first")
@@ -433,13 +434,15 @@ class Pipeline(OneRunAtATime):
 
     def _whole_rows_per_batch(self, feeds: dict[str, np.ndarray], batch_size: int | None) -> int:
         """The rows a batch cut from whole arrays gets: :meth:`rows_per_batch` for their bytes a row."""
-        given = self._given_rows(batch_size)
+        given = batch_size or self.batch_size or self._model_batch  # _given_rows: NOTE [ a run of one batch ]
         if given:
             return given
         row_nbytes = 0
         for array in feeds.values():  # rows alike, none empty: each array's bytes a whole number of rows
             row_nbytes += array.nbytes
-        return self._picked_rows(row_nbytes // next(iter(feeds.values())).shape[0])
+        row_nbytes //= array.shape[0]
+        picked = self._picked  # self._picked_rows(row_nbytes), a call less where it picked before
+        return picked[1] if row_nbytes == picked[0] else self._picked_rows(row_nbytes)
 
     def _cut(
         self,
@@ -475,17 +478,19 @@ class Pipeline(OneRunAtATime):
         """NOTE [ whole arrays run direct ]: a run of one batch keeps its clock reads for its
         stats (NOTE [ a run of one batch ]), a longer one its stats as it goes."""
         rows = next(iter(feeds.values())).shape[0]
-        stats = NO_BATCH if rows <= batch_size else self._new_stats()
-        with self._lock:
-            self._starting(stats)
-            self._active = run
+        stats = None if rows <= batch_size else self._new_stats()  # None: a run of one batch
+        with self._lock:  # self._starting(stats), called only to refuse: NOTE [ a run of one batch ]
+            if self._closed or self._active is not None:
+                self._starting(NO_BATCH)
+            self._stats, self._active = NO_BATCH if stats is None else stats, run
         try:
-            if isinstance(stats, Stats):
-                return run.batches(feeds, rows, batch_size, stats)
-            outputs, self._stats = run.one(feeds, rows, batch_size)
-            return outputs
+            if stats is None:
+                outputs, self._stats = run.one(feeds, rows, batch_size)
+                return outputs
+            return run.batches(feeds, rows, batch_size, stats)
         finally:  # nothing of a whole run is left to close once it returns (or raises)
-            self._let_go(run)
+            if self._active is run:  # self._let_go(run), a call less on a server's every request
+                self._active = None
 
     def rows_per_batch(self, batch_size: int | None = None, row_nbytes: int | None = None) -> int:
         """The rows a batch cut from whole arrays gets: ``batch_size``, else the
