@@ -229,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--seconds", type=float, default=None, help="timed seconds per mode (default 2, quick 0.3)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of each alternated comparison, after one to warm up (default: 3, the video on the device 2)",
+    )
+    parser.add_argument(
         "--budget-s", type=float, default=270.0, help="start no new step after this many seconds (default 270)"
     )
     parser.add_argument(
@@ -250,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     copy_bytes = (256 if gpu else 16) << 20
     seconds = args.seconds or (0.3 if args.quick or not gpu else 2.0)
     big = gpu and not args.quick
+    rounds = {} if args.rounds is None else {"rounds": args.rounds}  # each step's own default, or the one given
     scratch = Path(tempfile.mkdtemp(prefix="ortpipe-gpu-"))  # clips: never among the files that come back
 
     def recorded(key: str, make: Callable[[], dict[str, Any]], fell_back: Callable[[dict[str, Any]], str | None]):
@@ -265,10 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     # Ray on CUDA; then the rows measured before; the tests last (a hung test costs no figures)
     steps: list[tuple[str, Callable[[], None]]] = [
         ("copy_gbps", lambda: report.update(copy_gbps=measure_copy_gbps(device, copy_bytes))),
-        ("host_share", recorded("host_share", lambda: _host_share(device, big, report.get("copy_gbps")), _staged)),
-        ("video_on_device", recorded("video_on_device", lambda: _video_on_device(scratch, device, big), _cpu_way)),
-        ("submit_and_ray", recorded("submit_and_ray", lambda: _submit_and_ray(device, big), lambda _: None)),
-        ("video_decoding", lambda: report.update(video_decoding=_video_decoding(scratch, big))),
+        (
+            "host_share",
+            recorded("host_share", lambda: _host_share(device, big, report.get("copy_gbps"), **rounds), _staged),
+        ),
+        (
+            "video_on_device",
+            recorded("video_on_device", lambda: _video_on_device(scratch, device, big, **rounds), _cpu_way),
+        ),
+        ("submit_and_ray", recorded("submit_and_ray", lambda: _submit_and_ray(device, big, **rounds), lambda _: None)),
+        ("video_decoding", lambda: report.update(video_decoding=_video_decoding(scratch, big, **rounds))),
         (
             "host_copy_gbps",
             lambda: report.update(host_copy_gbps=measure_host_copy_gbps(device, copy_bytes, (1, 2, 4, 8))),
@@ -278,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         (_key(entry["name"]), _model_step(entry, device, seconds, report, args.out)) for entry in _set(args.quick, gpu)
     ]
     steps.append(("convnet_ops", lambda: report.update(convnet_ops=_convnet_ops(device, big))))
-    steps.append(("frames_into_slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big))))
+    steps.append(
+        ("frames_into_slots", lambda: report.update(frames_into_slots=_frames_into_slots(device, big, **rounds)))
+    )
     if not args.no_tests:
         steps.append(("tests", lambda: report.update(tests_exit_code=run_tests(args.out))))
     steps = chosen_steps(steps, args.steps)

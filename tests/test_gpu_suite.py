@@ -22,6 +22,8 @@ def test_gpu_suite_writes_results_trace_and_picture(tmp_path):
             "--no-tests",
             "--seconds",
             "0.02",  # a batch or a few a row: the script's steps, not its figures, are what is checked
+            "--rounds",
+            "1",
         ],
         capture_output=True,
         text=True,

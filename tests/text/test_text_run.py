@@ -181,7 +181,7 @@ def test_a_text_job_killed_mid_run_resumes_to_every_row_once_and_shards_cover_th
 
     from ..helpers import ROOT, stop_signals_handled
 
-    texts = corpus(3000, seed=21)
+    texts = corpus(1500, seed=21)
     source = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"text": texts}), source)
     output = tmp_path / "emb.parquet"
@@ -205,11 +205,11 @@ def test_a_text_job_killed_mid_run_resumes_to_every_row_once_and_shards_cover_th
     assert journal.is_dir() and not output.exists()  # killed mid-run: its closed parts, nothing under the name
     assert main([*argv, "--resume"]) == 0
     ids, vectors = _embeddings(output)
-    np.testing.assert_array_equal(ids, np.arange(3000))
-    sample = np.arange(0, 3000, 97)
+    np.testing.assert_array_equal(ids, np.arange(1500))
+    sample = np.arange(0, 1500, 97)
     np.testing.assert_allclose(vectors[sample], alone(folder, [texts[i] for i in sample]), rtol=1e-4, atol=1e-5)
     shards = [tmp_path / f"shard{k}.parquet" for k in range(2)]
     for k, shard in enumerate(shards):
         assert main([*argv[:7], str(shard), *argv[8:], "--shard", f"{k}/2"]) == 0
     together = np.concatenate([_embeddings(shard)[0] for shard in shards])
-    np.testing.assert_array_equal(together, np.arange(3000))
+    np.testing.assert_array_equal(together, np.arange(1500))
