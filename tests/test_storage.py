@@ -15,7 +15,7 @@ from pipeline import Pipeline, models
 from pipeline.cli import main
 from pipeline.jobs import open_source, run_job
 from pipeline.sinks.stored import StoredParquetSink
-from pipeline.util.storage import STANDARD_ATTEMPTS, said
+from pipeline.util.storage import STANDARD_ATTEMPTS, filesystem_of, said
 
 from .store_proxy import store_proxy
 
@@ -195,3 +195,27 @@ def test_reads_and_writes_are_in_flight_while_the_model_runs(aws, monkeypatch):
 def test_a_stores_error_is_said_in_a_line_with_what_to_check(text, meaning):
     said_line = said("gs://bucket/key", OSError(text + "\n  detail"))
     assert said_line.startswith("'gs://bucket/key': ") and meaning in said_line and "\n" not in said_line
+
+
+def test_an_azure_connection_string_names_the_account_its_key_and_its_endpoint(monkeypatch):
+    """NOTE [ Azure connection string ]: Azurite's short form, a full string with another
+    endpoint, and the URL's two forms (container/path, container@account.../path)."""
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
+    fs, path = filesystem_of("abfs://box/out/set")
+    options = fs.__reduce__()[1][0]
+    assert path == "box/out/set" and options["account_name"] == "devstoreaccount1"
+    assert options["blob_storage_authority"] == "127.0.0.1:10000" and options["blob_storage_scheme"] == "http"
+    string = (
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5;BlobEndpoint=https://blobs.example:8443/acct"
+    )
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", string)
+    fs, path = filesystem_of("abfss://box@acct.dfs.core.windows.net/x.parquet?ignored=1")
+    options = fs.__reduce__()[1][0]
+    assert path == "box/x.parquet" and (options["account_name"], options["account_key"]) == ("acct", "a2V5")
+    assert (options["blob_storage_authority"], options["blob_storage_scheme"]) == ("blobs.example:8443", "https")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=acct;AccountKey=a2V5")
+    fs, path = filesystem_of("az://box")  # Azure's own endpoints: pyarrow's defaults
+    assert path == "box" and fs.__reduce__()[1][0]["blob_storage_authority"] == ".blob.core.windows.net"
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    with pytest.raises(OSError, match="az://box"):  # pyarrow knows no az:// of its own
+        filesystem_of("az://box")

@@ -5,6 +5,8 @@ then a delete), so the local outputs' hidden names renamed into place
 (NOTE [ resuming ]) do not carry over.  What does, as the S3A and Spark
 committers use it: an object appears whole or not at all - a PUT, or a
 multipart upload, which no listing shows until it is completed at the close.
+(Not on Azure through pyarrow, whose blob shows as it is opened: there a resume
+removes the unfinished part a kill left, NOTE [ objects seen before they are whole ].)
 
 * A data set (``s3://bucket/out/``): each part is written under its own name,
   ``part-NNNNN.parquet``, through pyarrow's output stream (one PUT at its close
@@ -68,7 +70,8 @@ STAGING_PREFIX = ".ortpipe-overwrite."
 
 
 def whole_stored_parts(folder: StoredPath) -> list[StoredPath]:
-    """The parts of a stored data set, in order (every object listed is whole)."""
+    """The parts of a stored data set, in order (every object listed is whole, but on a store
+    that shows one before its close the last of a killed run's: :func:`drop_unfinished_part`)."""
     return [entry for entry in folder.iterdir() if PART_NAME.fullmatch(entry.name)]
 
 
@@ -97,10 +100,13 @@ class StoredParts(ParquetParts):
         self._stored_file = file
 
     def resume(self) -> int:
-        """The rows of the parts an earlier run left, kept; its unfinished upload aborted."""
+        """The rows of the parts an earlier run left, kept; its unfinished upload aborted, or
+        on a store that shows one (Azure), its unfinished part removed."""
         conditions = conditions_of(self.folder)
         if conditions is not None:
             conditions.abort_uploads(self.folder.key + "/")
+        if self.folder.shows_unfinished:
+            drop_unfinished_part(self.folder)
         return super().resume()
 
     def _listed(self) -> list[Any]:
@@ -121,6 +127,24 @@ class StoredParts(ParquetParts):
     def mark_complete(self) -> None:
         if self._number:
             (self.folder / SUCCESS).write_bytes(b"")
+
+
+def drop_unfinished_part(folder: StoredPath) -> None:
+    """The last part of ``folder`` removed where it is not whole (no Parquet footer): on a store
+    that shows an object before its close, the part a killed run was writing
+    (NOTE [ objects seen before they are whole ]).  Its rows are written again; the parts
+    before it closed whole before it was opened."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = whole_stored_parts(folder)
+    if not parts:
+        return
+    last = parts[-1]
+    try:
+        pq.read_metadata(last.path, filesystem=last.fs)
+    except pa.ArrowInvalid:  # no footer, or no bytes at all (a failed read is an OSError: said by the resume)
+        last.unlink(missing_ok=True)
 
 
 class StoredFile:

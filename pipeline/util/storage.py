@@ -8,8 +8,10 @@ stays invisible until it is closed, retries with backoff are the filesystem's ow
 (NOTE [ retries ]) - with no second stack of Python clients (s3fs, gcsfs, adlfs).
 Credentials, endpoint and region come from each provider's standard environment and config
 (for S3: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
-``AWS_REGION``, ``~/.aws``), as pyarrow reads them - and GCS's ``STORAGE_EMULATOR_HOST``,
-which pyarrow does not (NOTE [ GCS emulator ]); ortpipe has no flags of its own for them.
+``AWS_REGION``, ``~/.aws``), as pyarrow reads them - and GCS's ``STORAGE_EMULATOR_HOST``
+and Azure's ``AZURE_STORAGE_CONNECTION_STRING``, which pyarrow does not
+(NOTE [ GCS emulator ], NOTE [ Azure connection string ]); ortpipe has no flags of its own
+for them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def filesystem_of(url: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
     try:
-        emulated = _gcs_emulator(url)
+        emulated = _gcs_emulator(url) or _azure_connection(url)
         if emulated is not None:
             return emulated
         fs, path = pafs.FileSystem.from_uri(url)
@@ -68,6 +70,47 @@ def _gcs_emulator(url: str) -> tuple[Any, str] | None:
         raise ValueError(f"STORAGE_EMULATOR_HOST={host!r}: expected http://host:port")
     fs = pafs.GcsFileSystem(anonymous=True, scheme=found.group(1) or "http", endpoint_override=found.group(2))
     return fs, rest.split("?", 1)[0].rstrip("/")
+
+
+#: Azurite's account and key, the same for everyone (``UseDevelopmentStorage=true``: Microsoft's docs)
+_AZURITE_ACCOUNT = "devstoreaccount1"
+_AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _azure_connection(url: str) -> tuple[Any, str] | None:
+    """An ``abfs://`` (``abfss://``, ``az://``) URL's filesystem where
+    ``AZURE_STORAGE_CONNECTION_STRING`` is set (NOTE [ Azure connection string ]); None otherwise.
+
+    NOTE [ Azure connection string ]: an Azure storage account's connection string
+    (``AccountName=...;AccountKey=...``, with ``BlobEndpoint=`` for another endpoint: Azurite,
+    the emulator, at ``http://127.0.0.1:10000/devstoreaccount1``, or
+    ``UseDevelopmentStorage=true``) is what Azure's CLI, adlfs and Azurite's docs take from
+    ``AZURE_STORAGE_CONNECTION_STRING``.  pyarrow reads no such variable: from the URL alone
+    it takes the account from the URL's host and Azure's default credentials (Entra ID),
+    which an emulator does not take.  So ortpipe reads it, as those do, and the URL names the
+    container and the path: ``abfs://container/path`` (or ``container@account.dfs...``, its
+    account then the string's)."""
+    found = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "").strip()
+    scheme, _, rest = url.partition("://")
+    if not found or scheme.lower() not in ("abfs", "abfss", "az"):
+        return None
+    import pyarrow.fs as pafs
+
+    fields = dict(part.split("=", 1) for part in found.split(";") if "=" in part)
+    if fields.get("UseDevelopmentStorage", "").lower() == "true":
+        fields = {"AccountName": _AZURITE_ACCOUNT, "AccountKey": _AZURITE_KEY,
+                  "BlobEndpoint": f"http://127.0.0.1:10000/{_AZURITE_ACCOUNT}"}  # fmt: skip
+    account, key = fields.get("AccountName"), fields.get("AccountKey")
+    if not account or not key:
+        raise ValueError("AZURE_STORAGE_CONNECTION_STRING: expected AccountName=...;AccountKey=...")
+    options: dict[str, Any] = {"account_name": account, "account_key": key}
+    endpoint = re.match(r"^(https?)://([^/]+)", fields.get("BlobEndpoint", ""))
+    if endpoint is not None:  # another endpoint than Azure's: the emulator's, say (one for blobs and DFS)
+        options.update(blob_storage_scheme=endpoint[1], blob_storage_authority=endpoint[2],
+                       dfs_storage_scheme=endpoint[1], dfs_storage_authority=endpoint[2])  # fmt: skip
+    where = rest.split("?", 1)[0]
+    container, _, path = where.partition("/")
+    return pafs.AzureFileSystem(**options), f"{container.split('@', 1)[0]}/{path}".rstrip("/")
 
 
 def _tuned(fs: Any) -> Any:
@@ -207,6 +250,19 @@ class StoredPath:
     def key(self) -> str:
         """The path within the bucket."""
         return self.path.split("/", 1)[1] if "/" in self.path else ""
+
+    @property
+    def shows_unfinished(self) -> bool:
+        """Whether the store shows an object before it is whole: Azure's, through pyarrow.
+
+        NOTE [ objects seen before they are whole ]: pyarrow's Azure output stream makes its
+        blob, empty, when it is opened, and commits what was written at each flush: a
+        listing shows the object before its close (measured against Azurite).  S3's and
+        GCS's uploads appear only once completed.  So on Azure the part a run was writing
+        when it was killed is there, empty or cut short, and a resume removes it and writes
+        it anew (``sinks.stored``); an object of one file is written aside and copied to
+        its name as on every store, and a reader waits for ``_SUCCESS`` as it does on all."""
+        return bool(self.fs.type_name == "abfs")
 
     def check_bucket(self) -> None:
         """An OSError naming the URL where its bucket does not exist (or cannot be listed)."""

@@ -1,0 +1,97 @@
+"""Outputs in Azure blob storage (``abfs://``), against Azure's own emulator, Azurite: what a local
+run writes, an earlier output refused, resumed or replaced whole, a run killed at a random moment
+resumed to every row once (NOTE [ objects seen before they are whole ]), reached as Azure's tools
+reach an account (NOTE [ Azure connection string ])."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from pipeline.util.storage import StoredPath
+
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, table_in
+
+ROWS = 1200
+#: the container of this module's outputs
+BUCKET = "azure-out"
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=1)
+
+
+@pytest.fixture(scope="module")
+def local(table, tmp_path_factory) -> pa.Table:
+    """The same run written to a local file: what every stored output must equal."""
+    path = tmp_path_factory.mktemp("local") / "local.parquet"
+    assert _run(table, path) == 0
+    return pq.read_table(path)
+
+
+def _run(source, output, *more) -> int:
+    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
+    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
+
+
+def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table, local):
+    assert _run(table, f"abfs://{BUCKET}/set/", "--part-rows", "300") == 0
+    assert _run(table, f"abfs://{BUCKET}/one.parquet") == 0
+    fs = azure.filesystem()
+    assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
+    assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
+    parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
+    assert [name for name in objects(azure, f"{BUCKET}/set")] == [f"{BUCKET}/set/_SUCCESS", *parts]
+    # an input read from the container, the account named in the URL as Azure writes it
+    pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=fs)
+    url = f"abfs://{BUCKET}@devstoreaccount1.dfs.core.windows.net/input.parquet"
+    assert _run(url, f"abfs://{BUCKET}/read/") == 0
+    assert pq.read_table(f"{BUCKET}/read", filesystem=fs).equals(local)
+
+
+def test_an_earlier_output_is_refused_resumed_or_replaced_whole(azure, table, local, capsys):
+    url = f"abfs://{BUCKET}/again/"
+    assert _run(table, url, "--part-rows", "300") == 0
+    capsys.readouterr()
+    assert _run(table, url) == 1
+    assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
+    assert _run(table, url, "--resume") == 0  # every row there: nothing to add
+    assert _run(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
+    names = objects(azure, f"{BUCKET}/again")
+    assert names == [f"{BUCKET}/again/_SUCCESS", *[f"{BUCKET}/again/part-0000{i}.parquet" for i in range(2)]]
+    assert pq.read_table(f"{BUCKET}/again", filesystem=azure.filesystem()).equals(local.slice(0, 900))
+    assert not objects(azure, f"{BUCKET}/.ortpipe-overwrite.again")
+
+
+def test_a_part_a_killed_run_left_unwritten_is_written_anew(azure, table, local):
+    """Azure's blob appears, empty, as pyarrow opens it, and a kill leaves it so: the part being
+    written, which the resume removes and writes again (NOTE [ objects seen before they are whole ])."""
+    url = f"abfs://{BUCKET}/cut/"
+    assert _run(table, url, "--part-rows", "300", "--rows", "0:600") == 0
+    fs = azure.filesystem()
+    (StoredPath.of(url) / "_SUCCESS").unlink()
+    with fs.open_output_stream(f"{BUCKET}/cut/part-00002.parquet") as stream:
+        stream.write(b"PAR1 cut short")  # neither empty nor whole: a flushed piece of a part
+    assert _run(table, url, "--part-rows", "300", "--resume") == 0
+    assert pq.read_table(f"{BUCKET}/cut", filesystem=fs).equals(local)
+
+
+def test_a_bad_connection_string_is_said_in_a_line(azure, table, monkeypatch, capsys):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=devstoreaccount1")
+    assert _run(table, f"abfs://{BUCKET}/bad/") == 1
+    said = capsys.readouterr().err
+    assert "AZURE_STORAGE_CONNECTION_STRING: expected AccountName=...;AccountKey=..." in said
+    assert said.count("\n") == 1
+
+
+def test_killed_at_a_random_moment_then_resumed_every_row_once(azure, long_job):
+    source, whole = long_job
+    output = f"abfs://{BUCKET}/killed-runs/"
+    killed_mid_run(azure, argv_of(source, output), f"{BUCKET}/killed-runs", np.random.default_rng())
+    assert main(argv_of(source, output, "--resume")) == 0
+    assert pq.read_table(f"{BUCKET}/killed-runs", filesystem=azure.filesystem()).equals(whole)
+    assert len(whole) == KILL_ROWS
