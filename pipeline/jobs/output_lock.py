@@ -140,9 +140,9 @@ def stored_output_lock(url: str, error: type[PipelineError] = PipelineError) -> 
         raise error(str(exc)) from exc
     if conditions is None:
         print(
-            f"ortpipe: no lock on {url!r}: its store offers no conditional writes here (S3 with boto3 and GCS "
-            "with google-cloud-storage do: pip install '.[storage]' in a checkout of ortpipe); "
-            "make sure no other run writes it",
+            f"ortpipe: no lock on {url!r}: its store offers no conditional writes here (S3 with boto3, GCS "
+            "with google-cloud-storage and Azure with azure-storage-blob do: pip install '.[storage]' in a "
+            "checkout of ortpipe); make sure no other run writes it",
             file=sys.stderr,
         )
         yield

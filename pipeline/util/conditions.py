@@ -12,8 +12,12 @@ standard environment and config as pyarrow's (``AWS_ACCESS_KEY_ID``,
 google-cloud-storage does, its conditions on an object's generation (``ifGenerationMatch``:
 0 where none may exist), with Google's default credentials or ``STORAGE_EMULATOR_HOST``;
 there an upload never finalized is never seen and lapses by itself, and a copy is a
-rewrite of any size.  Elsewhere (Azure, HDFS), or without the library, there are none:
-:func:`conditions_of` says None, and the callers say what that leaves unguarded.
+rewrite of any size.  On Azure, azure-storage-blob does, its conditions on an object's
+ETag, with the account's key from ``AZURE_STORAGE_CONNECTION_STRING``
+(NOTE [ Azure connection string ]) or Azure's default credentials (azure-identity); there
+a blob's uncommitted blocks are never seen either.  Elsewhere (HDFS), or without the
+library, there are none: :func:`conditions_of` says None, and the callers say what that
+leaves unguarded.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import os
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from .storage import StoredPath, aws_retry_mode, said
+from .storage import AZURE_SCHEMES, StoredPath, aws_retry_mode, azure_account, said
 
 
 class Refused(Exception):
@@ -180,12 +184,80 @@ class GcsConditions:
         return f"gs://{self.bucket}/{key}"
 
 
+class AzureConditions:
+    """Conditional writes of one Azure container, through azure-storage-blob: an object's
+    version is its ETag, the conditions ``If-None-Match: *`` and ``If-Match``."""
+
+    def __init__(self, client: Any, container: str) -> None:
+        self._container, self.bucket = client.get_container_client(container), container
+
+    def create(self, key: str, body: bytes) -> str:
+        """``key`` written only where no blob has that name; its ETag."""
+        from azure.core.exceptions import ResourceExistsError
+
+        try:
+            return str(self._container.get_blob_client(key).upload_blob(body, overwrite=False)["etag"])
+        except ResourceExistsError as exc:
+            raise Refused(self._url(key)) from exc
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+
+    def replace(self, key: str, body: bytes, etag: str) -> str:
+        """``key`` written only where it is still ETag ``etag``; its new ETag."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+
+        blob = self._container.get_blob_client(key)
+        try:
+            written = blob.upload_blob(body, overwrite=True, etag=etag, match_condition=MatchConditions.IfNotModified)
+        except (ResourceModifiedError, ResourceNotFoundError) as exc:
+            raise Refused(self._url(key)) from exc
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+        return str(written["etag"])
+
+    def read(self, key: str) -> tuple[bytes, str] | None:
+        """The blob's bytes and ETag (one request: the download says it), None where there is none."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            download = self._container.get_blob_client(key).download_blob()
+            return download.readall(), str(download.properties.etag)
+        except ResourceNotFoundError:
+            return None
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+
+    def delete(self, key: str, etag: str) -> None:
+        """``key`` removed only where it is still ETag ``etag``; a refusal is quiet (another
+        writer holds it now), as is a blob already gone."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+
+        try:
+            self._container.get_blob_client(key).delete_blob(etag=etag, match_condition=MatchConditions.IfNotModified)
+        except (ResourceModifiedError, ResourceNotFoundError):
+            return
+        except Exception as exc:
+            raise OSError(said(self._url(key), exc)) from exc
+
+    def abort_uploads(self, prefix: str) -> int:
+        """None to abort: a blob's uncommitted blocks are never listed or read, and lapse by themselves."""
+        return 0
+
+    def _url(self, key: str) -> str:
+        return f"abfs://{self.bucket}/{key}"
+
+
 def conditions_of(path: StoredPath) -> StoreConditions | None:
     """The conditional writes of ``path``'s store: S3's where boto3 is installed, GCS's where
-    google-cloud-storage is, else None; an OSError naming the URL where GCS's client cannot
-    be made (no credentials)."""
+    google-cloud-storage is, Azure's where azure-storage-blob is (and a key, or azure-identity
+    for Azure's default credentials), else None; an OSError naming the URL where GCS's
+    client cannot be made (no credentials)."""
     if path.scheme in ("gs", "gcs"):
         return _gcs_conditions(path)
+    if path.scheme in AZURE_SCHEMES:
+        return _azure_conditions(path)
     if path.scheme != "s3":
         return None
     try:
@@ -213,6 +285,27 @@ def _gcs_conditions(path: StoredPath) -> GcsConditions | None:
     except Exception as exc:
         raise OSError(said(path.url, exc)) from exc
     return GcsConditions(client, path.bucket)
+
+
+def _azure_conditions(path: StoredPath) -> AzureConditions | None:
+    """The account's key where ``AZURE_STORAGE_CONNECTION_STRING`` names one
+    (NOTE [ Azure connection string ]), else the URL's account with Azure's default
+    credentials (azure-identity's, where it is installed)."""
+    try:
+        from azure.storage.blob import BlobServiceClient
+    except ImportError:
+        return None
+    account = azure_account()
+    if account is not None:
+        credential: Any = {"account_name": account.name, "account_key": account.key}
+        return AzureConditions(BlobServiceClient(account.blob_url, credential=credential), path.bucket)
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError:
+        return None
+    name = path.fs.__reduce__()[1][0]["account_name"]  # pyarrow's, from the URL (as pickling carries it)
+    client = BlobServiceClient(f"https://{name}.blob.core.windows.net", credential=DefaultAzureCredential())
+    return AzureConditions(client, path.bucket)
 
 
 #: the largest object S3 copies in one request (CopyObject); a larger one is copied in pieces

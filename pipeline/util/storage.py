@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 #: attempts at a request, the first included, where AWS_MAX_ATTEMPTS is unset (the AWS standard mode's)
@@ -75,11 +76,27 @@ def _gcs_emulator(url: str) -> tuple[Any, str] | None:
 #: Azurite's account and key, the same for everyone (``UseDevelopmentStorage=true``: Microsoft's docs)
 _AZURITE_ACCOUNT = "devstoreaccount1"
 _AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+#: the URL schemes of Azure's blob storage
+AZURE_SCHEMES = ("abfs", "abfss", "az")
 
 
-def _azure_connection(url: str) -> tuple[Any, str] | None:
-    """An ``abfs://`` (``abfss://``, ``az://``) URL's filesystem where
-    ``AZURE_STORAGE_CONNECTION_STRING`` is set (NOTE [ Azure connection string ]); None otherwise.
+@dataclass(frozen=True)
+class AzureAccount:
+    """An Azure storage account as its connection string names it (NOTE [ Azure connection string ])."""
+
+    name: str
+    key: str
+    #: its blob service's URL where it is not Azure's own (an emulator's), else None
+    blob_endpoint: str | None = None
+
+    @property
+    def blob_url(self) -> str:
+        """Its blob service's URL, as Azure's SDKs take it."""
+        return self.blob_endpoint or f"https://{self.name}.blob.core.windows.net"
+
+
+def azure_account() -> AzureAccount | None:
+    """The account ``AZURE_STORAGE_CONNECTION_STRING`` names; None where it is unset.
 
     NOTE [ Azure connection string ]: an Azure storage account's connection string
     (``AccountName=...;AccountKey=...``, with ``BlobEndpoint=`` for another endpoint: Azurite,
@@ -91,25 +108,34 @@ def _azure_connection(url: str) -> tuple[Any, str] | None:
     container and the path: ``abfs://container/path`` (or ``container@account.dfs...``, its
     account then the string's)."""
     found = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "").strip()
+    if not found:
+        return None
+    fields = dict(part.split("=", 1) for part in found.split(";") if "=" in part)
+    if fields.get("UseDevelopmentStorage", "").lower() == "true":
+        return AzureAccount(_AZURITE_ACCOUNT, _AZURITE_KEY, f"http://127.0.0.1:10000/{_AZURITE_ACCOUNT}")
+    name, key = fields.get("AccountName"), fields.get("AccountKey")
+    if not name or not key:
+        raise ValueError("AZURE_STORAGE_CONNECTION_STRING: expected AccountName=...;AccountKey=...")
+    return AzureAccount(name, key, fields.get("BlobEndpoint") or None)
+
+
+def _azure_connection(url: str) -> tuple[Any, str] | None:
+    """An ``abfs://`` (``abfss://``, ``az://``) URL's filesystem where
+    ``AZURE_STORAGE_CONNECTION_STRING`` is set (NOTE [ Azure connection string ]); None otherwise."""
     scheme, _, rest = url.partition("://")
-    if not found or scheme.lower() not in ("abfs", "abfss", "az"):
+    if scheme.lower() not in AZURE_SCHEMES:
+        return None
+    account = azure_account()
+    if account is None:
         return None
     import pyarrow.fs as pafs
 
-    fields = dict(part.split("=", 1) for part in found.split(";") if "=" in part)
-    if fields.get("UseDevelopmentStorage", "").lower() == "true":
-        fields = {"AccountName": _AZURITE_ACCOUNT, "AccountKey": _AZURITE_KEY,
-                  "BlobEndpoint": f"http://127.0.0.1:10000/{_AZURITE_ACCOUNT}"}  # fmt: skip
-    account, key = fields.get("AccountName"), fields.get("AccountKey")
-    if not account or not key:
-        raise ValueError("AZURE_STORAGE_CONNECTION_STRING: expected AccountName=...;AccountKey=...")
-    options: dict[str, Any] = {"account_name": account, "account_key": key}
-    endpoint = re.match(r"^(https?)://([^/]+)", fields.get("BlobEndpoint", ""))
+    options: dict[str, Any] = {"account_name": account.name, "account_key": account.key}
+    endpoint = re.match(r"^(https?)://([^/]+)", account.blob_endpoint or "")
     if endpoint is not None:  # another endpoint than Azure's: the emulator's, say (one for blobs and DFS)
         options.update(blob_storage_scheme=endpoint[1], blob_storage_authority=endpoint[2],
                        dfs_storage_scheme=endpoint[1], dfs_storage_authority=endpoint[2])  # fmt: skip
-    where = rest.split("?", 1)[0]
-    container, _, path = where.partition("/")
+    container, _, path = rest.split("?", 1)[0].partition("/")
     return pafs.AzureFileSystem(**options), f"{container.split('@', 1)[0]}/{path}".rstrip("/")
 
 
@@ -174,13 +200,20 @@ def said(url: str, error: BaseException) -> str:
     """A store's error in one line naming the URL, with what to check."""
     text = " ".join(str(error).split())
     checks = (
-        (("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist"), "the bucket does not exist"),
+        (("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound"), "the bucket does not exist"),
         (
-            ("InvalidAccessKeyId", "SignatureDoesNotMatch", "INVALID_ACCESS_KEY", "UNAUTHENTICATED", "credentials"),
+            (
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "INVALID_ACCESS_KEY",
+                "UNAUTHENTICATED",
+                "credentials",
+                "AuthenticationFailed",
+            ),
             "the credentials were refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, or the provider's own)",
         ),
         (
-            ("ACCESS_DENIED", "AccessDenied", "PERMISSION_DENIED", "Forbidden", "403"),
+            ("ACCESS_DENIED", "AccessDenied", "PERMISSION_DENIED", "Forbidden", "403", "AuthorizationFailure"),
             "access was denied to these credentials",
         ),
         (("Path does not exist", "NoSuchKey", "not found"), "nothing is stored there"),

@@ -5,12 +5,17 @@ reach an account (NOTE [ Azure connection string ])."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
+from pipeline.jobs import output_lock
+from pipeline.sinks import SinkError
+from pipeline.util.conditions import AzureConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, table_in
@@ -38,14 +43,16 @@ def _run(source, output, *more) -> int:
     return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
 
 
-def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table, local):
+def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table, local, capsys):
     assert _run(table, f"abfs://{BUCKET}/set/", "--part-rows", "300") == 0
+    assert "no lock" not in capsys.readouterr().err  # locked, by azure-storage-blob's conditional writes
     assert _run(table, f"abfs://{BUCKET}/one.parquet") == 0
     fs = azure.filesystem()
     assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
     assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
     parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
     assert [name for name in objects(azure, f"{BUCKET}/set")] == [f"{BUCKET}/set/_SUCCESS", *parts]
+    assert not [name for name in objects(azure, BUCKET) if name.endswith("ortpipe-lock")]  # released
     # an input read from the container, the account named in the URL as Azure writes it
     pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=fs)
     url = f"abfs://{BUCKET}@devstoreaccount1.dfs.core.windows.net/input.parquet"
@@ -80,7 +87,13 @@ def test_a_part_a_killed_run_left_unwritten_is_written_anew(azure, table, local)
     assert pq.read_table(f"{BUCKET}/cut", filesystem=fs).equals(local)
 
 
-def test_a_bad_connection_string_is_said_in_a_line(azure, table, monkeypatch, capsys):
+def test_a_missing_container_and_a_bad_connection_string_are_said_in_a_line(azure, table, monkeypatch, capsys):
+    capsys.readouterr()
+    assert _run(table, "abfs://nothere/set/") == 1
+    said = capsys.readouterr().err
+    assert "the bucket 'nothere' does not exist" in said and said.count("\n") == 1
+    assert _run("abfs://nothere/x.parquet", f"abfs://{BUCKET}/from-nowhere/") == 1  # an input's too
+    assert "the bucket 'nothere' does not exist" in capsys.readouterr().err
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=devstoreaccount1")
     assert _run(table, f"abfs://{BUCKET}/bad/") == 1
     said = capsys.readouterr().err
@@ -95,3 +108,41 @@ def test_killed_at_a_random_moment_then_resumed_every_row_once(azure, long_job):
     assert main(argv_of(source, output, "--resume")) == 0
     assert pq.read_table(f"{BUCKET}/killed-runs", filesystem=azure.filesystem()).equals(whole)
     assert len(whole) == KILL_ROWS
+
+
+def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(azure):
+    url = f"abfs://{BUCKET}/locked/"
+    with output_lock(url, SinkError):
+        assert f"{BUCKET}/.locked.ortpipe-lock" in objects(azure, BUCKET)
+        with pytest.raises(SinkError, match="being written by another ortpipe run"):
+            with output_lock(url, SinkError):
+                pass
+    conditions = conditions_of(StoredPath.of(url))
+    assert isinstance(conditions, AzureConditions)
+    # a killed run's lock, last renewed longer ago than the lease: taken over
+    conditions.create(".x.ortpipe-lock", json.dumps({"host": "gone", "pid": 1, "renewed": 0.0}).encode())
+    with output_lock(f"abfs://{BUCKET}/x/", SinkError):
+        found = conditions.read(".x.ortpipe-lock")
+        assert found is not None and json.loads(found[0])["pid"] != 1
+    assert conditions.read(".x.ortpipe-lock") is None  # released
+
+
+def test_a_lock_is_made_once_renewed_and_released_only_on_its_own_etag(azure):
+    """The conditions a lease stands on: a second make refused, a renewal or a release on an
+    ETag that is no longer the blob's (the lock was taken over) refused - the release quietly,
+    the blob left to its new holder (Azurite holds to If-Match on a delete too)."""
+    conditions = conditions_of(StoredPath.of(f"abfs://{BUCKET}/renewed"))
+    assert conditions is not None
+    first = conditions.create("renewed", b"1")
+    with pytest.raises(Refused):
+        conditions.create("renewed", b"2")
+    second = conditions.replace("renewed", b"3", first)
+    with pytest.raises(Refused):
+        conditions.replace("renewed", b"4", first)
+    assert conditions.read("renewed") == (b"3", second) and second != first
+    conditions.delete("renewed", first)  # stale: refused, quietly
+    assert conditions.read("renewed") == (b"3", second)
+    conditions.delete("renewed", second)
+    assert conditions.read("renewed") is None
+    conditions.delete("renewed", second)  # already gone: quiet
+    assert conditions.abort_uploads("renewed/") == 0
