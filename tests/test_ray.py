@@ -26,8 +26,9 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed: pip install '.[ray]' in a checkout of ortpipe", allow_module_level=True)
 
 ROWS, FEATURES = 3000, 8
-#: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
-BUCKET = "ray-gcs"
+#: this module's bucket in the session's GCS emulator and its container in Azurite (``gcs``,
+#: ``azure``: tests/conftest.py)
+BUCKET = "ray-stored"
 
 
 @pytest.fixture(scope="module")
@@ -123,19 +124,21 @@ def test_ortpipe_run_on_ray_from_and_into_object_storage(ray, store, data, capsy
     assert main([*argv, "--ray", "--overwrite"]) == 0
 
 
-def test_ortpipe_run_on_ray_from_and_into_gcs(ray, gcs, data, capsys):
-    """The same on GCS (an emulator: NOTE [ GCS emulator ]), its workers reaching it through the
-    filesystem they are handed, with the job's lock."""
+@pytest.mark.parametrize("emulated, scheme", [("gcs", "gs"), ("azure", "abfs")])
+def test_ortpipe_run_on_ray_from_and_into_gcs_and_azure(ray, data, capsys, request, emulated, scheme):
+    """The same on GCS and on Azure (emulators: NOTE [ GCS emulator ], NOTE [ Azure connection
+    string ]), its workers reaching them through the filesystem they are handed, with the job's lock."""
+    server = request.getfixturevalue(emulated)
     folder, model, ids, expected = data
-    fs = gcs.filesystem()
+    fs = server.filesystem()
     pq.write_table(pq.read_table(folder / "x.parquet"), f"{BUCKET}/x.parquet", filesystem=fs)
-    output = f"gs://{BUCKET}/scores/"
-    argv = ["run", str(model), "--input", f"gs://{BUCKET}/x.parquet", "--output", output, "--id-column", "id"]
+    output = f"{scheme}://{BUCKET}/scores/"
+    argv = ["run", str(model), "--input", f"{scheme}://{BUCKET}/x.parquet", "--output", output, "--id-column", "id"]
     assert main([*argv, "--ray", "--workers", "1"]) == 0, capsys.readouterr().err
     assert "no lock" not in capsys.readouterr().err
     np.testing.assert_allclose(_by_id(pq.read_table(f"{BUCKET}/scores", filesystem=fs), ids), expected, rtol=1e-6)
     assert (StoredPath.of(output) / "_SUCCESS").is_file() and read_record(StoredPath.of(output)) is not None
-    assert not StoredPath.of(f"gs://{BUCKET}/.ortpipe-overwrite.scores").is_dir()
+    assert not StoredPath.of(f"{scheme}://{BUCKET}/.ortpipe-overwrite.scores").is_dir()
 
 
 def _ray_output_rules(argv, output, capsys, scores, expected) -> None:
