@@ -294,7 +294,8 @@ class StoredPath:
         GCS's uploads appear only once completed.  So on Azure the part a run was writing
         when it was killed is there, empty or cut short, and a resume removes it and writes
         it anew (``sinks.stored``); an object of one file is written aside and copied to
-        its name as on every store, and a reader waits for ``_SUCCESS`` as it does on all."""
+        its name as on every store, a small one with bytes (a job's record) there too
+        (:meth:`write_bytes`), and a reader waits for ``_SUCCESS`` as it does on all."""
         return bool(self.fs.type_name == "abfs")
 
     def check_bucket(self) -> None:
@@ -370,7 +371,18 @@ class StoredPath:
         return self.read_bytes().decode()
 
     def write_bytes(self, data: bytes) -> None:
-        """The object written whole (it replaces one of the same name only once uploaded)."""
+        """The object written whole (it replaces one of the same name only once uploaded; on
+        a store that shows an object before it is whole, written aside and copied to its name:
+        NOTE [ objects seen before they are whole ])."""
+        if self.shows_unfinished and data:  # an empty object is whole from its start
+            aside = self.parent / f".{self.name}.ortpipe-writing"
+            aside._put(data)
+            aside.copy_to(self)
+            aside.unlink(missing_ok=True)
+            return
+        self._put(data)
+
+    def _put(self, data: bytes) -> None:
         try:
             with self.fs.open_output_stream(self.path) as stream:
                 stream.write(data)

@@ -146,3 +146,25 @@ def test_a_lock_is_made_once_renewed_and_released_only_on_its_own_etag(azure):
     assert conditions.read("renewed") is None
     conditions.delete("renewed", second)  # already gone: quiet
     assert conditions.abort_uploads("renewed/") == 0
+
+
+def test_an_object_written_whole_replaces_its_namesake_only_once_whole(azure, monkeypatch):
+    """On Azure a blob shows as it is opened, empty (NOTE [ objects seen before they are whole ]):
+    a job's record is written aside and copied to its name, which holds the earlier bytes until
+    the copy; nothing is left aside.  An empty marker is whole from its start: written in place."""
+    record = StoredPath.of(f"abfs://{BUCKET}/records/.job.json")
+    assert record.shows_unfinished
+    record.write_text('{"earlier": 1}')
+    seen, copy = [], StoredPath.copy_to
+
+    def copy_to(source, target):  # the store's own copy, the names as a reader sees them just before it
+        seen.append((source.name, source.read_text(), target.read_text()))
+        copy(source, target)
+
+    monkeypatch.setattr(StoredPath, "copy_to", copy_to)
+    record.write_text('{"later": 2}')
+    assert seen == [("..job.json.ortpipe-writing", '{"later": 2}', '{"earlier": 1}')]
+    assert record.read_text() == '{"later": 2}'
+    (record.parent / "_SUCCESS").write_bytes(b"")
+    assert len(seen) == 1 and (record.parent / "_SUCCESS").is_file()
+    assert objects(azure, f"{BUCKET}/records") == [f"{BUCKET}/records/.job.json", f"{BUCKET}/records/_SUCCESS"]
