@@ -10,9 +10,9 @@ from typing import TypeVar
 from ..util.closing import Closable
 from ..util.errors import PipelineClosedError
 
-#: a second map()/run() while one is running (a broken-out-of iterator still referenced is running)
 #: what a call on a closed pipeline is told
 CLOSED = "this pipeline is closed"
+#: a second map()/run() while one is running (a broken-out-of iterator still referenced is running)
 ANOTHER_RUN = (
     "another map()/run() is still running on this pipeline: finish it, or end it with its iterator's "
     "close() (an iterator left by a break stays running while it is referenced: `it = pipe.map(...)`, "

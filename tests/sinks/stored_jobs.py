@@ -37,6 +37,12 @@ def argv_of(source, output: str, *more: str) -> list[str]:
             "--no-progress", "--batch-size", "16", "--part-rows", "2048", "--threads", "1", *more]  # fmt: skip
 
 
+def scored(source, output, *more: str) -> int:
+    """``ortpipe run`` of the ``mlp`` over ``source`` into ``output``, in process: its exit status."""
+    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
+    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
+
+
 def table_in(folder: Path, rows: int, seed: int, first_id: int = 0) -> Path:
     """``x.parquet`` in ``folder``: an ``id`` column from ``first_id`` and :data:`FEATURES` random float32 ones."""
     x = np.random.default_rng(seed).random((rows, FEATURES), np.float32)

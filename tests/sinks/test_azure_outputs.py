@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -18,35 +17,16 @@ from pipeline.sinks import SinkError
 from pipeline.util.conditions import AzureConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
-from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, table_in
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, scored
 
-ROWS = 1200
 #: the container of this module's outputs
 BUCKET = "azure-out"
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=1)
-
-
-@pytest.fixture(scope="module")
-def local(table, tmp_path_factory) -> pa.Table:
-    """The same run written to a local file: what every stored output must equal."""
-    path = tmp_path_factory.mktemp("local") / "local.parquet"
-    assert _run(table, path) == 0
-    return pq.read_table(path)
-
-
-def _run(source, output, *more) -> int:
-    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
-    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
-
-
 def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table, local, capsys):
-    assert _run(table, f"abfs://{BUCKET}/set/", "--part-rows", "300") == 0
+    assert scored(table, f"abfs://{BUCKET}/set/", "--part-rows", "300") == 0
     assert "no lock" not in capsys.readouterr().err  # locked, by azure-storage-blob's conditional writes
-    assert _run(table, f"abfs://{BUCKET}/one.parquet") == 0
+    assert scored(table, f"abfs://{BUCKET}/one.parquet") == 0
     fs = azure.filesystem()
     assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
     assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
@@ -56,18 +36,18 @@ def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table
     # an input read from the container, the account named in the URL as Azure writes it
     pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=fs)
     url = f"abfs://{BUCKET}@devstoreaccount1.dfs.core.windows.net/input.parquet"
-    assert _run(url, f"abfs://{BUCKET}/read/") == 0
+    assert scored(url, f"abfs://{BUCKET}/read/") == 0
     assert pq.read_table(f"{BUCKET}/read", filesystem=fs).equals(local)
 
 
 def test_an_earlier_output_is_refused_resumed_or_replaced_whole(azure, table, local, capsys):
     url = f"abfs://{BUCKET}/again/"
-    assert _run(table, url, "--part-rows", "300") == 0
+    assert scored(table, url, "--part-rows", "300") == 0
     capsys.readouterr()
-    assert _run(table, url) == 1
+    assert scored(table, url) == 1
     assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
-    assert _run(table, url, "--resume") == 0  # every row there: nothing to add
-    assert _run(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
+    assert scored(table, url, "--resume") == 0  # every row there: nothing to add
+    assert scored(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
     names = objects(azure, f"{BUCKET}/again")
     assert names == [f"{BUCKET}/again/_SUCCESS", *[f"{BUCKET}/again/part-0000{i}.parquet" for i in range(2)]]
     assert pq.read_table(f"{BUCKET}/again", filesystem=azure.filesystem()).equals(local.slice(0, 900))
@@ -78,24 +58,24 @@ def test_a_part_a_killed_run_left_unwritten_is_written_anew(azure, table, local)
     """Azure's blob appears, empty, as pyarrow opens it, and a kill leaves it so: the part being
     written, which the resume removes and writes again (NOTE [ objects seen before they are whole ])."""
     url = f"abfs://{BUCKET}/cut/"
-    assert _run(table, url, "--part-rows", "300", "--rows", "0:600") == 0
+    assert scored(table, url, "--part-rows", "300", "--rows", "0:600") == 0
     fs = azure.filesystem()
     (StoredPath.of(url) / "_SUCCESS").unlink()
     with fs.open_output_stream(f"{BUCKET}/cut/part-00002.parquet") as stream:
         stream.write(b"PAR1 cut short")  # neither empty nor whole: a flushed piece of a part
-    assert _run(table, url, "--part-rows", "300", "--resume") == 0
+    assert scored(table, url, "--part-rows", "300", "--resume") == 0
     assert pq.read_table(f"{BUCKET}/cut", filesystem=fs).equals(local)
 
 
 def test_a_missing_container_and_a_bad_connection_string_are_said_in_a_line(azure, table, monkeypatch, capsys):
     capsys.readouterr()
-    assert _run(table, "abfs://nothere/set/") == 1
+    assert scored(table, "abfs://nothere/set/") == 1
     said = capsys.readouterr().err
     assert "the bucket 'nothere' does not exist" in said and said.count("\n") == 1
-    assert _run("abfs://nothere/x.parquet", f"abfs://{BUCKET}/from-nowhere/") == 1  # an input's too
+    assert scored("abfs://nothere/x.parquet", f"abfs://{BUCKET}/from-nowhere/") == 1  # an input's too
     assert "the bucket 'nothere' does not exist" in capsys.readouterr().err
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=devstoreaccount1")
-    assert _run(table, f"abfs://{BUCKET}/bad/") == 1
+    assert scored(table, f"abfs://{BUCKET}/bad/") == 1
     said = capsys.readouterr().err
     assert "AZURE_STORAGE_CONNECTION_STRING: expected AccountName=...;AccountKey=..." in said
     assert said.count("\n") == 1

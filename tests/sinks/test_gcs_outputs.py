@@ -20,36 +20,16 @@ from pipeline.sinks.stored import MOVING, finish_stored_replacing
 from pipeline.util.conditions import GcsConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
-from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, table_in
-
-ROWS = 1200
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, scored
 
 #: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
 BUCKET = "gcs-out"
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=1)
-
-
-@pytest.fixture(scope="module")
-def local(table, tmp_path_factory) -> pa.Table:
-    """The same run written to a local file: what every stored output must equal."""
-    path = tmp_path_factory.mktemp("local") / "local.parquet"
-    assert _run(table, path) == 0
-    return pq.read_table(path)
-
-
-def _run(source, output, *more) -> int:
-    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
-    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
-
-
 def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local, capsys):
-    assert _run(table, f"gs://{BUCKET}/set/", "--part-rows", "300") == 0
+    assert scored(table, f"gs://{BUCKET}/set/", "--part-rows", "300") == 0
     assert "no lock" not in capsys.readouterr().err  # locked, by google-cloud-storage's conditional writes
-    assert _run(table, f"gs://{BUCKET}/one.parquet") == 0
+    assert scored(table, f"gs://{BUCKET}/one.parquet") == 0
     fs = gcs.filesystem()
     assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
     assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
@@ -60,7 +40,7 @@ def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local
 
 def test_a_run_reads_its_input_from_gcs_too(gcs, table, local):
     pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=gcs.filesystem())
-    assert _run(f"gs://{BUCKET}/input.parquet", f"gs://{BUCKET}/read/") == 0
+    assert scored(f"gs://{BUCKET}/input.parquet", f"gs://{BUCKET}/read/") == 0
     assert pq.read_table(f"{BUCKET}/read", filesystem=gcs.filesystem()).equals(local)
 
 
@@ -68,12 +48,12 @@ def test_an_earlier_output_is_refused_resumed_or_replaced_whole(gcs, table, loca
     """The overwrite is the case a listing without folders broke: its staging prefix holds the
     new data set as a prefix, which looked empty, so nothing was copied and the run said 0."""
     url = f"gs://{BUCKET}/again/"
-    assert _run(table, url, "--part-rows", "300") == 0
+    assert scored(table, url, "--part-rows", "300") == 0
     capsys.readouterr()
-    assert _run(table, url) == 1
+    assert scored(table, url) == 1
     assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
-    assert _run(table, url, "--resume") == 0  # every row there: nothing to add
-    assert _run(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
+    assert scored(table, url, "--resume") == 0  # every row there: nothing to add
+    assert scored(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
     names = objects(gcs, f"{BUCKET}/again")
     assert names == [
         f"{BUCKET}/again/_SUCCESS",
@@ -110,15 +90,15 @@ def test_a_killed_overwrite_is_finished_from_its_staging_prefix(gcs):
 
 def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, table, monkeypatch, capsys):
     capsys.readouterr()
-    assert _run(table, "gs://nothere/set/") == 1
+    assert scored(table, "gs://nothere/set/") == 1
     said = capsys.readouterr().err
     assert "the bucket 'nothere' does not exist" in said and said.count("\n") == 1
-    assert _run("gs://nothere/x.parquet", f"gs://{BUCKET}/from-nowhere/") == 1  # an input's missing bucket too
+    assert scored("gs://nothere/x.parquet", f"gs://{BUCKET}/from-nowhere/") == 1  # an input's missing bucket too
     assert "the bucket 'nothere' does not exist" in capsys.readouterr().err
-    assert _run(f"gs://{BUCKET}/absent.parquet", f"gs://{BUCKET}/from-nothing/") == 1
+    assert scored(f"gs://{BUCKET}/absent.parquet", f"gs://{BUCKET}/from-nothing/") == 1
     assert "nothing is stored there" in capsys.readouterr().err
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1/some/path")
-    assert _run(table, f"gs://{BUCKET}/bad/") == 1
+    assert scored(table, f"gs://{BUCKET}/bad/") == 1
     said = capsys.readouterr().err
     assert "STORAGE_EMULATOR_HOST='http://127.0.0.1:1/some/path': expected http://host:port" in said
 

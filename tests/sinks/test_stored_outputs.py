@@ -24,7 +24,7 @@ from pipeline.util.conditions import Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from ..object_store import READER_KEY, READER_SECRET
-from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, table_in
+from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, scored, table_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,19 +40,14 @@ def table(tmp_path_factory):
     return table_in(tmp_path_factory.mktemp("in"), ROWS, seed=0, first_id=5000)
 
 
-def _run(source, output, *more):
-    argv = ["run", "mlp", "--input", str(source), "--output", str(output), "--id-column", "id"]
-    return main([*argv, "--device", "cpu", "--no-progress", "--batch-size", "100", *more])
-
-
 def _stored_table(store, path: str) -> pa.Table:
     return pq.read_table(path, filesystem=store.filesystem())
 
 
 def test_a_data_set_and_an_object_hold_what_a_local_run_writes(aws, table, tmp_path):
-    assert _run(table, tmp_path / "local.parquet") == 0
-    assert _run(table, "s3://out/set/", "--part-rows", "300") == 0
-    assert _run(table, "s3://out/one.parquet") == 0
+    assert scored(table, tmp_path / "local.parquet") == 0
+    assert scored(table, "s3://out/set/", "--part-rows", "300") == 0
+    assert scored(table, "s3://out/one.parquet") == 0
     want = pq.read_table(tmp_path / "local.parquet")
     assert _stored_table(aws, "out/set").equals(want)
     assert _stored_table(aws, "out/one.parquet").equals(want)
@@ -65,26 +60,26 @@ def test_a_data_set_and_an_object_hold_what_a_local_run_writes(aws, table, tmp_p
 
 def test_a_stored_run_read_from_storage_too(aws, table, tmp_path):
     pq.write_table(pq.read_table(table), "out/input.parquet", filesystem=aws.filesystem())
-    assert _run("s3://out/input.parquet", "s3://out/s2s/") == 0
-    assert _run(table, tmp_path / "local.parquet") == 0
+    assert scored("s3://out/input.parquet", "s3://out/s2s/") == 0
+    assert scored(table, tmp_path / "local.parquet") == 0
     assert _stored_table(aws, "out/s2s").equals(pq.read_table(tmp_path / "local.parquet"))
 
 
 def _refused(capsys, *run) -> str:
     """The one line a refused run said (its exit status 1)."""
     capsys.readouterr()
-    assert _run(*run) == 1
+    assert scored(*run) == 1
     said = capsys.readouterr().err
     assert said.startswith("ortpipe: error: ") and said.count("\n") == 1 and "Traceback" not in said
     return said
 
 
 def test_an_earlier_output_is_refused_resumed_or_replaced_whole(aws, table, tmp_path, capsys):
-    assert _run(table, "s3://out/again/", "--part-rows", "300") == 0
+    assert scored(table, "s3://out/again/", "--part-rows", "300") == 0
     assert "holds 4 part file(s) of an earlier run" in _refused(capsys, table, "s3://out/again/")
-    assert _run(table, "s3://out/again/", "--resume") == 0  # every row there: nothing to add
+    assert scored(table, "s3://out/again/", "--resume") == 0  # every row there: nothing to add
     assert _stored_table(aws, "out/again").num_rows == ROWS
-    assert _run(table, "s3://out/again/", "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
+    assert scored(table, "s3://out/again/", "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
     assert objects(aws, "out/again") == [
         "out/again/_SUCCESS",
         "out/again/part-00000.parquet",
@@ -158,13 +153,13 @@ def test_an_overwrite_killed_midway_leaves_the_earlier_output_whole(aws, long_jo
 
 
 def test_a_resume_aborts_the_upload_a_killed_run_left_unfinished(aws, table):
-    assert _run(table, "s3://out/unfinished/", "--part-rows", "300", "--rows", "0:600") == 0
+    assert scored(table, "s3://out/unfinished/", "--part-rows", "300", "--rows", "0:600") == 0
     conditions = conditions_of(StoredPath.of("s3://out/unfinished/"))
     assert conditions is not None
     client = conditions._client  # as a killed run leaves it: the next part's upload begun, never completed
     client.create_multipart_upload(Bucket="out", Key="unfinished/part-00002.parquet")
     assert client.list_multipart_uploads(Bucket="out", Prefix="unfinished/").get("Uploads")
-    assert _run(table, "s3://out/unfinished/", "--part-rows", "300", "--resume") == 0
+    assert scored(table, "s3://out/unfinished/", "--part-rows", "300", "--resume") == 0
     assert not client.list_multipart_uploads(Bucket="out", Prefix="unfinished/").get("Uploads")
     assert _stored_table(aws, "out/unfinished").num_rows == ROWS
 
