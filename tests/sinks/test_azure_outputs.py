@@ -1,20 +1,14 @@
 """Outputs in Azure blob storage (``abfs://``), against Azure's own emulator, Azurite: what a local
 run writes, an earlier output refused, resumed or replaced whole, a run killed at a random moment
 resumed to every row once (NOTE [ objects seen before they are whole ]), reached as Azure's tools
-reach an account (NOTE [ Azure connection string ])."""
+reach an account (NOTE [ Azure connection string ]).  Its lock: ``test_stored_locks``."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
 
 from pipeline.cli import main
-from pipeline.jobs import output_lock
-from pipeline.sinks import SinkError
-from pipeline.util.conditions import AzureConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, scored
@@ -88,44 +82,6 @@ def test_killed_at_a_random_moment_then_resumed_every_row_once(azure, long_job):
     assert main(argv_of(source, output, "--resume")) == 0
     assert pq.read_table(f"{BUCKET}/killed-runs", filesystem=azure.filesystem()).equals(whole)
     assert len(whole) == KILL_ROWS
-
-
-def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(azure):
-    url = f"abfs://{BUCKET}/locked/"
-    with output_lock(url, SinkError):
-        assert f"{BUCKET}/.locked.ortpipe-lock" in objects(azure, BUCKET)
-        with pytest.raises(SinkError, match="being written by another ortpipe run"):
-            with output_lock(url, SinkError):
-                pass
-    conditions = conditions_of(StoredPath.of(url))
-    assert isinstance(conditions, AzureConditions)
-    # a killed run's lock, last renewed longer ago than the lease: taken over
-    conditions.create(".x.ortpipe-lock", json.dumps({"host": "gone", "pid": 1, "renewed": 0.0}).encode())
-    with output_lock(f"abfs://{BUCKET}/x/", SinkError):
-        found = conditions.read(".x.ortpipe-lock")
-        assert found is not None and json.loads(found[0])["pid"] != 1
-    assert conditions.read(".x.ortpipe-lock") is None  # released
-
-
-def test_a_lock_is_made_once_renewed_and_released_only_on_its_own_etag(azure):
-    """The conditions a lease stands on: a second make refused, a renewal or a release on an
-    ETag that is no longer the blob's (the lock was taken over) refused - the release quietly,
-    the blob left to its new holder (Azurite holds to If-Match on a delete too)."""
-    conditions = conditions_of(StoredPath.of(f"abfs://{BUCKET}/renewed"))
-    assert conditions is not None
-    first = conditions.create("renewed", b"1")
-    with pytest.raises(Refused):
-        conditions.create("renewed", b"2")
-    second = conditions.replace("renewed", b"3", first)
-    with pytest.raises(Refused):
-        conditions.replace("renewed", b"4", first)
-    assert conditions.read("renewed") == (b"3", second) and second != first
-    conditions.delete("renewed", first)  # stale: refused, quietly
-    assert conditions.read("renewed") == (b"3", second)
-    conditions.delete("renewed", second)
-    assert conditions.read("renewed") is None
-    conditions.delete("renewed", second)  # already gone: quiet
-    assert conditions.abort_uploads("renewed/") == 0
 
 
 def test_an_object_written_whole_replaces_its_namesake_only_once_whole(azure, monkeypatch):

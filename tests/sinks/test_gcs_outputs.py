@@ -6,18 +6,12 @@ an object's generation), on a store whose listing shows no prefix as a folder
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from pipeline.cli import main
-from pipeline.jobs import output_lock
-from pipeline.sinks import SinkError
 from pipeline.sinks.stored import MOVING, finish_stored_replacing
-from pipeline.util.conditions import GcsConditions, Refused, conditions_of
 from pipeline.util.storage import StoredPath
 
 from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole_parts, scored
@@ -101,41 +95,6 @@ def test_a_missing_bucket_and_a_bad_emulator_address_are_said_in_a_line(gcs, tab
     assert scored(table, f"gs://{BUCKET}/bad/") == 1
     said = capsys.readouterr().err
     assert "STORAGE_EMULATOR_HOST='http://127.0.0.1:1/some/path': expected http://host:port" in said
-
-
-def test_the_lock_refuses_a_second_writer_and_a_lapsed_one_is_taken_over(gcs):
-    url = f"gs://{BUCKET}/locked/"
-    with output_lock(url, SinkError):
-        assert f"{BUCKET}/.locked.ortpipe-lock" in objects(gcs, BUCKET)
-        with pytest.raises(SinkError, match="being written by another ortpipe run"):
-            with output_lock(url, SinkError):
-                pass
-    conditions = conditions_of(StoredPath.of(url))
-    assert isinstance(conditions, GcsConditions)
-    # a killed run's lock, last renewed longer ago than the lease: taken over
-    stale = {"host": "gone", "pid": 1, "renewed": 0.0}
-    conditions.create(".x.ortpipe-lock", json.dumps(stale).encode())
-    with output_lock(f"gs://{BUCKET}/x/", SinkError):
-        found = conditions.read(".x.ortpipe-lock")
-        assert found is not None and json.loads(found[0])["pid"] != 1
-    assert conditions.read(".x.ortpipe-lock") is None  # released
-
-
-def test_a_lock_is_made_once_and_renewed_only_on_its_own_generation(gcs):
-    """The conditions a lease stands on: a second make refused, a renewal on a generation that
-    is no longer the object's (the lock was taken over) refused."""
-    conditions = conditions_of(StoredPath.of(f"gs://{BUCKET}/renewed"))
-    assert conditions is not None
-    first = conditions.create("renewed", b"1")
-    with pytest.raises(Refused):
-        conditions.create("renewed", b"2")
-    second = conditions.replace("renewed", b"3", first)
-    with pytest.raises(Refused):
-        conditions.replace("renewed", b"4", first)
-    assert conditions.read("renewed") == (b"3", second) and second != first
-    conditions.delete("renewed", second)
-    assert conditions.read("renewed") is None
-    conditions.delete("renewed", second)  # already gone: quiet
 
 
 def test_killed_at_a_random_moment_then_resumed_every_row_once(gcs, long_job):
