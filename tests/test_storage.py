@@ -217,5 +217,8 @@ def test_an_azure_connection_string_names_the_account_its_key_and_its_endpoint(m
     fs, path = filesystem_of("az://box")  # Azure's own endpoints: pyarrow's defaults
     assert path == "box" and fs.__reduce__()[1][0]["blob_storage_authority"] == ".blob.core.windows.net"
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
-    with pytest.raises(OSError, match="az://box"):  # pyarrow knows no az:// of its own
-        filesystem_of("az://box")
+    for url in ("az://box/x", "abfs://box/x"):  # no account anywhere: said how to name one
+        with pytest.raises(OSError, match=f"{url}.*no Azure account: name it in the URL .*AZURE_STORAGE_CONN"):
+            filesystem_of(url)
+    fs, path = filesystem_of("abfs://box@acct.dfs.core.windows.net/x")  # the account in the URL: pyarrow's own
+    assert path == "box/x" and fs.type_name == "abfs"

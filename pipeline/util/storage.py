@@ -127,6 +127,11 @@ def _azure_connection(url: str) -> tuple[Any, str] | None:
         return None
     account = azure_account()
     if account is None:
+        if scheme.lower() == "az" or "@" not in rest.split("/", 1)[0]:  # pyarrow would say only "no account"
+            raise ValueError(
+                "no Azure account: name it in the URL (abfs://container@account.dfs.core.windows.net/path), "
+                "or give its connection string in AZURE_STORAGE_CONNECTION_STRING"
+            )
         return None
     import pyarrow.fs as pafs
 
