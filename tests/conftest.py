@@ -198,31 +198,31 @@ def azure_server(tmp_path_factory):
         yield server
 
 
+def _reached(server, request, monkeypatch):
+    """``server`` with the requesting module's ``BUCKET`` made, and the environment that reaches it
+    (the provider's own variables) set for the test."""
+    server.bucket_once(request.module.BUCKET)
+    for name, value in server.environment.items():
+        monkeypatch.setenv(name, value)
+    return server
+
+
 @pytest.fixture
 def azure(azure_server, request, monkeypatch):
     """The session's Azurite with the module's ``BUCKET`` (a container) made, and
     ``AZURE_STORAGE_CONNECTION_STRING`` (the variable Azure's tools read) set for the test."""
-    azure_server.bucket_once(request.module.BUCKET)
-    for name, value in azure_server.environment.items():
-        monkeypatch.setenv(name, value)
-    return azure_server
+    return _reached(azure_server, request, monkeypatch)
 
 
 @pytest.fixture
 def gcs(gcs_server, request, monkeypatch):
     """The session's GCS emulator with the module's ``BUCKET`` made, and ``STORAGE_EMULATOR_HOST``
     (the variable Google's clients read for one) set for the test."""
-    gcs_server.bucket_once(request.module.BUCKET)
-    for name, value in gcs_server.environment.items():
-        monkeypatch.setenv(name, value)
-    return gcs_server
+    return _reached(gcs_server, request, monkeypatch)
 
 
 @pytest.fixture
 def aws(s3_server, request, monkeypatch):
     """The session's S3 server with the module's ``BUCKET`` made, and the standard AWS
     environment that reaches it set for the test (no flags of ortpipe's)."""
-    s3_server.bucket_once(request.module.BUCKET)
-    for name, value in s3_server.environment.items():
-        monkeypatch.setenv(name, value)
-    return s3_server
+    return _reached(s3_server, request, monkeypatch)

@@ -13,11 +13,11 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -103,47 +103,61 @@ def object_store(folder: Path) -> Iterator[ObjectStore]:
         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
         f"-s3.config={config}", "-s3.autoCreateBucket=false", "-master.volumeSizeLimitMB=32", "-volume.max=200",
     ]  # fmt: skip
-    log = (folder / "weed.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     store = ObjectStore(f"http://127.0.0.1:{s3}")
-    try:
-        _wait_ready(store, process, folder)
+    # weed takes up to 20 s to shut down on SIGTERM; its data is the test's to throw away
+    ready = partial(_s3_ready, store)
+    with _serving(command, folder, "weed", ready, timeout_s=60, pause_s=0.5, grace_s=2, after_kill_s=20):
         yield store
-    finally:  # weed takes up to 20 s to shut down on SIGTERM; its data is the test's to throw away
-        _stopped(process, log, grace_s=2, after_kill_s=20)
 
 
-def _stopped(process: subprocess.Popen, log: IO[bytes], grace_s: float, after_kill_s: float) -> None:
-    """A server ended: asked to, then killed after ``grace_s``; its log closed."""
-    process.terminate()
+def _s3_ready(store: ObjectStore) -> bool:
+    """A bucket can be made and an object written and read back (the filer and a volume are up)."""
+    fs = store.filesystem()
+    fs.create_dir("ready")
+    with fs.open_output_stream("ready/probe") as out:
+        out.write(b"ok")
+    return bool(fs.open_input_stream("ready/probe").read() == b"ok")
+
+
+@contextmanager
+def _serving(
+    command: list[str],
+    folder: Path,
+    name: str,
+    ready: Callable[[], bool],
+    *,
+    timeout_s: float,
+    pause_s: float,
+    grace_s: float,
+    after_kill_s: float,
+) -> Iterator[None]:
+    """``command`` run as a server, its log in ``folder/<name>.log``, for the ``with`` block once
+    ``ready()`` says True (an OSError: not up yet); asked to end after it, then killed after ``grace_s``."""
+    log_path = folder / f"{name}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=after_kill_s)
-    log.close()
-
-
-def _wait_ready(store: ObjectStore, process: subprocess.Popen, folder: Path, timeout_s: float = 60) -> None:
-    """Until a bucket can be made and an object written and read back (the filer and a volume are up)."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"weed ended at start ({process.returncode}): {(folder / 'weed.log').read_text()[-2000:]}"
-            )
+        deadline, last = time.monotonic() + timeout_s, None
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} ended at start ({process.returncode}): {log_path.read_text()[-2000:]}")
+            try:
+                if ready():
+                    break
+            except OSError as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{name} did not come up in {timeout_s} s: {last}")
+            time.sleep(pause_s)
+        yield
+    finally:
+        process.terminate()
         try:
-            fs = store.filesystem()
-            fs.create_dir("ready")
-            with fs.open_output_stream("ready/probe") as out:
-                out.write(b"ok")
-            if fs.open_input_stream("ready/probe").read() == b"ok":
-                return
-        except OSError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise RuntimeError(f"the S3 server did not come up in {timeout_s} s: {last}")
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=after_kill_s)
+        log.close()
 
 
 @dataclass(frozen=True)
@@ -187,33 +201,18 @@ def gcs_store(folder: Path) -> Iterator[GcsStore]:
         str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
         "-external-url", url, "-backend", "filesystem", "-filesystem-root", str(folder / "data"),
     ]  # fmt: skip
-    log = (folder / "fake-gcs-server.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     store = GcsStore(url)
-    try:
-        _wait_gcs_ready(store, process, folder)
+    ready = partial(_gcs_ready, store)
+    with _serving(command, folder, "fake-gcs-server", ready, timeout_s=30, pause_s=0.2, grace_s=5, after_kill_s=5):
         yield store
-    finally:
-        _stopped(process, log, grace_s=5, after_kill_s=5)
 
 
-def _wait_gcs_ready(store: GcsStore, process: subprocess.Popen, folder: Path, timeout_s: float = 30) -> None:
-    """Until the server lists its buckets."""
+def _gcs_ready(store: GcsStore) -> bool:
+    """The server lists its buckets."""
     import urllib.request
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log = (folder / "fake-gcs-server.log").read_text()[-2000:]
-            raise RuntimeError(f"fake-gcs-server ended at start ({process.returncode}): {log}")
-        try:
-            with urllib.request.urlopen(f"{store.url}/storage/v1/b", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the GCS server did not come up in {timeout_s} s")
+    with urllib.request.urlopen(f"{store.url}/storage/v1/b", timeout=2) as response:
+        return bool(response.status == 200)
 
 
 #: Azurite's account and key, the same for everyone (Microsoft's docs); ortpipe is given them as
@@ -289,28 +288,13 @@ def azure_store(folder: Path) -> Iterator[AzureStore]:
     (port,) = _free_ports(1)
     command = [binary, "--silent", "--location", str(folder / "data"), "--blobHost", "127.0.0.1",
                "--blobPort", str(port), "--skipApiVersionCheck", "--loose"]  # fmt: skip
-    log = (folder / "azurite.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     store = AzureStore(port)
-    try:
-        _wait_azure_ready(store, process, folder)
+    ready = partial(_azure_ready, store)
+    with _serving(command, folder, "azurite", ready, timeout_s=30, pause_s=0.2, grace_s=5, after_kill_s=5):
         yield store
-    finally:
-        _stopped(process, log, grace_s=5, after_kill_s=5)
 
 
-def _wait_azure_ready(store: AzureStore, process: subprocess.Popen, folder: Path, timeout_s: float = 30) -> None:
-    """Until a container can be made."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log = (folder / "azurite.log").read_text()[-2000:]
-            raise RuntimeError(f"Azurite ended at start ({process.returncode}): {log}")
-        try:
-            store.bucket_once("ready")
-            return
-        except OSError as exc:
-            last = exc
-        time.sleep(0.2)
-    raise RuntimeError(f"Azurite did not come up in {timeout_s} s: {last}")
+def _azure_ready(store: AzureStore) -> bool:
+    """A container can be made."""
+    store.bucket_once("ready")
+    return True

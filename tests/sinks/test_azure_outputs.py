@@ -1,7 +1,8 @@
-"""Outputs in Azure blob storage (``abfs://``), against Azure's own emulator, Azurite: what a local
-run writes, an earlier output refused, resumed or replaced whole, a run killed at a random moment
-resumed to every row once (NOTE [ objects seen before they are whole ]), reached as Azure's tools
-reach an account (NOTE [ Azure connection string ]).  Its lock: ``test_stored_locks``."""
+"""Outputs in Azure blob storage (``abfs://``), against Azure's own emulator, Azurite, in what is
+Azure's own: a part a kill cut short, and a run killed at a random moment, resumed to every row
+once, a record replaced only once whole (NOTE [ objects seen before they are whole ]), reached as
+Azure's tools reach an account (NOTE [ Azure connection string ]).  What GCS and Azure do alike,
+their lock included: ``test_stores``."""
 
 from __future__ import annotations
 
@@ -17,35 +18,13 @@ from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, scored
 BUCKET = "azure-out"
 
 
-def test_a_data_set_an_object_and_an_input_are_what_a_local_run_has(azure, table, local, capsys):
-    assert scored(table, f"abfs://{BUCKET}/set/", "--part-rows", "300") == 0
-    assert "no lock" not in capsys.readouterr().err  # locked, by azure-storage-blob's conditional writes
-    assert scored(table, f"abfs://{BUCKET}/one.parquet") == 0
+def test_an_input_whose_url_names_its_account_as_azure_writes_it(azure, table, local):
+    """``container@account.dfs.core.windows.net``: the account then the connection string's."""
     fs = azure.filesystem()
-    assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
-    assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
-    parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
-    assert [name for name in objects(azure, f"{BUCKET}/set")] == [f"{BUCKET}/set/_SUCCESS", *parts]
-    assert not [name for name in objects(azure, BUCKET) if name.endswith("ortpipe-lock")]  # released
-    # an input read from the container, the account named in the URL as Azure writes it
     pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=fs)
     url = f"abfs://{BUCKET}@devstoreaccount1.dfs.core.windows.net/input.parquet"
     assert scored(url, f"abfs://{BUCKET}/read/") == 0
     assert pq.read_table(f"{BUCKET}/read", filesystem=fs).equals(local)
-
-
-def test_an_earlier_output_is_refused_resumed_or_replaced_whole(azure, table, local, capsys):
-    url = f"abfs://{BUCKET}/again/"
-    assert scored(table, url, "--part-rows", "300") == 0
-    capsys.readouterr()
-    assert scored(table, url) == 1
-    assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
-    assert scored(table, url, "--resume") == 0  # every row there: nothing to add
-    assert scored(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
-    names = objects(azure, f"{BUCKET}/again")
-    assert names == [f"{BUCKET}/again/_SUCCESS", *[f"{BUCKET}/again/part-0000{i}.parquet" for i in range(2)]]
-    assert pq.read_table(f"{BUCKET}/again", filesystem=azure.filesystem()).equals(local.slice(0, 900))
-    assert not objects(azure, f"{BUCKET}/.ortpipe-overwrite.again")
 
 
 def test_a_part_a_killed_run_left_unwritten_is_written_anew(azure, table, local):

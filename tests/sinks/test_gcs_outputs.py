@@ -1,8 +1,8 @@
 """Outputs and inputs in Google Cloud Storage, against a real GCS emulator (fake-gcs-server,
-reached through ``STORAGE_EMULATOR_HOST``, NOTE [ GCS emulator ]): what the S3 tests prove of a
-data set, an object and the lock across machines (google-cloud-storage's conditional writes on
-an object's generation), on a store whose listing shows no prefix as a folder
-(NOTE [ prefixes as folders ])."""
+reached through ``STORAGE_EMULATOR_HOST``, NOTE [ GCS emulator ]), in what is GCS's own: a store
+whose listing shows no prefix as a folder (NOTE [ prefixes as folders ]), a missing bucket, a bad
+emulator address, a run killed at a random moment.  What GCS and Azure do alike (a data set, an
+object, an input, an earlier output refused, resumed or replaced whole, the lock): ``test_stores``."""
 
 from __future__ import annotations
 
@@ -18,44 +18,6 @@ from .stored_jobs import KILL_ROWS, argv_of, killed_mid_run, objects, only_whole
 
 #: this module's bucket in the session's GCS emulator (``gcs``: tests/conftest.py)
 BUCKET = "gcs-out"
-
-
-def test_a_data_set_and_an_object_hold_what_a_local_run_writes(gcs, table, local, capsys):
-    assert scored(table, f"gs://{BUCKET}/set/", "--part-rows", "300") == 0
-    assert "no lock" not in capsys.readouterr().err  # locked, by google-cloud-storage's conditional writes
-    assert scored(table, f"gs://{BUCKET}/one.parquet") == 0
-    fs = gcs.filesystem()
-    assert pq.read_table(f"{BUCKET}/set", filesystem=fs).equals(local)
-    assert pq.read_table(f"{BUCKET}/one.parquet", filesystem=fs).equals(local)
-    parts = [f"{BUCKET}/set/part-0000{i}.parquet" for i in range(4)]
-    assert objects(gcs, f"{BUCKET}/set") == [f"{BUCKET}/set/_SUCCESS", *parts]
-    assert not [name for name in objects(gcs, BUCKET) if name.endswith("ortpipe-lock")]  # released
-
-
-def test_a_run_reads_its_input_from_gcs_too(gcs, table, local):
-    pq.write_table(pq.read_table(table), f"{BUCKET}/input.parquet", filesystem=gcs.filesystem())
-    assert scored(f"gs://{BUCKET}/input.parquet", f"gs://{BUCKET}/read/") == 0
-    assert pq.read_table(f"{BUCKET}/read", filesystem=gcs.filesystem()).equals(local)
-
-
-def test_an_earlier_output_is_refused_resumed_or_replaced_whole(gcs, table, local, capsys):
-    """The overwrite is the case a listing without folders broke: its staging prefix holds the
-    new data set as a prefix, which looked empty, so nothing was copied and the run said 0."""
-    url = f"gs://{BUCKET}/again/"
-    assert scored(table, url, "--part-rows", "300") == 0
-    capsys.readouterr()
-    assert scored(table, url) == 1
-    assert "holds 4 part file(s) of an earlier run" in capsys.readouterr().err
-    assert scored(table, url, "--resume") == 0  # every row there: nothing to add
-    assert scored(table, url, "--overwrite", "--part-rows", "600", "--rows", "0:900") == 0
-    names = objects(gcs, f"{BUCKET}/again")
-    assert names == [
-        f"{BUCKET}/again/_SUCCESS",
-        f"{BUCKET}/again/part-00000.parquet",
-        f"{BUCKET}/again/part-00001.parquet",
-    ]
-    assert pq.read_table(f"{BUCKET}/again", filesystem=gcs.filesystem()).equals(local.slice(0, 900))
-    assert not objects(gcs, f"{BUCKET}/.ortpipe-overwrite.again")
 
 
 def test_a_killed_overwrite_is_finished_from_its_staging_prefix(gcs):
