@@ -76,6 +76,11 @@ def exported(kind: str) -> bytes:
 
         model = lightgbm.LGBMClassifier(n_estimators=10, num_leaves=7, verbose=-1).fit(x, y)
         return convert_lightgbm(model, initial_types=types).SerializeToString()
+    if kind == "lightgbm_no_zipmap":
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(n_estimators=10, num_leaves=7, verbose=-1).fit(x, y)
+        return convert_lightgbm(model, initial_types=types, zipmap=False).SerializeToString()
     if kind == "xgboost":
         import xgboost
 

@@ -80,7 +80,7 @@ def test_a_bad_column_is_ortpipes_message(model):
         asyncio.run(predictor(table))
     predictor.close()
     predictor = Predictor(str(model), device="cpu", keep_columns=["gone"])
-    with pytest.raises(SourceError, match=r"keep_columns \['gone'\] are not in the batch"):
+    with pytest.raises(SourceError, match=r"kept column\(s\) \['gone'\] are not in 'the batch'"):
         asyncio.run(predictor(table))
     predictor.close()
 

@@ -222,6 +222,14 @@ def column_map(text: str) -> tuple[str, list[str]]:
     return name, [c for c in columns.split(",") if c]
 
 
+def column_list(text: str) -> list[str]:
+    """--keep COL[,COL...]: column names."""
+    columns = [c for c in text.split(",") if c]
+    if not columns:
+        raise argparse.ArgumentTypeError(f"--keep takes COL[,COL...], got {text!r}")
+    return columns
+
+
 def constant_spec(text: str) -> tuple[str, list[float]]:
     """--constant NAME=VALUE[,VALUE...]: the value of an input that is not batched."""
     name, sep, values = text.partition("=")

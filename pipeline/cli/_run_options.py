@@ -14,6 +14,7 @@ from ._args import (
     add_ort_options,
     add_output_names_option,
     add_top_k_options,
+    column_list,
     column_map,
     copy_threads,
     fit,
@@ -136,8 +137,22 @@ def _input_options(inputs: Any) -> None:
     inputs.add_argument(
         "--id-column",
         default=None,
-        help="Parquet/CSV column written beside the outputs (default row_id; a folder of Parquet files: "
-        "file and row_id)",
+        help="the rows' id, written back exactly beside the outputs (default: row_id, else the one column named "
+        "like an id: id, user_id, key, uuid; none: rows numbered, a folder of Parquet files: file and row_id)",
+    )
+    inputs.add_argument(
+        "--keep",
+        type=column_list,
+        action="append",
+        default=[],
+        metavar="COL[,COL]",
+        help="a table's columns written through unchanged beside the outputs (a date, a customer key)",
+    )
+    inputs.add_argument(
+        "--explain",
+        action="store_true",
+        help="print how the table's columns feed the model (the plan) and the output's columns, reading only "
+        "the schema and the first rows, and exit",
     )
     inputs.add_argument(
         "--image-column",

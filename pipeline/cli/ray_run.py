@@ -136,22 +136,31 @@ def _model_picture_size(specs: Any) -> tuple[int, int] | None:
 
 def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where) -> Any:
     from ..ray import predict
+    from ..sources.table_plan import plan_table
+    from ._model import declared_inputs_of
+    from .run import kept_columns
 
     path, filesystem = _for_ray(source)
     dataset = ray.data.read_parquet(path, filesystem=filesystem)
-    names = dataset.schema().names
-    id_column = args.id_column or ("row_id" if "row_id" in names else None)
-    if args.id_column is not None and args.id_column not in names:
-        raise SourceError(f"id column {args.id_column!r} is not in {str(source)!r}: columns {names}")
+    plan = plan_table(  # NOTE [ the table plan ]: the one a local run makes, refusing what it refuses
+        dataset.schema().base_schema,
+        declared_inputs_of(model)(),
+        columns=dict(args.input_column),
+        id_column=args.id_column,
+        keep=kept_columns(args),
+        where=str(source),
+    )
     print(f"ray: {_workers_line(args)}; parquet {str(source)!r} -> {str(output)!r}")
-    if id_column is None:
-        print("ray: the input has no id column (--id-column): rows are written without ids, in Ray's order")
+    for line in plan.lines():
+        print(f"ray: plan: {line}")
+    if plan.id_column is None:
+        print("ray: the rows are written without ids, in Ray's order")
     return predict(
         dataset,
         model,
-        input_columns=dict(args.input_column) if args.input_column else None,
-        keep_columns=[id_column] if id_column else [],
-        id_column=id_column,
+        input_columns=dict(plan.inputs),
+        keep_columns=[c for c in (plan.id_column, *plan.kept) if c is not None],
+        id_column=plan.id_column,
         **_pool(args),
     )
 

@@ -25,15 +25,14 @@ from ..util.capabilities import (
     archive_shard,
     casts,
     cut_short,
-    id_found,
     input_rows,
-    inputs_by_name,
     is_stream,
     kept_rows,
     notes,
     reconnections,
     restarted,
     skipped,
+    table_plan,
 )
 from ..util.errors import SourceError
 from ._args import (
@@ -186,6 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     inputs = args.input if isinstance(args.input, list) else [args.input]
     args.input, args.more_inputs = inputs[0], inputs[1:]
+    if getattr(args, "explain", False):
+        return _explain(args)
     on_ray = getattr(args, "ray", None) is not None
     if on_ray and str(args.output) == STDOUT:
         raise SinkError("--ray writes a Parquet data set, a folder: give its path, not - (standard output)")
@@ -249,7 +250,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
             finally:  # also when the job failed: what was left out is part of what happened
                 _report_what_was_left_out(args, source)
                 try:
-                    _write_reports(args, pipe.stats)
+                    _write_reports(args, pipe.stats, source)
                 except (OSError, ValueError) as exc:  # the job's own outcome, or its failure, comes first
                     print(f"ortpipe: could not write the run's figures: {exc}", file=sys.stderr)
     _report_the_end(args, pipe, summary, sink, source, kept, bounds)
@@ -261,6 +262,27 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     if stop.is_set():  # a signal after the job had read its last batch: every row is written
         print("ortpipe: stopped by a signal after every row was written", file=sys.stderr)
         return 128 + (stop.signum or signal.SIGINT)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """``--explain``: the plan and the output's columns, nothing written (cli/explain.py)."""
+    from ..jobs import open_sink, source_kind
+    from .explain import explain
+
+    kind = (
+        "text" if args.text_column else source_kind(args.input, args.image_column, args.video_column, args.video_format)
+    )
+    model, labelled, preprocess, constants = _model_of(args, kind)
+    with _open_pipeline(args, model, preprocess, constants) as pipe:
+        fixed = pipe.session.fixed_batch() if hasattr(pipe, "session") else None
+        source = _open_source(args, pipe, fixed or 8)
+
+        def make_sink(path: Path) -> Any:
+            return _wrapped_sink(args, open_sink(path, pipe, _data_dependent(args, pipe.output_names)), labelled)
+
+        for line in explain(source, pipe, str(args.output), args.output_format or "csv", make_sink):
+            print(line)
     return 0
 
 
@@ -365,6 +387,7 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
         input_name=args.input_name,
         columns=dict(args.input_column),
         id_column=args.id_column,
+        keep=kept_columns(args),
         size=_frame_size(args, pipe),
         pix_fmt=args.pix_fmt,
         decode_threads=args.decode_threads,
@@ -388,9 +411,14 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
     )
 
 
+def kept_columns(args: argparse.Namespace) -> list[str]:
+    """``--keep``'s columns, each given once, in order."""
+    return list(dict.fromkeys(c for given in getattr(args, "keep", None) or [] for c in given))
+
+
 #: the options of ``ortpipe run`` that change what rows an output holds (NOTE [ who wrote it ] in sinks)
 ROW_OPTIONS = (
-    "input_name", "input_column", "id_column", "image_column", "video_column", "constant", "preprocess",
+    "input_name", "input_column", "id_column", "keep", "image_column", "video_column", "constant", "preprocess",
     "size", "pix_fmt", "fit", "every", "fps", "skip_unreadable", "video_format", "video_option", "jpeg_draft",
     "exif_orientation", "shard", "top_k", "softmax", "labels", "output_names", "data_dependent",
     "text_column", "text_pair_column", "tokenizer", "max_length", "pooling", "normalize",
@@ -432,18 +460,24 @@ def _open_sink(
         compression=args.compression or "snappy",
         record=record,
     )
-    if labelled is not None:
-        sink = LabelledSink(sink, *labelled)
-    if args.text_column:  # NOTE [ rows put back in order ]: a window's rows ran sorted by length
-        from ..text import POSITION
-
-        sink = InputOrderSink(sink, POSITION)
+    sink = _wrapped_sink(args, sink, labelled)
     if not args.resume and not args.overwrite:
         try:
             refuse_replacing(sink)
         except BaseException:
             sink.close()
             raise
+    return sink
+
+
+def _wrapped_sink(args: argparse.Namespace, sink: Any, labelled: Any) -> Any:
+    """``sink`` labelled where --labels names classes, and its rows put back in input order for texts."""
+    if labelled is not None:
+        sink = LabelledSink(sink, *labelled)
+    if args.text_column:  # NOTE [ rows put back in order ]: a window's rows ran sorted by length
+        from ..text import POSITION
+
+        sink = InputOrderSink(sink, POSITION)
     return sink
 
 
@@ -467,16 +501,13 @@ def _started(
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
-    if inputs_by_name(source):  # NOTE [ inputs by name ]
-        print(f"inputs: each fed the column of its name ({', '.join(pipe.input_names)}; --input-column maps others)")
-    found = id_found(source)
-    if found is not None:  # NOTE [ an id found ]
-        print(
-            f"id: column {found!r} is the rows' id, not a feature (an integer named like one, unique in the first "
-            f"rows; --id-column names another)"
-        )
-    for name, cast in casts(source).items():  # NOTE [ input dtypes ]: a cast is said, once
-        print(f"cast: the columns of input {name!r}, {cast} (the model's dtype)")
+    plan = table_plan(source)
+    if plan is not None:  # NOTE [ the table plan ]: every table run says how its columns feed the model
+        for line in plan.lines():
+            print(f"plan: {line}")
+    else:
+        for name, cast in casts(source).items():  # NOTE [ input dtypes ]: a cast is said, once
+            print(f"cast: the columns of input {name!r}, {cast} (the model's dtype)")
     return progress
 
 
@@ -596,12 +627,17 @@ def input_path(text: str) -> Path | str:
     return text if is_stream_url(text) else Path(text)
 
 
-def _write_reports(args: argparse.Namespace, stats: Any) -> None:
-    """--stats, --trace, --plot: where the run's time went, from the batches it delivered."""
+def _write_reports(args: argparse.Namespace, stats: Any, source: Any = None) -> None:
+    """--stats, --trace, --plot: where the run's time went, from the batches it delivered;
+    --stats carries a table's plan too (NOTE [ the table plan ])."""
     if not stats.batches:
         return
     if args.stats is not None:
-        text = json.dumps(stats.to_dict(), indent=2, default=str)
+        figures = stats.to_dict()
+        plan = table_plan(source)
+        if plan is not None:
+            figures["plan"] = plan.as_dict()
+        text = json.dumps(figures, indent=2, default=str)
         stream = getattr(args, "stats_stream", None)  # --stats -: set by cmd_run
         if stream is not None:
             stream.write(text + "\n")

@@ -14,12 +14,14 @@ column has the name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..session import TensorSpec
+from ..sources.table_plan import TablePlan, first_non_number, plan_table
 from ..util.arrow import from_numpy, list_column
 from ..util.errors import SourceError
 
@@ -44,23 +46,29 @@ class ArrowScorer:
         }
         self.keep_columns = list(keep_columns)
         self.id_column = id_column
-        self._mapped: tuple[Any, dict[str, Sequence[str]]] | None = None  # (schema, columns), for the last schema
+        self._mapped: tuple[Any, TablePlan] | None = None  # (schema, plan), for the last schema
 
-    def columns(self, schema: Any, where: str = "the batch") -> dict[str, Sequence[str]]:
-        """Each input's columns in a table of ``schema`` (checked once a schema)."""
-        from ..sources.columns import check_widths, map_columns
+    def columns(self, schema: Any, where: str = "the batch", record: Any = None) -> dict[str, Sequence[str]]:
+        """Each input's columns in a table of ``schema``, by the plan ``ortpipe run`` makes
+        (NOTE [ the table plan ]), made once a schema; ``record``: the batch, whose bad cell
+        a refusal names."""
+        return dict(self.plan(schema, where, record).inputs)
 
+    def plan(self, schema: Any, where: str = "the batch", record: Any = None) -> TablePlan:
+        """The table plan of ``schema`` (NOTE [ the table plan ]), made once a schema."""
         if self._mapped is not None and self._mapped[0].equals(schema):
             return self._mapped[1]
-        absent = [c for c in self.keep_columns if c not in schema.names]
-        if absent:
-            raise SourceError(f"keep_columns {absent} are not in {where}: columns {schema.names}")
-        id_column = self.id_column if self.id_column is not None else ("row_id" if "row_id" in schema.names else None)
-        features = schema if self.given else _without(schema, self.keep_columns, id_column)
-        columns = map_columns(dict(self.given), self.inputs, features, id_column, where)
-        check_widths(where, columns, {spec.name: spec for spec in self.inputs}, schema, chosen=bool(self.given))
-        self._mapped = (schema, columns)
-        return columns
+        plan = plan_table(
+            schema,
+            self.inputs,
+            columns=self.given,
+            id_column=self.id_column,
+            keep=self.keep_columns,
+            where=where,
+            first_non_number=None if record is None else functools.partial(_first_non_number, record),
+        )
+        self._mapped = (schema, plan)
+        return plan
 
     def features(self, batch: Any, where: str = "the batch") -> dict[str, np.ndarray]:
         """The model's inputs from a pyarrow table or record batch, or a dict of numpy columns."""
@@ -72,7 +80,7 @@ class ArrowScorer:
         from ..sources.tables import stacked
 
         record = _one_record(batch)
-        columns = self.columns(record.schema, where)
+        columns = self.columns(record.schema, where, record)
         return {
             spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0), spec.rank))
             for spec in self.inputs
@@ -126,6 +134,10 @@ class ArrowScorer:
         return pa.table(arrays)
 
 
+def _first_non_number(record: Any, column: str) -> tuple[int, str] | None:
+    return first_non_number(record.column(record.schema.get_field_index(column)).to_pylist())
+
+
 def chunked(features: dict[str, np.ndarray], pipe: Any, batch_size: int | None) -> list[dict[str, np.ndarray]]:
     """A batch of rows cut into the pipeline's batches (``batch_size``, else picked for a row's bytes)."""
     rows = len(next(iter(features.values())))
@@ -155,15 +167,6 @@ def joined(
     if len(results) == 1:
         return dict(results[0])
     return {name: np.concatenate([result[name] for result in results]) for name in results[0]}
-
-
-def _without(schema: Any, keep: Sequence[str], id_column: str | None) -> Any:
-    """``schema`` less the kept columns that are not features: the default mapping of
-    a one-input model takes every numeric column but these."""
-    import pyarrow as pa
-
-    dropped = set(keep) - {id_column}
-    return pa.schema([field for field in schema if field.name not in dropped])
 
 
 def _one_record(batch: Any) -> Any:

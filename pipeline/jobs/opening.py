@@ -30,6 +30,7 @@ from ..sinks import (
     finish_replacing,
     refuse_other_files,
     refuse_other_job,
+    refuse_unrecorded,
     refuse_used_folder,
     replacement_of,
     replacement_under_way,
@@ -269,10 +270,12 @@ def open_source(
         return NpySource(path, batch_size, specs, options.input_name)
     if kind in ("parquet", "csv", "jsonl"):
         if is_storage_url(path):
-            return StoredTableSource(str(path), batch_size, specs, dict(options.columns or {}), options.id_column)
+            return StoredTableSource(
+                str(path), batch_size, specs, dict(options.columns or {}), options.id_column, options.keep
+            )
         text = {"csv": CsvSource, "jsonl": JsonLinesSource}.get(kind)
         table = text or (ParquetDatasetSource if Path(path).is_dir() else ParquetSource)
-        return table(path, batch_size, specs, dict(options.columns or {}), options.id_column)
+        return table(path, batch_size, specs, dict(options.columns or {}), options.id_column, options.keep)
     if kind in ("streams", "video", "videos"):
         return _video_source(kind, path, batch_size, specs, options)
     return _image_source(path, batch_size, specs, options)
@@ -492,7 +495,10 @@ def open_sink(
             return made(at, resume, overwrite)
         if resume:  # before the sink looks at the rows: another job's are never kept
             refuse_other_job(at, record, shown=path)
-        return RecordingSink(made(at, resume, overwrite), at, record)
+        sink = made(at, resume, overwrite)
+        if resume:
+            refuse_unrecorded(sink, at, shown=path)
+        return RecordingSink(sink, at, record)
 
     if kind != "npy":
         _require(kind.split()[0], f"writing {str(path)!r}", SinkError)

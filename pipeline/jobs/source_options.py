@@ -26,6 +26,8 @@ class SourceOptions:
     #: a table's columns by model input (NOTE [ tables fill slots ])
     columns: Mapping[str, Sequence[str]] | None = None
     id_column: str | None = None
+    #: a table's columns written through beside the outputs, unchanged (NOTE [ the table plan ])
+    keep: Sequence[str] = ()
     #: frames and images made this (width, height), as ``fit`` says (NOTE [ fitting ])
     size: tuple[int, int] | None = None
     pix_fmt: str = "rgb24"
@@ -68,6 +70,7 @@ class SourceOptions:
         """Each option given or not, the kinds of input it is for, and what it is."""
         videos = ("video", "videos", "streams")
         return [
+            (bool(self.keep), ("parquet", "csv", "jsonl"), "writing columns through (--keep) is for a table's rows"),
             (self.every != 1 or self.fps is not None, videos, "taking every N-th frame is for videos"),
             (
                 self.skip_unreadable,

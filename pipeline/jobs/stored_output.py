@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..sinks import JobRecord, RecordingSink, SinkError, refuse_other_job
+from ..sinks import JobRecord, RecordingSink, SinkError, refuse_other_job, refuse_unrecorded
 from ..sinks.stored import (
     StoredReplacingSink,
     finish_stored_replacing,
@@ -77,6 +77,8 @@ def open_stored_sink(
         if record is not None and resume:
             refuse_other_job(at, record, shown=url)
         sink = made(at.url, data_set, resume, False)
+        if record is not None and resume:
+            refuse_unrecorded(sink, at, shown=url)
     except OSError as exc:
         raise SinkError(str(exc)) from exc
     if record is not None:

@@ -18,6 +18,7 @@ output are loaded and rewritten, once, when their session is made."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,19 @@ class Unzipped:
     model: bytes
     #: output name -> its classes, in its columns' order
     labels: dict[str, tuple[int | str, ...]]
+
+
+def classifier_like(outputs: Sequence[Any]) -> bool:
+    """Whether a session's outputs (ORT's NodeArgs) look like a classifier's: a label tensor a
+    row (int64 or string) and a float one of a row of values (worth reading the graph for)."""
+    types = sorted(arg.type for arg in outputs)
+    ranks = sorted(len(arg.shape or ()) for arg in outputs)
+    return (
+        len(outputs) == 2
+        and ranks == [1, 2]
+        and "tensor(float)" in types
+        and ("tensor(int64)" in types or "tensor(string)" in types)
+    )
 
 
 def has_zipmap_output(output_types: dict[str, str]) -> list[str]:
@@ -69,20 +83,65 @@ def unzipped(model: ModelSource, outputs: list[str]) -> Unzipped:
 
 
 def declared_classes(proto: Any) -> dict[str, tuple[int | str, ...]]:
-    """Each graph output a ZipMap makes, with its classes, read from the graph (no session:
+    """Each graph output a ZipMap makes, and each a classifier node's probabilities reach
+    as they are (NOTE [ stated classes ]), with its classes, read from the graph (no session:
     for a schema made before any run, Spark's)."""
     outputs = {value.name for value in proto.graph.output}
-    return {
+    zipped = {
         node.output[0]: _classes(node)
         for node in proto.graph.node
         if node.op_type == "ZipMap" and node.output[0] in outputs
     }
+    return {**stated_classes(proto), **zipped}
+
+
+#: the ai.onnx.ml classifiers: their second output is the probabilities, a column a class
+_CLASSIFIERS = ("TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier")
+#: nodes that keep a tensor's columns where they are (LightGBM's export multiplies by one)
+_COLUMNS_KEPT = ("Identity", "Cast", "Normalizer", "Mul", "Div", "Add", "Sub")
+
+
+def stated_classes(proto: Any) -> dict[str, tuple[int | str, ...]]:
+    """The graph outputs that are a classifier node's probabilities with no ZipMap after them.
+
+    NOTE [ stated classes ]: XGBoost as onnxmltools exports it, and LightGBM or scikit-learn
+    exported without ZipMap, end in a ``TreeEnsembleClassifier`` (``LinearClassifier``,
+    ``SVMClassifier``) whose second output, ``[N, classes]``, reaches a graph output directly
+    or through nodes that keep its columns (Identity, Cast, Normalizer, arithmetic).
+    Its ``classlabels_*`` attribute states the classes in the columns' order, as a ZipMap's
+    does, so the output gets a column a class (NOTE [ class columns ] in ``sinks``)."""
+    outputs = {value.name for value in proto.graph.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in proto.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    stated = {}
+    for node in proto.graph.node:
+        if node.op_type not in _CLASSIFIERS or len(node.output) < 2:
+            continue
+        classes = _labels_of(node)
+        name = node.output[1]
+        while name not in outputs and len(consumers.get(name, [])) == 1:
+            following = consumers[name][0]
+            if following.op_type not in _COLUMNS_KEPT:
+                break
+            name = following.output[0]
+        if name in outputs and classes:
+            stated[name] = classes
+    return stated
+
+
+def _labels_of(node: Any) -> tuple[int | str, ...]:
+    for attribute in node.attribute:
+        if attribute.name == "classlabels_int64s" and attribute.ints:
+            return tuple(int(value) for value in attribute.ints)
+        if attribute.name == "classlabels_strings" and attribute.strings:
+            return tuple(value.decode("utf-8") for value in attribute.strings)
+    return ()
 
 
 def _classes(node: Any) -> tuple[int | str, ...]:
-    for attribute in node.attribute:
-        if attribute.name == "classlabels_int64s":
-            return tuple(int(value) for value in attribute.ints)
-        if attribute.name == "classlabels_strings":
-            return tuple(value.decode("utf-8") for value in attribute.strings)
+    classes = _labels_of(node)
+    if classes:
+        return classes
     raise ModelError(f"ZipMap node {node.name!r} names no classes (classlabels_int64s or classlabels_strings)")

@@ -31,7 +31,7 @@ import numpy as np
 from ..devices import Device, DeviceBuffer, Stream
 from ..util.errors import ModelError, PipelineInputError
 from ..util.ort import onnxruntime
-from .classifiers import has_zipmap_output, unzipped
+from .classifiers import classifier_like, has_zipmap_output, stated_classes, unzipped
 from .padding import changed_by_padding
 
 if TYPE_CHECKING:
@@ -148,6 +148,18 @@ def _zeros(shape: Shape, dtype: np.dtype) -> np.ndarray:
     return np.full(shape, "", dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype)
 
 
+def _stated(model: ModelSource, outputs: Sequence[str] | None) -> dict[str, tuple[int | str, ...]]:
+    """The classes a classifier node states for the outputs bound (NOTE [ stated classes ])."""
+    import onnx
+
+    loadable = ort_model_arg(model)
+    if isinstance(loadable, str):
+        proto = onnx.load_model(loadable, load_external_data=False)
+    else:
+        proto = onnx.load_model_from_string(loadable)
+    return {name: classes for name, classes in stated_classes(proto).items() if outputs is None or name in outputs}
+
+
 def _loaded(model: str | bytes, options: Any, providers: list[Any]) -> Any:
     try:
         return onnxruntime().InferenceSession(model, sess_options=options, providers=providers)
@@ -191,6 +203,8 @@ class OrtSession:
             unzipped_model = unzipped(model, zipped)
             self.session = _loaded(unzipped_model.model, options, providers)
             self.class_labels = unzipped_model.labels
+        elif classifier_like(self.session.get_outputs()):  # NOTE [ stated classes ]
+            self.class_labels = _stated(model, outputs)
         device.verify_session(self.session, compute_stream)
         #: ORT's ``run(output names, feeds, run options)``: the binding's own, below
         #: ``InferenceSession.run``'s checks that the direct path made already (an input

@@ -88,7 +88,15 @@ from .replacing import (
     replacement_under_way,
     staging_folder,
 )
-from .written_by import JobRecord, RecordingSink, read_record, record_path, refuse_other_job, write_record
+from .written_by import (
+    JobRecord,
+    RecordingSink,
+    read_record,
+    record_path,
+    refuse_other_job,
+    refuse_unrecorded,
+    write_record,
+)
 
 __all__ = [
     "CallbackSink",
@@ -133,6 +141,7 @@ __all__ = [
     "record_path",
     "refuse_other_files",
     "refuse_other_job",
+    "refuse_unrecorded",
     "refuse_used_folder",
     "remove_journal",
     "replacement_of",

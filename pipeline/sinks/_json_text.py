@@ -83,6 +83,8 @@ def _json_values(column: Any) -> Any:
         text = _quoted(column.cast(pa.string()))
     elif pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
         text = _joined_lists(column)
+    elif pa.types.is_temporal(kind):  # a kept date or time: its ISO text, as pyarrow's readers take it back
+        text = _quoted(pc.cast(column, pa.string()))
     else:
         text = pa.array([json.dumps(_finite(value), ensure_ascii=False) for value in column.to_pylist()])
     return pc.fill_null(text, _text("null"))

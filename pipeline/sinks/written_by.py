@@ -10,8 +10,9 @@ a digest of its first and last bytes), the model (its SHA-256), and the options 
 It is written before the first row (:class:`RecordingSink`), atomically, and a
 replacement's lies in its staging folder, moved with it
 (NOTE [ replaced when whole ]).  A resume whose job does not match refuses, naming both
-(:func:`refuse_other_job`).  An output with no record (written by an earlier
-ortpipe) is resumed on its rows' own checks, as before.
+(:func:`refuse_other_job`).  An output that holds rows but no record (written by
+another tool, or by an ortpipe from before records) is never resumed, nor called
+finished: ortpipe continues only what it wrote (:func:`refuse_unrecorded`).
 """
 
 from __future__ import annotations
@@ -158,6 +159,21 @@ def refuse_other_job(
             f"cannot resume: {str(shown or output)!r} was written by another job (this run / that one: "
             f"{'; '.join(differ)}): resume with the same input, model and options, or --overwrite to replace it"
         )
+
+
+def refuse_unrecorded(sink: Any, output: str | Path | StoredPath, shown: str | Path | StoredPath | None = None) -> None:
+    """A SinkError, ``sink`` closed, where a resumed ``sink`` kept rows of an ``output`` that has
+    no record of the job that wrote them (NOTE [ who wrote it ])."""
+    from ..util.capabilities import kept_rows
+
+    if not kept_rows(sink) or read_record(output) is not None:
+        return
+    sink.close()
+    raise SinkError(
+        f"cannot resume: {str(shown or output)!r} holds rows but no record of the job that wrote them (another tool "
+        "wrote it, or an ortpipe from before records): ortpipe continues only what it wrote; --overwrite starts it "
+        "again"
+    )
 
 
 class RecordingSink(HandingOn):

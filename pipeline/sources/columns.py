@@ -3,8 +3,7 @@ the columns stacked for an input, against the values a row the model takes."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,71 +11,6 @@ import numpy as np
 from ..session import TensorSpec, castable, exact_cast_refusal
 from ..util.arrow import to_numpy
 from ._base import SourceError
-
-#: column names that usually hold a row's id or key, not a feature
-_ID_LIKE = re.compile(r"(^|_)(id|key|index|idx|uuid)$", re.IGNORECASE)
-
-
-def map_columns(
-    given: dict[str, Sequence[str]],
-    inputs: Sequence[TensorSpec],
-    schema: Any,
-    id_column: str | None,
-    where: str,
-    kind: str = "table",
-) -> dict[str, Sequence[str]]:
-    """Each input's columns: as ``given`` (``--input-column``, ``input_columns=``), checked
-    against the model and the schema; with none given, a one-input model takes every
-    numeric column but ``id_column``, in order, and a model of several inputs each named
-    like a column takes each input's own column.
-
-    NOTE [ inputs by name ]: a model of several inputs whose every name is a column
-    of the table (skl2onnx's export of a ColumnTransformer: ``colour``, ``f0``,
-    ``f1``, each ``[N, 1]``) is fed by name, each input its own column; the run
-    says so (``inputs_by_name``)."""
-    names = schema.names
-    input_names = [spec.name for spec in inputs]
-    if not given and len(inputs) > 1 and all(name in names for name in input_names):
-        # skl2onnx gives each column of a ColumnTransformer an input of its own (NOTE [ inputs by name ])
-        given = {name: [name] for name in input_names}
-    if not given:
-        if len(inputs) != 1:
-            raise SourceError(
-                f"a {kind} source without --input-column feeds one input, but the model has {input_names}: map "
-                "each to its columns with --input-column (input_columns= in Python)"
-            )
-        fits = _column_kind_for(inputs[0].dtype)
-        numeric = [n for n in names if n != id_column and fits(schema.field(n).type)]
-        if not numeric and _typeless(schema):  # a CSV of a header alone: its columns' types are null
-            raise SourceError(f"{where!r} has no rows (a header only): there is nothing to run")
-        if not numeric:
-            raise SourceError(f"{where!r} has no numeric columns for input {input_names[0]!r}: {names}")
-        given = {input_names[0]: numeric}
-    unknown_inputs = sorted(set(given) - set(input_names))
-    if unknown_inputs:
-        raise SourceError(f"--input-column names {unknown_inputs}, not inputs of the model: {input_names}")
-    missing_inputs = [n for n in input_names if n not in given]
-    if missing_inputs:
-        raise SourceError(f"model input(s) {missing_inputs} have no columns: map them with --input-column")
-    for name, cols in given.items():
-        absent = [c for c in cols if c not in names]
-        if absent:
-            raise SourceError(f"columns {absent} for input {name!r} are not in {where!r}: {names}")
-    return given
-
-
-def leftover_id(inputs: Sequence[TensorSpec], schema: Any, id_column: str | None) -> str | None:
-    """The one numeric column too many for a one-input model that fixes its row's width, where
-    it looks like an id (an integer column named like one): kept as the rows' id, not a
-    feature (NOTE [ an id found ]); None where there is no such column, or it is not alone."""
-    if id_column is not None or len(inputs) != 1:
-        return None
-    spec = inputs[0]
-    if spec.rank != 2 or not isinstance(spec.shape[1], int):
-        return None
-    numeric = [n for n in schema.names if is_numeric(schema.field(n).type)]
-    ids = [n for n in numeric if _ID_LIKE.search(n) and _is_integer(schema.field(n).type)]
-    return ids[0] if len(numeric) == spec.shape[1] + 1 and len(ids) == 1 else None
 
 
 def check_widths(
@@ -100,11 +34,13 @@ def check_widths(
             f"{where!r}: input {name!r} takes rows of {width} values ({spec.describe_shape()}), but "
             f"{len(cols)} columns are stacked for it (dim 1): {list(cols)}"
         )
-        ids = [c for c in cols if _ID_LIKE.search(c) and _is_integer(schema.field(c).type)]
-        if not chosen and len(cols) - width == 1 and len(ids) == 1:
-            message += f"; {ids[0]!r} looks like an id: --id-column {ids[0]} (id_column=) keeps it out of the input"
+        if chosen:
+            message += "; map the input's columns with --input-column (columns= in Python)"
         else:
-            message += "; choose them with --input-column (columns= in Python), or name an id column with --id-column"
+            message += (
+                "; map the input's columns with --input-column (columns= in Python), name the rows' id with "
+                "--id-column, or write a column through with --keep"
+            )
         raise SourceError(message)
 
 
@@ -115,12 +51,6 @@ def _any_list(schema: Any, columns: Sequence[str]) -> bool:
         pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
         for kind in (schema.field(c).type for c in columns)
     )
-
-
-def _is_integer(kind: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_integer(kind))
 
 
 def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
@@ -143,13 +73,6 @@ def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
                     "(pyarrow.compute.fill_null, or a filter)"
                 )
         first += group.num_rows
-
-
-def _typeless(schema: Any) -> bool:
-    """Whether every column's type is null: a CSV with no rows, whose types cannot be inferred."""
-    import pyarrow as pa
-
-    return bool(schema.names) and all(pa.types.is_null(field.type) for field in schema)
 
 
 def cast_columns(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
@@ -195,18 +118,6 @@ def element_type(kind: Any) -> Any:
 
 def numpy_dtype(kind: Any) -> np.dtype:
     return np.dtype(kind.to_pandas_dtype())
-
-
-def _column_kind_for(dtype: np.dtype) -> Callable[[Any], bool]:
-    """Which columns an input of ``dtype`` takes by default: numbers; bools for a bool input,
-    strings for a string one (NOTE [ string tensors ])."""
-    import pyarrow as pa
-
-    if dtype.kind == "b":
-        return lambda kind: bool(pa.types.is_boolean(kind))
-    if dtype.kind == "O":
-        return is_text
-    return is_numeric
 
 
 def is_text(arrow_type: Any) -> bool:

@@ -14,21 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..session import TensorSpec
-from ..util.arrow import from_numpy, to_numpy
+from ..util.arrow import exact_values, from_numpy, to_numpy
 from ..util.capabilities import HasLength
 from ..util.rows import drop_first, peel_first_row, recut
 from ._base import ArrayRows, SourceBatch, SourceError, existing_path, fewer_rows, one_input
-from .columns import (
-    cast_columns,
-    check_footer_nulls,
-    check_widths,
-    column_casts,
-    leftover_id,
-    map_columns,
-    numeric_column,
-    record_column,
-)
+from .columns import cast_columns, check_footer_nulls, numeric_column, record_column
 from .files import PARQUET_SUFFIXES, parquet_files
+from .table_plan import first_non_number, plan_table
 
 if TYPE_CHECKING:
     from .table_filling import TableFiller
@@ -84,30 +76,41 @@ class ColumnarSource:
         inputs: Sequence[TensorSpec],
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
+        keep: Sequence[str] = (),
     ):
         self.path = self._located(path)
         self.schema = self._read_schema()
-        names = self.schema.names
-        self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
-        if self.id_column is not None and self.id_column not in names:
-            raise SourceError(f"id column {self.id_column!r} is not in {str(self.path)!r}: columns {names}")
         self.batch_size = batch_size
         #: rows of the table left out before the first batch (:meth:`after`)
         self.skip = 0
-        #: the id column found, not named (NOTE [ an id found ]); None where none was
-        self.id_found: str | None = None
-        if not columns:
-            self._find_id(inputs)
-        self.columns = map_columns(dict(columns or {}), inputs, self.schema, self.id_column, str(self.path), self.kind)
+        #: which columns feed which input, the id, the kept columns (NOTE [ the table plan ])
+        self.plan = plan_table(
+            self.schema,
+            inputs,
+            columns=columns,
+            id_column=id_column,
+            keep=keep,
+            where=str(self.path),
+            first_non_number=self._first_non_number,
+        )
+        self.id_column = self.plan.id_column
+        self.columns = self.plan.inputs
         self.specs = {spec.name: spec for spec in inputs}
-        #: each input fed the column of its name, found, not named (NOTE [ inputs by name ])
-        self.inputs_by_name = not columns and len(inputs) > 1
-        check_widths(str(self.path), self.columns, self.specs, self.schema, chosen=bool(columns))
         self._check_footers({c for cols in self.columns.values() for c in cols})
         #: the inputs whose columns are cast to the model's dtype, "float64 -> float32" (NOTE [ input dtypes ])
-        self.casts = column_casts(self.schema, self.columns, self.specs)
+        self.casts = self.plan.casts
         #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
         self._check_before: Callable[[dict[str, np.ndarray]], None] | None = None
+
+    def _first_non_number(self, column: str) -> tuple[int, str] | None:
+        """The first row of text ``column`` whose value is not a number, and the value (a refusal's message)."""
+        row = 0
+        for record in self._blocks([column], 0):
+            bad = first_non_number(record_column(record, column).to_pylist(), row)
+            if bad is not None:
+                return bad
+            row += record.num_rows
+        return None
 
     def _located(self, path: str | Path) -> Any:
         """The table's path, checked to be there (a storage URL's source finds its own)."""
@@ -137,22 +140,6 @@ class ColumnarSource:
         (the rows before left unread where the format allows)."""
         raise NotImplementedError
 
-    def _find_id(self, inputs: Sequence[TensorSpec]) -> None:
-        """The rows' id, found where it was not named.
-
-        NOTE [ an id found ]: a table with one numeric column more than the model's one
-        input takes a row, that column an integer named like an id (``id``, ``user_id``,
-        ``key``) and unique in the table's first block: the column is kept as the rows' id
-        and the run says so.  A column that repeats there is a feature: the width is refused,
-        naming it, as before."""
-        found = leftover_id(inputs, self.schema, self.id_column)
-        if found is None:
-            return
-        first = next(iter(self._blocks([found], 0)), None)
-        values = None if first is None else to_numpy(record_column(first, found))
-        if values is not None and len(np.unique(values)) == len(values):
-            self.id_column = self.id_found = found
-
     def checked_after(self, rows: int, check: Callable[[dict[str, np.ndarray]], None]) -> ColumnarSource:
         """:meth:`after`, the last row left out (row ``rows - 1``) read on the way and its
         metadata given to ``check`` before the first batch: a resumed run's check of the
@@ -179,10 +166,11 @@ class ColumnarSource:
         return blocks if self._blocks_batched and not skip else rebatch(blocks, self.batch_size)
 
     def _wanted(self) -> list[str]:
-        """The columns read: the mapped ones, sorted, then the id column."""
+        """The columns read: the mapped ones, sorted, then the id column and the kept ones."""
         wanted = sorted({c for cols in self.columns.values() for c in cols})
-        if self.id_column is not None and self.id_column not in wanted:
-            wanted.append(self.id_column)
+        for column in (self.id_column, *self.plan.kept):
+            if column is not None and column not in wanted:
+                wanted.append(column)
         return wanted
 
     def records(self) -> Generator[tuple[Any, dict[str, np.ndarray], int], None, None]:
@@ -216,10 +204,15 @@ class ColumnarSource:
         return TableFiller(self, row_shapes)
 
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
-        """The rows' metadata: the id column's values, else their row numbers from ``start``."""
+        """The rows' metadata: the id column's values exactly (else their row numbers from
+        ``start``), then the kept columns'."""
         if self.id_column is not None:
-            return {self.id_column: to_numpy(record_column(record, self.id_column))}
-        return {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
+            meta = {self.id_column: exact_values(record_column(record, self.id_column))}
+        else:
+            meta = {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
+        for column in self.plan.kept:
+            meta[column] = exact_values(record_column(record, column))
+        return meta
 
 
 def stacked(record: Any, columns: Sequence[str], place: tuple[str, int] | None = None, rank: int = 2) -> np.ndarray:
@@ -354,8 +347,9 @@ class ParquetDatasetSource(ColumnarSource):
         inputs: Sequence[TensorSpec],
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
+        keep: Sequence[str] = (),
     ):
-        super().__init__(path, batch_size, inputs, columns, id_column)
+        super().__init__(path, batch_size, inputs, columns, id_column, keep)
         self.file_column = "ortpipe_file" if self.id_column == "file" else "file"
         self._check_parts()
         self._names = np.asarray([part.name for part in self.parts])
@@ -381,9 +375,7 @@ class ParquetDatasetSource(ColumnarSource):
     def _check_parts(self) -> None:
         """Every file has the columns read, of the first file's types."""
         first = self.parts[0]
-        wanted = {c for cols in self.columns.values() for c in cols}
-        if self.id_column is not None:
-            wanted.add(self.id_column)
+        wanted = set(self._wanted())
         for part in self.parts[1:]:
             for name in sorted(wanted):
                 expected = first.schema.field(name).type
@@ -436,9 +428,11 @@ class ParquetDatasetSource(ColumnarSource):
         numbers = to_numpy(record_column(record, _FILE_NUMBER))
         meta = {self.file_column: self._names[numbers]}
         if self.id_column is not None:
-            meta[self.id_column] = to_numpy(record_column(record, self.id_column))
+            meta[self.id_column] = exact_values(record_column(record, self.id_column))
         else:
             meta["row_id"] = to_numpy(record_column(record, _FILE_ROW))
+        for column in self.plan.kept:
+            meta[column] = exact_values(record_column(record, column))
         return meta
 
 

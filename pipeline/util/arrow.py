@@ -43,11 +43,57 @@ def _view(array: Any) -> np.ndarray | None:
     return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
-def from_numpy(values: np.ndarray) -> Any:
-    """A 1-D numpy array as an Arrow array: numbers share its memory (kept alive by
-    the Arrow buffer), anything else is converted by pyarrow."""
+def carried_exactly(kind: Any) -> bool:
+    """Whether a column of Arrow type ``kind`` comes back the same through :func:`exact_values`
+    and :func:`from_numpy` (an id or a kept column, written back beside the outputs)."""
     import pyarrow as pa
 
+    if pa.types.is_dictionary(kind):
+        return carried_exactly(kind.value_type)
+    if pa.types.is_timestamp(kind):
+        return kind.tz is None
+    return any(
+        check(kind)
+        for check in (
+            pa.types.is_integer,
+            pa.types.is_floating,
+            pa.types.is_boolean,
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_binary,
+            pa.types.is_date,
+            pa.types.is_duration,
+        )
+    )
+
+
+def exact_values(column: Any) -> np.ndarray:
+    """An id or kept column as numpy that :func:`from_numpy` turns back into the same Arrow
+    column: numbers with nulls as a masked array (pyarrow's own conversion makes an int64
+    with a null float64, which rounds ids above 2**53), a dictionary's values decoded."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        filled = column.fill_null(False if pa.types.is_boolean(kind) else 0)
+        mask = column.is_null().to_numpy(zero_copy_only=False)
+        return np.ma.MaskedArray(filled.to_numpy(zero_copy_only=False), mask=mask)
+    return to_numpy(column)
+
+
+def from_numpy(values: np.ndarray) -> Any:
+    """A 1-D numpy array as an Arrow array: numbers share its memory (kept alive by
+    the Arrow buffer), a masked array's masked values are nulls (:func:`exact_values`),
+    anything else is converted by pyarrow."""
+    import pyarrow as pa
+
+    if isinstance(values, np.ma.MaskedArray):
+        kind = pa.from_numpy_dtype(values.dtype)
+        return pa.array(np.ma.getdata(values), mask=np.ma.getmaskarray(values), type=kind)
     if values.ndim != 1 or values.dtype.kind not in "iuf" or not values.dtype.isnative:
         return pa.array(values)
     values = np.ascontiguousarray(values)

@@ -146,17 +146,10 @@ class HintsRows(Protocol):
 
 
 @runtime_checkable
-class FindsId(Protocol):
-    """A table that found its id column itself, not told it (NOTE [ an id found ] in ``sources``)."""
+class Planned(Protocol):
+    """A table whose columns were placed by a plan (NOTE [ the table plan ] in ``sources.table_plan``)."""
 
-    id_found: str | None
-
-
-@runtime_checkable
-class FeedsByName(Protocol):
-    """A table that feeds each of several inputs the column of its name (NOTE [ inputs by name ])."""
-
-    inputs_by_name: bool
+    plan: Any
 
 
 @runtime_checkable
@@ -378,11 +371,6 @@ def positional_meta(source: object) -> bool:
     return source.positional_meta if isinstance(source, PositionalMeta) else False
 
 
-def id_found(source: object) -> str | None:
-    """The id column a table found itself (None where it was named, or there is none)."""
-    return source.id_found if isinstance(source, FindsId) else None
-
-
-def inputs_by_name(source: object) -> bool:
-    """Whether ``source`` feeds each input the column of its name, found, not named."""
-    return isinstance(source, FeedsByName) and source.inputs_by_name
+def table_plan(source: object) -> Any:
+    """The source's table plan (``sources.TablePlan``), None where it reads no table."""
+    return source.plan if isinstance(source, Planned) else None

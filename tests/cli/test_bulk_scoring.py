@@ -67,6 +67,26 @@ def test_a_classifier_gets_a_column_a_class_and_its_labels(tmp_path, features, s
         np.testing.assert_allclose(table[f"output_probability_{c}"].to_numpy(), want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("kind", ["xgboost", "lightgbm_no_zipmap"])
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_classifier_without_zipmap_gets_a_column_a_class_its_node_states(tmp_path, features, kind, suffix):
+    """NOTE [ stated classes ]: XGBoost as onnxmltools exports it ends in a TreeEnsembleClassifier
+    with no ZipMap; its classlabels_int64s name the probabilities' columns."""
+    import onnxruntime as ort
+
+    x, source = features
+    output = tmp_path / f"scores{suffix}"
+    _run(tmp_path, kind, source, output)
+    table = _read(output)
+    session = ort.InferenceSession(exported(kind), providers=["CPUExecutionProvider"])
+    labels, probabilities = session.run(None, {"input": x})
+    classes = range(probabilities.shape[1])
+    assert table.column_names == ["row_id", "label", *[f"probabilities_{c}" for c in classes]]
+    np.testing.assert_array_equal(table["label"].to_numpy(), labels)
+    for c in classes:
+        np.testing.assert_allclose(table[f"probabilities_{c}"].to_numpy(), probabilities[:, c], rtol=1e-6, atol=1e-7)
+
+
 def test_a_lightgbm_classifier_scores_a_row_each_with_its_ids(tmp_path, features):
     """onnxmltools declares LightGBM's label [1]; the labels come a row each, beside the ids."""
     x, source = features
@@ -115,21 +135,23 @@ def test_an_id_column_left_over_is_kept_as_the_id_and_said(tmp_path, capsys, suf
     x, source = _with_ids(tmp_path, np.arange(5000, 5000 + ROWS), suffix)
     output = tmp_path / "scores.parquet"
     _run(tmp_path, "logreg", source, output)
-    assert "id: column 'id' is the rows' id, not a feature" in capsys.readouterr().out
+    assert "plan: id: 'id' (named like an id), written back exactly" in capsys.readouterr().out
     table = pq.read_table(output)
     np.testing.assert_array_equal(table["id"].to_numpy(), np.arange(5000, 5000 + ROWS))
     labels, _ = zipmap_reference(exported("logreg"), x)
     np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
 
 
-def test_an_id_like_column_that_repeats_is_not_taken_for_an_id(tmp_path, capsys):
-    _, source = _with_ids(tmp_path, np.arange(ROWS) % 7)
-    model = tmp_path / "logreg.onnx"
-    model.write_bytes(exported("logreg"))
-    args = ["run", str(model), "--input", str(source), "--output", str(tmp_path / "o.parquet"), "--no-progress"]
-    assert main(args) != 0
-    assert "5 columns are stacked for it" in capsys.readouterr().err
-    assert not (tmp_path / "o.parquet").exists()
+def test_a_column_named_like_an_id_is_never_a_feature_unless_mapped(tmp_path, capsys):
+    """NOTE [ the table plan ]: even where it repeats, an ``id`` column is the rows' id."""
+    x, source = _with_ids(tmp_path, np.arange(ROWS) % 7)
+    output = tmp_path / "o.parquet"
+    _run(tmp_path, "logreg", source, output)
+    assert "plan: id: 'id' (named like an id)" in capsys.readouterr().out
+    table = pq.read_table(output)
+    np.testing.assert_array_equal(table["id"].to_numpy(), np.arange(ROWS) % 7)
+    labels, _ = zipmap_reference(exported("logreg"), x)
+    np.testing.assert_array_equal(table["output_label"].to_numpy(), labels)
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -141,7 +163,8 @@ def test_inputs_named_like_columns_are_fed_by_name_and_said(tmp_path, capsys, su
     (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(pa.table(columns), source)
     output = tmp_path / "scores.parquet"
     _run(tmp_path, "columns_by_name", source, output)
-    assert "inputs: each fed the column of its name (f0, f1, f2, f3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert all(f"plan: input 'f{i}' <- f{i} (by name" in out for i in range(FEATURES))
     import onnxruntime as ort
 
     session = ort.InferenceSession(exported("columns_by_name"), providers=["CPUExecutionProvider"])
@@ -189,7 +212,7 @@ def test_python_sources_feed_inputs_by_name_and_one_dim_inputs(tmp_path):
     pq.write_table(pa.table({f"f{i}": x[:, i] for i in range(FEATURES)}), source)
     with Pipeline(exported("columns_by_name"), outputs=["output_label"]) as pipe:
         table = ParquetSource(source, 64, pipe.source_inputs)
-        assert table.inputs_by_name
+        assert table.plan.how == "by name"
         got = np.concatenate([out["output_label"] for out in pipe.map(batch.inputs for batch in table)])
     import onnxruntime as ort
 

@@ -154,3 +154,22 @@ def test_a_model_file_is_told_by_its_bytes(tmp_path):
     a, b = JobRecord.of(tmp_path, tmp_path / "a.onnx", {}), JobRecord.of(tmp_path, tmp_path / "b.onnx", {})
     assert a.model != b.model and a.model == JobRecord.of(tmp_path, (tmp_path / "a.onnx").read_bytes(), {}).model
     assert a.differences(b) == [f"model {a.model[:19]} / {b.model[:19]}"]
+
+
+def test_an_output_with_no_record_is_never_resumed_nor_called_finished(tmp_path, capsys):
+    """Issue 53, item 10: rows another tool wrote (or an ortpipe from before records) are not
+    adopted by a resume, however many they are; --overwrite starts again."""
+    data = tmp_path / "in.npy"
+    np.save(data, np.random.default_rng(0).random((40, 64), np.float32))
+    output = tmp_path / "out.csv"
+    argv = ["run", "mlp", "--input", str(data), "--output", str(output), "--no-progress", "--batch-size", "8"]
+    assert main(argv) == 0
+    record_path(output).unlink()  # as another tool leaves it: rows, and no record
+    before = output.read_bytes()
+    assert main([*argv, "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "holds rows but no record of the job that wrote them" in err and "--overwrite" in err
+    assert "nothing left to run" not in capsys.readouterr().out
+    assert output.read_bytes() == before
+    assert main([*argv, "--overwrite"]) == 0
+    assert read_record(output).input["path"] == str(data)

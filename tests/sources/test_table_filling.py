@@ -196,28 +196,28 @@ def test_rows_of_another_shape_than_the_slot_are_refused_by_the_filler(tmp_path)
             run_job(pipe, source, CallbackSink(lambda *a: None))
 
 
-def test_an_extra_id_column_is_found_and_one_that_repeats_is_named(tmp_path, pipe):
-    """Issue 37, item 4 (NOTE [ an id found ]): one numeric column more than the input takes,
-    an integer named like an id and unique, is the rows' id; one that repeats is a feature
-    too many, said to look like an id."""
+def test_a_column_named_like_an_id_is_the_id_whether_or_not_it_repeats(tmp_path, pipe):
+    """NOTE [ the table plan ]: a column named like an id is the rows' id, never a feature
+    unless mapped; a width that then does not fit is refused saying so."""
     x = _features()
     table = _scalar_table(x).drop(["row_id"]).append_column("user_id", pa.array(np.arange(ROWS) + 100))
     pq.write_table(table, tmp_path / "t.parquet")
     source = ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs)
-    assert source.id_found == "user_id" and source.id_column == "user_id"
+    assert source.plan.id_how == "named like an id" and source.id_column == "user_id"
     _outs, meta = _both_ways(pipe, lambda: source)
     np.testing.assert_array_equal(meta["user_id"], np.arange(ROWS) + 100)
     repeating = _scalar_table(x).drop(["row_id"]).append_column("user_id", pa.array(np.arange(ROWS) % 3))
     pq.write_table(repeating, tmp_path / "r.parquet")
-    with pytest.raises(
-        SourceError, match=r"takes rows of 8 values.*9 columns.*'user_id' looks like an id: --id-column"
-    ):
-        ParquetSource(tmp_path / "r.parquet", 64, pipe.source_inputs)
+    assert ParquetSource(tmp_path / "r.parquet", 64, pipe.source_inputs).id_column == "user_id"
+    short = _scalar_table(x).drop(["row_id", "f7"]).append_column("user_id", pa.array(np.arange(ROWS) % 3))
+    pq.write_table(short, tmp_path / "s.parquet")
+    with pytest.raises(SourceError, match=r"takes rows of 8 values.*7 columns.*'user_id' is taken as the rows' id"):
+        ParquetSource(tmp_path / "s.parquet", 64, pipe.source_inputs)
 
 
 def test_named_columns_of_the_wrong_count_are_refused_naming_them(tmp_path, pipe):
     pq.write_table(_scalar_table(_features()), tmp_path / "t.parquet")
-    with pytest.raises(SourceError, match=r"2 columns are stacked for it \(dim 1\): \['f0', 'f1'\]; choose them"):
+    with pytest.raises(SourceError, match=r"2 columns are stacked for it \(dim 1\): \['f0', 'f1'\]; map the input"):
         ParquetSource(tmp_path / "t.parquet", 64, pipe.source_inputs, columns={"x": ["f0", "f1"]})
 
 

@@ -1,0 +1,66 @@
+"""``ortpipe run ... --explain``: the table's plan (NOTE [ the table plan ]) and the columns
+the output would have, from the schema and the first rows only; nothing is written.
+
+The output's columns are not described from rules of their own: the first few rows
+are run and written, by the sink the run would use, into a scratch file of the same
+format, and its columns are read back.  So what ``--explain`` says is what the run
+writes, class columns and ``output_`` prefixes included.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..util.capabilities import table_plan
+
+#: rows run to learn the outputs' columns
+_ROWS = 4
+
+
+def explain(source: Any, pipe: Any, output: str, output_format: str, make_sink: Callable[[Path], Any]) -> list[str]:
+    """The plan's lines and the output's columns, from the first rows of ``source``
+    run through ``pipe`` and written by ``make_sink(path)`` into a scratch file."""
+    plan = table_plan(source)
+    lines = [f"plan: {line}" for line in plan.lines()] if plan is not None else []
+    first = next(iter(source), None)
+    if first is None:
+        return [*lines, "output: the input has no rows"]
+    rows = min(_ROWS, len(next(iter(first.inputs.values()))))
+    inputs = {name: values[:rows] for name, values in first.inputs.items()}
+    meta = {name: values[:rows] for name, values in first.meta.items()}
+    outputs = pipe.run(inputs)
+    with tempfile.TemporaryDirectory(prefix="ortpipe-explain-") as folder:
+        scratch = Path(folder) / f"explain{_suffix(output, output_format)}"
+        sink = make_sink(scratch)
+        try:
+            sink.write(0, rows, outputs, meta)
+            complete = getattr(sink, "mark_complete", None)
+            if complete is not None:
+                complete()
+        finally:
+            sink.close()
+        schema = _written_schema(scratch)
+    return [*lines, *(f"output: {field.name}: {field.type}" for field in schema)]
+
+
+def _suffix(output: str, output_format: str) -> str:
+    """The scratch file's suffix: the output's own, a data set's or a URL's as Parquet."""
+    for suffix in (".csv", ".jsonl", ".parquet", ".pq"):
+        if output.lower().endswith(suffix):
+            return suffix
+    return f".{output_format}" if output == "-" else ".parquet"
+
+
+def _written_schema(path: Path) -> Any:
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".csv":
+        return pcsv.read_csv(path).schema
+    if path.suffix == ".jsonl":
+        return pjson.read_json(path).schema
+    return pq.read_schema(path)
