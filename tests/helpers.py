@@ -240,3 +240,16 @@ def ramps_video(
             container.mux(stream.encode(av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")))
         container.mux(stream.encode())
     return path
+
+
+def recorded_as_this_job(argv: list[str]) -> None:
+    """The record the ``ortpipe`` job of ``argv`` would write, written beside its output: an
+    output whose record matches while its rows may not (an input changed where its identity
+    does not show it), so that a resume reaches the rows' own checks (NOTE [ resuming ])."""
+    from pipeline.cli import build_parser
+    from pipeline.cli.run import job_record
+    from pipeline.sinks import write_record
+
+    args = build_parser().parse_args(argv)
+    args.input, args.more_inputs = args.input[0], []
+    write_record(args.output, job_record(args))

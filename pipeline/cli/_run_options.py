@@ -110,7 +110,12 @@ def _text_options(text: Any) -> None:
         help="pooled in the graph, one vector a text written as 'embedding' (default: sentence-transformers' "
         "1_Pooling/config.json, else mean for an output of [batch, tokens, hidden], none for one that pools)",
     )
-    text.add_argument("--normalize", action="store_true", help="each vector divided by its L2 norm, in the graph")
+    text.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each vector divided by its L2 norm, in the graph (default: as the folder's modules.json says)",
+    )
 
 
 def _input_options(inputs: Any) -> None:

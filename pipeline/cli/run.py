@@ -329,13 +329,17 @@ def _open_source(args: argparse.Namespace, pipe: Any, batch_size: int) -> Any:
 def _text_model(args: argparse.Namespace, labels: list[str] | None) -> tuple[Any, list[str] | None]:
     """The model of a text run, its pooling appended (NOTE [ pooling in the graph ]), said; and the
     labels of a classifier's classes (--labels, else its config.json's id2label where --top-k asks)."""
-    from ..text import class_labels, model_folder, pooled_model
+    from ..text import class_labels, folder_settings, model_folder, pooled_model
 
     folder = model_folder(args.model, args.tokenizer)
     if folder.tokenizer is None:
         raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give --tokenizer PATH")
     args.text_folder = folder
-    model, pooling = pooled_model(folder, args.pooling, args.normalize)
+    settings = folder_settings(
+        folder.folder, max_length=args.max_length, pooling=args.pooling, normalize=args.normalize
+    )  # NOTE [ a folder's own settings ]
+    args.text_settings = settings
+    model, pooling = pooled_model(folder, settings)
     args.pooling_used = pooling
     if labels is None and args.top_k is not None and sink_kind(args.output) != "npy":
         labels = class_labels(folder.config)
@@ -346,16 +350,18 @@ def _text_source(args: argparse.Namespace, pipe: Any) -> Any:
     """A table's texts, tokenized and batched by tokens (NOTE [ token batches ])."""
     from ..text import DEFAULT_MAX_TOKENS, TextEncoder, TextSource
 
-    encoder = TextEncoder(args.text_folder.tokenizer, args.max_length)
+    settings = args.text_settings
+    encoder = TextEncoder(args.text_folder.tokenizer, settings.max_length)
     kind = next(iter(_devices_of(pipe))).kind
     budget = args.max_batch_tokens or DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["host"])
     source = TextSource(
         args.input, args.text_column, encoder, pipe.source_inputs, budget,
-        pair_column=args.text_pair_column, id_column=args.id_column,
+        pair_column=args.text_pair_column, id_column=args.id_column, keep=kept_columns(args),
     )  # fmt: skip
     pooled = "" if args.pooling_used == "none" else f", {args.pooling_used} pooling in the graph"
-    normalized = ", L2-normalized" if args.normalize else ""
+    normalized = ", L2-normalized" if settings.normalize else ""
     print(f"text: {encoder.max_length} tokens at most a text, {budget:,} a batch{pooled}{normalized}")
+    print(f"text: {settings.said()}")
     return source
 
 
@@ -365,7 +371,7 @@ def _text_options_fit(args: argparse.Namespace) -> None:
         ("--text-pair-column", args.text_pair_column), ("--tokenizer", args.tokenizer),
         ("--max-length", args.max_length), ("--max-batch-tokens", args.max_batch_tokens),
         ("--pooling", args.pooling), ("--normalize", args.normalize),
-    ) if value]  # fmt: skip
+    ) if value is not None]  # fmt: skip
     if not args.text_column:
         if given:
             raise SourceError(f"{', '.join(given)} are for a table's texts: give --text-column too")

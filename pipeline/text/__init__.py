@@ -19,7 +19,8 @@ import numpy as np
 
 from .batching import PAD_MULTIPLE, SORT_WINDOW, TokenBatch, token_batches
 from .columns import TextColumns, TextOptions
-from .pooling import EMBEDDING, POOLINGS, configured_pooling, default_pooling, with_pooling
+from .pooling import EMBEDDING, POOLINGS, default_pooling, with_pooling
+from .settings import TextSettings, folder_settings
 from .source import DEFAULT_MAX_TOKENS, POSITION, TextSource, text_inputs
 from .tokens import DEFAULT_MAX_LENGTH, ModelFolder, TextEncoder, class_labels, model_folder, rows_of
 
@@ -35,12 +36,13 @@ __all__ = [
     "TextEncoder",
     "TextColumns",
     "TextOptions",
+    "TextSettings",
     "TextSource",
     "TokenBatch",
     "class_labels",
-    "configured_pooling",
     "default_pooling",
     "embed",
+    "folder_settings",
     "model_folder",
     "pooled_model",
     "text_issuing",
@@ -50,13 +52,13 @@ __all__ = [
 ]
 
 
-def pooled_model(folder: ModelFolder, pooling: str | None = None, normalize: bool = False) -> tuple[Any, str]:
+def pooled_model(folder: ModelFolder, settings: TextSettings) -> tuple[Any, str]:
     """The folder's model with its pooling appended (NOTE [ pooling in the graph ]), and the pooling
-    used: ``pooling``, else sentence-transformers' config's, else :func:`default_pooling`'s."""
-    chosen = pooling or configured_pooling(folder.pooling_config) or default_pooling(folder.model)
-    if chosen == "none" and not normalize:
+    used: the settings' (NOTE [ a folder's own settings ]), else :func:`default_pooling`'s."""
+    chosen = settings.pooling or default_pooling(folder.model)
+    if chosen == "none" and not settings.normalize:
         return str(folder.model), chosen
-    return with_pooling(str(folder.model), chosen, normalize), chosen
+    return with_pooling(str(folder.model), chosen, settings.normalize), chosen
 
 
 def on_the_cpu(device: Any) -> bool:
@@ -84,18 +86,20 @@ def text_model(
     *,
     tokenizer: str | Path | None = None,
     pooling: str | None = None,
-    normalize: bool = False,
+    normalize: bool | None = None,
     max_length: int | None = None,
 ) -> tuple[Any, TextEncoder]:
     """A model folder's (or file's, ``tokenizer`` given) model with its pooling appended, and its
-    tokenizer with its truncation: what ``embed``, Ray's ``Predictor`` and Spark's scorer run."""
+    tokenizer with its truncation: what ``embed``, Ray's ``Predictor`` and Spark's scorer run.
+    What is not given is the folder's own (NOTE [ a folder's own settings ])."""
     from ..util.errors import SourceError
 
     folder = model_folder(model, tokenizer)
     if folder.tokenizer is None:
         raise SourceError(f"no tokenizer.json beside {str(folder.model)!r}: give tokenizer=")
-    graph, _ = pooled_model(folder, pooling, normalize)
-    return graph, TextEncoder(folder.tokenizer, max_length)
+    settings = folder_settings(folder.folder, max_length=max_length, pooling=pooling, normalize=normalize)
+    graph, _ = pooled_model(folder, settings)
+    return graph, TextEncoder(folder.tokenizer, settings.max_length)
 
 
 def embed(
@@ -105,7 +109,7 @@ def embed(
     tokenizer: str | Path | None = None,
     pairs: Sequence[str] | None = None,
     pooling: str | None = None,
-    normalize: bool = False,
+    normalize: bool | None = None,
     max_length: int | None = None,
     max_batch_tokens: int | None = None,
     device: Any = "auto",
@@ -117,31 +121,45 @@ def embed(
         texts: the texts.
         tokenizer: a ``tokenizer.json`` (or its folder) where the model's folder has none.
         pairs: a second text each, for a cross-encoder.
-        pooling: ``mean``, ``cls``, ``last`` or ``none`` (None: sentence-transformers' config's, else
-            ``mean`` for an output of ``[batch, tokens, hidden]``, ``none`` for one that pools itself).
-        normalize: divide each vector by its L2 norm.
-        max_length: tokens a text is cut to (None: the tokenizer's, else 512).
+        pooling: ``mean``, ``cls``, ``last`` or ``none`` (None: the folder's, NOTE [ a folder's own
+            settings ], else ``mean`` for an output of ``[batch, tokens, hidden]``, ``none`` for one
+            that pools itself).
+        normalize: divide each vector by its L2 norm (None: as the folder's ``modules.json`` says).
+        max_length: tokens a text is cut to (None: the folder's, else the tokenizer's, else 512).
         max_batch_tokens: a batch's rows times its padded length (None: 4,096 on the CPU, 65,536 on a GPU).
         device: as ``Pipeline``'s.
 
     Returns:
-        ``[len(texts), ...]``: the pooled output (``embedding``), a row a text.
+        ``[len(texts), ...]``: the pooled output (``embedding``), a row a text (``[0, ...]`` for none).
 
     Raises:
-        ModelError: no model, or a pooling the model's output does not allow.
-        SourceError: no tokenizer, or inputs a text cannot feed.
+        ModelError: no model, a pooling the model's output does not allow, or a step of the
+            folder's ``modules.json`` the graph does not hold (a ``Dense``).
+        SourceError: no tokenizer, inputs a text cannot feed, one string for ``texts``, or a
+            text that is not a str (a None), named by its index.
     """
     from ..frontends.pipeline import Pipeline
     from ..util.errors import SourceError
 
+    _check_texts(texts, "texts")
+    if pairs is not None:
+        _check_texts(pairs, "pairs")
+        if len(pairs) != len(texts):
+            raise SourceError(f"pairs: {len(pairs)} given for {len(texts)} texts; one each")
     graph, encoder = text_model(model, tokenizer=tokenizer, pooling=pooling, normalize=normalize, max_length=max_length)
-    if pairs is not None and len(pairs) != len(texts):
-        raise SourceError(f"pairs: {len(pairs)} given for {len(texts)} texts; one each")
     from ..frontends.options import PipelineOptions
 
     with Pipeline(graph, device=device, options=PipelineOptions(stage_threads=text_issuing(device))) as pipe:
         budget = max_batch_tokens or DEFAULT_MAX_TOKENS.get(pipe.device.kind, DEFAULT_MAX_TOKENS["host"])
         inputs = text_inputs(pipe.source_inputs)
+        if not len(texts):  # no rows, but the vectors' width: one empty text run, none kept
+            empty = token_batches(
+                rows_of(encoder.encode([""], None if pairs is None else [""])),
+                np.zeros(1, np.int64),
+                budget,
+                encoder.pad_id,
+            )
+            return next(iter(pipe.run(empty[0].feeds(inputs)).values()))[:0]
         batches: list[TokenBatch] = []
         for start in range(0, len(texts), SORT_WINDOW):
             window = list(texts[start : start + SORT_WINDOW])
@@ -151,4 +169,15 @@ def embed(
             batches += token_batches(rows, positions, budget, encoder.pad_id)
         outputs = pipe.map([batch.feeds(inputs) for batch in batches])
         placed = TextColumns.placed(outputs, [batch.positions for batch in batches], len(texts))
-    return next(iter(placed.values()), np.empty((0,), np.float32))
+    return next(iter(placed.values()))
+
+
+def _check_texts(texts: Any, what: str) -> None:
+    """A SourceError where ``texts`` is not a sequence of str: one string, or a None among them."""
+    from ..util.errors import SourceError
+
+    if isinstance(texts, (str, bytes)):
+        raise SourceError(f"{what} is one string, not a list of them: embed(model, [text]) embeds one text")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise SourceError(f"{what}[{index}] is {text!r}, not a str: fill or drop it first (an empty str is a text)")

@@ -79,7 +79,7 @@ class TextOptions:
     pair_column: str | None = None
     tokenizer: str | None = None
     pooling: str | None = None
-    normalize: bool = False
+    normalize: bool | None = None
     max_length: int | None = None
     #: a token batch's rows times its padded length (None: 4,096 on the CPU, 65,536 on a GPU)
     max_batch_tokens: int | None = None

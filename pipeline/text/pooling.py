@@ -19,8 +19,6 @@ output.  sentence-transformers' own choice (``1_Pooling/config.json``) is taken 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from ..heads import check_free, declared_dims, loaded_model
@@ -31,24 +29,6 @@ EMBEDDING = "embedding"
 #: the first opset whose ReduceSum, Unsqueeze and Squeeze take their axes as inputs
 POOLING_OPSET = 13
 _PREFIX = "ortpipe_pooling"
-
-
-def configured_pooling(config: Path | None) -> str | None:
-    """sentence-transformers' pooling mode from its ``1_Pooling/config.json`` (None: not there, or none we make)."""
-    if config is None:
-        return None
-    try:
-        modes = json.loads(config.read_text())
-    except (OSError, ValueError):
-        return None
-    for key, pooling in (
-        ("pooling_mode_mean_tokens", "mean"),
-        ("pooling_mode_cls_token", "cls"),
-        ("pooling_mode_lasttoken", "last"),
-    ):
-        if modes.get(key):
-            return pooling
-    return None
 
 
 def default_pooling(model: Any, output: str | None = None) -> str:

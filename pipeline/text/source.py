@@ -25,6 +25,7 @@ import numpy as np
 from ..session import TensorSpec
 from ..sources import SourceBatch
 from ..sources.stored_tables import open_dataset
+from ..util.arrow import exact_values
 from ..util.errors import SourceError
 from ..util.storage import is_storage_url
 from .batching import SORT_WINDOW, token_batches
@@ -62,6 +63,7 @@ class TextSource:
         *,
         pair_column: str | None = None,
         id_column: str | None = None,
+        keep: Sequence[str] = (),
         start: int = 0,
         stop: int | None = None,
         counts: TokenCounts | None = None,
@@ -75,10 +77,12 @@ class TextSource:
         self.max_tokens = max_tokens
         self._dataset = open_dataset(str(self.path))
         names = self._dataset.schema.names
-        for name, what in ((column, "text"), (pair_column, "pair"), (id_column, "id")):
+        for name, what in ((column, "text"), (pair_column, "pair"), (id_column, "id"), *((k, "kept") for k in keep)):
             if name is not None and name not in names:
                 raise SourceError(f"{what} column {name!r} is not in {str(self.path)!r}: columns {names}")
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
+        #: columns written through beside the outputs, unchanged (NOTE [ the table plan ])
+        self.keep = tuple(k for k in dict.fromkeys(keep) if k != self.id_column)
         self.start, self.stop = start, stop
         #: the tokens its batches held, shared with its windows (:meth:`between`): what :meth:`notes` says
         self.counts = counts if counts is not None else TokenCounts()
@@ -100,7 +104,8 @@ class TextSource:
             last = self.stop if last is None else min(last, self.stop)
         return TextSource(
             self.path, self.column, self.encoder, self.inputs, self.max_tokens,
-            pair_column=self.pair_column, id_column=self.id_column, start=first, stop=last, counts=self.counts,
+            pair_column=self.pair_column, id_column=self.id_column, keep=self.keep, start=first, stop=last,
+            counts=self.counts,
         )  # fmt: skip
 
     def notes(self) -> list[str]:
@@ -117,22 +122,25 @@ class TextSource:
         return said
 
     def __iter__(self) -> Iterator[SourceBatch]:
-        for texts, pairs, ids, positions in self._windows():
+        for texts, pairs, meta, positions in self._windows():
             encodings = self.encoder.encode(texts, pairs)
             self.counts.truncated += sum(1 for e in encodings if e.overflowing)
             for batch in token_batches(rows_of(encodings), positions, self.max_tokens, self.encoder.pad_id):
                 self.counts.real += batch.real_tokens
                 self.counts.padded += batch.padded_tokens
                 order = np.searchsorted(positions, batch.positions)
-                yield SourceBatch(batch.feeds(self.inputs), {self._id_name: ids[order], POSITION: batch.positions})
+                rows = {name: values[order] for name, values in meta.items()}
+                yield SourceBatch(batch.feeds(self.inputs), {**rows, POSITION: batch.positions})
 
     @property
     def _id_name(self) -> str:
         return self.id_column or "row_id"
 
-    def _windows(self) -> Iterator[tuple[list[str], list[str] | None, np.ndarray, np.ndarray]]:
-        """The table's rows from ``start`` to ``stop``, a window at a time: texts, pairs, ids, places."""
-        columns = [self.column, *(c for c in (self.pair_column, self.id_column) if c is not None)]
+    def _windows(self) -> Iterator[tuple[list[str], list[str] | None, dict[str, np.ndarray], np.ndarray]]:
+        """The table's rows from ``start`` to ``stop``, a window at a time: texts, pairs, the
+        rows' ids and kept columns (exactly: ``util.arrow.exact_values``), places."""
+        carried = [c for c in (self.pair_column, self.id_column, *self.keep) if c is not None]
+        columns = [self.column, *dict.fromkeys(c for c in carried if c != self.column)]
         row = 0
         for record in self._dataset.to_batches(columns=columns, batch_size=SORT_WINDOW):
             first, row = row, row + record.num_rows
@@ -146,8 +154,9 @@ class TextSource:
             positions = np.arange(first + lo, first + hi, dtype=np.int64) - self.start
             texts = self._texts(part, self.column, first + lo)
             pairs = None if self.pair_column is None else self._texts(part, self.pair_column, first + lo)
-            ids = positions + self.start if self.id_column is None else _values(part.column(self.id_column))
-            yield texts, pairs, ids, positions
+            ids = positions + self.start if self.id_column is None else exact_values(part.column(self.id_column))
+            meta = {self._id_name: ids, **{k: exact_values(part.column(k)) for k in self.keep}}
+            yield texts, pairs, meta, positions
 
     def _texts(self, part: Any, column: str, first: int) -> list[str]:
         values = part.column(column)
@@ -177,8 +186,3 @@ def text_inputs(inputs: Sequence[TensorSpec]) -> tuple[TensorSpec, ...]:
             f"this model's are {names}" + (f": {other} cannot be made from text" if other else "")
         )
     return tuple(inputs)
-
-
-def _values(column: Any) -> np.ndarray:
-    values = column.to_numpy(zero_copy_only=False)
-    return values.astype(str) if values.dtype == object else values

@@ -2,14 +2,25 @@
 
 The tokenizing is Hugging Face's ``tokenizers`` library's, not ours: its Rust ``encode_batch``
 runs off the GIL, so a window of texts is tokenized beside ORT's run of the batches before
-it.  Truncation is ``max_length`` tokens (special tokens included): the tokenizer file's own
-where it sets one, else :data:`DEFAULT_MAX_LENGTH`.  Padding is the batcher's (``batching``):
-each batch to its own longest row, not the tokenizer's.
+it.  Truncation is ``max_length`` tokens (special tokens included): the folder's own
+(NOTE [ a folder's own settings ]), else the tokenizer file's where it sets one, else
+:data:`DEFAULT_MAX_LENGTH`.  Padding is the batcher's (``batching``): each batch to its own
+longest row, not the tokenizer's.
+
+NOTE [ texts cut before tokenizing ]: ``tokenizers`` encodes a whole text before it
+truncates it, so a 12 MiB text cost 1.8 GB and a 48 MiB one minutes, for 256 tokens.  A text
+longer than :data:`CHARS_A_TOKEN` characters a token kept is cut to that many first, and its
+encoding kept only where the cut cannot have changed it: the encoding was truncated, and its
+last kept token ends before the last white space of the cut text (word-level
+pre-tokenizers - BERT's, byte-level BPE's, SentencePiece's Metaspace - split there, so what
+comes before it tokenizes alike whatever follows).  Otherwise the cut is doubled and the
+text encoded again, up to the whole text: the ids are always those of the uncut text.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +33,10 @@ from ..util.errors import ModelError, SourceError
 DEFAULT_MAX_LENGTH = 512
 #: where a Hugging Face export keeps the model, in the order looked at
 MODEL_FILES = ("model.onnx", "onnx/model.onnx")
+#: characters a text is cut to a token kept, before tokenizing (NOTE [ texts cut before tokenizing ])
+CHARS_A_TOKEN = 8
+#: the last white space of a text, and what follows it
+_LAST_SPACE = re.compile(r"\s\S*\Z")
 #: the model inputs a text feeds, by name
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -32,8 +47,8 @@ class ModelFolder:
 
     model: Path
     tokenizer: Path | None
-    #: sentence-transformers' pooling config (``1_Pooling/config.json``), where present
-    pooling_config: Path | None
+    #: the folder, where sentence-transformers' configs are (NOTE [ a folder's own settings ])
+    folder: Path
     #: Hugging Face's ``config.json`` (``id2label``), where present
     config: Path | None
 
@@ -58,9 +73,8 @@ def model_folder(path: str | Path, tokenizer: str | Path | None = None) -> Model
     chosen = given if given is not None else (beside if beside.is_file() else None)
     if chosen is not None and not chosen.is_file():
         raise ModelError(f"tokenizer {str(chosen)!r} not found")
-    pooling = folder / "1_Pooling" / "config.json"
     config = folder / "config.json"
-    return ModelFolder(found, chosen, pooling if pooling.is_file() else None, config if config.is_file() else None)
+    return ModelFolder(found, chosen, folder, config if config.is_file() else None)
 
 
 class TextEncoder:
@@ -87,10 +101,35 @@ class TextEncoder:
         self.pad_id = _pad_id(self._tokenizer)
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[Any]:
-        """One encoding a text (``ids``, ``attention_mask``, ``type_ids``), truncated."""
-        if pairs is None:
-            return self._tokenizer.encode_batch(list(texts))  # type: ignore[no-any-return]
-        return self._tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))  # type: ignore[no-any-return]
+        """One encoding a text (``ids``, ``attention_mask``, ``type_ids``), truncated; a long text
+        cut by characters first (NOTE [ texts cut before tokenizing ])."""
+        if pairs is not None:
+            return self._tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))  # type: ignore[no-any-return]
+        texts = list(texts)
+        limit = self.max_length * CHARS_A_TOKEN
+        encodings = self._tokenizer.encode_batch([text[:limit] for text in texts])
+        long = [index for index, text in enumerate(texts) if len(text) > limit]
+        while long:
+            limit *= 2
+            again = [index for index in long if not _uncut_alike(encodings[index], texts[index][: limit // 2])]
+            if not again:
+                break
+            redone = self._tokenizer.encode_batch([texts[i][:limit] for i in again])
+            for index, encoding in zip(again, redone, strict=True):
+                encodings[index] = encoding
+            long = [index for index in again if len(texts[index]) > limit]
+        return encodings  # type: ignore[no-any-return]
+
+
+def _uncut_alike(encoding: Any, cut: str) -> bool:
+    """Whether ``encoding`` of the text cut to ``cut`` is the uncut text's: it was truncated, and
+    its kept tokens end before the cut text's last white space (NOTE [ texts cut before tokenizing ])."""
+    if not encoding.overflowing:
+        return False
+    space = _LAST_SPACE.search(cut)
+    last_space = -1 if space is None else space.start()
+    ends = [end for start, end in encoding.offsets if end > start]
+    return bool(ends) and max(ends) <= last_space
 
 
 def _pad_id(tokenizer: Any) -> int:

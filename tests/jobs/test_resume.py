@@ -58,7 +58,7 @@ from pipeline.sources import (
     VideoSource,
 )
 
-from ..helpers import ROOT, load_module, stop_signals_handled
+from ..helpers import ROOT, load_module, recorded_as_this_job, stop_signals_handled
 
 
 def _specs(features: int = 4):
@@ -869,7 +869,7 @@ def test_ortpipe_run_resume_of_another_input_is_refused_before_any_work(tmp_path
     assert main([*argv, "--resume"]) == 1
     err = capsys.readouterr().err
     assert "was written by another job (this run / that one: input" in err and "7,808 bytes" in err
-    record_path(output).unlink()  # an output of an earlier ortpipe, with no record: the rows' own check
+    recorded_as_this_job([*argv, "--resume"])  # the record agrees: the rows' own check
     assert main([*argv, "--resume"]) == 1
     assert "holds 30 rows, fewer than the 40 to leave out" in capsys.readouterr().err
     assert read_npy_header_rows(output) == 40 and len(np.load(output)) == 40
@@ -951,11 +951,12 @@ def test_resuming_from_another_input_is_refused_where_the_output_keeps_ids(tmp_p
     _table_with_ids(data, range(2000, 2100))  # regenerated: as many rows, other ids
     assert main([*argv, "--resume"]) == 1
     assert "was written by another job (this run / that one: input" in capsys.readouterr().err
-    record_path(output).unlink()  # an output of an earlier ortpipe, with no record: the rows' own check
+    recorded_as_this_job([*argv, "--resume"])  # the record agrees: the rows' own check
     assert main([*argv, "--resume"]) == 1
     err = capsys.readouterr().err
     assert "cannot resume: row 29 of" in err and "(id 2029 where the output has " in err
     _table_with_ids(data, range(1000, 1100))  # the input it was made from: resumed
+    recorded_as_this_job([*argv, "--resume"])
     assert main([*argv, "--resume"]) == 0
     ids = (pcsv.read_csv(output) if suffix == ".csv" else pq.read_table(output))["id"].to_pylist()
     assert ids == list(range(1000, 1100))

@@ -19,7 +19,7 @@ from pipeline.jobs import window
 from pipeline.sources import SourceError, VideoSource
 from pipeline.sources._seeking import frame_pts
 
-from ..helpers import encode_video
+from ..helpers import encode_video, recorded_as_this_job
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
@@ -224,17 +224,18 @@ def _spec_rows():
 
 def test_a_video_resumed_with_another_stride_is_refused(clip, tmp_path, capsys):
     from pipeline.cli import main
-    from pipeline.sinks import record_path
 
     argv = ["run", "convnet", "--input", str(clip), "--batch-size", "8", "--no-progress", "--output"]
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--rows", ":10"]) == 0
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
     assert "was written by another job (this run / that one: every 2 / 3)" in capsys.readouterr().err
-    record_path(tmp_path / "a.parquet").unlink()  # an output of an earlier ortpipe: the rows' own check
+    recorded_as_this_job([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"])  # the rows' own check
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "2", "--resume"]) == 1
     assert "frame_index 18 where the output has 27" in capsys.readouterr().err
+    recorded_as_this_job([*argv, str(tmp_path / "a.parquet"), "--resume"])
     assert main([*argv, str(tmp_path / "a.parquet"), "--resume"]) == 1  # every frame, after a stride of 3
     assert "frame_index 9 where the output has 27" in capsys.readouterr().err
+    recorded_as_this_job([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--resume"])
     assert main([*argv, str(tmp_path / "a.parquet"), "--every", "3", "--resume"]) == 0
     assert pq.read_table(tmp_path / "a.parquet")["frame_index"].to_pylist() == list(range(0, FRAMES, 3))

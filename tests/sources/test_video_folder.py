@@ -10,10 +10,9 @@ import pytest
 from pipeline import TensorSpec
 from pipeline.cli import main
 from pipeline.jobs import rows_after, source_kind
-from pipeline.sinks import record_path
 from pipeline.sources import SourceError, VideoFolderSource, VideoSource
 
-from ..helpers import corrupt_frame, cut_after_frames, encode_video
+from ..helpers import corrupt_frame, cut_after_frames, encode_video, recorded_as_this_job
 
 av = pytest.importorskip("av", reason="video sources need PyAV: pip install '.[video]' in a checkout of ortpipe")
 
@@ -172,7 +171,7 @@ def test_every_nth_frame_of_each_video_and_a_resume_that_changed_the_stride(fold
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "b.parquet"), "--every", "2", "--resume"]) == 1  # another stride: refused
     assert "another job (this run / that one: every 2 / 4)" in capsys.readouterr().err  # NOTE [ who wrote it ]
-    record_path(tmp_path / "b.parquet").unlink()  # an earlier ortpipe's output: the rows' own check
+    recorded_as_this_job([*argv, str(tmp_path / "b.parquet"), "--every", "2", "--resume"])  # the rows' own check
     assert main([*argv, str(tmp_path / "b.parquet"), "--every", "2", "--resume"]) == 1
     assert "frame_index" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "c.parquet"), "--every", "1"]) == 0
@@ -361,7 +360,7 @@ def test_the_videos_a_table_lists_run_in_its_order_sharded_and_resumed(folder, t
     capsys.readouterr()
     assert main([*argv, str(tmp_path / "e4.parquet"), "--every", "2", "--resume"]) == 1  # another stride
     assert "another job (this run / that one: every 2 / 4)" in capsys.readouterr().err  # NOTE [ who wrote it ]
-    record_path(tmp_path / "e4.parquet").unlink()  # an earlier ortpipe's output: the rows' own check
+    recorded_as_this_job([*argv, str(tmp_path / "e4.parquet"), "--every", "2", "--resume"])  # the rows' own check
     assert main([*argv, str(tmp_path / "e4.parquet"), "--every", "2", "--resume"]) == 1
     assert "frame_index" in capsys.readouterr().err
 
