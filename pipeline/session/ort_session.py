@@ -354,9 +354,8 @@ class OrtSession:
             if changed:
                 bound = next(iter(input_shapes.values()))[0]
                 raise ModelError(
-                    f"a batch of {rows} rows would be padded to {bound} ({why}), and this model's rows interact: "
-                    f"output(s) {changed} of a row change with the other rows of its batch, so the padding rows "
-                    f"would change the real rows' results; {advice}"
+                    f"a batch of {rows} rows would be padded to {bound} ({why}), and the padding rows would change "
+                    f"the real rows' results: {'; '.join(changed)}; {advice}"
                 )
             self._padding_checked.add(key)
 

@@ -10,9 +10,10 @@ padded batch of a shape runs, the session runs that shape twice: one real row
 (random floats, ones for integers and bools, ``"a"`` for strings) padded with
 zeros, as the engine pads, and the same row padded with copies of itself.
 Row 0 of every output with a row each must be the same in both; where it is
-not, the run is refused before a result is changed.  Outputs without a row
-each (a detector's hits, whose padding rows add their own) are the batch's as
-a whole, and not compared.
+not, the run is refused before a result is changed.  An output without a row
+each (a reduction over the batch, a detector's hits, a count) is the batch's
+as a whole: the padding rows would be in it, whatever they are, so a model with
+such an output is refused padding outright, naming the output.
 
 The two paddings give the rows different sums, means and spreads - what batch
 statistics read - for two model runs once per padded shape.  Rows that interact
@@ -58,8 +59,8 @@ def changed_by_padding(
     shapes: Mapping[str, Shape],
     output_names: Sequence[str],
 ) -> list[str]:
-    """The outputs with a row each whose real row differs between the two paddings of one
-    made-up row; [] where rows do not interact.
+    """What padding would change, an output a line: those without a row each, and those with one
+    whose real row differs between the two paddings of one made-up row; [] where nothing.
 
     ``run`` takes the batched inputs' feeds (constants are the runner's to add) and may
     raise: a model that cannot run on made-up rows is the caller's to say."""
@@ -74,9 +75,9 @@ def changed_by_padding(
     for name, a, b in zip(output_names, first, second, strict=True):
         a, b = np.asarray(a), np.asarray(b)
         if not (a.ndim and b.ndim and a.shape[0] == b.shape[0] == bound):
-            continue  # no row each (a detector's hits, a count): the batch's own, every row's at once
-        if a.shape != b.shape or not _same(a[:1], b[:1]):
-            changed.append(name)
+            changed.append(f"{name!r} has no row each ({list(a.shape)} for {bound} rows): the padding rows are in it")
+        elif not _same(a[:1], b[:1]):
+            changed.append(f"{name!r} of a row changes with the other rows of its batch: the rows interact")
     return changed
 
 

@@ -47,17 +47,19 @@ def test_detect_outputs_equal_session_run_batch_by_batch(device, stage_threads):
     assert wait_no_threads() == []
 
 
-def test_a_fixed_batch_model_pads_but_keeps_every_hit_of_the_real_rows(fast_device):
+def test_a_fixed_batch_model_with_outputs_of_no_row_each_is_never_padded(fast_device):
+    """NOTE [ rows that interact ]: a detector's hits are the batch's as a whole, the padding rows'
+    included: whole batches run, a short one is refused naming the outputs, never padded silently."""
     model = models.detect(batch=8)
     rng = np.random.default_rng(3)
     batches = [rng.standard_normal((8, 64)).astype(np.float32) for _ in range(3)]
-    batches.append(rng.standard_normal((5, 64)).astype(np.float32))  # padded with zero rows: no hits
     with Pipeline(model, device=fast_device, depth=2) as pipe:
         outs = list(pipe.map(batches))
-    last = outs[-1]
-    assert last["best"].shape == (5,)  # a per-row output: the padding rows are cut off
-    np.testing.assert_array_equal(last["hits"], np.argwhere(batches[-1] > 1.5))
-    np.testing.assert_array_equal(last["hit_scores"], batches[-1][batches[-1] > 1.5])
+        np.testing.assert_array_equal(outs[-1]["hits"], np.argwhere(batches[-1] > 1.5))
+        with pytest.raises(PipelineStageError) as caught:
+            list(pipe.map([rng.standard_normal((5, 64)).astype(np.float32)]))
+    message = str(caught.value)
+    assert "padded to 8" in message and "'hits' has no row each" in message and "whole batches of 8" in message
 
 
 def test_views_of_a_dynamic_output_have_this_batchs_shape(fast_device):

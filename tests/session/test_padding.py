@@ -55,7 +55,7 @@ def test_a_fixed_batch_whose_rows_interact_is_refused_before_a_padded_batch_runs
         with pytest.raises(PipelineStageError) as caught:
             pipe.run(_rows(6))
     message = str(_refused(caught.value))
-    assert "padded to 4" in message and "rows interact" in message and "['y']" in message
+    assert "padded to 4" in message and "rows interact" in message and "'y'" in message
     assert "whole batches of 4 rows" in message
 
 
@@ -105,10 +105,45 @@ def test_the_check_finds_rows_that_interact_and_passes_rows_alone():
     from pipeline import HostDevice, OrtSession
     from pipeline.session.padding import changed_by_padding
 
-    for centred, changed in ((True, ["y"]), (False, [])):
+    interact = ["'y' of a row changes with the other rows of its batch: the rows interact"]
+    for centred, changed in ((True, interact), (False, [])):
         session = OrtSession(_model(4, centred), HostDevice())
 
         def run(feeds, session=session):
             return session.session.run(None, feeds)
 
         assert changed_by_padding(run, session.inputs, {"x": (4, 3)}, ["y"]) == changed
+
+
+def _mean_of_all_model():
+    """``y = 2 x`` a row, and ``m = mean(x)`` over the whole batch: an output with no row each."""
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["y"]),
+        helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reduced",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("m", TensorProto.FLOAT, []),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("stage_threads", [False, True], ids=["caller-thread", "stage-threads"])
+def test_static_shapes_never_pad_an_output_of_no_row_each(stage_threads):
+    """Issue 53, item 9: a reduction over the batch would hold the padding rows' zeros (it came out
+    0.13-0.16 off, silently): the padded batch is refused naming the output, and why."""
+    model = _mean_of_all_model()
+    x = _rows(8)
+    options = PipelineOptions(static_shapes=True, stage_threads=stage_threads)
+    with Pipeline(model, device="cpu", batch_size=4, options=options) as pipe:
+        (whole,) = list(pipe.map([x[:4]]))  # a whole batch: nothing padded
+        np.testing.assert_allclose(whole["m"], x[:4].mean(), rtol=1e-6)
+        with pytest.raises(PipelineStageError) as caught:
+            list(pipe.map([x[:3]]))
+    message = str(_refused(caught.value))
+    assert "padded to 4" in message and "'m' has no row each" in message and "without static shapes" in message

@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 
 from pipeline import ModelError
-from pipeline.text import EMBEDDING, configured_pooling, default_pooling, with_pooling
+from pipeline.text import EMBEDDING, default_pooling, folder_settings, with_pooling
 
 from ..text_models import HIDDEN, encoder
 
@@ -48,9 +48,11 @@ def test_the_defaults_and_sentence_transformers_config(tmp_path):
     assert default_pooling(encoder()) == "mean"
     pooled = with_pooling(encoder(), "cls")
     assert default_pooling(pooled) == "none"  # a model that pools itself
-    config = tmp_path / "config.json"
-    config.write_text('{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}')
-    assert configured_pooling(config) == "cls" and configured_pooling(None) is None
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        '{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}'
+    )
+    assert folder_settings(tmp_path).pooling == "cls" and folder_settings(tmp_path / "1_Pooling").pooling is None
 
 
 def test_poolings_a_model_cannot_take_are_refused_with_why():
