@@ -230,6 +230,11 @@ def column_list(text: str) -> list[str]:
     return columns
 
 
+def kept_columns(args: argparse.Namespace) -> list[str]:
+    """``--keep``'s columns, each given once, in order."""
+    return list(dict.fromkeys(c for given in getattr(args, "keep", None) or [] for c in given))
+
+
 def constant_spec(text: str) -> tuple[str, list[float]]:
     """--constant NAME=VALUE[,VALUE...]: the value of an input that is not batched."""
     name, sep, values = text.partition("=")

@@ -137,8 +137,8 @@ def _model_picture_size(specs: Any) -> tuple[int, int] | None:
 def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Where, output: Where) -> Any:
     from ..ray import predict
     from ..sources.table_plan import plan_table
+    from ._args import kept_columns
     from ._model import declared_inputs_of
-    from .run import kept_columns
 
     path, filesystem = _for_ray(source)
     dataset = ray.data.read_parquet(path, filesystem=filesystem)

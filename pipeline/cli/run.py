@@ -37,6 +37,7 @@ from ..util.capabilities import (
 from ..util.errors import SourceError
 from ._args import (
     constant_arrays,
+    kept_columns,
     ort_options,
     with_heads,
 )
@@ -415,11 +416,6 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
         streams=args.more_inputs,
         batch_wait_s=args.batch_wait,
     )
-
-
-def kept_columns(args: argparse.Namespace) -> list[str]:
-    """``--keep``'s columns, each given once, in order."""
-    return list(dict.fromkeys(c for given in getattr(args, "keep", None) or [] for c in given))
 
 
 #: the options of ``ortpipe run`` that change what rows an output holds (NOTE [ who wrote it ] in sinks)

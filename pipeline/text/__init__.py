@@ -121,9 +121,9 @@ def embed(
         texts: the texts.
         tokenizer: a ``tokenizer.json`` (or its folder) where the model's folder has none.
         pairs: a second text each, for a cross-encoder.
-        pooling: ``mean``, ``cls``, ``last`` or ``none`` (None: the folder's, NOTE [ a folder's own
-            settings ], else ``mean`` for an output of ``[batch, tokens, hidden]``, ``none`` for one
-            that pools itself).
+        pooling: ``mean``, ``cls``, ``last`` or ``none`` (None: the folder's, as
+            NOTE [ a folder's own settings ] says, else ``mean`` for an output of
+            ``[batch, tokens, hidden]``, ``none`` for one that pools itself).
         normalize: divide each vector by its L2 norm (None: as the folder's ``modules.json`` says).
         max_length: tokens a text is cut to (None: the folder's, else the tokenizer's, else 512).
         max_batch_tokens: a batch's rows times its padded length (None: 4,096 on the CPU, 65,536 on a GPU).

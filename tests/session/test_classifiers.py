@@ -54,9 +54,10 @@ def test_string_classes_are_kept_as_strings():
     np.testing.assert_allclose(got, [[row[c] for c in ("high", "low", "mid")] for row in want_maps], rtol=1e-6)
 
 
-def test_a_model_without_zipmap_has_no_classes():
+def test_a_model_without_zipmap_has_the_classes_its_tree_ensemble_states():
+    """NOTE [ stated classes ]: XGBoost's TreeEnsembleClassifier names its probabilities' columns."""
     with Pipeline(exported("xgboost")) as pipe:
-        assert pipe.class_labels == {}
+        assert pipe.class_labels == {"probabilities": (0, 1, 2)}
 
 
 def test_choosing_only_the_labels_leaves_the_model_as_it_is():
