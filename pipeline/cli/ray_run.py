@@ -147,7 +147,7 @@ def _scored_table(args: argparse.Namespace, ray: Any, model: Any, source: Where,
         declared_inputs_of(model)(),
         columns=dict(args.input_column),
         id_column=args.id_column,
-        keep=kept_columns(args),
+        keep_columns=kept_columns(args),
         where=str(source),
     )
     print(f"ray: {_workers_line(args)}; parquet {str(source)!r} -> {str(output)!r}")

@@ -357,7 +357,7 @@ def _text_source(args: argparse.Namespace, pipe: Any) -> Any:
     budget = args.max_batch_tokens or DEFAULT_MAX_TOKENS.get(kind, DEFAULT_MAX_TOKENS["host"])
     source = TextSource(
         args.input, args.text_column, encoder, pipe.source_inputs, budget,
-        pair_column=args.text_pair_column, id_column=args.id_column, keep=kept_columns(args),
+        pair_column=args.text_pair_column, id_column=args.id_column, keep_columns=kept_columns(args),
     )  # fmt: skip
     pooled = "" if args.pooling_used == "none" else f", {args.pooling_used} pooling in the graph"
     normalized = ", L2-normalized" if settings.normalize else ""
@@ -394,7 +394,7 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
         input_name=args.input_name,
         columns=dict(args.input_column),
         id_column=args.id_column,
-        keep=kept_columns(args),
+        keep_columns=kept_columns(args),
         size=_frame_size(args, pipe),
         pix_fmt=args.pix_fmt,
         decode_threads=args.decode_threads,

@@ -63,7 +63,7 @@ class ArrowScorer:
             self.inputs,
             columns=self.given,
             id_column=self.id_column,
-            keep=self.keep_columns,
+            keep_columns=self.keep_columns,
             where=where,
             first_non_number=None if record is None else functools.partial(_first_non_number, record),
         )

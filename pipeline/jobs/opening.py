@@ -271,11 +271,11 @@ def open_source(
     if kind in ("parquet", "csv", "jsonl"):
         if is_storage_url(path):
             return StoredTableSource(
-                str(path), batch_size, specs, dict(options.columns or {}), options.id_column, options.keep
+                str(path), batch_size, specs, dict(options.columns or {}), options.id_column, options.keep_columns
             )
         text = {"csv": CsvSource, "jsonl": JsonLinesSource}.get(kind)
         table = text or (ParquetDatasetSource if Path(path).is_dir() else ParquetSource)
-        return table(path, batch_size, specs, dict(options.columns or {}), options.id_column, options.keep)
+        return table(path, batch_size, specs, dict(options.columns or {}), options.id_column, options.keep_columns)
     if kind in ("streams", "video", "videos"):
         return _video_source(kind, path, batch_size, specs, options)
     return _image_source(path, batch_size, specs, options)

@@ -27,7 +27,7 @@ class SourceOptions:
     columns: Mapping[str, Sequence[str]] | None = None
     id_column: str | None = None
     #: a table's columns written through beside the outputs, unchanged (NOTE [ the table plan ])
-    keep: Sequence[str] = ()
+    keep_columns: Sequence[str] = ()
     #: frames and images made this (width, height), as ``fit`` says (NOTE [ fitting ])
     size: tuple[int, int] | None = None
     pix_fmt: str = "rgb24"
@@ -70,7 +70,11 @@ class SourceOptions:
         """Each option given or not, the kinds of input it is for, and what it is."""
         videos = ("video", "videos", "streams")
         return [
-            (bool(self.keep), ("parquet", "csv", "jsonl"), "writing columns through (--keep) is for a table's rows"),
+            (
+                bool(self.keep_columns),
+                ("parquet", "csv", "jsonl"),
+                "writing columns through (--keep) is for a table's rows",
+            ),
             (self.every != 1 or self.fps is not None, videos, "taking every N-th frame is for videos"),
             (
                 self.skip_unreadable,

@@ -86,10 +86,10 @@ class StoredTableSource(ColumnarSource):
         inputs: Sequence[TensorSpec],
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
-        keep: Sequence[str] = (),
+        keep_columns: Sequence[str] = (),
     ) -> None:
         self._dataset = open_dataset(url)
-        super().__init__(url, batch_size, inputs, columns, id_column, keep)
+        super().__init__(url, batch_size, inputs, columns, id_column, keep_columns)
 
     def _located(self, path: Any) -> Any:
         return str(path)  # a URL: the dataset found it (open_dataset)

@@ -109,7 +109,7 @@ def plan_table(
     *,
     columns: Mapping[str, Sequence[str]] | None = None,
     id_column: str | None = None,
-    keep: Sequence[str] = (),
+    keep_columns: Sequence[str] = (),
     where: str = "the table",
     first_non_number: FirstNonNumber | None = None,
 ) -> TablePlan:
@@ -117,7 +117,7 @@ def plan_table(
     SourceError saying which rule could not be applied and what fixes it.  ``first_non_number``
     finds the bad cell of a text column where numbers were wanted, for the message."""
     names = list(schema.names)
-    _check_named(names, id_column, keep, where)
+    _check_named(names, id_column, keep_columns, where)
     index = pandas_index(schema)
     given = {name: tuple(cols) for name, cols in (columns or {}).items()}
     if given:
@@ -128,8 +128,8 @@ def plan_table(
     else:
         how = BY_WIDTH
     used = {c for cols in given.values() for c in cols}
-    id_column, id_how = _the_id(names, id_column, used, keep, where)
-    kept = tuple(dict.fromkeys(c for c in keep if c != id_column))
+    id_column, id_how = _the_id(names, id_column, used, keep_columns, where)
+    kept = tuple(dict.fromkeys(c for c in keep_columns if c != id_column))
     if how == BY_WIDTH:
         given = {inputs[0].name: _by_width(schema, inputs, names, id_column, kept, index, where, first_non_number)}
     plan = TablePlan(given, how, id_column, id_how, kept)

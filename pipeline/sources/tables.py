@@ -76,7 +76,7 @@ class ColumnarSource:
         inputs: Sequence[TensorSpec],
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
-        keep: Sequence[str] = (),
+        keep_columns: Sequence[str] = (),
     ):
         self.path = self._located(path)
         self.schema = self._read_schema()
@@ -89,7 +89,7 @@ class ColumnarSource:
             inputs,
             columns=columns,
             id_column=id_column,
-            keep=keep,
+            keep_columns=keep_columns,
             where=str(self.path),
             first_non_number=self._first_non_number,
         )
@@ -347,9 +347,9 @@ class ParquetDatasetSource(ColumnarSource):
         inputs: Sequence[TensorSpec],
         columns: Mapping[str, Sequence[str]] | None = None,
         id_column: str | None = None,
-        keep: Sequence[str] = (),
+        keep_columns: Sequence[str] = (),
     ):
-        super().__init__(path, batch_size, inputs, columns, id_column, keep)
+        super().__init__(path, batch_size, inputs, columns, id_column, keep_columns)
         self.file_column = "ortpipe_file" if self.id_column == "file" else "file"
         self._check_parts()
         self._names = np.asarray([part.name for part in self.parts])

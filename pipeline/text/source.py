@@ -63,7 +63,7 @@ class TextSource:
         *,
         pair_column: str | None = None,
         id_column: str | None = None,
-        keep: Sequence[str] = (),
+        keep_columns: Sequence[str] = (),
         start: int = 0,
         stop: int | None = None,
         counts: TokenCounts | None = None,
@@ -77,12 +77,17 @@ class TextSource:
         self.max_tokens = max_tokens
         self._dataset = open_dataset(str(self.path))
         names = self._dataset.schema.names
-        for name, what in ((column, "text"), (pair_column, "pair"), (id_column, "id"), *((k, "kept") for k in keep)):
+        for name, what in (
+            (column, "text"),
+            (pair_column, "pair"),
+            (id_column, "id"),
+            *((k, "kept") for k in keep_columns),
+        ):
             if name is not None and name not in names:
                 raise SourceError(f"{what} column {name!r} is not in {str(self.path)!r}: columns {names}")
         self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
         #: columns written through beside the outputs, unchanged (NOTE [ the table plan ])
-        self.keep = tuple(k for k in dict.fromkeys(keep) if k != self.id_column)
+        self.keep = tuple(k for k in dict.fromkeys(keep_columns) if k != self.id_column)
         self.start, self.stop = start, stop
         #: the tokens its batches held, shared with its windows (:meth:`between`): what :meth:`notes` says
         self.counts = counts if counts is not None else TokenCounts()
@@ -104,7 +109,7 @@ class TextSource:
             last = self.stop if last is None else min(last, self.stop)
         return TextSource(
             self.path, self.column, self.encoder, self.inputs, self.max_tokens,
-            pair_column=self.pair_column, id_column=self.id_column, keep=self.keep, start=first, stop=last,
+            pair_column=self.pair_column, id_column=self.id_column, keep_columns=self.keep, start=first, stop=last,
             counts=self.counts,
         )  # fmt: skip
 

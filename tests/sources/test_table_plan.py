@@ -73,18 +73,18 @@ def test_pandas_index_is_left_out_and_said():
 
 def test_kept_columns_and_the_id_are_never_features():
     schema = _schema(key=pa.string(), day=pa.date32(), a=pa.float64(), b=pa.float64(), c=pa.float64())
-    plan = plan_table(schema, ROW3, keep=["day"])
+    plan = plan_table(schema, ROW3, keep_columns=["day"])
     assert plan.inputs == {"x": ("a", "b", "c")} and plan.kept == ("day",) and plan.id_column == "key"
     with pytest.raises(SourceError, match=r"kept column\(s\) \['gone'\] are not in"):
-        plan_table(schema, ROW3, keep=["gone"])
+        plan_table(schema, ROW3, keep_columns=["gone"])
 
 
 def test_two_columns_named_like_ids_need_one_named():
     schema = _schema(id=pa.int64(), user_id=pa.int64(), a=pa.float64(), b=pa.float64(), c=pa.float64())
     with pytest.raises(SourceError, match=r"columns \['id', 'user_id'\] are each named like an id"):
         plan_table(schema, ROW3)
-    assert plan_table(schema, ROW3, id_column="id", keep=["user_id"]).kept == ("user_id",)
-    assert plan_table(schema, ROW3, keep=["user_id"]).id_column == "id"
+    assert plan_table(schema, ROW3, id_column="id", keep_columns=["user_id"]).kept == ("user_id",)
+    assert plan_table(schema, ROW3, keep_columns=["user_id"]).id_column == "id"
 
 
 def test_inputs_named_like_columns_are_fed_by_name_with_the_id_found():
