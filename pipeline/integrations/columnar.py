@@ -82,7 +82,9 @@ class ArrowScorer:
         record = _one_record(batch)
         columns = self.columns(record.schema, where, record)
         return {
-            spec.name: cast_columns(spec, stacked(record, columns[spec.name], (where, 0), spec.rank))
+            spec.name: cast_columns(
+                spec, stacked(record, columns[spec.name], (where, 0), spec.rank), columns[spec.name], (where, 0)
+            )
             for spec in self.inputs
         }
 

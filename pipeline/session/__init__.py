@@ -10,7 +10,7 @@
 The engine, the sources, the jobs, the CLI and the integrations import it; it imports
 only the device layer below it."""
 
-from .casting import castable, exact_cast_refusal
+from .casting import castable, exact_cast_refusal, refused_at
 from .ort_session import GRAPH_OPTIMIZATION, ORT_LOG_LEVELS, OrtSession, SessionConfig
 from .preprocess import Preprocess
 from .specs import (
@@ -39,6 +39,7 @@ __all__ = [
     "declared_inputs",
     "declared_outputs",
     "exact_cast_refusal",
+    "refused_at",
     "graph_of",
     "nbytes_of",
     "ort_model_arg",

@@ -7,7 +7,10 @@ or wraps as the model's own dtype would have stored the value.  Integers to
 floats are another matter: float32 holds every integer only up to 2**24
 (float64: 2**53), so an id or a count beyond it would reach the model as
 another number, silently.  Such a cast is made only where every value of the
-batch is exact in the float, and refused otherwise, naming the value.
+batch is exact in the float, and refused otherwise, naming the value.  A
+float that overflows a narrower float (a float64 past float32's 3.4e38) would
+reach the model as infinity: refused the same way.  :func:`refused_at` gives the
+place of the first value refused, for a table to name its column and row.
 """
 
 from __future__ import annotations
@@ -32,13 +35,46 @@ def inexact_integer(values: np.ndarray, target: np.dtype) -> int | None:
     return low if low < -exact else None
 
 
+def overflowing_float(values: np.ndarray, target: np.dtype) -> float | None:
+    """A finite float of ``values`` past the largest of the narrower float dtype ``target``
+    (it would become infinity), None where none is."""
+    target = np.dtype(target)
+    if values.dtype.kind != "f" or target.kind != "f" or target.itemsize >= values.dtype.itemsize or not values.size:
+        return None
+    largest = np.finfo(target).max
+    with np.errstate(invalid="ignore"):
+        past = np.isfinite(values) & (np.abs(values) > largest)  # infinity stays itself
+    return float(values[past].flat[0]) if past.any() else None
+
+
 def exact_cast_refusal(values: np.ndarray, target: np.dtype) -> str | None:
     """Why ``values`` cannot be cast to ``target`` without changing one, None where they can."""
-    value = inexact_integer(values, target)
-    if value is None:
-        return None
     target = np.dtype(target)
-    return (
-        f"{values.dtype.name} value {value:,} is not exact as {target.name} (which holds integers up to "
-        f"2**{np.finfo(target).nmant + 1}): the model would get {float(np.asarray(value).astype(target)):.0f}"
-    )
+    value = inexact_integer(values, target)
+    if value is not None:
+        return (
+            f"{values.dtype.name} value {value:,} is not exact as {target.name} (which holds integers up to "
+            f"2**{np.finfo(target).nmant + 1}): the model would get {float(np.asarray(value).astype(target)):.0f}"
+        )
+    overflow = overflowing_float(values, target)
+    if overflow is not None:
+        return (
+            f"{values.dtype.name} value {overflow:g} overflows {target.name} (at most {np.finfo(target).max:g}): "
+            "the model would get infinity"
+        )
+    return None
+
+
+def refused_at(values: np.ndarray, target: np.dtype) -> tuple[int, ...] | None:
+    """The index of the first value of ``values`` that :func:`exact_cast_refusal` refuses, in row order."""
+    target = np.dtype(target)
+    if values.dtype.kind in "iu" and target.kind == "f":
+        exact = 2 ** (np.finfo(target).nmant + 1)
+        bad = (values > exact) | (values < -exact)
+    elif values.dtype.kind == "f" and target.kind == "f" and target.itemsize < values.dtype.itemsize:
+        with np.errstate(invalid="ignore"):
+            bad = np.isfinite(values) & (np.abs(values) > np.finfo(target).max)
+    else:
+        return None
+    found = np.argwhere(bad)
+    return tuple(int(i) for i in found[0]) if len(found) else None

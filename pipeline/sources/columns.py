@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..session import TensorSpec, castable, exact_cast_refusal
+from ..session import TensorSpec, castable, exact_cast_refusal, refused_at
 from ..util.arrow import to_numpy
 from ._base import SourceError
 
@@ -53,39 +53,82 @@ def _any_list(schema: Any, columns: Sequence[str]) -> bool:
     )
 
 
-def check_footer_nulls(where: str, metadata: Any, columns: set[str]) -> None:
-    """A SourceError where a Parquet file's footer counts nulls in a column an input
-    reads (before any batch, not at the batch they are in), naming the rows of the row
-    group; a file written without statistics is checked batch by batch instead."""
+def check_footers(where: str, metadata: Any, columns: Mapping[str, np.dtype]) -> None:
+    """A SourceError where a Parquet file's footer tells, before any batch, that a column an
+    input reads holds nulls, or values its cast to the input's dtype would change (an integer
+    past a float's exact ones, a float past a narrower float's largest: NOTE [ input dtypes ]),
+    naming the rows of the row group; a file written without statistics is checked batch by batch."""
     first = 0
     for group_index in range(metadata.num_row_groups):
         group = metadata.row_group(group_index)
         for column_index in range(group.num_columns):
             chunk = group.column(column_index)
             stats = chunk.statistics
-            if chunk.path_in_schema not in columns or stats is None or not stats.has_null_count:
+            if chunk.path_in_schema not in columns or stats is None:
                 continue
-            if stats.null_count:
+            rows = f"rows {first:,} to {first + group.num_rows - 1:,} (row group {group_index}, as the file's footer "
+            if stats.has_null_count and stats.null_count:
                 raise SourceError(
-                    f"{where!r}: column {chunk.path_in_schema!r} has {stats.null_count} null value(s) in rows "
-                    f"{first:,} to {first + group.num_rows - 1:,} (row group {group_index}, as the file's footer "
+                    f"{where!r}: column {chunk.path_in_schema!r} has {stats.null_count} null value(s) in {rows}"
                     "counts them): a model input takes values only; fill or drop them first "
                     "(pyarrow.compute.fill_null, or a filter)"
+                )
+            refused = _footer_range_refusal(stats, chunk.physical_type, columns[chunk.path_in_schema])
+            if refused is not None:
+                raise SourceError(
+                    f"{where!r}: column {chunk.path_in_schema!r} cannot be cast in {rows}has its range): {refused}; "
+                    "cast it yourself if meant"
                 )
         first += group.num_rows
 
 
-def cast_columns(spec: TensorSpec, values: np.ndarray) -> np.ndarray:
+#: Parquet's physical types of numbers, as numpy's
+_PHYSICAL: dict[str, np.dtype] = {
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FLOAT": np.dtype(np.float32),
+    "DOUBLE": np.dtype(np.float64),
+}
+
+
+def _footer_range_refusal(stats: Any, physical: str, target: np.dtype) -> str | None:
+    """Why a column chunk's min and max (of Parquet's ``physical`` type) cannot be cast to
+    ``target`` exactly, None where they can or the footer cannot tell."""
+    kind = _PHYSICAL.get(physical)
+    if kind is None or not stats.has_min_max or not isinstance(stats.min, (int, float)):
+        return None
+    try:
+        extremes = np.array([stats.min, stats.max], kind)
+    except (OverflowError, ValueError):  # an unsigned logical type past int64's range
+        return None
+    return exact_cast_refusal(extremes, target)
+
+
+def cast_columns(
+    spec: TensorSpec, values: np.ndarray, columns: Sequence[str] = (), place: tuple[str, int] | None = None
+) -> np.ndarray:
     """Stacked columns as the input's dtype, cast within their kind (NOTE [ input dtypes ]),
-    else refused naming both."""
+    else refused naming both - and, given the ``columns`` stacked and ``place`` (the file and
+    the row the batch starts at), the column and row of the first value refused."""
     if values.dtype == spec.dtype:
         return values
     if not castable(values.dtype, spec.dtype):
         raise SourceError(f"columns for input {spec.name!r} are {values.dtype}; the model takes {spec.dtype}")
     inexact = exact_cast_refusal(values, spec.dtype)
     if inexact is not None:
-        raise SourceError(f"columns for input {spec.name!r} cannot be cast: {inexact}; cast them yourself if meant")
+        raise SourceError(f"{_cell(values, spec, columns, place)}cannot be cast: {inexact}; cast it yourself if meant")
     return values.astype(spec.dtype)
+
+
+def _cell(values: np.ndarray, spec: TensorSpec, columns: Sequence[str], place: tuple[str, int] | None) -> str:
+    """Where the first value refused a cast is: "'t.parquet': column 'x', row 12: ", or the input's columns."""
+    at = refused_at(values, spec.dtype)
+    if at is None or not columns:
+        return f"columns for input {spec.name!r} "
+    where, start = place if place is not None else ("", 0)
+    column = columns[at[1]] if len(columns) > 1 and len(at) > 1 else columns[0]
+    prefix = f"{where!r}: " if where else ""
+    return f"{prefix}column {column!r}, row {start + at[0]:,}: "
 
 
 def column_casts(schema: Any, columns: Mapping[str, Sequence[str]], specs: Mapping[str, TensorSpec]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..session import TensorSpec, castable, exact_cast_refusal
+from ..session import TensorSpec, castable, exact_cast_refusal, refused_at
 from ._base import SourceError
 from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
 
@@ -108,7 +108,7 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
     if len(columns) == 1:
         values = numeric_column(columns[0], record_column(record, columns[0]), place)
         if values.ndim == 1 and target.ndim == 1:  # a 1-D input, [N]: one column
-            target[...] = _exact(values, target.dtype, name, path)
+            target[...] = _exact(values, target.dtype, columns[0], place)
             return
         if values.ndim == 2:
             if values.shape[1:] != target.shape[1:]:
@@ -116,7 +116,7 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
                     f"{path!r}: column {columns[0]!r} holds lists of {values.shape[1]} values, input {name!r} "
                     f"takes rows of {list(target.shape[1:])}"
                 )
-            target[...] = _exact(values, target.dtype, name, path)
+            target[...] = _exact(values, target.dtype, columns[0], place)
             return
     if target.shape[1:] != (len(columns),):
         raise SourceError(
@@ -126,15 +126,18 @@ def _write(record: Any, columns: Sequence[str], target: np.ndarray, name: str, p
         )
     for index, column in enumerate(columns):
         target[:, index] = _exact(
-            numeric_column(column, record_column(record, column), place), target.dtype, name, path
+            numeric_column(column, record_column(record, column), place), target.dtype, column, place
         )
 
 
-def _exact(values: np.ndarray, dtype: np.dtype, name: str, path: str) -> np.ndarray:
-    """``values``, refused where their cast into the slot would change an integer (NOTE [ input dtypes ])."""
+def _exact(values: np.ndarray, dtype: np.dtype, column: str, place: tuple[str, int]) -> np.ndarray:
+    """``values`` of ``column``, refused where their cast into the slot would change one (an
+    integer past a float's, a float past a narrower float's), naming the row (NOTE [ input dtypes ])."""
     inexact = exact_cast_refusal(values, dtype)
     if inexact is not None:
+        path, start = place
+        row = start + (refused_at(values, dtype) or (0,))[0]
         raise SourceError(
-            f"{path!r}: columns for input {name!r} cannot be cast: {inexact}; cast them yourself if meant"
+            f"{path!r}: column {column!r}, row {row:,}: cannot be cast: {inexact}; cast it yourself if meant"
         )
     return values

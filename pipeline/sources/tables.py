@@ -18,7 +18,7 @@ from ..util.arrow import exact_values, from_numpy, to_numpy
 from ..util.capabilities import HasLength
 from ..util.rows import drop_first, peel_first_row, recut
 from ._base import ArrayRows, SourceBatch, SourceError, existing_path, fewer_rows, one_input
-from .columns import cast_columns, check_footer_nulls, numeric_column, record_column
+from .columns import cast_columns, check_footers, numeric_column, record_column
 from .files import PARQUET_SUFFIXES, parquet_files
 from .table_plan import first_non_number, plan_table
 
@@ -96,7 +96,7 @@ class ColumnarSource:
         self.id_column = self.plan.id_column
         self.columns = self.plan.inputs
         self.specs = {spec.name: spec for spec in inputs}
-        self._check_footers({c for cols in self.columns.values() for c in cols})
+        self._check_footers({c: self.specs[name].dtype for name, cols in self.columns.items() for c in cols})
         #: the inputs whose columns are cast to the model's dtype, "float64 -> float32" (NOTE [ input dtypes ])
         self.casts = self.plan.casts
         #: given the metadata of the last row left out, before the first batch (:meth:`checked_after`)
@@ -116,8 +116,9 @@ class ColumnarSource:
         """The table's path, checked to be there (a storage URL's source finds its own)."""
         return existing_path(path, self.what)
 
-    def _check_footers(self, columns: set[str]) -> None:
-        """Refuse, before any batch, what a format's footer already tells is wrong (Parquet's nulls)."""
+    def _check_footers(self, columns: Mapping[str, np.dtype]) -> None:
+        """Refuse, before any batch, what a format's footer already tells is wrong (Parquet's nulls,
+        and values a cast to the input's dtype would change); ``columns``: each one read, its input's dtype."""
 
     def after(self, rows: int) -> ColumnarSource:
         """This table without its first ``rows`` rows, each later row keeping its id
@@ -185,7 +186,9 @@ class ColumnarSource:
         where = str(self.path)
         for record, meta, start in self.records():
             inputs = {
-                name: cast_columns(self.specs[name], stacked(record, cols, (where, start), self.specs[name].rank))
+                name: cast_columns(
+                    self.specs[name], stacked(record, cols, (where, start), self.specs[name].rank), cols, (where, start)
+                )
                 for name, cols in self.columns.items()
             }
             yield SourceBatch(inputs, meta)
@@ -241,8 +244,8 @@ class ParquetSource(ColumnarSource):
     def __len__(self) -> int:
         return max(0, int(self.file.metadata.num_rows) - self.skip)
 
-    def _check_footers(self, columns: set[str]) -> None:
-        check_footer_nulls(str(self.path), self.file.metadata, columns)
+    def _check_footers(self, columns: Mapping[str, np.dtype]) -> None:
+        check_footers(str(self.path), self.file.metadata, columns)
 
     _blocks_batched = True  # from the first row; from a later one the first is cut, so they are re-cut
 
@@ -395,9 +398,9 @@ class ParquetDatasetSource(ColumnarSource):
     def __len__(self) -> int:
         return max(0, sum(part.rows for part in self.parts) - self.skip)
 
-    def _check_footers(self, columns: set[str]) -> None:
+    def _check_footers(self, columns: Mapping[str, np.dtype]) -> None:
         for part in self.parts:
-            check_footer_nulls(str(part.path), part.metadata, columns)
+            check_footers(str(part.path), part.metadata, columns)
 
     def _blocks(self, wanted: list[str], skip: int) -> Iterator[Any]:
         """Each file's record batches from row ``skip`` of the data set on, its number and

@@ -186,6 +186,31 @@ def test_a_nested_list_column_is_refused_naming_it(tmp_path, capsys, model):
     assert "column 'x' is list<element: list<element: double>>" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("column", "said"),
+    [
+        (pa.array([1.0, 2.0, 3e39, 4.0], pa.float64()), "float64 value 3e+39 overflows float32"),
+        (pa.array([1, 2, 2**24 + 1, 4], pa.int64()), "int64 value 16,777,217 is not exact as float32"),
+    ],
+    ids=["float64 past float32", "int64 past 2**24"],
+)
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_cast_that_would_change_a_value_is_refused_naming_column_and_row(
+    tmp_path, capsys, model, column, said, suffix
+):
+    table = pa.table({"a": np.zeros(4), "b": column, "c": np.zeros(4)})
+    source, output = tmp_path / f"t{suffix}", tmp_path / "o.parquet"
+    _write(table, source)
+    assert _run(model, source, output, "--batch-size", "2") != 0
+    err = capsys.readouterr().err
+    if suffix == ".parquet":  # its footer's range: refused before any batch, naming the rows
+        assert "column 'b' cannot be cast in rows 0 to 3 (row group 0" in err and said in err, err
+        assert not output.exists()
+    else:  # a CSV tells at the batch: the one before it may be written, never the refused row
+        assert "column 'b', row 2: cannot be cast" in err and said in err, err
+        assert (pq.read_table(output).num_rows if output.exists() else 0) <= 2
+
+
 # -- the property: never exit 0 with a wrong row --------------------------------------------
 
 _FEATURE_TYPES = [pa.float64(), pa.float32(), pa.int64(), pa.int32()]
