@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..util.arrow import concatenated
 from ..util.errors import SinkError
 from ._handing_on import HandingOn
 
@@ -80,13 +81,6 @@ def _joined(held: Part, part: Part) -> Part:
     return (
         np.concatenate([held[0], part[0]]),
         {name: np.concatenate([values, part[1][name]]) for name, values in held[1].items()},
-        {name: _joined_values(values, part[2][name]) for name, values in held[2].items()},
+        {name: concatenated([values, part[2][name]]) for name, values in held[2].items()},
     )
 
-
-def _joined_values(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Two parts of a metadata column as one; an id or kept column with nulls is a masked array
-    (``util.arrow.exact_values``), whose mask ``np.concatenate`` drops."""
-    if isinstance(first, np.ma.MaskedArray) or isinstance(second, np.ma.MaskedArray):
-        return np.ma.concatenate([first, second])
-    return np.concatenate([first, second])

@@ -128,7 +128,7 @@ def plan_table(
     else:
         how = BY_WIDTH
     used = {c for cols in given.values() for c in cols}
-    id_column, id_how = _the_id(names, id_column, used, keep_columns, where)
+    id_column, id_how = rows_id(names, id_column, used, keep_columns, where)
     kept = tuple(dict.fromkeys(c for c in keep_columns if c != id_column))
     if how == BY_WIDTH:
         given = {inputs[0].name: _by_width(schema, inputs, names, id_column, kept, index, where, first_non_number)}
@@ -189,10 +189,12 @@ def _check_mapping(
             raise SourceError(f"columns {absent} for input {name!r} are not in {where!r}: {names}")
 
 
-def _the_id(
-    names: list[str], id_column: str | None, used: set[str], keep: Sequence[str], where: str
+def rows_id(
+    names: Sequence[str], id_column: str | None, used: set[str], keep: Sequence[str] = (), where: str = "the table"
 ) -> tuple[str | None, str]:
-    """The rows' id and how it was chosen (NOTE [ the table plan ])."""
+    """The rows' id and how it was chosen (NOTE [ the table plan ]): ``id_column``, else
+    ``row_id``, else the one column named like an id that is not ``used`` for an input;
+    a table that lists images or videos finds its id so too."""
     if id_column is not None:
         return id_column, "named"
     if "row_id" in names and "row_id" not in used:

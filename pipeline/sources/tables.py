@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..session import TensorSpec
-from ..util.arrow import exact_values, from_numpy, to_numpy
+from ..util.arrow import concatenated, exact_values, from_numpy, to_numpy
 from ..util.capabilities import HasLength
 from ..util.rows import drop_first, peel_first_row, recut
 from ._base import ArrayRows, SourceBatch, SourceError, existing_path, fewer_rows, one_input
 from .columns import cast_columns, check_footers, numeric_column, record_column
 from .files import PARQUET_SUFFIXES, parquet_files
-from .table_plan import first_non_number, plan_table
+from .table_plan import first_non_number, plan_table, rows_id
 
 if TYPE_CHECKING:
     from .table_filling import TableFiller
@@ -552,9 +552,10 @@ def _joined(pieces: list[Any]) -> Any:
 class PathTable:
     """A table that lists files (a manifest: a ``.parquet`` or ``.csv`` file whose
     ``column`` holds a path a row, relative to the table's folder or absolute):
-    the paths as written (``names``, text), each row's id (``ids``: the
-    ``id_column``'s values, else the table's ``row_id`` column, else the row's
-    number; named ``id_name``) and the files they name (:meth:`file`)."""
+    the paths as written (``names``, text), each row's id (``ids``, exactly: the
+    ``id_column``'s values, else the table's ``row_id`` column, else the one column
+    named like an id - NOTE [ the table plan ] - else the row's number; named
+    ``id_name``) and the files they name (:meth:`file`)."""
 
     def __init__(self, path: Path, column: str, id_column: str | None, what: str) -> None:
         self.path, self.column = path, column
@@ -567,9 +568,9 @@ class PathTable:
             raise SourceError(f"{str(path)!r} lists no {what}s: it has no rows")
         #: the paths as the table writes them, text
         self.names = names.cast("string").combine_chunks()
-        self.id_name = id_column or "row_id"
+        self.id_name = self._id or "row_id"
         self.ids = (
-            to_numpy(table.column(self.id_name))
+            exact_values(table.column(self.id_name))
             if self.id_name in table.column_names
             else np.arange(table.num_rows, dtype=np.int64)
         )
@@ -594,10 +595,12 @@ class PathTable:
             names = pq.read_schema(self.path).names if suffix != ".csv" else pcsv.open_csv(self.path).schema.names
         except (pa.ArrowInvalid, OSError) as exc:
             raise SourceError(f"{str(self.path)!r} is not a readable table: {exc}") from exc
-        wanted = [name for name in (self.column, id_column or "row_id") if name in names]
         for name, kind in ((self.column, f"{what} path"), (id_column, "id")):
             if name is not None and name not in names:
                 raise SourceError(f"the {kind} column {name!r} is not in {str(self.path)!r}: columns {names}")
+        #: the rows' id column, named or found (NOTE [ the table plan ]); None: none
+        self._id = rows_id(names, id_column, {self.column}, where=str(self.path))[0]
+        wanted = [name for name in (self.column, self._id) if name is not None]
         if suffix == ".csv":
             types = {self.column: pa.string()}  # a path is text, however it looks
             options = pcsv.ConvertOptions(include_columns=wanted, column_types=types)
@@ -622,7 +625,9 @@ class ImageBytesTable:
         import pyarrow.parquet as pq
 
         self.files, self.column = list(files), column
-        self.id_name = id_column or "row_id"
+        with pq.ParquetFile(self.files[0]) as first:
+            found = rows_id(first.schema_arrow.names, id_column, {column}, where=str(self.files[0]))[0]
+        self.id_name = found or "row_id"
         ids, sizes, rows = [], [], [0]
         #: the file and its row group of every row group, in order
         self._group_of: list[tuple[int, int]] = []
@@ -634,7 +639,7 @@ class ImageBytesTable:
             if not _holds_image_bytes(schema, column):
                 raise SourceError(f"{str(file)!r}: its column {column!r} does not hold images (bytes)")
             ids.append(
-                to_numpy(pq.read_table(file, columns=[self.id_name]).column(0))
+                exact_values(pq.read_table(file, columns=[self.id_name]).column(0))
                 if self.id_name in schema.names
                 else np.arange(metadata.num_rows, dtype=np.int64)
             )
@@ -644,7 +649,7 @@ class ImageBytesTable:
         if not rows[-1]:
             where = self.files[0] if len(self.files) == 1 else self.files[0].parent
             raise SourceError(f"{str(where)!r} holds no images: it has no rows")
-        self.ids = np.concatenate(ids)
+        self.ids = concatenated(ids)
         self._file_starts = np.asarray(rows)  # each file's first row, then the end
         self._starts = np.cumsum([0, *sizes])  # each row group's first row, then the end
         self._groups: collections.OrderedDict[int, Any] = collections.OrderedDict()

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..session import TensorSpec
+from ..util.arrow import concatenated
 from ..util.capabilities import KeepsColumns, last_kept_row
 from ..util.cpus import usable_cpus
 from ..util.rows import close_iteration, recut, take_first
@@ -399,4 +400,4 @@ def _joined_chunks(chunks: list[Chunk]) -> Chunk:
     """One chunk of the rows of ``chunks``, in order."""
     rows = [row for chunk in chunks for row in chunk[0]]
     metas = [meta for _, meta in chunks]
-    return rows, {name: np.concatenate([meta[name] for meta in metas]) for name in metas[0]}
+    return rows, {name: concatenated([meta[name] for meta in metas]) for name in metas[0]}

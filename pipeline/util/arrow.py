@@ -85,6 +85,14 @@ def exact_values(column: Any) -> np.ndarray:
     return to_numpy(column)
 
 
+def concatenated(parts: list[np.ndarray]) -> np.ndarray:
+    """Parts of a column as one; where one is a masked array (:func:`exact_values`), a masked
+    array, whose mask ``np.concatenate`` would drop."""
+    if any(isinstance(part, np.ma.MaskedArray) for part in parts):
+        return np.ma.concatenate(parts)
+    return np.concatenate(parts)
+
+
 def from_numpy(values: np.ndarray) -> Any:
     """A 1-D numpy array as an Arrow array: numbers share its memory (kept alive by
     the Arrow buffer), a masked array's masked values are nulls (:func:`exact_values`),

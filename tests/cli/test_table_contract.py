@@ -265,6 +265,7 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     import io
 
     table, x, flaws = case
+    _the_python_api_is_right_or_refuses(table, x, flaws)
     folder = tmp_path_factory.mktemp("case")
     source, output = folder / f"t{suffix}", folder / "o.parquet"
     _write(table, source)
@@ -285,3 +286,39 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     if "id" in table.column_names:
         assert written["id"].to_pylist() == table["id"].to_pylist()
     assert "extra" not in flaws and "f1" not in flaws and "f2" not in flaws
+
+
+def _the_python_api_is_right_or_refuses(table: pa.Table, x: np.ndarray, flaws: set[str]) -> None:
+    """What Ray's and Spark's workers call on a batch of rows: the same plan, the same refusals."""
+    from pipeline.integrations.columnar import ArrowScorer
+    from pipeline.session import TensorSpec
+    from pipeline.sources import SourceError
+
+    scorer = ArrowScorer([TensorSpec("x", np.dtype(np.float32), ("N", WIDTH))])
+    try:
+        features = scorer.features(table)["x"]
+    except SourceError as exc:
+        assert any(f"'{name}'" in str(exc) for name in table.column_names), str(exc)
+        assert flaws, f"a clean table was refused: {exc}"
+        return
+    order = [name for name in table.column_names if name.startswith("f")]
+    np.testing.assert_array_equal(features, x[:, [int(name[1]) for name in order]].astype(np.float32))
+    assert not flaws & {"extra", "f1", "f2"}
+
+
+def test_a_table_of_images_finds_its_id_as_any_table_does(tmp_path):
+    """Issue 53, item 4: the id named like one is kept for a table that lists images, exactly."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    names = [f"img/{i}.png" for i in range(5)]
+    (tmp_path / "img").mkdir()
+    for name in names:
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(tmp_path / name)
+    ids = [f"u{1000 + i}" for i in range(5)]
+    pq.write_table(pa.table({"user_id": ids, "image": names}), tmp_path / "list.parquet")
+    output = tmp_path / "o.parquet"
+    argv = ["run", "convnet", "--input", str(tmp_path / "list.parquet"), "--image-column", "image"]
+    assert main([*argv, "--size", "16x16", "--no-progress", "--output", str(output)]) == 0
+    written = pq.read_table(output)
+    assert written["user_id"].to_pylist() == ids and written["image"].to_pylist() == names

@@ -319,7 +319,10 @@ def test_a_table_of_image_paths_is_read_in_its_order_each_row_with_its_path_and_
     np.testing.assert_array_equal(np.stack([row for rows, _ in chunks for row in rows]), np.stack(want))
     later = source.between(1, 3)  # rows are the table's
     assert [m["id"].tolist() for _, m in later.chunks()] == [[0, 20]]
-    plain = ImageTableSource(folder / "list.parquet", "file", 8, inputs, size=(12, 10))
+    found = ImageTableSource(folder / "list.parquet", "file", 8, inputs, size=(12, 10))
+    assert [m["id"].tolist() for _, m in found.chunks()] == [[30, 0, 20, 10, 5]]  # NOTE [ the table plan ]
+    pq.write_table(pq.read_table(folder / "list.parquet").drop(["id"]), folder / "plain.parquet")
+    plain = ImageTableSource(folder / "plain.parquet", "file", 8, inputs, size=(12, 10))
     assert [m["row_id"].tolist() for _, m in plain.chunks()] == [[0, 1, 2, 3, 4]]  # no id column: the row's number
 
 
