@@ -503,6 +503,11 @@ def _started(
     read = f"{1 + len(args.more_inputs)} streams at once" if args.more_inputs else _shown(args.input)
     print(f"device: {_device_names(pipe)}; {what} {read} -> {_shown(args.output)}")
     _say_batch_size(args, pipe, batch_size)
+    for name in getattr(pipe, "unstated_classes", ()):  # NOTE [ stated classes ]: said once
+        print(
+            f"classes: output {name!r} is a classifier's probabilities, but the model states no classes: "
+            "a value a class, in the model's order"
+        )
     plan = table_plan(source)
     if plan is not None:  # NOTE [ the table plan ]: every table run says how its columns feed the model
         for line in plan.lines():

@@ -167,6 +167,11 @@ class MultiPipeline(OneRunAtATime):
         return self.pipelines[0].class_labels
 
     @property
+    def unstated_classes(self) -> tuple[str, ...]:
+        """See :attr:`Pipeline.unstated_classes`."""
+        return self.pipelines[0].unstated_classes
+
+    @property
     def data_dependent_outputs(self) -> frozenset[str]:
         """The outputs any device has found to depend on the data (each finds its own)."""
         return frozenset().union(*(pipe.data_dependent_outputs for pipe in self.pipelines))

@@ -215,6 +215,12 @@ class Pipeline(OneRunAtATime):
         return dict(self.session.class_labels)
 
     @property
+    def unstated_classes(self) -> tuple[str, ...]:
+        """A classifier's probabilities outputs whose classes the model does not state (no ZipMap,
+        no classifier node's ``classlabels_*``): written a value a class, in the model's order."""
+        return self.session.unstated_classes
+
+    @property
     def data_dependent_outputs(self) -> frozenset[str]:
         """The outputs found so far to have a shape that depends on the data (a
         detector's boxes after NMS): they hold a count of their own each batch,

@@ -160,6 +160,18 @@ def _stated(model: ModelSource, outputs: Sequence[str] | None) -> dict[str, tupl
     return {name: classes for name, classes in stated_classes(proto).items() if outputs is None or name in outputs}
 
 
+def _unstated(outputs: Sequence[Any], labels: Mapping[str, Any], chosen: Sequence[str] | None) -> tuple[str, ...]:
+    """The float ``[N, classes]`` output of a classifier-like model (a label a row beside it)
+    that has no stated classes (NOTE [ stated classes ])."""
+    if not classifier_like(outputs):
+        return ()
+    return tuple(
+        arg.name
+        for arg in outputs
+        if arg.type == "tensor(float)" and arg.name not in labels and (chosen is None or arg.name in chosen)
+    )
+
+
 def _loaded(model: str | bytes, options: Any, providers: list[Any]) -> Any:
     try:
         return onnxruntime().InferenceSession(model, sess_options=options, providers=providers)
@@ -205,6 +217,8 @@ class OrtSession:
             self.class_labels = unzipped_model.labels
         elif classifier_like(self.session.get_outputs()):  # NOTE [ stated classes ]
             self.class_labels = _stated(model, outputs)
+        #: a classifier's probabilities whose classes no node states: said once, written as they are
+        self.unstated_classes = _unstated(self.session.get_outputs(), self.class_labels, outputs)
         device.verify_session(self.session, compute_stream)
         #: ORT's ``run(output names, feeds, run options)``: the binding's own, below
         #: ``InferenceSession.run``'s checks that the direct path made already (an input

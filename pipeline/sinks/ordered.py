@@ -83,4 +83,3 @@ def _joined(held: Part, part: Part) -> Part:
         {name: np.concatenate([values, part[1][name]]) for name, values in held[1].items()},
         {name: concatenated([values, part[2][name]]) for name, values in held[2].items()},
     )
-
