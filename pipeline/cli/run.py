@@ -175,6 +175,11 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
             raise SinkError(f"{option} is for a Parquet output (its parts); {output!r} is written as {kind}")
     if args.compression is not None and not kind.startswith("parquet"):
         raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
+    if kept_columns(args) and kind == "npy":
+        raise SinkError(
+            f"--keep writes columns beside the outputs, in a table; {output!r} is a .npy array of the outputs "
+            "alone: write a .parquet, .csv or .jsonl"
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

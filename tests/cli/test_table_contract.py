@@ -322,3 +322,22 @@ def test_a_table_of_images_finds_its_id_as_any_table_does(tmp_path):
     assert main([*argv, "--size", "16x16", "--no-progress", "--output", str(output)]) == 0
     written = pq.read_table(output)
     assert written["user_id"].to_pylist() == ids and written["image"].to_pylist() == names
+
+
+def test_kept_columns_are_resumed_and_refused_where_they_cannot_be_written(tmp_path, capsys, model):
+    rows = 40
+    x = np.random.default_rng(9).standard_normal((rows, WIDTH))
+    table = pa.table(
+        {"id": np.arange(rows), "day": [f"d{i % 5}" for i in range(rows)], **{f"f{i}": x[:, i] for i in range(WIDTH)}}
+    )
+    source, output = tmp_path / "t.parquet", tmp_path / "o.csv"
+    pq.write_table(table, source)
+    assert _run(model, source, output, "--keep", "day", "--batch-size", "8", "--limit", "16") == 0
+    assert _run(model, source, output, "--keep", "day", "--batch-size", "8", "--resume") == 0
+    written = pacsv.read_csv(output)
+    assert written["id"].to_pylist() == list(range(rows)) and written["day"].to_pylist() == table["day"].to_pylist()
+    mapped = ("--input-column", "x=f0,f1,f2", "--batch-size", "8", "--resume")
+    assert _run(model, source, output, *mapped) == 1  # a job that keeps no column: another job
+    assert "another job" in capsys.readouterr().err
+    assert _run(model, source, tmp_path / "o.npy", "--keep", "day") == 1
+    assert "--keep writes columns beside the outputs, in a table" in capsys.readouterr().err
