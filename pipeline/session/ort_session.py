@@ -33,6 +33,7 @@ from ..util.errors import ModelError, PipelineInputError
 from ..util.ort import onnxruntime
 from .classifiers import classifier_like, has_zipmap_output, stated_classes, unzipped
 from .padding import changed_by_padding
+from .shape_rules import Probe, foretold
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -45,6 +46,9 @@ from .specs import (
     own_batch_dims,
     spec_of,
 )
+
+#: probes that new shapes are foretold from (NOTE [ shapes foretold ]): the latest few
+_PROBES_KEPT = 8
 
 
 def _constant(spec: TensorSpec, value: object) -> np.ndarray:
@@ -160,6 +164,21 @@ def _stated(model: ModelSource, outputs: Sequence[str] | None) -> dict[str, tupl
     return {name: classes for name, classes in stated_classes(proto).items() if outputs is None or name in outputs}
 
 
+def _shrunk(inputs: Sequence[TensorSpec], shapes: Mapping[str, Shape], scale: int) -> dict[str, Shape] | None:
+    """``shapes`` with each dim the model leaves free made small: ``scale`` rows, ``8 * scale``
+    elsewhere (NOTE [ shapes foretold ]); None where an input's rank is not its declared one."""
+    small = {}
+    for spec in inputs:
+        shape = shapes[spec.name]
+        if len(shape) != len(spec.shape):
+            return None
+        small[spec.name] = tuple(
+            real if isinstance(declared, int) else (scale if axis == 0 else 8 * scale)
+            for axis, (declared, real) in enumerate(zip(spec.shape, shape, strict=True))
+        )
+    return small
+
+
 def _unstated(outputs: Sequence[Any], labels: Mapping[str, Any], chosen: Sequence[str] | None) -> tuple[str, ...]:
     """The float ``[N, classes]`` output of a classifier-like model (a label a row beside it)
     that has no stated classes (NOTE [ stated classes ])."""
@@ -246,6 +265,10 @@ class OrtSession:
         #: values of the inputs that are not batched, fed as they are to every run
         self.constants: dict[str, np.ndarray] = {}
         self._probes: dict[tuple[tuple[str, Shape], ...], dict[str, tuple[np.dtype, Shape]]] = {}
+        #: the probe runs on zeros, the latest few: what new shapes are foretold from (NOTE [ shapes foretold ])
+        self._probed: list[Probe] = []
+        #: probe runs made, and layouts foretold without one (tests and the stats read them)
+        self.probe_runs = self.foretold_layouts = 0
         self._probe_lock = threading.Lock()
         #: NOTE [ rows that interact ]: input shapes whose padding was checked
         self._padding_checked: set[tuple[tuple[str, Shape], ...]] = set()
@@ -282,6 +305,7 @@ class OrtSession:
         self.constants = checked
         self._fixed_batch = self._cut_alike = None
         self._probes.clear()
+        self._probed.clear()
         self._padding_checked.clear()
 
     @property
@@ -322,25 +346,53 @@ class OrtSession:
         return dims.pop() if dims else None
 
     def output_layout(self, input_shapes: dict[str, Shape]) -> dict[str, tuple[np.dtype, Shape]]:
-        """dtype and shape of every output for these input shapes, found by a probe run."""
+        """dtype and shape of every output for these input shapes, foretold from earlier probes
+        where their rules fix every dim (NOTE [ shapes foretold ]), else found by a probe run."""
         key = tuple(sorted(input_shapes.items()))
         with self._probe_lock:
             known = self._probes.get(key)
+            if known is not None:
+                return known
+            known = foretold(self._probed, input_shapes)
+            if known is None and len(self._probed) < 2:
+                self._probe_small(input_shapes)
+                known = foretold(self._probed, input_shapes)
             if known is None:
-                feeds = {spec.name: _zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
-                feeds.update(self.constants)
-                try:
-                    # with CUDA graphs, an unannotated run is graph 0: captured at
-                    # its second shape, then replayed at the first, returning nothing
-                    results = self.session.run(self.output_names, feeds, self._plain_run_options)
-                except Exception as exc:
-                    shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
-                    raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
-                known = {
-                    name: (value.dtype, value.shape) for name, value in zip(self.output_names, results, strict=True)
-                }
-                self._probes[key] = known
+                return self._probe(input_shapes)
+            self.foretold_layouts += 1
+            self._probes[key] = known
             return known
+
+    def _probe(self, input_shapes: dict[str, Shape]) -> dict[str, tuple[np.dtype, Shape]]:
+        """The outputs' dtypes and shapes at these input shapes, found by a run on zeros."""
+        feeds = {spec.name: _zeros(input_shapes[spec.name], spec.dtype) for spec in self.batched_inputs}
+        feeds.update(self.constants)
+        try:
+            # with CUDA graphs, an unannotated run is graph 0: captured at
+            # its second shape, then replayed at the first, returning nothing
+            results = self.session.run(self.output_names, feeds, self._plain_run_options)
+        except Exception as exc:
+            shapes = ", ".join(f"{n}{list(s)}" for n, s in input_shapes.items())
+            raise ModelError(f"the model cannot run on input shapes {shapes}: {exc}") from exc
+        known = {name: (value.dtype, value.shape) for name, value in zip(self.output_names, results, strict=True)}
+        self._probes[tuple(sorted(input_shapes.items()))] = known
+        self.probe_runs += 1
+        self._probed = [*self._probed[-(_PROBES_KEPT - 1) :], (dict(input_shapes), known)]
+        return known
+
+    def _probe_small(self, input_shapes: dict[str, Shape]) -> None:
+        """Two probes at small shapes - each free dim of the model's inputs made 1 and 2 rows,
+        8 and 16 elsewhere - for the rules to foretell the real shapes from (NOTE [ shapes
+        foretold ]): a probe at a batch's own shape costs as much as the batch.  A model that
+        cannot run so small is probed at the real shapes instead."""
+        for scale in (1, 2):
+            small = _shrunk(self.batched_inputs, input_shapes, scale)
+            if small is None or small == input_shapes or tuple(sorted(small.items())) in self._probes:
+                continue
+            try:
+                self._probe(small)
+            except ModelError:
+                return
 
     def check_padding(self, input_shapes: dict[str, Shape], rows: int, why: str, advice: str) -> None:
         """Raises :class:`ModelError` where padding a batch of ``rows`` real rows to these

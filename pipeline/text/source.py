@@ -35,7 +35,7 @@ from .tokens import TEXT_INPUTS, TextEncoder, rows_of
 POSITION = "__position"
 #: the token budget of a batch where none is given: a CPU's (small batches stay in its caches; the
 #: measurement that chose it is in docs/results.md), and a GPU's
-DEFAULT_MAX_TOKENS = {"host": 4096, "cuda": 65536}
+DEFAULT_MAX_TOKENS = {"host": 1024, "cuda": 65536}
 
 
 @dataclass

@@ -22,18 +22,34 @@ def test_specs_from_the_model():
 
 
 def test_output_layout_is_probed_per_input_shape_and_cached():
+    """Rows twice over (``y = concat(x, x)``) follow no input dim: every new shape is probed."""
     session = OrtSession(renamed_dims_model(), HostDevice())
     assert session.output_layout({"x": (3, 4)}) == {"y": (np.dtype(np.float32), (6, 4))}
     assert session.output_layout({"x": (5, 4)})["y"][1] == (10, 4)
-    assert len(session._probes) == 2
+    assert session.foretold_layouts == 0
+    runs = session.probe_runs
     session.output_layout({"x": (3, 4)})
-    assert len(session._probes) == 2
+    assert session.probe_runs == runs
+
+
+def test_shapes_that_follow_the_inputs_are_foretold_from_two_small_probes():
+    """NOTE [ shapes foretold ]: token batches, a new shape nearly each, cost no probe at their own
+    shape: two probes at small shapes, then every layout foretold - and equal to a probe's."""
+    from ..text_models import encoder
+
+    session = OrtSession(encoder(hidden=16), HostDevice())
+    shapes = [(rows, tokens) for rows, tokens in ((64, 16), (40, 24), (17, 56), (3, 200))]
+    for rows, tokens in shapes:
+        feeds = {name: (rows, tokens) for name in ("input_ids", "attention_mask", "token_type_ids")}
+        assert session.output_layout(feeds) == {"last_hidden_state": (np.dtype(np.float32), (rows, tokens, 16))}
+        assert session._probe(feeds) == session.output_layout(feeds)  # what a probe says
+    assert session.foretold_layouts == len(shapes)
 
 
 def test_probe_failure_says_which_shapes():
     session = OrtSession(models.convnet(), HostDevice())
     with pytest.raises(ModelError, match=r"cannot run on input shapes frames\[1, 3, 0, 0\]"):
-        session.output_layout({"frames": (1, 3, 0, 0)})
+        session._probe({"frames": (1, 3, 0, 0)})
 
 
 def _string_identity():
