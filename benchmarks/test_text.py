@@ -81,3 +81,95 @@ def test_ortpipe_run_against_batches_of_64_padded_to_their_longest(benchmark, tm
     said = said_seconds(seconds)
     print(f"\n{TEXTS:,} texts: the script's median / ortpipe run's = {ratio:.2f}x ({said}); every text "
           f"padded to the longest ({longest} tokens): {padded:.2f} s, {to_longest:.2f}x ortpipe's")  # fmt: skip
+
+
+SORTED_LOOP = """
+import sys
+import numpy as np, onnxruntime as ort, pyarrow as pa, pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+folder, source, target = sys.argv[1], sys.argv[2], sys.argv[3]
+tokenizer = Tokenizer.from_file(folder + "/tokenizer.json")
+tokenizer.enable_truncation(256)
+session = ort.InferenceSession(folder + "/onnx/model.onnx", providers=["CPUExecutionProvider"])
+texts = pq.read_table(source)["text"].to_pylist()
+encodings = tokenizer.encode_batch(texts)
+order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+vectors = np.empty((len(texts), 384), np.float32)
+for start in range(0, len(order), 32):
+    rows = order[start : start + 32]
+    longest = max(len(encodings[i].ids) for i in rows)
+    ids = np.zeros((len(rows), longest), np.int64)
+    mask = np.zeros_like(ids)
+    for row, i in enumerate(rows):
+        ids[row, : len(encodings[i].ids)] = encodings[i].ids
+        mask[row, : len(encodings[i].ids)] = 1
+    hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+    pooled = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    vectors[rows] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+pq.write_table(pa.table({"embedding": list(vectors)}), target)
+"""
+
+EMBED = """
+import sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from pipeline.text import embed
+
+folder, source, target = sys.argv[1], sys.argv[2], sys.argv[3]
+texts = pq.read_table(source)["text"].to_pylist()
+vectors = embed(folder, texts, max_length=256, pooling="mean", normalize=True, device="cpu")
+pq.write_table(pa.table({"embedding": list(vectors)}), target)
+"""
+
+MINILM_TEXTS = 3000
+
+
+def test_a_minilm_sized_encoder_against_the_sorted_loop(benchmark, tmp_path):
+    """Issue 54: the loop a careful user writes - tokenize all, sort by length, batches of 32,
+    ``session.run``, numpy pooling - on a 6-layer, 384-wide, 12-head encoder (benchmarks/text_encoder.py),
+    3,000 texts of median 29 words, max length 256, mean pooled and normalized; whole processes,
+    alternated, three rounds; texts/s and CPU seconds, the vectors compared."""
+    pytest.importorskip("tokenizers")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from commands import alternated_with_cpu  # benchmarks/commands.py
+
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    from benchmarks.text_encoder import encoder_folder
+    from tests.text_models import corpus
+
+    folder = encoder_folder(tmp_path / "minilm")
+    texts = corpus(MINILM_TEXTS, seed=1, median_words=29, most_words=400)
+    source = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": texts}), source)
+    (tmp_path / "loop.py").write_text(SORTED_LOOP)
+    (tmp_path / "embed.py").write_text(EMBED)
+    out = {name: tmp_path / f"{name}.parquet" for name in ("run", "embed", "loop")}
+    commands = {
+        "ortpipe run": [sys.executable, "-m", "pipeline.cli", "run", str(folder), "--input", str(source),
+                        "--text-column", "text", "--max-length", "256", "--pooling", "mean", "--normalize",
+                        "--output", str(out["run"]), "--no-progress", "--overwrite", "--device", "cpu"],
+        "embed()": [sys.executable, str(tmp_path / "embed.py"), str(folder), str(source), str(out["embed"])],
+        "sorted loop": [sys.executable, str(tmp_path / "loop.py"), str(folder), str(source), str(out["loop"])],
+    }  # fmt: skip
+    import os
+
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{root}{os.pathsep}{env_path}" if env_path else str(root)
+    runs = benchmark.pedantic(alternated_with_cpu, args=(commands, ROUNDS), rounds=1, iterations=1)
+    want = np.stack(pq.read_table(out["loop"])["embedding"].to_numpy(zero_copy_only=False))
+    for name in ("run", "embed"):
+        got = np.stack(pq.read_table(out[name])["embedding"].to_numpy(zero_copy_only=False))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    loop = statistics.median(wall for wall, _ in runs["sorted loop"])
+    lines = []
+    for name, measured in runs.items():
+        wall = statistics.median(w for w, _ in measured)
+        cpu = statistics.median(c for _, c in measured)
+        spread = " / ".join(f"{MINILM_TEXTS / w:.0f}" for w, _ in measured)
+        lines.append(
+            f"{name}: {MINILM_TEXTS / wall:.1f} texts/s ({spread}), CPU {cpu:.1f} s, {loop / wall:.2f}x the loop"
+        )
+    benchmark.extra_info.update(runs=runs)
+    print("\n" + "\n".join(lines))

@@ -113,8 +113,9 @@ def embed(
     max_length: int | None = None,
     max_batch_tokens: int | None = None,
     device: Any = "auto",
-) -> np.ndarray:
-    """The vector of each text (or of each text and its pair), in the texts' order.
+) -> np.ndarray | list[np.ndarray]:
+    """The vector of each text (or of each text and its pair), in the texts' order; with
+    ``pooling="none"`` on a model of token outputs, each text's ``[its tokens, hidden]`` array.
 
     Args:
         model: a model folder (``model.onnx`` or ``onnx/model.onnx`` beside ``tokenizer.json``), or a file.
@@ -167,9 +168,27 @@ def embed(
             positions = np.arange(start, start + len(window), dtype=np.int64)
             rows = rows_of(encoder.encode(window, pair))
             batches += token_batches(rows, positions, budget, encoder.pad_id)
-        outputs = pipe.map([batch.feeds(inputs) for batch in batches])
-        placed = TextColumns.placed(outputs, [batch.positions for batch in batches], len(texts))
-    return next(iter(placed.values()))
+        outputs = [next(iter(out.values())) for out in pipe.map([batch.feeds(inputs) for batch in batches])]
+    if any(_per_token(values, batch) for values, batch in zip(outputs, batches, strict=True)):
+        return _per_text(outputs, batches, len(texts))
+    placed = TextColumns.placed(({"o": v} for v in outputs), [batch.positions for batch in batches], len(texts))
+    return placed["o"]
+
+
+def _per_token(values: np.ndarray, batch: TokenBatch) -> bool:
+    """Whether a batch's output holds a row of values a token (``pooling="none"`` on a
+    ``[batch, tokens, hidden]`` output): its length is the batch's padded one, which batches differ in."""
+    return values.ndim >= 3 and values.shape[1] == batch.ids.shape[1]
+
+
+def _per_text(outputs: Sequence[np.ndarray], batches: Sequence[TokenBatch], count: int) -> list[np.ndarray]:
+    """Each text's token outputs, its own tokens only (its padding cut off), in the texts' order."""
+    placed: list[np.ndarray] = [np.empty(0)] * count
+    for values, batch in zip(outputs, batches, strict=True):
+        lengths = batch.mask.sum(axis=1)
+        for row, position in enumerate(batch.positions):
+            placed[int(position)] = values[row, : int(lengths[row])].copy()
+    return placed
 
 
 def _check_texts(texts: Any, what: str) -> None:

@@ -150,3 +150,17 @@ def test_a_long_text_is_cut_by_characters_with_the_same_ids_as_uncut(tmp_path):
     for text, encoding in zip(texts, got, strict=True):
         assert encoding.ids == plain.encode(text).ids
     assert len(texts[0]) > 1 << 20
+
+
+def test_embed_without_pooling_gives_each_text_its_own_tokens(tmp_path):
+    """Issue 54: token outputs of different lengths are no one array: a text's own rows each."""
+    from ..text_models import alone
+
+    folder = model_folder(tmp_path / "m")
+    texts = corpus(20, seed=11)
+    got = embed(folder, texts, pooling="none", max_batch_tokens=128, device="cpu")
+    assert isinstance(got, list) and len(got) == len(texts)
+    for mine, text in zip(got, texts, strict=True):
+        (theirs,) = alone(folder, [text], pooling="none")
+        assert mine.shape == theirs.shape
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
