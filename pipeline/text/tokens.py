@@ -15,6 +15,9 @@ last kept token ends before the last white space of the cut text (word-level
 pre-tokenizers - BERT's, byte-level BPE's, SentencePiece's Metaspace - split there, so what
 comes before it tokenizes alike whatever follows).  Otherwise the cut is doubled and the
 text encoded again, up to the whole text: the ids are always those of the uncut text.
+A pair (a cross-encoder's) is cut so where one of its texts is long, and kept where that
+text kept no fewer tokens than the other - tokenizers gives the odd token to the longer;
+a pair of two long texts is encoded whole.
 """
 
 from __future__ import annotations
@@ -101,35 +104,53 @@ class TextEncoder:
         self.pad_id = _pad_id(self._tokenizer)
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[Any]:
-        """One encoding a text (``ids``, ``attention_mask``, ``type_ids``), truncated; a long text
-        cut by characters first (NOTE [ texts cut before tokenizing ])."""
-        if pairs is not None:
-            return self._tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))  # type: ignore[no-any-return]
-        texts = list(texts)
+        """One encoding a text or pair (``ids``, ``attention_mask``, ``type_ids``), truncated; a
+        long text cut by characters first (NOTE [ texts cut before tokenizing ])."""
+        members = [list(texts)] if pairs is None else [list(texts), list(pairs)]
         limit = self.max_length * CHARS_A_TOKEN
-        encodings = self._tokenizer.encode_batch([text[:limit] for text in texts])
-        long = [index for index, text in enumerate(texts) if len(text) > limit]
+        encodings = self._encode(members, range(len(members[0])), limit)
+        long = [index for index in range(len(members[0])) if any(len(m[index]) > limit for m in members)]
         while long:
+            cut = [index for index in long if not _uncut_alike(encodings[index], [m[index] for m in members], limit)]
             limit *= 2
-            again = [index for index in long if not _uncut_alike(encodings[index], texts[index][: limit // 2])]
-            if not again:
-                break
-            redone = self._tokenizer.encode_batch([texts[i][:limit] for i in again])
-            for index, encoding in zip(again, redone, strict=True):
+            for index, encoding in zip(cut, self._encode(members, cut, limit), strict=True):
                 encodings[index] = encoding
-            long = [index for index in again if len(texts[index]) > limit]
-        return encodings  # type: ignore[no-any-return]
+            long = [index for index in cut if any(len(m[index]) > limit for m in members)]
+        return encodings
+
+    def _encode(self, members: list[list[str]], rows: Sequence[int], limit: int) -> list[Any]:
+        """The encodings of ``rows``, each text cut to ``limit`` characters - but a pair whose
+        texts are both longer, encoded whole: how tokenizers splits a pair's tokens between its
+        texts turns on which is the longer, which their cuts need not keep."""
+        if len(members) == 1:
+            return self._tokenizer.encode_batch([members[0][i][:limit] for i in rows])  # type: ignore[no-any-return]
+        pairs = []
+        for i in rows:
+            first, second = members[0][i], members[1][i]
+            both = len(first) > limit and len(second) > limit
+            pairs.append((first, second) if both else (first[:limit], second[:limit]))
+        return self._tokenizer.encode_batch(pairs)  # type: ignore[no-any-return]
 
 
-def _uncut_alike(encoding: Any, cut: str) -> bool:
-    """Whether ``encoding`` of the text cut to ``cut`` is the uncut text's: it was truncated, and
-    its kept tokens end before the cut text's last white space (NOTE [ texts cut before tokenizing ])."""
-    if not encoding.overflowing:
+def _uncut_alike(encoding: Any, texts: Sequence[str], limit: int) -> bool:
+    """Whether ``encoding`` of ``texts`` (a text, or a pair) each cut to ``limit`` characters is the
+    uncut ones' (NOTE [ texts cut before tokenizing ]): of the text that was cut, the tokens kept
+    end before the cut text's last white space, with a word after it that was not kept; and of a
+    pair, the cut text kept no fewer tokens than the other (it was the longer, as uncut it is)."""
+    cut = [member for member, text in enumerate(texts) if len(text) > limit]
+    if len(cut) != 1:
+        return len(cut) == 0 or len(texts) == 2  # a pair cut in both was encoded whole
+    member = cut[0]
+    space = _LAST_SPACE.search(texts[member][:limit])
+    if space is None or space.end() - space.start() < 2:  # no white space, or nothing after it
         return False
-    space = _LAST_SPACE.search(cut)
-    last_space = -1 if space is None else space.start()
-    ends = [end for start, end in encoding.offsets if end > start]
-    return bool(ends) and max(ends) <= last_space
+    sequences = encoding.sequence_ids
+    kept = [end for (start, end), seq in zip(encoding.offsets, sequences, strict=True) if seq == member and end > start]
+    if not kept or max(kept) > space.start():
+        return False
+    if len(texts) == 2:
+        return sequences.count(member) >= sequences.count(1 - member)
+    return True
 
 
 def _pad_id(tokenizer: Any) -> int:

@@ -150,6 +150,17 @@ def test_a_long_text_is_cut_by_characters_with_the_same_ids_as_uncut(tmp_path):
     for text, encoding in zip(texts, got, strict=True):
         assert encoding.ids == plain.encode(text).ids
     assert len(texts[0]) > 1 << 20
+    # pairs: each text of a pair cut alike, the truncation between them as uncut (texts of a few
+    # thousand characters: tokenizers' overflow of an uncut pair grows with the product of the two)
+    medium = [
+        words[:3000],
+        "alpha" + " " * 500 + words[:2000],
+        "a b c " + "".join(words.split())[:150] + " " + words[:1500],
+    ]
+    firsts, seconds = [medium[0], "short one", medium[1], medium[2]], ["short two", medium[0], medium[2], medium[1]]
+    for first, second, encoding in zip(firsts, seconds, encoder.encode(firsts, seconds), strict=True):
+        want = plain.encode(first, second)
+        assert (encoding.ids, encoding.type_ids) == (want.ids, want.type_ids)
 
 
 def test_embed_without_pooling_gives_each_text_its_own_tokens(tmp_path):
