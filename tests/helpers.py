@@ -253,3 +253,33 @@ def recorded_as_this_job(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     args.input, args.more_inputs = args.input[0], []
     write_record(args.output, job_record(args))
+
+
+def write_table(table, path: Path) -> None:
+    """``table`` (pyarrow) as Parquet, CSV or JSON Lines, by ``path``'s suffix."""
+    import json
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    elif path.suffix == ".csv":
+        pacsv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+
+
+def read_table(path: Path):
+    """A Parquet, CSV or JSON Lines file as a pyarrow table, by its suffix."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        return pq.read_table(path)
+    if path.suffix == ".csv":
+        return pacsv.read_csv(path)
+    return pa.Table.from_pylist([json.loads(line) for line in path.read_text().splitlines()])

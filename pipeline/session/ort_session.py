@@ -382,9 +382,9 @@ class OrtSession:
 
     def _probe_small(self, input_shapes: dict[str, Shape]) -> None:
         """Two probes at small shapes - each free dim of the model's inputs made 1 and 2 rows,
-        8 and 16 elsewhere - for the rules to foretell the real shapes from (NOTE [ shapes
-        foretold ]): a probe at a batch's own shape costs as much as the batch.  A model that
-        cannot run so small is probed at the real shapes instead."""
+        8 and 16 elsewhere - for the rules to foretell the real shapes from
+        (NOTE [ shapes foretold ]): a probe at a batch's own shape costs as much as the batch.
+        A model that cannot run so small is probed at the real shapes instead."""
         for scale in (1, 2):
             small = _shrunk(self.batched_inputs, input_shapes, scale)
             if small is None or small == input_shapes or tuple(sorted(small.items())) in self._probes:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -12,6 +10,7 @@ import pytest
 
 from pipeline.cli import main
 from tests.classifiers import FEATURES, exported, training_data, zipmap_reference
+from tests.helpers import read_table, write_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -33,31 +32,11 @@ def _run(tmp_path, kind, source, output, *more):
     assert main(args) == 0
 
 
-def _write(table, path):
-    """``table`` as Parquet, CSV or JSON Lines, by ``path``'s suffix."""
-    if path.suffix == ".parquet":
-        pq.write_table(table, path)
-    elif path.suffix == ".csv":
-        pacsv.write_csv(table, path)
-    else:
-        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
-
-
-def _read(path):
-    if path.suffix == ".parquet":
-        return pq.read_table(path)
-    if path.suffix == ".csv":
-        return pacsv.read_csv(path)
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return pa.Table.from_pylist(rows)
-
-
-@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_a_classifier_gets_a_column_a_class_and_its_labels(tmp_path, features, suffix):
     x, source = features
     output = tmp_path / f"scores{suffix}"
     _run(tmp_path, "logreg", source, output, "--batch-size", "64")
-    table = _read(output)
+    table = read_table(output)
     labels, maps = zipmap_reference(exported("logreg"), x)
     classes = sorted(maps[0])
     assert table.column_names == ["row_id", "output_label", *[f"output_probability_{c}" for c in classes]]
@@ -77,7 +56,7 @@ def test_a_classifier_without_zipmap_gets_a_column_a_class_its_node_states(tmp_p
     x, source = features
     output = tmp_path / f"scores{suffix}"
     _run(tmp_path, kind, source, output)
-    table = _read(output)
+    table = read_table(output)
     session = ort.InferenceSession(exported(kind), providers=["CPUExecutionProvider"])
     labels, probabilities = session.run(None, {"input": x})
     classes = range(probabilities.shape[1])
@@ -116,7 +95,7 @@ def test_one_value_a_row_is_a_plain_column(tmp_path, features, suffix):
     x, source = features
     output = tmp_path / f"predictions{suffix}"
     _run(tmp_path, "regressor", source, output)
-    table = _read(output)
+    table = read_table(output)
     assert table.column_names == ["row_id", "variable"]
     assert pa.types.is_floating(table.schema.field("variable").type)
     np.testing.assert_allclose(table["variable"].to_numpy(), x @ np.arange(1, FEATURES + 1), rtol=1e-4, atol=1e-4)
@@ -199,7 +178,7 @@ def test_a_one_dim_input_takes_one_column(tmp_path, suffix):
     onnx.save(_one_dim_model(), model)
     output = tmp_path / "doubled.jsonl"
     assert main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress"]) == 0
-    table = _read(output)
+    table = read_table(output)
     np.testing.assert_allclose(table["y"].to_numpy(), values * 2, rtol=1e-6)
 
 
@@ -234,7 +213,7 @@ def test_string_classes_are_written_as_strings(tmp_path, features, suffix):
     output = tmp_path / f"scores{suffix}"
     _run(tmp_path, "strings_in_pipeline", source, output)
     labels, maps = zipmap_reference(exported("strings_in_pipeline"), x)
-    table = _read(output)
+    table = read_table(output)
     assert table.column_names == [
         "row_id",
         "output_label",
@@ -253,7 +232,7 @@ def test_a_string_column_feeds_a_one_hot_encoder(tmp_path, suffix):
     x, _ = training_data(rows=ROWS, seed=9)
     frame = colour_frame(x)
     source = tmp_path / f"mixed{suffix}"
-    _write(pa.Table.from_pandas(frame, preserve_index=False), source)
+    write_table(pa.Table.from_pandas(frame, preserve_index=False), source)
     output = tmp_path / "scores.parquet"
     _run(tmp_path, "onehot_strings", source, output)
     import onnxruntime as ort
@@ -348,7 +327,7 @@ def test_bool_columns_feed_a_bool_input(tmp_path, suffix):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), model)
     flags = np.random.default_rng(11).random(ROWS) > 0.5
     source = tmp_path / f"flags{suffix}"
-    _write(pa.table({"flag": flags}), source)
+    write_table(pa.table({"flag": flags}), source)
     output = tmp_path / "negated.parquet"
     assert main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress"]) == 0
     assert pq.read_table(output)["negated"].to_pylist() == list(~flags)
@@ -358,8 +337,8 @@ def test_a_json_lines_table_scores_as_its_parquet_does_and_resumes(tmp_path):
     """JSON Lines in (issue 37, item 2): the same rows as from Parquet; a resumed run keeps its ids."""
     x, _ = training_data(rows=ROWS, seed=14)
     table = pa.table({"id": np.arange(ROWS) + 7, **{f"f{i}": x[:, i] for i in range(FEATURES)}})
-    _write(table, tmp_path / "rows.jsonl")
-    _write(table, tmp_path / "rows.parquet")
+    write_table(table, tmp_path / "rows.jsonl")
+    write_table(table, tmp_path / "rows.parquet")
     for suffix in (".jsonl", ".parquet"):
         _run(tmp_path, "logreg", tmp_path / f"rows{suffix}", tmp_path / f"from{suffix}.parquet", "--batch-size", "64")
     got, want = pq.read_table(tmp_path / "from.jsonl.parquet"), pq.read_table(tmp_path / "from.parquet.parquet")

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from pipeline.cli import main
 
+from ..helpers import read_table, write_table
+
 WIDTH = 3
 BIG = 2**60  # ids past 2**53: a float64 on the way would round them
 
@@ -49,23 +51,6 @@ def _expected(features: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": features.astype(np.float32)})[0][:, 0]
 
 
-def _write(table: pa.Table, path):
-    if path.suffix == ".parquet":
-        pq.write_table(table, path)
-    elif path.suffix == ".csv":
-        pacsv.write_csv(table, path)
-    else:
-        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
-
-
-def _read(path):
-    if path.suffix == ".parquet":
-        return pq.read_table(path)
-    if path.suffix == ".csv":
-        return pacsv.read_csv(path)
-    return pa.Table.from_pylist([json.loads(line) for line in path.read_text().splitlines()])
-
-
 def _run(model, source, output, *more):
     return main(["run", str(model), "--input", str(source), "--output", str(output), "--no-progress", *more])
 
@@ -77,7 +62,7 @@ def test_a_text_cell_in_a_numeric_column_is_refused_naming_the_cell(tmp_path, ca
     cells[50] = "abc"
     table = pa.table({"id": np.arange(80), "a": rng.standard_normal(80), "color_code": cells, "b": np.ones(80)})
     source, output = tmp_path / f"t{suffix}", tmp_path / "o.csv"
-    _write(table, source)
+    write_table(table, source)
     assert _run(model, source, output) != 0
     assert "column 'color_code', row 50: 'abc' is not a number" in capsys.readouterr().err
     assert not output.exists()
@@ -90,9 +75,9 @@ def test_ids_with_nulls_past_2_53_are_written_back_exactly(tmp_path, model, suff
     x = np.arange(rows * WIDTH, dtype=np.float64).reshape(rows, WIDTH)
     table = pa.table({"id": ids, **{f"f{i}": x[:, i] for i in range(WIDTH)}})
     source, output = tmp_path / f"t{suffix}", tmp_path / f"o{suffix}"
-    _write(table, source)
+    write_table(table, source)
     assert _run(model, source, output, "--batch-size", "16") == 0
-    written = _read(output)
+    written = read_table(output)
     assert written["id"].type == pa.int64()
     assert written["id"].to_pylist() == ids.to_pylist()
     np.testing.assert_allclose(written["y"].to_numpy(), _expected(x))
@@ -111,12 +96,12 @@ def test_string_ids_and_kept_columns_are_written_through(tmp_path, capsys, model
         }
     )
     source, output = tmp_path / f"t{suffix}", tmp_path / f"o{suffix}"
-    _write(table, source)
+    write_table(table, source)
     assert _run(model, source, output, "--keep", "customer,day") == 0
     out = capsys.readouterr().out
     assert "plan: id: 'user_id' (named like an id)" in out
     assert "plan: kept: customer, day (written through unchanged)" in out
-    written = _read(output)
+    written = read_table(output)
     assert written.column_names == ["user_id", "customer", "day", "y"]
     assert written["user_id"].to_pylist() == table["user_id"].to_pylist()
     assert written["customer"].to_pylist() == table["customer"].to_pylist()
@@ -200,7 +185,7 @@ def test_a_cast_that_would_change_a_value_is_refused_naming_column_and_row(
 ):
     table = pa.table({"a": np.zeros(4), "b": column, "c": np.zeros(4)})
     source, output = tmp_path / f"t{suffix}", tmp_path / "o.parquet"
-    _write(table, source)
+    write_table(table, source)
     assert _run(model, source, output, "--batch-size", "2") != 0
     err = capsys.readouterr().err
     if suffix == ".parquet":  # its footer's range: refused before any batch, naming the rows
@@ -268,7 +253,7 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     _the_python_api_is_right_or_refuses(table, x, flaws)
     folder = tmp_path_factory.mktemp("case")
     source, output = folder / f"t{suffix}", folder / "o.parquet"
-    _write(table, source)
+    write_table(table, source)
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = _run(model, source, output)
