@@ -32,6 +32,7 @@ def _run(tmp_path, kind, source, output, *more):
     assert main(args) == 0
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_a_classifier_gets_a_column_a_class_and_its_labels(tmp_path, features, suffix):
     x, source = features
     output = tmp_path / f"scores{suffix}"
