@@ -229,11 +229,18 @@ def test_on_the_cpu_backend_a_submit_runs_its_batch_itself_and_returns_it_done()
 
 
 def test_a_submit_waiting_for_another_threads_batch_times_out():
+    from pipeline.frontends.submit import InlineSubmitter
+
     with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
-        big = np.ones((8_000, 256), np.float32)  # a run of a good fraction of a second
+        pipe.submit(np.ones((4, 256), np.float32)).result()  # the inline map started
+        big = np.ones((40_000, 256), np.float32)  # a run of half a second: the other thread holds the map
         running = threading.Thread(target=lambda: pipe.submit(big))
         running.start()
-        time.sleep(0.05)
+        submitter = pipe._submitter
+        assert type(submitter) is InlineSubmitter
+        deadline = time.monotonic() + 60
+        while not submitter._lock.locked() and time.monotonic() < deadline:  # by state: it runs now
+            time.sleep(0.001)
         with pytest.raises(TimeoutError, match="stayed full for 0.001 s"):
             pipe.submit(np.ones((4, 256), np.float32), timeout=0.001)
         running.join()
