@@ -232,6 +232,12 @@ def _by_width(
         )
     spec = inputs[0]
     leftover = [n for n in names if n != id_column and n not in kept and n not in index]
+    like_ids = [n for n in leftover if ID_LIKE.search(n)]
+    if like_ids:  # another id's column (row_id is the id, or --id-column named one): never a feature unmapped
+        raise SourceError(
+            f"{where!r}: column(s) {like_ids} are named like an id, and {id_column!r} is the rows' id: a column named "
+            "like an id feeds the model only where --input-column maps it; --keep writes it through"
+        )
     if leftover and all(_is_null(schema.field(n).type) for n in leftover):
         raise SourceError(f"{where!r} has no rows (a header only): there is nothing to run")
     if not leftover:

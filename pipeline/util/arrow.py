@@ -63,6 +63,7 @@ def carried_exactly(kind: Any) -> bool:
             pa.types.is_binary,
             pa.types.is_date,
             pa.types.is_duration,
+            pa.types.is_null,  # a column of nulls alone (a CSV's empty one): nulls it stays
         )
     )
 

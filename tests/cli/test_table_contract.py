@@ -5,6 +5,7 @@ exits non-zero naming the column, before a row is written."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnxruntime as ort
@@ -243,7 +244,12 @@ def _tables(draw):
     return pa.table({name: columns[name] for name in names}), x, flaws
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("ORTPIPE_PROPERTY_EXAMPLES", "40")),
+    deadline=None,
+    derandomize="ORTPIPE_PROPERTY_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(case=_tables(), suffix=st.sampled_from([".parquet", ".csv", ".jsonl"]))
 def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_factory, model, case, suffix):
     import contextlib

@@ -114,3 +114,12 @@ def test_an_id_that_cannot_be_written_back_exactly_is_refused():
 def test_a_header_only_table_says_it_has_no_rows():
     with pytest.raises(SourceError, match=r"has no rows \(a header only\)"):
         plan_table(_schema(a=pa.null(), b=pa.null(), c=pa.null()), ROW3)
+
+
+def test_a_column_named_like_an_id_beside_the_id_is_refused_not_fed():
+    schema = _schema(row_id=pa.int64(), user_id=pa.int64(), a=pa.float64(), b=pa.float64(), c=pa.float64())
+    with pytest.raises(SourceError, match=r"column\(s\) \['user_id'\] are named like an id, and 'row_id' is the"):
+        plan_table(schema, ROW3)
+    assert plan_table(schema, ROW3, keep_columns=["user_id"]).kept == ("user_id",)
+    mapped = plan_table(schema, ROW3, columns={"x": ["user_id", "a", "b"]})
+    assert mapped.inputs == {"x": ("user_id", "a", "b")} and mapped.id_column == "row_id"
