@@ -267,8 +267,25 @@ def test_long_runs_beside_the_submitters_own_work_hand_the_next_submits_to_the_t
     assert wait_no_threads() == []
 
 
-def test_long_runs_submitted_back_to_back_stay_inline():
+class _BackToBack:
+    """The submitter's clock as a quiet machine would read it, by state: each run 10 ms, and no
+    time between one submit's return and the next (a loaded machine preempts in between)."""
+
+    def __init__(self) -> None:
+        self.now, self.calls = 0.0, 0
+
+    def perf_counter(self) -> float:
+        self.calls += 1
+        if self.calls % 2 == 0:  # a run's end: 10 ms after its start
+            self.now += 0.01
+        return self.now
+
+
+def test_long_runs_submitted_back_to_back_stay_inline(monkeypatch):
     """Nothing of the submitter's to overlap the runs with: a thread's hand-offs would only add to them."""
+    from pipeline.frontends import submit
+
+    monkeypatch.setattr(submit, "time", _BackToBack())
     with Pipeline(models.busy(features=256, layers=8), device="cpu") as pipe:
         batch = np.ones((300, 256), np.float32)
         futures = _submitted_with_work_between(pipe, batch, work_s=0.0)
