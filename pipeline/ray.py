@@ -53,10 +53,9 @@ class Predictor:
     """A callable class for ``Dataset.map_batches`` (NOTE [ Ray actors ]).
 
     ``input_columns`` maps each model input to a column or to columns stacked in
-    order (by default a one-input model takes every numeric column but the id
-    column and ``keep_columns``); the batch returned holds the ``keep_columns``
-    and one column per output (a vector a row as a fixed-size list, or a 2-D
-    array in numpy batches).  ``image_column``: a column of pictures (Ray's
+    order (by default the plan ``ortpipe run`` makes: NOTE [ the table plan ]); the
+    batch returned holds the ``keep_columns`` and one column per output (a vector
+    a row as a fixed-size list, or a 2-D array in numpy batches).  ``image_column``: a column of pictures (Ray's
     ``read_images``, numpy batches) that is the model's one input, made the
     model's on the device by ``preprocess`` (``Preprocess(scale=1/255,
     layout="nhwc")``: uint8 HWC to float NCHW).  ``batch_size``: the rows of the

@@ -3,9 +3,10 @@ a pyarrow table (or Ray's dict of numpy columns), turned into the model's inputs
 and back into a table of the kept columns and the outputs.
 
 The columns an input takes, their checks and messages are those of ``ortpipe
-run``'s table sources (``sources/columns``): ``input_columns`` maps an input to
-one list column or to scalar columns stacked in order, and by default a
-one-input model takes every numeric column but the id column.  Columns are cast
+run``'s table sources, by one planner (NOTE [ the table plan ]): ``input_columns``
+maps an input to one list column or to scalar columns stacked in order; without
+it, the inputs' names or the width of a one-input model place them, or the batch
+is refused naming the column.  Columns are cast
 to the model's dtype within their kind (NOTE [ input dtypes ]).  The outputs
 are named as ``ortpipe run`` writes them: one column each, a vector a row as a
 fixed-size list (numpy batches: a 2-D array), ``output_<name>`` where a kept

@@ -59,10 +59,11 @@ class ColumnarSource:
     """A table read in record batches; columns become model inputs.
 
     ``columns`` maps an input to one list column (``{"x": ["features"]}``) or
-    to scalar columns stacked in order (``{"x": ["f0", "f1", ...]}``).  With
-    no mapping, a one-input model takes every numeric column but the id column.
-    Each row keeps the id column's value (default ``row_id`` when the table
-    has one), else its row number.  Subclasses give the schema and the batches.
+    to scalar columns stacked in order (``{"x": ["f0", "f1", ...]}``); without
+    it the plan's rules place them (NOTE [ the table plan ]: ``self.plan``).
+    Each row keeps the id column's value exactly (``row_id``, or the column named
+    like an id, where none is named), else its row number, and the
+    ``keep_columns``.  Subclasses give the schema and the batches.
     """
 
     kind = "table"
