@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from .. import __version__
 from ..util.errors import ModelError, PipelineError
 from ._bench_options import add_bench
+from ._parser import CommandParser
 from ._run_options import add_run
 from ._tune_options import add_tune
 
@@ -25,11 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The command line's parser, and each command's own (where ``--config`` sets defaults)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="ortpipe", description="Stream batches through ONNX Runtime with copies and compute overlapped."
     )
     parser.add_argument("--version", action="version", version=f"ortpipe {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     add_bench(sub)
     add_run(sub)
     add_tune(sub)

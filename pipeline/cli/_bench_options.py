@@ -43,7 +43,12 @@ def add_bench(sub: Any) -> None:
         default=DEFAULT_MODEL,
         help=f"a built-in model ({', '.join(models.BUILTIN)}) or an .onnx file; default {DEFAULT_MODEL}",
     )
-    sub.add_parser("info", help="ORT, CuPy and device facts, with measured copy bandwidth")
+    sub.add_parser(
+        "info",
+        help="ORT, CuPy and device facts, with measured copy bandwidth",
+        description="What this machine offers ortpipe: ONNX Runtime's build and providers, CuPy and the GPUs it "
+        "sees, NVDEC, and the copy bandwidth measured between page-locked host memory and each device.",
+    )
     _bench_what(bench.add_argument_group("inputs"))
     _bench_how(bench.add_argument_group("running: devices, batches, modes"))
     _bench_outputs(bench.add_argument_group("outputs"))

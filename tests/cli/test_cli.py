@@ -640,3 +640,30 @@ def test_stats_dash_writes_the_figures_to_standard_output_and_the_runs_lines_to_
     assert err.startswith("device: host") and "time a batch, ms:" in err
     assert main([*argv, "--output", "-"]) == 1
     assert "--stats - and --output - would both write to standard output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "mlp", "--inptu", "x.npy", "--output", "o.csv"], "--inptu is no option: did you mean --input?"),
+        (["run", "mlp", "--input", "x.npy", "--output", "o.csv", "--batchsize", "3"], "did you mean --batch-size?"),
+        (["run", "mlp", "--input", "x.npy", "--output", "o.csv", "--batch-size", "0"], "argument --batch-size:"),
+        (["run", "mlp", "--input", "x.npy", "--output", "o.csv", "--rows", "50:10"], "--rows needs 0 <= START < END"),
+        (["run", "mlp", "--input", "x.npy", "--output", "o.csv", "--shard", "3/2"], "--shard needs 0 <= K < N"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_flag_meant_and_where_the_help_is(capsys, argv, said):
+    """Issue 56: the line that matters, not 35 lines of usage before it."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and said in lines[0] and lines[1] == "(see ortpipe run --help)", err
+    assert "usage:" not in err
+
+
+def test_info_help_says_what_it_tells(capsys):
+    with pytest.raises(SystemExit):
+        main(["info", "--help"])
+    assert "copy bandwidth measured" in capsys.readouterr().out
