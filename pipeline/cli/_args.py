@@ -50,8 +50,8 @@ def positive(kind: type) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):  # nan passes "<= 0" unseen
+            raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
         return value
 
     return parse

@@ -35,6 +35,7 @@ from ..util.capabilities import (
     table_plan,
 )
 from ..util.errors import SourceError
+from ..util.storage import is_storage_url
 from ._args import (
     constant_arrays,
     kept_columns,
@@ -587,8 +588,10 @@ def _what_was_kept(
 
     hint = _resume_hint(args, sink, input_kind, source)
     replacing = isinstance(sink, Replaces)  # NOTE [ replaced when whole ]
-    output = replacement_of(args.output) if replacing else Path(args.output)
     kept = f" (the earlier {str(args.output)!r} is kept whole until a run ends it)" if replacing else ""
+    if is_storage_url(str(args.output)):  # a URL is no Path (s3://b/x would be said s3:/b/x), nor on this disk
+        return f"{str(args.output)!r} holds the {rows} rows committed before the stop{kept}: {hint}"
+    output = replacement_of(args.output) if replacing else Path(args.output)
     on_disk = _parquet_rows_on_disk(output) if aborted else None
     if on_disk is None:
         return f"{str(output)!r} holds {rows} rows and is readable{kept}: {hint}"

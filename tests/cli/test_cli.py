@@ -667,3 +667,25 @@ def test_info_help_says_what_it_tells(capsys):
     with pytest.raises(SystemExit):
         main(["info", "--help"])
     assert "copy bandwidth measured" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_tune_refuses_a_budget_that_is_no_finite_positive_number_before_any_work(tmp_path, capsys, value):
+    """Issue 56: ``--budget nan`` ran 73 s and wrote its file."""
+    out = tmp_path / "T.json"
+    with pytest.raises(SystemExit) as exited:
+        main(["tune", "mlp", "--budget", value, "--output", str(out)])
+    assert exited.value.code == 2
+    assert f"argument --budget: expected a finite number > 0, got {value!r}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_stopped_run_names_a_stored_output_by_its_url(tmp_path):
+    """Issue 56: the stop's line said 's3:/bucket/scores' (the URL made a Path)."""
+    import argparse
+
+    from pipeline.cli.run import _what_was_kept
+
+    args = argparse.Namespace(output="s3://bucket/scores", input=str(tmp_path / "x.npy"), skip_unreadable=False)
+    said = _what_was_kept(args, object(), "npy", None, 12)
+    assert said.startswith("'s3://bucket/scores' holds the 12 rows committed before the stop")
