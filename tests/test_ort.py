@@ -63,3 +63,16 @@ def test_two_builds_over_each_other_are_refused_naming_both(tmp_path):
         or "two builds of ONNX Runtime are installed (onnxruntime-gpu 1.30.0, onnxruntime 1.31.1)" in cli.stderr
     )
     assert "pip uninstall -y onnxruntime" in cli.stderr
+
+
+def test_an_onnxruntime_that_fails_to_load_is_not_called_missing(tmp_path):
+    """Issue 56: an interrupt landing while ORT's binary loaded was said 'not installed'."""
+    package = tmp_path / "onnxruntime"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('the binding failed to load')\n")
+    python = _run(
+        "from pipeline.util.ort import onnxruntime\ntry:\n    onnxruntime()\nexcept ImportError as exc:\n"
+        "    print(exc)",
+        pythonpath=str(tmp_path),
+    )
+    assert python.stdout.strip() == "ONNX Runtime is installed, but it could not be loaded: the binding failed to load"

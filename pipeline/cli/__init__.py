@@ -90,5 +90,11 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def console() -> None:
-    """The ``ortpipe`` command."""
-    sys.exit(main(standalone=True))
+    """The ``ortpipe`` command: exits 130 with a line, not a traceback, on Ctrl-C at any moment
+    its code runs - its parsers being built included, before ``main``'s own handling."""
+    try:
+        code = main(standalone=True)
+    except KeyboardInterrupt:
+        print("ortpipe: interrupted", file=sys.stderr)
+        code = 128 + signal.SIGINT
+    sys.exit(code)

@@ -44,8 +44,12 @@ def onnxruntime() -> Any:
     """The ``onnxruntime`` module (``import pipeline`` and ``ortpipe --help`` do without it)."""
     try:
         import onnxruntime as module
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name != "onnxruntime":  # ORT is there; a module it needs is not
+            raise RuntimeMissingError(f"ONNX Runtime is installed, but it needs {exc.name!r}: {exc}") from exc
         raise RuntimeMissingError(f"ONNX Runtime is not installed: {INSTALL}") from exc
+    except ImportError as exc:  # its binary failed to load - or an interrupt landed while it loaded
+        raise RuntimeMissingError(f"ONNX Runtime is installed, but it could not be loaded: {exc}") from exc
     builds = installed_builds(Path(module.__file__).parent.parent)
     if len(builds) > 1:
         said = ", ".join(f"{name} {version}" for name, version in builds.items())

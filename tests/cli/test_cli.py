@@ -689,3 +689,17 @@ def test_a_stopped_run_names_a_stored_output_by_its_url(tmp_path):
     args = argparse.Namespace(output="s3://bucket/scores", input=str(tmp_path / "x.npy"), skip_unreadable=False)
     said = _what_was_kept(args, object(), "npy", None, 12)
     assert said.startswith("'s3://bucket/scores' holds the 12 rows committed before the stop")
+
+
+def test_ctrl_c_while_the_command_line_is_read_exits_130_with_a_line(monkeypatch, capsys):
+    """Issue 56: an interrupt before a command's own handling (its parsers being built) printed a traceback."""
+    import pipeline.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_parsers", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        cli.console()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "ortpipe: interrupted\n"
