@@ -5,7 +5,8 @@ pyarrow's datasets, a window of :data:`~.batching.SORT_WINDOW` rows at a time; t
 window (``tokens``) and cuts it into batches under the token budget (``batching``).  Each
 batch feeds the model's ``input_ids``, ``attention_mask`` and, where the model has one,
 ``token_type_ids`` by name, in the model's dtypes, and each row carries its id (the
-``id_column``'s value, else ``row_id``: its row number) and its place in the input
+``id_column``'s value, else ``row_id``'s or the one column named like an id, as any table
+finds it; else its row number) and its place in the input
 (:data:`POSITION`), by which ``sinks.ordered`` puts the outputs back in input order.
 
 Rows are the table's: a window of them (``between``: resumes, ``--rows``, shards) is read by
@@ -25,6 +26,7 @@ import numpy as np
 from ..session import TensorSpec
 from ..sources import SourceBatch
 from ..sources.stored_tables import open_dataset
+from ..sources.table_plan import rows_id
 from ..util.arrow import exact_values
 from ..util.errors import SourceError
 from ..util.storage import is_storage_url
@@ -85,7 +87,9 @@ class TextSource:
         ):
             if name is not None and name not in names:
                 raise SourceError(f"{what} column {name!r} is not in {str(self.path)!r}: columns {names}")
-        self.id_column = id_column if id_column is not None else ("row_id" if "row_id" in names else None)
+        # the id as any table finds it (NOTE [ the table plan ]): named, row_id, or the one named like an id
+        texts = {column} | ({pair_column} if pair_column is not None else set())
+        self.id_column = rows_id(names, id_column, texts, keep_columns, str(self.path))[0]
         #: columns written through beside the outputs, unchanged (NOTE [ the table plan ])
         self.keep = tuple(k for k in dict.fromkeys(keep_columns) if k != self.id_column)
         self.start, self.stop = start, stop

@@ -175,3 +175,16 @@ def test_embed_without_pooling_gives_each_text_its_own_tokens(tmp_path):
         (theirs,) = alone(folder, [text], pooling="none")
         assert mine.shape == theirs.shape
         np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_text_table_finds_its_id_as_any_table_does(tmp_path, capsys):
+    """NOTE [ the table plan ]: the one column named like an id is the rows' id, written exactly."""
+    folder = model_folder(tmp_path / "m")
+    ids = [f"doc-{i}" for i in range(12)]
+    source = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"doc_id": ids, "text": corpus(12, seed=4)}), source)
+    output = tmp_path / "emb.parquet"
+    argv = ["run", str(folder), "--input", str(source), "--text-column", "text", "--output", str(output)]
+    assert main([*argv, "--device", "cpu", "--no-progress"]) == 0
+    table = pq.read_table(output)
+    assert table.column_names[0] == "doc_id" and table["doc_id"].to_pylist() == ids
