@@ -47,34 +47,34 @@ def overflowing_float(values: np.ndarray, target: np.dtype) -> float | None:
     return float(values[past].flat[0]) if past.any() else None
 
 
+def _refused_value(values: np.ndarray, target: np.dtype) -> int | float | None:
+    """The value of ``values`` that a cast to ``target`` would change (an integer past the float's
+    exact ones, a float past the narrower float's largest), None where none would change."""
+    value = inexact_integer(values, target)
+    return value if value is not None else overflowing_float(values, target)
+
+
 def exact_cast_refusal(values: np.ndarray, target: np.dtype) -> str | None:
     """Why ``values`` cannot be cast to ``target`` without changing one, None where they can."""
     target = np.dtype(target)
-    value = inexact_integer(values, target)
-    if value is not None:
+    value = _refused_value(values, target)
+    if value is None:
+        return None
+    if values.dtype.kind in "iu":
         return (
             f"{values.dtype.name} value {value:,} is not exact as {target.name} (which holds integers up to "
             f"2**{np.finfo(target).nmant + 1}): the model would get {float(np.asarray(value).astype(target)):.0f}"
         )
-    overflow = overflowing_float(values, target)
-    if overflow is not None:
-        return (
-            f"{values.dtype.name} value {overflow:g} overflows {target.name} (at most {np.finfo(target).max:g}): "
-            "the model would get infinity"
-        )
-    return None
+    return (
+        f"{values.dtype.name} value {value:g} overflows {target.name} (at most {np.finfo(target).max:g}): "
+        "the model would get infinity"
+    )
 
 
 def refused_at(values: np.ndarray, target: np.dtype) -> tuple[int, ...] | None:
-    """The index of the first value of ``values`` that :func:`exact_cast_refusal` refuses, in row order."""
-    target = np.dtype(target)
-    if values.dtype.kind in "iu" and target.kind == "f":
-        exact = 2 ** (np.finfo(target).nmant + 1)
-        bad = (values > exact) | (values < -exact)
-    elif values.dtype.kind == "f" and target.kind == "f" and target.itemsize < values.dtype.itemsize:
-        with np.errstate(invalid="ignore"):
-            bad = np.isfinite(values) & (np.abs(values) > np.finfo(target).max)
-    else:
+    """The index of the value :func:`exact_cast_refusal` names, its first place in row order: the
+    cell a table's message names beside that value."""
+    value = _refused_value(values, np.dtype(target))
+    if value is None:
         return None
-    found = np.argwhere(bad)
-    return tuple(int(i) for i in found[0]) if len(found) else None
+    return tuple(int(i) for i in np.argwhere(values == value)[0])
