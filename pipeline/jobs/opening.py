@@ -493,11 +493,11 @@ def open_sink(
     def recorded(at: str | Path, resume: bool, overwrite: bool) -> Sink:
         if record is None:
             return made(at, resume, overwrite)
-        if resume:  # before the sink looks at the rows: another job's are never kept
-            refuse_other_job(at, record, shown=path)
+        # before the sink looks at the rows: another job's are never kept
+        recorded = refuse_other_job(at, record, shown=path) if resume else True
         sink = made(at, resume, overwrite)
         if resume:
-            refuse_unrecorded(sink, at, shown=path)
+            refuse_unrecorded(sink, recorded, path)
         return RecordingSink(sink, at, record)
 
     if kind != "npy":

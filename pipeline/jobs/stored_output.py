@@ -74,11 +74,12 @@ def open_stored_sink(
             at = stored_staging(target) / target.name
         else:
             at = target
+        recorded = True
         if record is not None and resume:
-            refuse_other_job(at, record, shown=url)
+            recorded = refuse_other_job(at, record, shown=url)
         sink = made(at.url, data_set, resume, False)
         if record is not None and resume:
-            refuse_unrecorded(sink, at, shown=url)
+            refuse_unrecorded(sink, recorded, url)
     except OSError as exc:
         raise SinkError(str(exc)) from exc
     if record is not None:

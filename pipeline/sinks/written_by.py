@@ -147,30 +147,33 @@ def write_record(output: str | Path | StoredPath, record: JobRecord) -> None:
 
 def refuse_other_job(
     output: str | Path | StoredPath, record: JobRecord, shown: str | Path | StoredPath | None = None
-) -> None:
+) -> bool:
     """A SinkError where ``output`` was written by another job than ``record``'s, naming
-    both (``shown``: the output as the user named it, where ``output`` is its replacement)."""
+    both (``shown``: the output as the user named it, where ``output`` is its replacement);
+    whether ``output`` has a record at all (for :func:`refuse_unrecorded`)."""
     earlier = read_record(output)
     if earlier is None:
-        return
+        return False
     differ = record.differences(earlier)
     if differ:
         raise SinkError(
             f"cannot resume: {str(shown or output)!r} was written by another job (this run / that one: "
             f"{'; '.join(differ)}): resume with the same input, model and options, or --overwrite to replace it"
         )
+    return True
 
 
-def refuse_unrecorded(sink: Any, output: str | Path | StoredPath, shown: str | Path | StoredPath | None = None) -> None:
-    """A SinkError, ``sink`` closed, where a resumed ``sink`` kept rows of an ``output`` that has
-    no record of the job that wrote them (NOTE [ who wrote it ])."""
+def refuse_unrecorded(sink: Any, recorded: bool, output: str | Path | StoredPath) -> None:
+    """A SinkError, ``sink`` closed, where a resumed ``sink`` kept rows of ``output`` (as the user
+    named it) and it has no record of the job that wrote them (``recorded``: what
+    :func:`refuse_other_job` found; NOTE [ who wrote it ])."""
     from ..util.capabilities import kept_rows
 
-    if not kept_rows(sink) or read_record(output) is not None:
+    if recorded or not kept_rows(sink):
         return
     sink.close()
     raise SinkError(
-        f"cannot resume: {str(shown or output)!r} holds rows but no record of the job that wrote them (another tool "
+        f"cannot resume: {str(output)!r} holds rows but no record of the job that wrote them (another tool "
         "wrote it, or an ortpipe from before records): ortpipe continues only what it wrote; --overwrite starts it "
         "again"
     )
