@@ -182,8 +182,6 @@ def _shrunk(inputs: Sequence[TensorSpec], shapes: Mapping[str, Shape], scale: in
 def _unstated(outputs: Sequence[Any], labels: Mapping[str, Any], chosen: Sequence[str] | None) -> tuple[str, ...]:
     """The float ``[N, classes]`` output of a classifier-like model (a label a row beside it)
     that has no stated classes (NOTE [ stated classes ])."""
-    if not classifier_like(outputs):
-        return ()
     return tuple(
         arg.name
         for arg in outputs
@@ -234,10 +232,11 @@ class OrtSession:
             unzipped_model = unzipped(model, zipped)
             self.session = _loaded(unzipped_model.model, options, providers)
             self.class_labels = unzipped_model.labels
-        elif classifier_like(self.session.get_outputs()):  # NOTE [ stated classes ]
+        classifier = not zipped and classifier_like(self.session.get_outputs())  # NOTE [ stated classes ]
+        if classifier:
             self.class_labels = _stated(model, outputs)
         #: a classifier's probabilities whose classes no node states: said once, written as they are
-        self.unstated_classes = _unstated(self.session.get_outputs(), self.class_labels, outputs)
+        self.unstated_classes = _unstated(self.session.get_outputs(), self.class_labels, outputs) if classifier else ()
         device.verify_session(self.session, compute_stream)
         #: ORT's ``run(output names, feeds, run options)``: the binding's own, below
         #: ``InferenceSession.run``'s checks that the direct path made already (an input
