@@ -132,11 +132,13 @@ def plan_table(
     kept = tuple(dict.fromkeys(c for c in keep_columns if c != id_column))
     if how == BY_WIDTH:
         given = {inputs[0].name: _by_width(schema, inputs, names, id_column, kept, index, where, first_non_number)}
-    plan = TablePlan(given, how, id_column, id_how, kept)
-    _check_feeds(plan, schema, {spec.name: spec for spec in inputs}, where)
+    specs = {spec.name: spec for spec in inputs}
+    used = {c for cols in given.values() for c in cols} | set(kept) | ({id_column} if id_column else set())
+    left_out = _left_out(names, used, how, index)
+    plan = TablePlan(given, how, id_column, id_how, kept, left_out, column_casts(schema, given, specs))
+    _check_feeds(plan, schema, specs, where)
     _check_carried(schema, [c for c in (id_column, *kept) if c is not None], where)
-    casts = column_casts(schema, given, {spec.name: spec for spec in inputs})
-    return TablePlan(given, how, id_column, id_how, kept, _left_out(names, plan, index), casts)
+    return plan
 
 
 def first_non_number(cells: Iterable[Any], start: int = 0) -> tuple[int, str] | None:
@@ -307,15 +309,15 @@ def _check_carried(schema: Any, columns: Sequence[str], where: str) -> None:
             )
 
 
-def _left_out(names: list[str], plan: TablePlan, index: list[str]) -> dict[str, str]:
-    used = {c for cols in plan.inputs.values() for c in cols} | set(plan.kept) | {plan.id_column}
+def _left_out(names: list[str], used: set[str], how: str, index: list[str]) -> dict[str, str]:
+    """Each column no input, id or keeping uses, with why."""
     left = {}
     for name in names:
         if name in used:
             continue
         if name in index:
             left[name] = "pandas' index"
-        elif plan.how == MAPPED:
+        elif how == MAPPED:
             left[name] = "not named by --input-column; --keep writes it through"
         else:
             left[name] = "no input of that name; --keep writes it through"
