@@ -210,12 +210,15 @@ class ColumnarSource:
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
         """The rows' metadata: the id column's values exactly (else their row numbers from
         ``start``), then the kept columns'."""
-        if self.id_column is not None:
-            meta = {self.id_column: exact_values(record_column(record, self.id_column))}
-        else:
-            meta = {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)}
-        for column in self.plan.kept:
-            meta[column] = exact_values(record_column(record, column))
+        if self.id_column is None:
+            return self._carried(record, {"row_id": np.arange(start, start + record.num_rows, dtype=np.int64)})
+        return self._carried(record, {})
+
+    def _carried(self, record: Any, meta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``meta`` with the id column's values (where there is one) and the kept columns', exactly."""
+        for column in (self.id_column, *self.plan.kept):
+            if column is not None:
+                meta[column] = exact_values(record_column(record, column))
         return meta
 
 
@@ -431,13 +434,9 @@ class ParquetDatasetSource(ColumnarSource):
     def _meta(self, record: Any, start: int) -> dict[str, np.ndarray]:
         numbers = to_numpy(record_column(record, _FILE_NUMBER))
         meta = {self.file_column: self._names[numbers]}
-        if self.id_column is not None:
-            meta[self.id_column] = exact_values(record_column(record, self.id_column))
-        else:
+        if self.id_column is None:
             meta["row_id"] = to_numpy(record_column(record, _FILE_ROW))
-        for column in self.plan.kept:
-            meta[column] = exact_values(record_column(record, column))
-        return meta
+        return self._carried(record, meta)
 
 
 class CsvSource(ColumnarSource):
@@ -626,9 +625,6 @@ class ImageBytesTable:
         import pyarrow.parquet as pq
 
         self.files, self.column = list(files), column
-        with pq.ParquetFile(self.files[0]) as first:
-            found = rows_id(first.schema_arrow.names, id_column, {column}, where=str(self.files[0]))[0]
-        self.id_name = found or "row_id"
         ids, sizes, rows = [], [], [0]
         #: the file and its row group of every row group, in order
         self._group_of: list[tuple[int, int]] = []
@@ -637,6 +633,8 @@ class ImageBytesTable:
                 metadata, schema = parquet.metadata, parquet.schema_arrow
             if id_column is not None and id_column not in schema.names:
                 raise SourceError(f"the id column {id_column!r} is not in {str(file)!r}: columns {schema.names}")
+            if not number:  # the rows' id, named or found in the first file (NOTE [ the table plan ])
+                self.id_name = rows_id(schema.names, id_column, {column}, where=str(file))[0] or "row_id"
             if not _holds_image_bytes(schema, column):
                 raise SourceError(f"{str(file)!r}: its column {column!r} does not hold images (bytes)")
             ids.append(
