@@ -14,10 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..jobs import sink_kind
 from ..util.capabilities import table_plan
 
 #: rows run to learn the outputs' columns
 _ROWS = 4
+#: the scratch file's suffix by the output's kind (``jobs.sink_kind``): a Parquet data set's, a stored
+#: output's and a Parquet file's as Parquet
+_SUFFIXES = {"csv": ".csv", "jsonl": ".jsonl"}
 
 
 def explain(source: Any, pipe: Any, output: str, output_format: str, make_sink: Callable[[Path], Any]) -> list[str]:
@@ -32,8 +36,11 @@ def explain(source: Any, pipe: Any, output: str, output_format: str, make_sink: 
     inputs = {name: values[:rows] for name, values in first.inputs.items()}
     meta = {name: values[:rows] for name, values in first.meta.items()}
     outputs = pipe.run(inputs)
+    kind = sink_kind(output, output_format)
+    if kind == "npy":  # arrays of the outputs alone, a file each
+        return [*lines, *(f"output: {name}: {v.dtype} {list(v.shape[1:])} a row" for name, v in outputs.items())]
     with tempfile.TemporaryDirectory(prefix="ortpipe-explain-") as folder:
-        scratch = Path(folder) / f"explain{_suffix(output, output_format)}"
+        scratch = Path(folder) / f"explain{_SUFFIXES.get(kind.split()[0], '.parquet')}"
         sink = make_sink(scratch)
         try:
             sink.write(0, rows, outputs, meta)
@@ -44,14 +51,6 @@ def explain(source: Any, pipe: Any, output: str, output_format: str, make_sink: 
             sink.close()
         schema = _written_schema(scratch)
     return [*lines, *(f"output: {field.name}: {field.type}" for field in schema)]
-
-
-def _suffix(output: str, output_format: str) -> str:
-    """The scratch file's suffix: the output's own, a data set's or a URL's as Parquet."""
-    for suffix in (".csv", ".jsonl", ".parquet", ".pq"):
-        if output.lower().endswith(suffix):
-            return suffix
-    return f".{output_format}" if output == "-" else ".parquet"
 
 
 def _written_schema(path: Path) -> Any:

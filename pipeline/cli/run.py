@@ -224,11 +224,9 @@ def _on_ray(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
-    from ..jobs import JobSummary, run_job, source_kind
+    from ..jobs import JobSummary, run_job
 
-    kind = (
-        "text" if args.text_column else source_kind(args.input, args.image_column, args.video_column, args.video_format)
-    )
+    kind = _input_kind(args)
     _check_before_any_work(args, kind)
     model, labelled, preprocess, constants = _model_of(args, kind)
     summary = JobSummary()
@@ -272,14 +270,21 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
     return 0
 
 
-def _explain(args: argparse.Namespace) -> int:
-    """``--explain``: the plan and the output's columns, nothing written (cli/explain.py)."""
-    from ..jobs import open_sink, source_kind
-    from .explain import explain
+def _input_kind(args: argparse.Namespace) -> str:
+    """What the input is: texts of a table, else as ``jobs.source_kind`` tells by its path and options."""
+    from ..jobs import source_kind
 
-    kind = (
+    return (
         "text" if args.text_column else source_kind(args.input, args.image_column, args.video_column, args.video_format)
     )
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """``--explain``: the plan and the output's columns, nothing written (cli/explain.py)."""
+    from ..jobs import open_sink
+    from .explain import explain
+
+    kind = _input_kind(args)
     model, labelled, preprocess, constants = _model_of(args, kind)
     with _open_pipeline(args, model, preprocess, constants) as pipe:
         fixed = pipe.session.fixed_batch() if hasattr(pipe, "session") else None
