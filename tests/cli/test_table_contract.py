@@ -152,6 +152,10 @@ def test_explain_prints_the_plan_and_the_output_columns_and_writes_nothing(tmp_p
     assert "plan: input 'x' <- f0, f1, f2 (by width, cast float64 -> float32)" in out
     assert "output: id: int64\noutput: when: string\noutput: y: float" in out
     assert not output.exists()
+    arrays = tmp_path / "o.npy"  # the outputs alone, a file each: said as arrays
+    assert _run(model, source, arrays, "--explain") == 0
+    assert "output: y: float32 [1] a row" in capsys.readouterr().out
+    assert not arrays.exists()
 
 
 def test_stats_carry_the_plan(tmp_path, model):
