@@ -285,6 +285,8 @@ def _explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
     kind = _input_kind(args)
+    _options_fit_the_output(args)  # refused as the run would refuse them; the output itself is not looked at
+    _text_options_fit(args)
     model, labelled, preprocess, constants = _model_of(args, kind)
     with _open_pipeline(args, model, preprocess, constants) as pipe:
         fixed = pipe.session.fixed_batch() if hasattr(pipe, "session") else None

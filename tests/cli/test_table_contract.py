@@ -153,9 +153,11 @@ def test_explain_prints_the_plan_and_the_output_columns_and_writes_nothing(tmp_p
     assert "output: id: int64\noutput: when: string\noutput: y: float" in out
     assert not output.exists()
     arrays = tmp_path / "o.npy"  # the outputs alone, a file each: said as arrays
-    assert _run(model, source, arrays, "--explain") == 0
+    assert _run(model, source, arrays, "--input-column", "x=f0,f1,f2", "--explain") == 0
     assert "output: y: float32 [1] a row" in capsys.readouterr().out
     assert not arrays.exists()
+    assert _run(model, source, arrays, "--keep", "when", "--explain") != 0  # as the run refuses it
+    assert "--keep writes columns beside the outputs, in a table" in capsys.readouterr().err
 
 
 def test_stats_carry_the_plan(tmp_path, model):
