@@ -111,11 +111,11 @@ class TextEncoder:
         encodings = self._encode(members, range(len(members[0])), limit)
         long = [index for index in range(len(members[0])) if any(len(m[index]) > limit for m in members)]
         while long:
-            cut = [index for index in long if not _uncut_alike(encodings[index], [m[index] for m in members], limit)]
+            redo = [index for index in long if not _uncut_alike(encodings[index], [m[index] for m in members], limit)]
             limit *= 2
-            for index, encoding in zip(cut, self._encode(members, cut, limit), strict=True):
+            for index, encoding in zip(redo, self._encode(members, redo, limit), strict=True):
                 encodings[index] = encoding
-            long = [index for index in cut if any(len(m[index]) > limit for m in members)]
+            long = [index for index in redo if any(len(m[index]) > limit for m in members)]
         return encodings
 
     def _encode(self, members: list[list[str]], rows: Sequence[int], limit: int) -> list[Any]:
