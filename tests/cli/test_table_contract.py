@@ -242,6 +242,8 @@ def _tables(draw):
         cells[draw(st.integers(0, rows - 1))] = None
         columns["f2"] = pa.array(cells, pa.float64())
         flaws.add("f2")
+    if draw(st.booleans()):  # a column written through with --keep (keep_columns=): never a feature
+        columns["note"] = pa.array([f"n{i}" if i % 3 else None for i in range(rows)], pa.string())
     extra = draw(st.sampled_from(["none", "number", "text"]))
     if extra != "none":
         columns["extra"] = pa.array(np.ones(rows) if extra == "number" else ["n"] * rows)
@@ -268,7 +270,7 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     write_table(table, source)
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = _run(model, source, output)
+        code = _run(model, source, output, *(["--keep", "note"] if "note" in table.column_names else []))
     event("refused" if code else "written")
     if code != 0:
         message = err.getvalue()
@@ -280,6 +282,8 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     order = [name for name in table.column_names if name.startswith("f")]
     features = x[:, [int(name[1]) for name in order]]
     np.testing.assert_allclose(written["y"].to_numpy(), _expected(features), rtol=1e-6)
+    if "note" in table.column_names:  # as the input holds it: a CSV's empty cell is an empty text
+        assert written["note"].to_pylist() == read_table(source)["note"].to_pylist()
     if "id" in table.column_names:
         assert written["id"].to_pylist() == table["id"].to_pylist()
     assert "extra" not in flaws and "f1" not in flaws and "f2" not in flaws
@@ -291,7 +295,8 @@ def _the_python_api_is_right_or_refuses(table: pa.Table, x: np.ndarray, flaws: s
     from pipeline.session import TensorSpec
     from pipeline.sources import SourceError
 
-    scorer = ArrowScorer([TensorSpec("x", np.dtype(np.float32), ("N", WIDTH))])
+    keep = ["note"] if "note" in table.column_names else []
+    scorer = ArrowScorer([TensorSpec("x", np.dtype(np.float32), ("N", WIDTH))], keep_columns=keep)
     try:
         features = scorer.features(table)["x"]
     except SourceError as exc:
