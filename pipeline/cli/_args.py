@@ -57,6 +57,17 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def nonnegative_int(text: str) -> int:
+    """A whole number >= 0 (a table's version: 0 is its first)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
 def nonnegative_float(text: str) -> float:
     """A finite number >= 0: seconds (0: no wait), a tolerance."""
     try:

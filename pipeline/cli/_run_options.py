@@ -21,6 +21,7 @@ from ._args import (
     key_value,
     names,
     nonnegative_float,
+    nonnegative_int,
     output_path,
     positive,
     reconnect_tries,
@@ -152,6 +153,14 @@ def _input_options(inputs: Any) -> None:
         default=[],
         metavar="COL[,COL]",
         help="a table's columns written through unchanged beside the outputs (a date, a customer key)",
+    )
+    inputs.add_argument(
+        "--input-version",
+        type=nonnegative_int,
+        default=None,
+        metavar="N",
+        help="a Delta table's version to read (time travel; default: its latest, and on --resume the version "
+        "the run started from)",
     )
     inputs.add_argument(
         "--explain",

@@ -28,6 +28,7 @@ _IO_PACKAGES = (
     ("av", "video", "videos and streams"),
     ("pyarrow", "parquet", "Parquet, CSV"),
     ("PIL", "images", "images"),
+    ("deltalake", "tables", "Delta Lake tables"),
 )
 
 

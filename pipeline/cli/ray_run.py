@@ -192,6 +192,7 @@ def _ray_input(path: str | Path) -> Where:
     folder of images."""
     from ..jobs import source_kind
     from ..sources import PARQUET_SUFFIXES
+    from ..sources.table_formats import format_of_names, refuse_table_folder, table_format
 
     if is_storage_url(path):
         stored = StoredPath.of(str(path))
@@ -199,10 +200,15 @@ def _ray_input(path: str | Path) -> Where:
             raise SourceError(f"--ray reads Parquet from object storage (an object or a prefix), not {str(path)!r}")
         if not stored.exists():
             raise SourceError(f"input not found: {str(path)!r}")
+        table = format_of_names([entry.name for entry in stored.iterdir()]) if stored.is_dir() else None
+        if table is not None:  # NOTE [ a table format's folder ]
+            raise refuse_table_folder(str(path), table, "--ray")
         return stored
     source = Path(path)
     if not source.exists():
         raise SourceError(f"input not found: {str(source)!r}")
+    if source.is_dir() and table_format(source) is not None:
+        raise refuse_table_folder(str(source), str(table_format(source)), "--ray")
     if source.suffix.lower() in PARQUET_SUFFIXES or (source.is_dir() and source_kind(source) in ("parquet", "images")):
         return source
     raise SourceError(

@@ -228,6 +228,7 @@ def _run(args: argparse.Namespace, rows: BinaryIO | None = None) -> int:
 
     kind = _input_kind(args)
     _check_before_any_work(args, kind)
+    _pin_table_version(args)
     model, labelled, preprocess, constants = _model_of(args, kind)
     summary = JobSummary()
     with _open_pipeline(args, model, preprocess, constants) as pipe:
@@ -316,6 +317,22 @@ def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
     _text_options_fit(args)
     listed = args.image_column or args.text_column  # a table that holds its images or texts
     _not_into_the_data_set(args.input, args.output, "parquet" if listed else kind)
+
+
+def _pin_table_version(args: argparse.Namespace) -> None:
+    """The version of a Delta table input read, in ``args.input_version``: the one asked for, else
+    the one an output resumed was started from (its job record), else the latest; so a resume
+    reads the rows its first run read (NOTE [ a table format's folder ])."""
+    from ..sinks.written_by import read_record
+    from ..sources.table_formats import delta_version, table_format
+
+    if is_storage_url(args.input) or table_format(args.input) != "delta":
+        return  # the source refuses a version given for anything else
+    if args.input_version is None and args.resume:
+        record = read_record(args.output)
+        args.input_version = None if record is None else record.options.get("input_version")
+    args.input_version = delta_version(args.input, args.input_version)
+    print(f"input: Delta table version {args.input_version}")
 
 
 def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -428,6 +445,7 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
         hwaccel=_decoding_device(args.hwaccel, pipe),
         streams=args.more_inputs,
         batch_wait_s=args.batch_wait,
+        table_version=args.input_version,
     )
 
 
@@ -436,7 +454,7 @@ ROW_OPTIONS = (
     "input_name", "input_column", "id_column", "keep", "image_column", "video_column", "constant", "preprocess",
     "size", "pix_fmt", "fit", "every", "fps", "skip_unreadable", "video_format", "video_option", "jpeg_draft",
     "exif_orientation", "shard", "top_k", "softmax", "labels", "output_names", "data_dependent",
-    "text_column", "text_pair_column", "tokenizer", "max_length", "pooling", "normalize",
+    "text_column", "text_pair_column", "tokenizer", "max_length", "pooling", "normalize", "input_version",
 )  # fmt: skip
 
 

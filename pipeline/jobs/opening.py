@@ -59,6 +59,7 @@ from ..sources import (
 )
 from ..sources.stored_arrays import StoredNpySource
 from ..sources.stored_tables import StoredTableSource
+from ..sources.table_formats import DeltaTableSource, format_of_names, refuse_table_folder, table_format
 from ..util.capabilities import HasOutputs
 from ..util.storage import StoredPath, is_storage_url
 from .source_options import SourceOptions
@@ -128,6 +129,9 @@ def _stored_prefix_kind(url: str) -> str:
     try:
         prefix = StoredPath.of(url)
         names = [entry.name for entry in prefix.iterdir()]
+        fmt = format_of_names(names)
+        if fmt is not None:  # NOTE [ a table format's folder ]
+            raise refuse_table_folder(url, fmt, "a run from object storage")
         if any(PurePosixPath(name).suffix.lower() in DATASET_FORMATS for name in names):
             return "parquet"
         pictures = stored_files_below(prefix, (*IMAGE_SUFFIXES, *VIDEO_SUFFIXES))  # one listing for both
@@ -180,7 +184,14 @@ def _path_kind(path: str | Path, video_format: str | None = None) -> str:
 def _folder_kind(folder: Path) -> str:
     """What a folder holds at any depth: images before videos, both before tar archives of
     images (NOTE [ image archives ]), all before Parquet files (a folder of photos may
-    hold a table of earlier results; img2dataset writes one beside each shard)."""
+    hold a table of earlier results; img2dataset writes one beside each shard).  A Delta
+    table's folder is "parquet", read by its log; an Iceberg table's is refused
+    (NOTE [ a table format's folder ])."""
+    fmt = table_format(folder)
+    if fmt == "delta":
+        return "parquet"
+    if fmt == "iceberg":
+        raise refuse_table_folder(str(folder), fmt, "ortpipe run")
     if holds_files(folder, IMAGE_SUFFIXES, hidden):
         return "images"
     if holds_files(folder, VIDEO_SUFFIXES, hidden):
@@ -256,6 +267,8 @@ def open_source(
         kind = source_kind(path, options.image_column, options.video_column, options.video_format)
     if listed is not None:
         _require("parquet", f"reading {str(path)!r}", SourceError)
+        if not is_storage_url(path) and table_format(path) is not None:
+            raise refuse_table_folder(str(path), str(table_format(path)), "a table of images or videos")
         if options.columns:
             raise SourceError(
                 f"input columns ({sorted(options.columns)}) map a table's numbers to model inputs; with a column "
@@ -273,6 +286,9 @@ def open_source(
             return StoredTableSource(
                 str(path), batch_size, specs, dict(options.columns or {}), options.id_column, options.keep_columns
             )
+        if Path(path).is_dir() and table_format(path) == "delta":
+            return DeltaTableSource(path, batch_size, specs, dict(options.columns or {}), options.id_column,
+                                    options.keep_columns, version=options.table_version)  # fmt: skip
         text = {"csv": CsvSource, "jsonl": JsonLinesSource}.get(kind)
         table = text or (ParquetDatasetSource if Path(path).is_dir() else ParquetSource)
         return table(path, batch_size, specs, dict(options.columns or {}), options.id_column, options.keep_columns)

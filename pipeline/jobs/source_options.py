@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..sources import STREAM_TIMEOUT_S, Fit, ImageDecoding, SourceError, VideoDecoding, is_pipe, is_stream_url
+from ..sources.table_formats import table_format
+from ..util.storage import is_storage_url
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,15 @@ class SourceOptions:
     #: more live streams read with the path at once (NOTE [ several streams ])
     streams: Sequence[str | Path] = field(default_factory=tuple)
     batch_wait_s: float | None = None
+    #: the version of a Delta table read (None: its latest; NOTE [ a table format's folder ])
+    table_version: int | None = None
 
     def refuse_for(self, kind: str, path: str | Path) -> None:
         """A SourceError where an option was given that the ``kind`` of input at ``path`` has no use for."""
         if self.stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
             raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
+        if self.table_version is not None and (is_storage_url(path) or table_format(path) != "delta"):
+            raise SourceError(f"a version (--input-version) is for a Delta table's folder; {str(path)!r} is none")
         for given, kinds, what in self._uses():
             if given and kind not in kinds:
                 raise SourceError(f"{what}; {str(path)!r} is a {kind} source")

@@ -15,6 +15,7 @@ from typing import Any
 from ..session import TensorSpec
 from ..util.errors import SourceError
 from ..util.storage import StoredPath, filesystem_of, is_storage_url, said
+from .table_formats import format_of_names, refuse_table_folder
 from .tables import ColumnarSource
 
 #: each format pyarrow's datasets read, by a file's suffix
@@ -59,6 +60,9 @@ def _format(filesystem: Any, path: str, info: Any, where: str) -> str:
 
     if info.type == pafs.FileType.Directory:
         files = filesystem.get_file_info(pafs.FileSelector(path, recursive=True))
+        table = format_of_names([PurePosixPath(f.path).relative_to(path).parts[0] for f in files])
+        if table is not None:  # NOTE [ a table format's folder ]
+            raise refuse_table_folder(where, table, "a text run")
         suffixes = {PurePosixPath(f.path).suffix.lower() for f in files if f.type == pafs.FileType.File}
         found = {DATASET_FORMATS[suffix] for suffix in suffixes if suffix in DATASET_FORMATS}
         if len(found) != 1:

@@ -366,11 +366,8 @@ class ParquetDatasetSource(ColumnarSource):
 
         if not self.path.is_dir():
             raise SourceError(f"{str(self.path)!r} is not a folder")
-        files = parquet_files(self.path)
-        if not files:
-            raise SourceError(f"no Parquet files ({', '.join(PARQUET_SUFFIXES)}) in {str(self.path)!r}")
         self.parts: list[_Part] = []
-        for file in files:
+        for file in self._files():
             try:
                 metadata = pq.read_metadata(file)
                 schema = metadata.schema.to_arrow_schema()
@@ -378,6 +375,13 @@ class ParquetDatasetSource(ColumnarSource):
                 raise SourceError(f"{str(file)!r} is not a readable Parquet file: {exc}") from exc
             self.parts.append(_Part(file, file.relative_to(self.path).as_posix(), metadata.num_rows, schema, metadata))
         return self.parts[0].schema
+
+    def _files(self) -> list[Path]:
+        """The data set's files, in the order their rows are read."""
+        files = parquet_files(self.path)
+        if not files:
+            raise SourceError(f"no Parquet files ({', '.join(PARQUET_SUFFIXES)}) in {str(self.path)!r}")
+        return files
 
     def _check_parts(self) -> None:
         """Every file has the columns read, of the first file's types."""

@@ -200,3 +200,28 @@ def test_a_window_of_a_stored_parquet_table_leaves_the_row_groups_before_it_unre
     assert _run(local, tmp_path / "local.parquet", "--rows", "700:1100") == 0
     assert _run("s3://tables/groups/", tmp_path / "window.parquet", "--rows", "700:1100") == 0
     assert pq.read_table(tmp_path / "window.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_a_stored_delta_table_is_refused_not_read_as_loose_files(aws, tmp_path, capsys, text):
+    """NOTE [ a table format's folder ]: a prefix holding ``_delta_log/`` holds every version's files."""
+    deltalake = pytest.importorskip("deltalake", reason="needs deltalake: pip install 'ortpipe[tables]'")
+    import pyarrow.fs as pafs
+
+    local = tmp_path / "table"
+    rows = pa.table({"id": np.arange(20), "text": [f"w{i} x" for i in range(20)]})
+    deltalake.write_deltalake(local, rows)
+    deltalake.write_deltalake(local, rows.slice(0, 5), mode="overwrite")
+    prefix = f"tables/delta-{int(text)}"
+    pafs.copy_files(
+        str(local), prefix, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=aws.filesystem()
+    )
+    more = ["--text-column", "text"] if text else []
+    if text:
+        pytest.importorskip("tokenizers")
+        from ..text_models import model_folder
+    model = str(model_folder(tmp_path / "encoder")) if text else "mlp"
+    argv = ["run", model, "--input", f"s3://{prefix}/", "--output", str(tmp_path / "o.parquet"), *more]
+    assert main([*argv, "--device", "cpu", "--no-progress"]) != 0
+    assert "is a Delta Lake table" in capsys.readouterr().err
+    assert not (tmp_path / "o.parquet").exists()
