@@ -131,15 +131,20 @@ _FLOATS = {1, 10, 11, 16}
 
 def loaded_model(model: Any) -> Any:
     """A copy of ``model`` as a ModelProto, a file's external weights read in."""
-    import onnx
+    from .session.onnx_proto import has_external_data, parsed_model, read_model
 
-    if isinstance(model, onnx.ModelProto):
+    if type(model).__name__ == "ModelProto":
         return copy.deepcopy(model)
     loadable = ort_model_arg(model)  # a path that is a file, or bytes; a ModelError for anything else
     try:
-        if isinstance(loadable, str):
+        if not isinstance(loadable, str):
+            return parsed_model(loadable)
+        proto = read_model(loadable)  # without onnx's import (session/onnx_proto.py) where it can
+        if has_external_data(proto):
+            import onnx
+
             return onnx.load_model(loadable)  # external weights from beside the file, as ORT reads them
-        return onnx.load_model_from_string(loadable)
+        return proto
     except Exception as exc:
         which = f"{loadable!r} is " if isinstance(loadable, str) else ""
         raise ModelError(f"{which}not a readable ONNX model: {exc}") from exc

@@ -41,6 +41,7 @@ from .specs import (
     ModelSource,
     Shape,
     TensorSpec,
+    graph_of,
     ort_model_arg,
     output_specs,
     own_batch_dims,
@@ -154,13 +155,7 @@ def _zeros(shape: Shape, dtype: np.dtype) -> np.ndarray:
 
 def _stated(model: ModelSource, outputs: Sequence[str] | None) -> dict[str, tuple[int | str, ...]]:
     """The classes a classifier node states for the outputs bound (NOTE [ stated classes ])."""
-    import onnx
-
-    loadable = ort_model_arg(model)
-    if isinstance(loadable, str):
-        proto = onnx.load_model(loadable, load_external_data=False)
-    else:
-        proto = onnx.load_model_from_string(loadable)
+    proto = graph_of(model)
     return {name: classes for name, classes in stated_classes(proto).items() if outputs is None or name in outputs}
 
 

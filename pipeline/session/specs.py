@@ -146,25 +146,25 @@ def declared_outputs(model: ModelSource, names: Sequence[str] | None = None) -> 
 
 def graph_of(model: ModelSource) -> Any:
     """The model's ONNX proto, its external weights left on disk."""
-    import onnx
+    from .onnx_proto import parsed_model, read_model
 
-    if isinstance(model, onnx.ModelProto):  # read where it lies: serializing a large one to parse it is seconds
+    if type(model).__name__ == "ModelProto":  # read where it lies: serializing a large one to parse it is seconds
         return model
     loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
     try:
         if isinstance(loadable, str):  # the graph only: external weights stay on disk
-            return onnx.load_model(loadable, load_external_data=False)
-        return onnx.load_model_from_string(loadable)
+            return read_model(loadable)
+        return parsed_model(loadable)
     except Exception as exc:
         raise ModelError(f"not a readable ONNX model: {exc}") from exc
 
 
 def _declared(value: Any) -> TensorSpec:
-    from onnx import helper
+    from .onnx_proto import numpy_dtype
 
     tensor = value.type.tensor_type
     dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
-    return TensorSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims)
+    return TensorSpec(value.name, numpy_dtype(tensor.elem_type), dims)
 
 
 def output_specs(args: Sequence[Any], chosen: Sequence[str] | None) -> tuple[TensorSpec, ...]:

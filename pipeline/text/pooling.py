@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..heads import check_free, declared_dims, loaded_model
+from ..session import onnx_proto
 from ..util.errors import ModelError
 
 POOLINGS = ("mean", "cls", "last", "none")
@@ -29,6 +32,7 @@ EMBEDDING = "embedding"
 #: the first opset whose ReduceSum, Unsqueeze and Squeeze take their axes as inputs
 POOLING_OPSET = 13
 _PREFIX = "ortpipe_pooling"
+_INT64 = 7  # TensorProto.INT64
 
 
 def default_pooling(model: Any, output: str | None = None) -> str:
@@ -44,8 +48,6 @@ def with_pooling(
 ) -> Any:
     """``model`` as a new ``ModelProto`` whose only output is ``embedding``: ``output`` (None:
     the first) pooled over its tokens as ``pooling`` says, L2-normalized where ``normalize``."""
-    import onnx
-
     if pooling not in POOLINGS:
         raise ModelError(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}")
     proto = loaded_model(model)
@@ -73,10 +75,10 @@ def with_pooling(
     pooled = build.pooled(pooling, value.name, mask)
     if normalize:
         pooled = build.normalized(pooled)
-    graph.node.append(onnx.helper.make_node("Identity", [pooled], [EMBEDDING]))
+    graph.node.append(onnx_proto.node("Identity", [pooled], [EMBEDDING]))
     out_dims = None if dims is None else ([dims[0], dims[2]] if pooling != "none" else dims)
     del graph.output[:]
-    graph.output.append(onnx.helper.make_tensor_value_info(EMBEDDING, elem, out_dims))
+    graph.output.append(onnx_proto.tensor_value(EMBEDDING, elem, out_dims))
     return proto
 
 
@@ -100,34 +102,26 @@ class _Builder:
         return f"{_PREFIX}_{what}_{self._count}"
 
     def node(self, op: str, inputs: list[str], **attributes: Any) -> str:
-        from onnx import helper
-
         out = self.name(op.lower())
-        self.graph.node.append(helper.make_node(op, inputs, [out], **attributes))
+        self.graph.node.append(onnx_proto.node(op, inputs, [out], **attributes))
         return out
 
     def ints(self, values: list[int]) -> str:
-        from onnx import TensorProto, helper
-
         name = self.name("const")
-        self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+        self.graph.initializer.append(onnx_proto.tensor(name, np.array(values, np.int64), _INT64))
         return name
 
     def scalar(self, value: float) -> str:
-        from onnx import helper
-
         name = self.name("const")
-        self.graph.initializer.append(helper.make_tensor(name, self.elem, [], [value]))
+        self.graph.initializer.append(onnx_proto.tensor(name, np.array(value), self.elem))
         return name
 
     def pooled(self, pooling: str, hidden: str, mask: str) -> str:
         if pooling == "none":
             return hidden
         if pooling == "cls":
-            from onnx import TensorProto, helper
-
             first = self.name("const")
-            self.graph.initializer.append(helper.make_tensor(first, TensorProto.INT64, [], [0]))
+            self.graph.initializer.append(onnx_proto.tensor(first, np.array(0, np.int64), _INT64))
             return self.node("Gather", [hidden, first], axis=1)
         if pooling == "mean":
             weights = self.node("Unsqueeze", [self.node("Cast", [mask], to=self.elem), self.ints([-1])])
