@@ -122,11 +122,11 @@ def _convnet(folder: Path) -> Path:
     return path
 
 
-PHOTOS = 400
+PHOTOS = 2000
 
 
 def test_a_folder_of_images_against_a_loop_of_threads_decoding(benchmark, tmp_path, capsys):
-    """400 JPEGs of 640x480 at 64x64 through the conv net, batches of 32."""
+    """2,000 JPEGs of 640x480 at 64x64 through the conv net, batches of 32."""
     image = pytest.importorskip("PIL.Image")
     folder = tmp_path / "photos"
     folder.mkdir()
@@ -148,11 +148,11 @@ def test_a_folder_of_images_against_a_loop_of_threads_decoding(benchmark, tmp_pa
         print(f"\n{PHOTOS} JPEGs 640x480 -> 64x64, conv net:\n{_said(runs, PHOTOS, 'images')}")
 
 
-FRAMES = 300
+FRAMES = 1500
 
 
 def test_a_video_against_a_pyav_loop(benchmark, tmp_path, capsys):
-    """300 frames of 854x480 H.264 at 224x224 through the conv net, batches of 32."""
+    """1,500 frames of 854x480 H.264 at 224x224 through the conv net, batches of 32."""
     pytest.importorskip("av")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_video import _encode
