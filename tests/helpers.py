@@ -127,6 +127,20 @@ def scaled_model(features: int = 4):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def linear_model(width: int = 3):
+    """y[N, 1] = x[N, width] @ [1, 10, 100, ...] + 1: every feature's place and value shows in the output."""
+    w = numpy_helper.from_array((10.0 ** np.arange(width, dtype=np.float32))[:, None], "w")
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "one"], ["y"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+        [w, one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def token_model(batch: int | str = "N", vocab: int = 100, width: int = 4, seed: int = 0):
     """ids[N, S] int64 -> tok[N, S, W] (an embedding lookup) and pooled[N, W] (its mean
     over S): a free sequence length, as in text models fed batches padded to their longest."""

@@ -199,9 +199,10 @@ def _output_options(outputs: Any) -> None:
     )
     outputs.add_argument(
         "--output-format",
-        choices=["csv", "jsonl"],
+        choices=["csv", "jsonl", "delta"],
         default=None,
-        help="with --output -: CSV (default) or JSON Lines (an object a row, several values as a list)",
+        help="with --output -: CSV (default) or JSON Lines (an object a row, several values as a list); delta: the "
+        "output folder is a Delta Lake table, each part a commit (a folder holding a _delta_log is one already)",
     )
     outputs.add_argument(
         "--labels",

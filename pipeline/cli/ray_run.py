@@ -229,6 +229,8 @@ def _data_set_output(path: str | Path, overwrite: bool) -> Where:
         raise SinkError(f"--ray writes a Parquet data set, a folder: give a path without a suffix, not {str(path)!r}")
     if path.exists() and not path.is_dir():
         raise SinkError(f"{str(path)!r} is a file: --ray writes a Parquet data set, a folder")
+    if (path / "_delta_log").is_dir():  # NOTE [ parts committed to a Delta table ]: not yet from Ray's workers
+        raise SinkError(f"{str(path)!r} is a Delta table: --ray writes a Parquet data set; run it here without --ray")
     held = sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) if path.is_dir() else []
     if held and not overwrite:
         raise SinkError(f"{str(path)!r} holds files already: --overwrite replaces them")

@@ -168,13 +168,15 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
     """Options for a Parquet output given with another kind of output: refused, not ignored."""
     from ..jobs import sink_kind
 
-    kind, output = sink_kind(args.output), str(args.output)
-    if args.output_format is not None and not kind.endswith(" stream"):
-        raise SinkError(f"--output-format is for --output - (standard output); {output!r} is written as {kind}")
+    kind, output = sink_kind(args.output, args.output_format or "csv"), str(args.output)
+    if args.output_format not in (None, "delta") and not kind.endswith(" stream"):
+        raise SinkError(f"--output-format {args.output_format} is for --output - (standard output); {output!r} is "
+                        f"written as {kind}")  # fmt: skip
+    parts = kind.startswith("parquet") or kind == "delta table"
     for option, given in (("--part-rows", args.part_rows), ("--part-seconds", args.part_seconds)):
-        if given is not None and not kind.startswith("parquet"):
+        if given is not None and not parts:
             raise SinkError(f"{option} is for a Parquet output (its parts); {output!r} is written as {kind}")
-    if args.compression is not None and not kind.startswith("parquet"):
+    if args.compression is not None and not parts:
         raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
     if kept_columns(args) and kind == "npy":
         raise SinkError(
@@ -188,13 +190,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     or JSON Lines), and the run's own lines go to standard error instead.  ``--input``
     given more than once names live streams read at once (NOTE [ several streams ]):
     ``args.input`` is the first, ``args.more_inputs`` the others."""
-    from ..jobs import STDOUT
+    from ..jobs import STDOUT, sink_kind
 
     inputs = args.input if isinstance(args.input, list) else [args.input]
     args.input, args.more_inputs = inputs[0], inputs[1:]
     if getattr(args, "explain", False):
         return _explain(args)
     on_ray = getattr(args, "ray", None) is not None
+    if args.output_format == "delta":  # a table where none can be made: said before the output is locked
+        sink_kind(args.output, "delta")
+        if on_ray:
+            raise SinkError("--ray writes a Parquet data set; a Delta output is written by a run here, without --ray")
     if on_ray and str(args.output) == STDOUT:
         raise SinkError("--ray writes a Parquet data set, a folder: give its path, not - (standard output)")
     if str(args.stats) == STDOUT:  # the figures on standard output, the run's own lines on standard error
@@ -307,7 +313,7 @@ def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
 
     if args.resume and args.overwrite:
         raise SinkError("--resume keeps what an earlier run wrote, --overwrite replaces it: choose one")
-    check_output(args.output, args.resume, args.overwrite)
+    check_output(args.output, args.resume, args.overwrite, args.output_format or "csv")
     for report in (args.stats, args.trace, args.plot):
         if report is not None and not (report is args.stats and str(report) == STDOUT):
             writable(report)
@@ -323,16 +329,27 @@ def _pin_table_version(args: argparse.Namespace) -> None:
     """The version of a Delta table input read, in ``args.input_version``: the one asked for, else
     the one an output resumed was started from (its job record), else the latest; so a resume
     reads the rows its first run read (NOTE [ a table format's folder ])."""
-    from ..sinks.written_by import read_record
     from ..sources.table_formats import delta_version, table_format
 
     if is_storage_url(args.input) or table_format(args.input) != "delta":
         return  # the source refuses a version given for anything else
     if args.input_version is None and args.resume:
-        record = read_record(args.output)
-        args.input_version = None if record is None else record.options.get("input_version")
+        args.input_version = _version_read_before(args)
     args.input_version = delta_version(args.input, args.input_version)
     print(f"input: Delta table version {args.input_version}")
+
+
+def _version_read_before(args: argparse.Namespace) -> int | None:
+    """The version of a Delta input that the run resumed read: its record says, or a Delta
+    output's commits do (NOTE [ parts committed to a Delta table ])."""
+    from ..jobs import delta_job, sink_kind
+    from ..sinks.delta import committed_input_version
+    from ..sinks.written_by import read_record
+
+    if sink_kind(args.output, args.output_format or "csv") == "delta table":
+        return committed_input_version(args.output, delta_job(job_record(args))[0])
+    record = read_record(args.output)
+    return None if record is None else record.options.get("input_version")
 
 
 def _model_of(args: argparse.Namespace, kind: str) -> tuple[Any, Any, Any, dict[str, Any]]:

@@ -38,6 +38,7 @@ from ..sinks import (
     writable,
     writable_folder,
 )
+from ..sinks.delta import DeltaSink, delta_app_id
 from ..sinks.stored import StoredParquetSink
 from ..sources import (
     ARCHIVE_SUFFIXES,
@@ -363,6 +364,8 @@ def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
         if stream_format not in STREAM_FORMATS:
             raise SinkError(f"standard output is written as {' or '.join(STREAM_FORMATS)}, not {stream_format!r}")
         return f"{stream_format} stream"
+    if stream_format == "delta" or (not is_storage_url(path) and table_format(path) == "delta"):
+        return _delta_kind(path)
     if is_storage_url(path):  # NOTE [ stored outputs ] in sinks.stored
         return stored_sink_kind(str(path))
     path = Path(path)
@@ -383,14 +386,31 @@ def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
     )
 
 
-def check_output(path: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+def _delta_kind(path: str | Path) -> str:
+    """ "delta table": a local folder, made a table at its first commit where it is none yet."""
+    if str(path) == STDOUT:
+        raise SinkError("a Delta table is a folder: give its path, not - (standard output)")
+    if is_storage_url(path):
+        raise SinkError(
+            f"{str(path)!r}: a Delta table in object storage is not written yet: write a Parquet data set there, "
+            "or a local Delta table"
+        )
+    if Path(path).suffix.lower() in (".npy", ".csv", ".jsonl", ".ndjson", *PARQUET_SUFFIXES):
+        raise SinkError(f"a Delta table is a folder: {str(path)!r} names a file")
+    return "delta table"
+
+
+def check_output(path: str | Path, resume: bool = False, overwrite: bool = False, output_format: str = "csv") -> None:
     """A SinkError now, before any work (a large model takes seconds to load),
     where :func:`open_sink` would refuse ``path``: it cannot be written, or it
     holds an earlier run's rows that a new run would replace or mix with (a
     file, a data set folder; ``overwrite``: they are to be replaced).  Files
     an output writes beside ``path`` (a multi-output .npy's) are known once the
     model's outputs are: :func:`refuse_replacing` checks the sink too."""
-    kind = sink_kind(path)
+    kind = sink_kind(path, output_format)
+    if kind == "delta table":  # its commits are checked when it is opened (NOTE [ parts committed to a Delta table ])
+        writable_folder(path)
+        return
     if is_storage_url(path):
         check_stored_output(str(path), resume, overwrite)
         return
@@ -465,6 +485,10 @@ def open_sink(
         return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels and kind != "npy" else sink
 
     def table(at: str | Path, resume: bool, overwrite: bool) -> Sink:
+        if kind == "delta table":
+            app_id, read = delta_job(record)
+            return DeltaSink(at, app_id, resume=resume, part_rows=part_rows, compression=compression,
+                             overwrite=overwrite, part_seconds=part_seconds, input_version=read)  # fmt: skip
         if kind == "npy":
             return NpySink(at, output_names, known, resume)
         if kind == "parquet":
@@ -520,9 +544,22 @@ def open_sink(
         _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if is_storage_url(path):
         return open_stored_sink(str(path), record, resume, overwrite, stored)
+    if kind == "delta table":  # the table's commits name the job: no record beside it
+        return made(path, resume, overwrite)
     if kind not in REPLACED_WHEN_WHOLE:
         return made(path, resume, overwrite)
     return _replaced_when_whole(path, kind, resume, overwrite, recorded)
+
+
+def delta_job(record: JobRecord | None) -> tuple[str, int | None]:
+    """The id a Delta output's commits carry for the job of ``record`` (NOTE [ parts committed to a
+    Delta table ]), made from what makes its rows but the version of a Delta input, which its
+    commits carry beside it (a resume reads the version its parts were made from); and that version."""
+    if record is None:
+        raise SinkError("a Delta output's commits carry the job's id: open_sink needs the job's record= for it")
+    options = {name: value for name, value in record.options.items() if name != "input_version"}
+    read = record.options.get("input_version")
+    return delta_app_id({"input": record.input, "model": record.model, "options": options}), read
 
 
 #: the kinds of output that ``--overwrite`` writes beside the earlier one (NOTE [ replaced when whole ]): a

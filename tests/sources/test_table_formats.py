@@ -12,6 +12,8 @@ import pytest
 
 from pipeline.cli import main
 
+from ..helpers import linear_model
+
 deltalake = pytest.importorskip("deltalake", reason="needs deltalake: pip install 'ortpipe[tables]'")
 
 WIDTH = 3
@@ -19,22 +21,8 @@ WIDTH = 3
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """y = x @ [1, 10, 100] + 1, x [N, 3]: every feature's place and value shows in the output."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.array([[1.0], [10.0], [100.0]], np.float32), "w")
-    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "one"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
-        [w, one],
-    )
     path = tmp_path_factory.mktemp("formats") / "m.onnx"
-    path.write_bytes(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
-    )
+    path.write_bytes(linear_model(WIDTH).SerializeToString())
     return path
 
 
