@@ -199,10 +199,18 @@ def _output_options(outputs: Any) -> None:
     )
     outputs.add_argument(
         "--output-format",
-        choices=["csv", "jsonl", "delta"],
+        choices=["csv", "jsonl", "delta", "iceberg"],
         default=None,
         help="with --output -: CSV (default) or JSON Lines (an object a row, several values as a list); delta: the "
-        "output folder is a Delta Lake table, each part a commit (a folder holding a _delta_log is one already)",
+        "output folder is a Delta Lake table, each part a commit (a folder holding a _delta_log is one already); "
+        "iceberg: --output NAMESPACE.TABLE of --catalog, each part a snapshot",
+    )
+    outputs.add_argument(
+        "--catalog",
+        default="default",
+        metavar="NAME",
+        help="with --output-format iceberg: the catalog of pyiceberg's configuration (~/.pyiceberg.yaml, "
+        "PYICEBERG_CATALOG__NAME__*); default: 'default', else an embedded SQLite one in ~/.ortpipe/iceberg",
     )
     outputs.add_argument(
         "--labels",

@@ -50,10 +50,10 @@ def explain(source: Any, pipe: Any, output: str, output_format: str, make_sink: 
         finally:
             sink.close()
         schema = _written_schema(scratch)
-    if kind == "delta table":  # written as a Parquet file here, in the types Delta has
-        from ..sinks.delta import delta_schema
+    if kind.endswith(" table"):  # a Delta or Iceberg table: written as a Parquet file here, in the types it has
+        from ..sinks import portable_schema
 
-        schema = delta_schema(schema)
+        schema = portable_schema(schema)
     return [*lines, *(f"output: {field.name}: {field.type}" for field in schema)]
 
 

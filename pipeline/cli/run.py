@@ -124,7 +124,7 @@ def _not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
 
     if kind != "parquet" or not isinstance(source, Path) or not source.is_dir() or not isinstance(output, Path):
         return  # a file, or a URL: not a local folder of Parquet files (or an output in one)
-    if not sink_kind(output).startswith("parquet"):
+    if not isinstance(output, Path) or not sink_kind(output).startswith("parquet"):
         return
     target, folder = output.resolve(), source.resolve()
     if target.is_relative_to(folder) and not writers_own(target.relative_to(folder)):
@@ -142,7 +142,7 @@ def _labels(args: argparse.Namespace) -> list[str] | None:
         return None
     if args.top_k is None:
         raise SinkError("--labels names the classes --top-k finds: give --top-k too")
-    if sink_kind(args.output) == "npy":
+    if sink_kind(args.output, args.output_format or "csv") == "npy":
         raise SinkError(f"--labels are written as a column of names: write a table (.parquet, .csv), not {args.output}")
     return read_labels(args.labels)
 
@@ -169,14 +169,14 @@ def _options_fit_the_output(args: argparse.Namespace) -> None:
     from ..jobs import sink_kind
 
     kind, output = sink_kind(args.output, args.output_format or "csv"), str(args.output)
-    if args.output_format not in (None, "delta") and not kind.endswith(" stream"):
-        raise SinkError(f"--output-format {args.output_format} is for --output - (standard output); {output!r} is "
-                        f"written as {kind}")  # fmt: skip
-    parts = kind.startswith("parquet") or kind == "delta table"
+    if args.output_format not in (None, "delta", "iceberg") and not kind.endswith(" stream"):
+        raise SinkError(f"--output-format is for --output - (standard output), or delta and iceberg for a table; "
+                        f"{output!r} is written as {kind}")  # fmt: skip
+    parts = kind.startswith("parquet") or kind.endswith(" table")
     for option, given in (("--part-rows", args.part_rows), ("--part-seconds", args.part_seconds)):
         if given is not None and not parts:
             raise SinkError(f"{option} is for a Parquet output (its parts); {output!r} is written as {kind}")
-    if args.compression is not None and not parts:
+    if args.compression is not None and not (kind.startswith("parquet") or kind == "delta table"):
         raise SinkError(f"--compression is for a Parquet output; {output!r} is written as {kind}")
     if kept_columns(args) and kind == "npy":
         raise SinkError(
@@ -209,6 +209,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.stats_stream = sys.stdout
         with contextlib.redirect_stdout(sys.stderr):
             return _locked(args, on_ray)
+    if args.output_format == "iceberg":  # a table of a catalog: its commits decide between writers
+        if on_ray:
+            raise SinkError(
+                "--ray writes a Parquet data set; an Iceberg output is written by a run here, without --ray"
+            )
+        return _run(args)
     if str(args.output) != STDOUT:
         return _locked(args, on_ray)
     rows = sys.stdout.buffer
@@ -322,7 +328,8 @@ def _check_before_any_work(args: argparse.Namespace, kind: str) -> None:
     _options_fit_the_output(args)
     _text_options_fit(args)
     listed = args.image_column or args.text_column  # a table that holds its images or texts
-    _not_into_the_data_set(args.input, args.output, "parquet" if listed else kind)
+    if args.output_format != "iceberg":  # NAMESPACE.TABLE: no path
+        _not_into_the_data_set(args.input, args.output, "parquet" if listed else kind)
 
 
 def _pin_table_version(args: argparse.Namespace) -> None:
@@ -346,8 +353,13 @@ def _version_read_before(args: argparse.Namespace) -> int | None:
     from ..sinks.delta import committed_input_version
     from ..sinks.written_by import read_record
 
-    if sink_kind(args.output, args.output_format or "csv") == "delta table":
+    kind = sink_kind(args.output, args.output_format or "csv")
+    if kind == "delta table":
         return committed_input_version(args.output, delta_job(job_record(args))[0])
+    if kind == "iceberg table":
+        from ..sinks.iceberg import committed_input_version as appended_from
+
+        return appended_from(str(args.output), args.catalog, delta_job(job_record(args))[0])
     record = read_record(args.output)
     return None if record is None else record.options.get("input_version")
 
@@ -509,6 +521,7 @@ def _open_sink(
         part_seconds=args.part_seconds,
         compression=args.compression or "snappy",
         record=record,
+        catalog=args.catalog,
     )
     sink = _wrapped_sink(args, sink, labelled)
     if not args.resume and not args.overwrite:

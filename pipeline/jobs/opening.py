@@ -39,6 +39,7 @@ from ..sinks import (
     writable_folder,
 )
 from ..sinks.delta import DeltaSink, delta_app_id
+from ..sinks.iceberg import IcebergSink
 from ..sinks.stored import StoredParquetSink
 from ..sources import (
     ARCHIVE_SUFFIXES,
@@ -366,6 +367,8 @@ def sink_kind(path: str | Path, stream_format: str = "csv") -> str:
         return f"{stream_format} stream"
     if stream_format == "delta" or (not is_storage_url(path) and table_format(path) == "delta"):
         return _delta_kind(path)
+    if stream_format == "iceberg":  # NAMESPACE.TABLE in a catalog (NOTE [ parts appended as Iceberg snapshots ])
+        return "iceberg table"
     if is_storage_url(path):  # NOTE [ stored outputs ] in sinks.stored
         return stored_sink_kind(str(path))
     path = Path(path)
@@ -411,6 +414,8 @@ def check_output(path: str | Path, resume: bool = False, overwrite: bool = False
     if kind == "delta table":  # its commits are checked when it is opened (NOTE [ parts committed to a Delta table ])
         writable_folder(path)
         return
+    if kind == "iceberg table":  # its snapshots too (NOTE [ parts appended as Iceberg snapshots ])
+        return
     if is_storage_url(path):
         check_stored_output(str(path), resume, overwrite)
         return
@@ -452,6 +457,7 @@ def open_sink(
     stream_format: str = "csv",
     part_seconds: float | None = None,
     record: JobRecord | None = None,
+    catalog: str = "default",
 ) -> Sink:
     """The sink of ``pipe``'s outputs for ``path``: by its suffix .npy, .parquet/.pq
     or .csv, and a folder (no suffix) as a Parquet data set of part files of
@@ -468,7 +474,9 @@ def open_sink(
     file and write after them (``sink.kept_rows``; run the source
     :func:`rows_after` them: NOTE [ resuming ] in sinks).  ``record``: the job writing it,
     kept beside the output from its first row on; a resume of another job's output is
-    refused, naming both (NOTE [ who wrote it ] in sinks)."""
+    refused, naming both (NOTE [ who wrote it ] in sinks).  ``stream_format`` "delta" or
+    "iceberg": a Delta table at ``path``, an Iceberg table ``NAMESPACE.TABLE`` of ``catalog``
+    (NOTE [ parts committed to a Delta table ], NOTE [ parts appended as Iceberg snapshots ])."""
     kind = sink_kind(path, stream_format)
     output_names = pipe.output_names
     unknown = sorted(set(data_dependent) - set(output_names))
@@ -485,6 +493,10 @@ def open_sink(
         return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels and kind != "npy" else sink
 
     def table(at: str | Path, resume: bool, overwrite: bool) -> Sink:
+        if kind == "iceberg table":
+            app_id, read = delta_job(record)
+            return IcebergSink(str(at), app_id, catalog, resume=resume, part_rows=part_rows, overwrite=overwrite,
+                               part_seconds=part_seconds, input_version=read)  # fmt: skip
         if kind == "delta table":
             app_id, read = delta_job(record)
             return DeltaSink(at, app_id, resume=resume, part_rows=part_rows, compression=compression,
@@ -544,7 +556,7 @@ def open_sink(
         _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
     if is_storage_url(path):
         return open_stored_sink(str(path), record, resume, overwrite, stored)
-    if kind == "delta table":  # the table's commits name the job: no record beside it
+    if kind.endswith(" table"):  # a Delta or Iceberg table: its commits name the job, no record beside it
         return made(path, resume, overwrite)
     if kind not in REPLACED_WHEN_WHOLE:
         return made(path, resume, overwrite)
@@ -552,9 +564,10 @@ def open_sink(
 
 
 def delta_job(record: JobRecord | None) -> tuple[str, int | None]:
-    """The id a Delta output's commits carry for the job of ``record`` (NOTE [ parts committed to a
-    Delta table ]), made from what makes its rows but the version of a Delta input, which its
-    commits carry beside it (a resume reads the version its parts were made from); and that version."""
+    """The id a Delta output's commits carry for the job of ``record``
+    (NOTE [ parts committed to a Delta table ]), made from what makes its rows but the version
+    of a Delta input, which its commits carry beside it (a resume reads the version its parts
+    were made from); and that version."""
     if record is None:
         raise SinkError("a Delta output's commits carry the job's id: open_sink needs the job's record= for it")
     options = {name: value for name, value in record.options.items() if name != "input_version"}

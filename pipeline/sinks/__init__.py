@@ -58,7 +58,17 @@ such a run is refused at its first write.
 from __future__ import annotations
 
 from ..util.errors import SinkError
-from ._base import DataDependent, OutputKinds, Several, check_items, check_rows, file_part, writable, writable_folder
+from ._base import (
+    DataDependent,
+    OutputKinds,
+    Several,
+    check_items,
+    check_rows,
+    file_part,
+    portable_schema,
+    writable,
+    writable_folder,
+)
 from ._parts import (
     DEFAULT_PART_BYTES,
     PARQUET_CODECS,
@@ -99,6 +109,7 @@ from .written_by import (
 )
 
 __all__ = [
+    "portable_schema",
     "CallbackSink",
     "CsvSink",
     "CsvStreamSink",

@@ -194,6 +194,24 @@ def after_last_line(file: BinaryIO, end: int | None = None, block: int = 1 << 16
     return 0
 
 
+def portable_schema(schema: Any) -> Any:
+    """``schema`` in the types the table formats have (Delta's, Iceberg's): fixed-size lists made
+    lists, unsigned integers the next wider signed ones (a 64-bit one a decimal of 20 digits),
+    float16 float32; every value kept exactly."""
+    import pyarrow as pa
+
+    def fitted(kind: Any) -> Any:
+        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return pa.list_(fitted(kind.value_type))
+        if pa.types.is_unsigned_integer(kind):
+            return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(kind.bit_width, pa.decimal128(20, 0))
+        if pa.types.is_float16(kind):
+            return pa.float32()
+        return kind
+
+    return pa.schema([field.with_type(fitted(field.type)) for field in schema])
+
+
 def as_list_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one fixed-size list column."""
 

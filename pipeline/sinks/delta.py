@@ -16,12 +16,13 @@ A reader sees a part once its commit is there, and nothing before.
   it once it is older than the table's retention (the resumed run's summary says so).
 * ``overwrite``: the first part is an overwrite commit (the earlier rows stay readable by
   time travel until a vacuum), the later ones appends.
-* Appending to a table whose columns are not the run's (names and types) is refused before
-  the first row is written, naming them.  Two writers: Delta's own conflict rules decide
-  (appends of two jobs both land; each job's parts carry its own id).
+* Writing to a table whose columns are not the run's (names and types) is refused before
+  the first row is written, naming them (an overwrite too: it replaces the rows, not the
+  columns).  Two writers: Delta's own conflict rules decide (appends of two jobs both
+  land; each job's parts carry its own id).
 
 Delta has no fixed-size lists, unsigned integers nor float16: such columns are written as
-lists, the next wider signed integer and float32 (:func:`delta_schema`).  Outputs with a
+lists, the next wider signed integer and float32 (``_base.portable_schema``).  Outputs with a
 count of their own each batch (a table beside the main one) are not written to a table.
 """
 
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import SinkError
-from ._base import as_list_columns, writable_folder
+from ._base import as_list_columns, portable_schema, writable_folder
 from ._parts import DEFAULT_PART_BYTES, ParquetParts, ParquetTableFile
 from .parquet import ParquetTables, PartsStorage
 
@@ -48,22 +49,6 @@ def delta_app_id(identity: dict[str, Any]) -> str:
     """The job's id in the table's transactions: a digest of what makes its rows (its record)."""
     text = json.dumps(identity, sort_keys=True, default=str)
     return "ortpipe-" + hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def delta_schema(schema: Any) -> Any:
-    """``schema`` with what Delta has no type for made what it has (see the module)."""
-    import pyarrow as pa
-
-    def fitted(kind: Any) -> Any:
-        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            return pa.list_(fitted(kind.value_type))
-        if pa.types.is_unsigned_integer(kind):
-            return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}.get(kind.bit_width, pa.decimal128(20, 0))
-        if pa.types.is_float16(kind):
-            return pa.float32()
-        return kind
-
-    return pa.schema([field.with_type(fitted(field.type)) for field in schema])
 
 
 def _deltalake() -> Any:
@@ -109,8 +94,8 @@ def committed_input_version(path: str | Path, app_id: str) -> int | None:
 
 
 class DeltaParts(ParquetParts):
-    """The parts of one job appended to a Delta table, each by a commit of its own (NOTE [ parts
-    committed to a Delta table ])."""
+    """The parts of one job appended to a Delta table, each by a commit of its own
+    (NOTE [ parts committed to a Delta table ])."""
 
     def __init__(
         self,
@@ -164,7 +149,7 @@ class DeltaParts(ParquetParts):
 
     def write(self, batch: Any) -> None:
         if self._schema is None:
-            self._schema = delta_schema(batch.schema)
+            self._schema = portable_schema(batch.schema)
         super().write(batch.cast(self._schema) if not batch.schema.equals(self._schema) else batch)
 
     def _start(self, schema: Any) -> ParquetTableFile:
@@ -174,9 +159,9 @@ class DeltaParts(ParquetParts):
         return self._file(self.folder / f"{self.app_id}-part-{self._number:05d}-{self._run}.parquet")
 
     def _check_table_columns(self) -> None:
-        """The run's columns are the table's, where it has any (an overwrite replaces them)."""
+        """The run's columns are the table's, where it has any."""
         table = open_table(self.folder)
-        if table is None or (self.overwrite and not self._closed_by_this_run):
+        if table is None:
             return
         theirs = _arrow_schema(table)
         ours = self._schema
@@ -187,7 +172,8 @@ class DeltaParts(ParquetParts):
             raise SinkError(
                 f"{str(self.folder)!r}: the Delta table's columns are not this run's (the table has "
                 f"{_said(theirs)}; the run writes {_said(ours)}): missing {missing or 'none'}, new {extra or 'none'}, "
-                f"of other types {differ or 'none'}; write to a new table, or --overwrite this one"
+                f"of other types {differ or 'none'}; write to a new table (an overwrite replaces the rows, not the "
+                "columns)"
             )
 
     def _unmarked(self) -> None:
@@ -269,9 +255,9 @@ class DeltaStorage(PartsStorage):
 
 class DeltaSink(ParquetTables):
     """A job's rows appended to the Delta table at ``path`` (made at its first commit where there
-    is none), part by part, each part a commit of the job ``app_id`` (NOTE [ parts committed to a
-    Delta table ]); ``resume`` goes on after the job's committed parts, ``overwrite`` replaces
-    the table's rows by a commit (time travel keeps the earlier ones)."""
+    is none), part by part, each part a commit of the job ``app_id``
+    (NOTE [ parts committed to a Delta table ]); ``resume`` goes on after the job's committed
+    parts, ``overwrite`` replaces the table's rows by a commit (time travel keeps the earlier ones)."""
 
     def __init__(
         self,
