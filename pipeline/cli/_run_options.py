@@ -155,12 +155,18 @@ def _input_options(inputs: Any) -> None:
         help="a table's columns written through unchanged beside the outputs (a date, a customer key)",
     )
     inputs.add_argument(
+        "--input-format",
+        choices=["iceberg"],
+        default=None,
+        help="iceberg: --input is NAMESPACE.TABLE of --catalog, read at its current snapshot (or --input-version)",
+    )
+    inputs.add_argument(
         "--input-version",
         type=nonnegative_int,
         default=None,
         metavar="N",
-        help="a Delta table's version to read (time travel; default: its latest, and on --resume the version "
-        "the run started from)",
+        help="a Delta table's version (an Iceberg table's snapshot id) to read: time travel; default: its latest, "
+        "and on --resume the one the run started from",
     )
     inputs.add_argument(
         "--explain",
@@ -209,7 +215,7 @@ def _output_options(outputs: Any) -> None:
         "--catalog",
         default="default",
         metavar="NAME",
-        help="with --output-format iceberg: the catalog of pyiceberg's configuration (~/.pyiceberg.yaml, "
+        help="an Iceberg input's or output's catalog, of pyiceberg's configuration (~/.pyiceberg.yaml, "
         "PYICEBERG_CATALOG__NAME__*); default: 'default', else an embedded SQLite one in ~/.ortpipe/iceberg",
     )
     outputs.add_argument(

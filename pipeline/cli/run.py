@@ -287,6 +287,8 @@ def _input_kind(args: argparse.Namespace) -> str:
     """What the input is: texts of a table, else as ``jobs.source_kind`` tells by its path and options."""
     from ..jobs import source_kind
 
+    if args.input_format == "iceberg":  # NAMESPACE.TABLE of a catalog: a table's rows
+        return "parquet"
     return (
         "text" if args.text_column else source_kind(args.input, args.image_column, args.video_column, args.video_format)
     )
@@ -336,12 +338,17 @@ def _pin_table_version(args: argparse.Namespace) -> None:
     """The version of a Delta table input read, in ``args.input_version``: the one asked for, else
     the one an output resumed was started from (its job record), else the latest; so a resume
     reads the rows its first run read (NOTE [ a table format's folder ])."""
-    from ..sources.table_formats import delta_version, table_format
+    from ..sources.table_formats import delta_version, iceberg_snapshot, table_format
 
-    if is_storage_url(args.input) or table_format(args.input) != "delta":
+    iceberg = args.input_format == "iceberg"
+    if not iceberg and (is_storage_url(args.input) or table_format(args.input) != "delta"):
         return  # the source refuses a version given for anything else
     if args.input_version is None and args.resume:
         args.input_version = _version_read_before(args)
+    if iceberg:
+        args.input_version = iceberg_snapshot(str(args.input), args.catalog, args.input_version)
+        print(f"input: Iceberg table {args.input} at snapshot {args.input_version}")
+        return
     args.input_version = delta_version(args.input, args.input_version)
     print(f"input: Delta table version {args.input_version}")
 
@@ -475,6 +482,8 @@ def _source_options(args: argparse.Namespace, pipe: Any) -> SourceOptions:
         streams=args.more_inputs,
         batch_wait_s=args.batch_wait,
         table_version=args.input_version,
+        input_format=args.input_format,
+        catalog=args.catalog,
     )
 
 
@@ -484,6 +493,7 @@ ROW_OPTIONS = (
     "size", "pix_fmt", "fit", "every", "fps", "skip_unreadable", "video_format", "video_option", "jpeg_draft",
     "exif_orientation", "shard", "top_k", "softmax", "labels", "output_names", "data_dependent",
     "text_column", "text_pair_column", "tokenizer", "max_length", "pooling", "normalize", "input_version",
+    "input_format",
 )  # fmt: skip
 
 
@@ -499,7 +509,8 @@ def job_record(args: argparse.Namespace, engine: str = "local") -> JobRecord:
     options = {name: getattr(args, name, None) for name in ROW_OPTIONS}
     options["first_row"] = args.rows[0] if getattr(args, "rows", None) else 0
     options["engine"] = engine
-    return JobRecord.of(args.input, model, options)
+    where = f"iceberg://{args.catalog}/{args.input}" if args.input_format == "iceberg" else args.input
+    return JobRecord.of(where, model, options)
 
 
 def _open_sink(

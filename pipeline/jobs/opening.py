@@ -61,7 +61,13 @@ from ..sources import (
 )
 from ..sources.stored_arrays import StoredNpySource
 from ..sources.stored_tables import StoredTableSource
-from ..sources.table_formats import DeltaTableSource, format_of_names, refuse_table_folder, table_format
+from ..sources.table_formats import (
+    DeltaTableSource,
+    IcebergTableSource,
+    format_of_names,
+    refuse_table_folder,
+    table_format,
+)
 from ..util.capabilities import HasOutputs
 from ..util.storage import StoredPath, is_storage_url
 from .source_options import SourceOptions
@@ -263,6 +269,11 @@ def open_source(
         options = SourceOptions(**choices)
     elif choices:
         raise TypeError(f"open_source: give either options or keywords, not both (got {sorted(choices)})")
+    if options.input_format == "iceberg":  # NOTE [ a table format's folder ]: through its catalog
+        options.refuse_for("parquet", path)
+        columns, specs = dict(options.columns or {}), pipe.source_inputs
+        return IcebergTableSource(str(path), batch_size, specs, columns, options.id_column, options.keep_columns,
+                                  options.catalog, options.table_version)  # fmt: skip
     listed = options.image_column or options.video_column
     kind = "streams"
     if not options.streams:

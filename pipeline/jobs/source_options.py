@@ -59,13 +59,21 @@ class SourceOptions:
     #: more live streams read with the path at once (NOTE [ several streams ])
     streams: Sequence[str | Path] = field(default_factory=tuple)
     batch_wait_s: float | None = None
-    #: the version of a Delta table read (None: its latest; NOTE [ a table format's folder ])
+    #: the version of a Delta table read, or an Iceberg table's snapshot (None: the latest;
+    #: NOTE [ a table format's folder ])
     table_version: int | None = None
+    #: "iceberg": the path is ``NAMESPACE.TABLE`` of ``catalog`` (pyiceberg's configuration, ``util.iceberg``)
+    input_format: str | None = None
+    catalog: str = "default"
 
     def refuse_for(self, kind: str, path: str | Path) -> None:
         """A SourceError where an option was given that the ``kind`` of input at ``path`` has no use for."""
         if self.stream_timeout_s is not None and (not is_stream_url(path) or is_pipe(path)):
             raise SourceError(f"a stream's timeout is for a stream's URL (a pipe is waited on); {str(path)!r} is none")
+        if self.input_format is not None and self.input_format != "iceberg":
+            raise SourceError(f"input_format is 'iceberg' or None, got {self.input_format!r}")
+        if self.input_format == "iceberg":
+            return
         if self.table_version is not None and (is_storage_url(path) or table_format(path) != "delta"):
             raise SourceError(f"a version (--input-version) is for a Delta table's folder; {str(path)!r} is none")
         for given, kinds, what in self._uses():

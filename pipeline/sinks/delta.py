@@ -288,19 +288,13 @@ class DeltaSink(ParquetTables):
 
 
 def uncommitted_files(path: str | Path, app_id: str) -> list[Path]:
-    """The job's files in the table's folder that no version of its log names: a killed run's
-    part (its vacuum's to remove)."""
+    """The job's files in the table's folder that its latest version does not name: a killed
+    run's part, its vacuum's to remove (one of the job's committed parts that another writer's
+    overwrite removed is one too, for time travel; a resume of that job is refused anyway)."""
     table = open_table(path)
     if table is None:
         return []
-    from deltalake.exceptions import DeltaError
-
-    named: set[str] = set()
-    for version in range(table.version() + 1):  # files of earlier versions stay for time travel
-        try:
-            named.update(name for name, _ in _job_files(_deltalake().DeltaTable(str(path), version=version), app_id))
-        except DeltaError:  # a version whose log a cleanup removed: its files are gone too
-            continue
+    named = {name for name, _ in _job_files(table, app_id)}
     return sorted(file for file in Path(path).glob(f"{app_id}-part-*.parquet") if file.name not in named)
 
 

@@ -28,48 +28,25 @@ Rows are held in memory until their part is appended: parts are at most
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from ..util.errors import SinkError
+from ..util.iceberg import iceberg_catalog as _catalog
 from ._base import as_list_columns, portable_schema
 from .parquet import ParquetTables, PartsStorage
+
+
+def iceberg_catalog(name: str = "default") -> Any:
+    """The catalog ``name`` (``util.iceberg``), a SinkError where it cannot be had."""
+    return _catalog(name, SinkError)
+
 
 #: an Iceberg part's rows are held in memory until appended: about this many bytes at most
 ICEBERG_PART_BYTES = 64 << 20
 #: the summary keys of a part's snapshot
 JOB_KEY, PART_KEY, INPUT_VERSION_KEY = "ortpipe.job", "ortpipe.part", "ortpipe.input_version"
-
-
-def iceberg_catalog(name: str = "default") -> Any:
-    """The catalog ``name`` of pyiceberg's configuration; ``default`` where none is configured:
-    the embedded SQLite one (see the module)."""
-    try:
-        from pyiceberg.catalog import load_catalog
-        from pyiceberg.utils.config import Config
-    except ImportError:
-        raise SinkError("an Iceberg table is written through pyiceberg: pip install 'ortpipe[tables]'") from None
-    configured: dict[str, Any] | None = Config().get_catalog_config(name)  # read now: this run's environment
-    if configured is None and name != "default":
-        raise SinkError(
-            f"no Iceberg catalog {name!r} is configured: give it in ~/.pyiceberg.yaml or as "
-            f"PYICEBERG_CATALOG__{name.upper()}__URI (and its type), or leave --catalog out for the embedded one"
-        )
-    if configured is None:
-        home = Path(os.environ.get("ORTPIPE_ICEBERG_HOME", Path.home() / ".ortpipe" / "iceberg")).absolute()
-        home.mkdir(parents=True, exist_ok=True)
-        configured = {
-            "type": "sql",
-            "uri": f"sqlite:///{home / 'catalog.db'}",
-            "warehouse": (home / "warehouse").as_uri(),
-        }
-    try:
-        return load_catalog(name, **configured)
-    except Exception as exc:  # pyiceberg's ValueError, a driver's error: a bad URI, a warehouse it cannot reach
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SinkError(f"the Iceberg catalog {name!r} cannot be opened: {first}") from exc
 
 
 def _identifier(name: str) -> tuple[str, str]:

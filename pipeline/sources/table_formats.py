@@ -12,7 +12,9 @@ files; they are read as a data set's are), and every other reader (a text
 table, ``--ray``, a prefix in object storage) refuses it, as it refuses an
 Iceberg table (its ``metadata/*.metadata.json``), naming what to do instead.
 A resumed run reads the version its job record names, so the rows do not shift
-under it when the table gets a commit between the two runs.
+under it when the table gets a commit between the two runs.  An Iceberg table is read
+through its catalog (``--input NAMESPACE.TABLE --input-format iceberg``,
+:class:`IcebergTableSource`): the data files its snapshot names, never its folder.
 
 deltalake is used, not our own reading of the log: the log's checkpoints,
 protocol versions and features are its format, kept by its makers.  What a
@@ -23,6 +25,7 @@ names) and partition columns (values held in the log, not in the files).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -148,4 +151,78 @@ class DeltaTableSource(ParquetDatasetSource):
     def _files(self) -> list[Path]:
         if not self._files_of_version:
             raise SourceError(f"{str(self.path)!r}: version {self.version} of the Delta table holds no files")
+        return self._files_of_version
+
+
+def iceberg_snapshot(identifier: str, catalog: str = "default", snapshot_id: int | None = None) -> int:
+    """The snapshot of the Iceberg table ``identifier`` that a run reads: ``snapshot_id``, checked,
+    or its current one."""
+    table = _iceberg_table(identifier, catalog)
+    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        said = "has no snapshot (no rows yet)" if snapshot_id is None else f"has no snapshot {snapshot_id}"
+        raise SourceError(f"the Iceberg table {identifier!r} {said}")
+    return int(snapshot.snapshot_id)
+
+
+def _iceberg_table(identifier: str, catalog: str) -> Any:
+    from ..util.iceberg import iceberg_catalog
+
+    try:
+        return iceberg_catalog(catalog, SourceError).load_table(identifier)
+    except SourceError:
+        raise
+    except Exception as exc:  # pyiceberg's NoSuchTableError, NoSuchNamespaceError, a catalog it cannot reach
+        raise SourceError(f"the Iceberg table {identifier!r} cannot be read from catalog {catalog!r}: {exc}") from exc
+
+
+class IcebergTableSource(ParquetDatasetSource):
+    """One snapshot of an Iceberg table (``snapshot_id``, else its current one), read as a Parquet
+    data set of the data files the snapshot names, in their paths' order (NOTE [ a table
+    format's folder ]: never the table's folder); a table with delete files, or in a
+    warehouse other than a local one, is refused."""
+
+    kind = "Iceberg table"
+    what = "input Iceberg table"
+
+    def __init__(
+        self,
+        identifier: str,
+        batch_size: int,
+        inputs: Sequence[TensorSpec],
+        columns: Mapping[str, Sequence[str]] | None = None,
+        id_column: str | None = None,
+        keep_columns: Sequence[str] = (),
+        catalog: str = "default",
+        snapshot_id: int | None = None,
+    ):
+        table = _iceberg_table(identifier, catalog)
+        #: the snapshot read
+        self.version = iceberg_snapshot(identifier, catalog, snapshot_id)
+        tasks = list(table.scan(snapshot_id=self.version).plan_files())
+        deletes = sum(len(task.delete_files) for task in tasks)
+        if deletes:
+            raise SourceError(
+                f"the Iceberg table {identifier!r} has {deletes} delete file(s) at snapshot {self.version}: rows its "
+                "data files still hold are deleted; not read yet (compact the table, or read it with pyiceberg's "
+                "scan().to_arrow() into a Parquet file first)"
+            )
+        uris = sorted(task.file.file_path for task in tasks)
+        elsewhere = [uri for uri in uris if not uri.startswith(("file:", "/"))]
+        if elsewhere:
+            raise SourceError(
+                f"the Iceberg table {identifier!r} keeps its files in object storage ({elsewhere[0]!r}): only a "
+                "local warehouse is read yet"
+            )
+        self._files_of_version = [Path(uri.removeprefix("file://")) for uri in uris]
+        self.identifier = identifier
+        root = Path(os.path.commonpath([str(f.parent) for f in self._files_of_version])) if uris else Path(".")
+        super().__init__(root, batch_size, inputs, columns, id_column, keep_columns)
+
+    def describe(self) -> str:
+        return f"Iceberg table {self.identifier} at snapshot {self.version}, {len(self.parts)} files"
+
+    def _files(self) -> list[Path]:
+        if not self._files_of_version:
+            raise SourceError(f"the Iceberg table {self.identifier!r} holds no rows at snapshot {self.version}")
         return self._files_of_version

@@ -150,3 +150,41 @@ def test_a_catalog_that_is_missing_or_cannot_be_opened_is_said_in_a_line(home, m
     assert "the Iceberg catalog 'bad' cannot be opened" in err and len(err.strip().splitlines()) == 1
     assert _run(model, source, output="scores") != 0
     assert "an Iceberg table is named NAMESPACE.TABLE, got 'scores'" in capsys.readouterr().err
+
+
+def test_an_iceberg_table_is_read_at_a_snapshot_and_a_resume_keeps_it(home, tmp_path, model, capsys):
+    from pipeline.sinks.iceberg import iceberg_catalog
+
+    catalog = iceberg_catalog()
+    catalog.create_namespace("src")
+    first = _rows(600, 5)
+    table = catalog.create_table("src.features", schema=first.schema)
+    table.append(first)
+    old = table.current_snapshot().snapshot_id
+    argv = ["run", str(model), "--input", "src.features", "--input-format", "iceberg", "--no-progress",
+            "--batch-size", "50", "--part-rows", "100"]  # fmt: skip
+    out = tmp_path / "scores"
+    assert main([*argv, "--output", str(out), "--limit", "200"]) == 0
+    table.append(_rows(700, 6).slice(600))  # a snapshot lands between the run and its resume
+    assert main([*argv, "--output", str(out), "--resume"]) == 0
+    assert f"at snapshot {old}" in capsys.readouterr().out
+    got = pq.read_table(out)
+    want = _want_of(model, first)
+    assert sorted(got["id"].to_pylist()) == sorted(want)
+    np.testing.assert_allclose(got.sort_by("id")["y"].to_numpy(), [want[k] for k in sorted(want)], rtol=1e-6)
+    # the current snapshot, and an old one by --input-version
+    assert main([*argv, "--output", str(tmp_path / "now.parquet")]) == 0
+    assert pq.read_table(tmp_path / "now.parquet").num_rows == 700
+    assert main([*argv, "--output", str(tmp_path / "then.parquet"), "--input-version", str(old)]) == 0
+    assert pq.read_table(tmp_path / "then.parquet").num_rows == 600
+    assert main([*argv, "--output", str(tmp_path / "no.parquet"), "--input-version", "12345"]) != 0
+    assert "has no snapshot 12345" in capsys.readouterr().err
+    assert main(["run", str(model), "--input", "src.nothing", "--input-format", "iceberg", "--output",
+                 str(tmp_path / "n.parquet")]) != 0  # fmt: skip
+    assert "the Iceberg table 'src.nothing' cannot be read" in capsys.readouterr().err
+
+
+def _want_of(model, table: pa.Table) -> dict[int, float]:
+    x = np.stack([table[f"f{i}"].to_numpy() for i in range(WIDTH)], axis=1).astype(np.float32)
+    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
+    return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
