@@ -178,9 +178,9 @@ def _iceberg_table(identifier: str, catalog: str) -> Any:
 
 class IcebergTableSource(ParquetDatasetSource):
     """One snapshot of an Iceberg table (``snapshot_id``, else its current one), read as a Parquet
-    data set of the data files the snapshot names, in their paths' order (NOTE [ a table
-    format's folder ]: never the table's folder); a table with delete files, or in a
-    warehouse other than a local one, is refused."""
+    data set of the data files the snapshot names, in their paths' order, never the table's
+    folder (NOTE [ a table format's folder ]); a table with delete files, or in a warehouse
+    other than a local one, is refused."""
 
     kind = "Iceberg table"
     what = "input Iceberg table"
