@@ -176,7 +176,7 @@ def test_the_engine_exports_exactly_what_the_front_ends_import():
 
 
 def test_the_layers_below_the_engine_do_not_import_it():
-    """DESIGN.md's layers: the devices, the session and the utilities import no engine."""
+    """docs/how-it-works.md's layers: the devices, the session and the utilities import no engine."""
     importers = _imports_from_outside("pipeline._engine")
     below = [name for name in importers if name.partition(".")[2].partition(".")[0] in ("devices", "session", "util")]
     assert below == []

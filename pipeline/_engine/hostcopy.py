@@ -7,15 +7,11 @@ of what a PCIe 5 x16 link moves (a core's memcpy reaches roughly 10-20 GB/s,
 the link about 50).  For large batches those copies, not the link, would bound
 a copy-bound run.  numpy releases the GIL while it copies, so a few threads
 copying disjoint parts of one array scale with the memory system, as far as
-it goes: on the project VM one core already takes all there is (8.2-9.0 GB/s
-with 1, 2 or 4 threads), which is why ``"auto"`` uses more than one only on
-machines with cores to spare.  On a 16-CPU H200 machine (2026-12-04) the
-staging copy ran at 12.0 / 12.5 / 21.7 / 35.6 GB/s with 1 / 2 / 4 / 8
-threads, and the engine, in one interleaved run, at 59-61k / 73-81k / 78-85k
-rows/s with 4 / 8 / 12 on 64 MiB copy-bound batches (25.5-25.6k / 31.5-32.5k
-/ 36.0-36.1k frames/s on the conv net's 224x224 frames): so one per two
-CPUs, up to 8.  A ``MultiPipeline`` of N pipelines gives each the threads of
-its share of the CPUs (1/N).  Copies under ``MIN_SPLIT_BYTES`` stay on the
+it goes: on a 2-CPU VM one core already takes all there is, while a 16-CPU GPU
+machine's copies kept scaling to 8 threads (docs/results.md, "On a GPU: NVIDIA
+H200, 2026-12-04"): so ``"auto"`` uses one thread per two CPUs, up to 8.  A
+``MultiPipeline`` of N pipelines gives each the threads of its share of the
+CPUs (1/N).  Copies under ``MIN_SPLIT_BYTES`` stay on the
 calling thread: a hand-off to another thread costs tens of microseconds.
 
 A :class:`HostCopier` belongs to one engine run: its worker threads start on

@@ -298,7 +298,7 @@ _LISTENS: dict[type, bool] = {}
 
 
 def interrupt_source(source: object) -> None:
-    """See NOTE [ interrupted feed ] (in ``_feed``): tell a source that no more batches
+    """See NOTE [ interrupted feed ] (in ``frontends/feed.py``): tell a source that no more batches
     will be taken, if it listens (judged once a type)."""
     listens = _LISTENS.get(type(source))
     if listens is None:

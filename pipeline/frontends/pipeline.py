@@ -250,7 +250,7 @@ class Pipeline(OneRunAtATime):
     def submit(self, batch: Batch, timeout: float | None = None) -> Future[dict[str, np.ndarray]]:
         """Hand in one batch from any thread; its future gives its outputs (as
         :meth:`map` does) or its failure, in submission order
-        (NOTE [ submitted batches ] in ``_submit``).  Blocks while the pipeline is full; with
+        (NOTE [ submitted batches ] in ``frontends/submit.py``).  Blocks while the pipeline is full; with
         ``timeout`` s, raises TimeoutError instead.  The batch is the pipeline's
         until the future is done.  :meth:`drain` waits for all; :meth:`close`
         fails what is left with PipelineClosedError.

@@ -21,8 +21,9 @@ seconds (a conditional write on its own version - ETag, generation - from a thre
 ends with the run), and a lock not renewed for :data:`LEASE_S` seconds is taken over by
 a conditional write on its version (of two runs that find it stale, one wins); the run
 it was taken from ends at once at its next renewal (NOTE [ a lock taken over ]).  Where
-the store offers no conditional writes (``util.conditions``: Azure, HDFS, or S3 without
-boto3, GCS without google-cloud-storage) there is no lock, and the run says so.
+the store offers no conditional writes (``util.conditions``: HDFS, or S3 without boto3,
+GCS without google-cloud-storage, Azure without azure-storage-blob) there is no lock, and
+the run says so; Azure's lock is a blob made with ``If-None-Match: *``.
 
 Ours, not the ``filelock`` package's (issue 36 asked; decided 2026-12-06): the
 refusal names the process that holds the lock (``filelock`` says only that it

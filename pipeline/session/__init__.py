@@ -1,4 +1,4 @@
-"""The session layer (DESIGN.md's layer 2): what a model declares and how it is run.
+"""The session layer (docs/how-it-works.md's layer 2): what a model declares and how it is run.
 
 * ``specs`` - a model's declared tensors, their dtypes and shapes;
 * ``casting`` - which casts of an input to the model's dtype are made, and which refused;

@@ -1,7 +1,7 @@
 """What a model declares: its inputs' and outputs' names, dtypes and shapes, read from the
 graph without a session (:func:`declared_inputs`) or from a session's own (:class:`TensorSpec`).
 
-Layer 2 of DESIGN.md (the session layer), below the engine: every layer above - the
+Layer 2 of docs/how-it-works.md (the session layer), below the engine: every layer above - the
 engine, the sources, the jobs, the CLI, the integrations - names a model's tensors
 with these."""
 

@@ -16,7 +16,7 @@ class DeviceUnavailableError(PipelineError):
 
 
 class RuntimeMissingError(PipelineError, ImportError):
-    """ONNX Runtime is not installed, or two of its builds are (``pipeline._ort``)."""
+    """ONNX Runtime is not installed, or two of its builds are (``pipeline.util.ort``)."""
 
 
 class DeviceError(PipelineError):
