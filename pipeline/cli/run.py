@@ -356,17 +356,17 @@ def _pin_table_version(args: argparse.Namespace) -> None:
 def _version_read_before(args: argparse.Namespace) -> int | None:
     """The version of a Delta input that the run resumed read: its record says, or a Delta
     output's commits do (NOTE [ parts committed to a Delta table ])."""
-    from ..jobs import delta_job, sink_kind
+    from ..jobs import sink_kind, table_job
     from ..sinks.delta import committed_input_version
     from ..sinks.written_by import read_record
 
     kind = sink_kind(args.output, args.output_format or "csv")
     if kind == "delta table":
-        return committed_input_version(args.output, delta_job(job_record(args))[0])
+        return committed_input_version(args.output, table_job(job_record(args))[0])
     if kind == "iceberg table":
         from ..sinks.iceberg import committed_input_version as appended_from
 
-        return appended_from(str(args.output), args.catalog, delta_job(job_record(args))[0])
+        return appended_from(str(args.output), args.catalog, table_job(job_record(args))[0])
     record = read_record(args.output)
     return None if record is None else record.options.get("input_version")
 

@@ -12,7 +12,6 @@ from .opening import (
     STDOUT,
     STREAM_FORMATS,
     check_output,
-    delta_job,
     open_sink,
     open_source,
     refuse_replacing,
@@ -23,6 +22,7 @@ from .output_lock import output_lock
 from .progress import Progress
 from .resuming import first_rows, resumed, rows_after, shard_rows, window
 from .running import run_job
+from .sink_kinds import table_job
 from .source_options import SourceOptions
 from .summary import JobSummary, Sink
 
@@ -34,7 +34,7 @@ __all__ = [
     "Sink",
     "SourceOptions",
     "check_output",
-    "delta_job",
+    "table_job",
     "first_rows",
     "open_sink",
     "open_source",

@@ -14,16 +14,8 @@ from .. import sources
 from ..frontends.pipeline import Pipeline
 from ..session import TensorSpec
 from ..sinks import (
-    JOURNAL_PART_SECONDS,
     ClassColumnsSink,
-    CsvSink,
-    CsvStreamSink,
     JobRecord,
-    JsonLinesSink,
-    JsonLinesStreamSink,
-    NpySink,
-    ParquetDatasetSink,
-    ParquetSink,
     RecordingSink,
     ReplacingSink,
     SinkError,
@@ -38,8 +30,6 @@ from ..sinks import (
     writable,
     writable_folder,
 )
-from ..sinks.delta import DeltaSink, delta_app_id
-from ..sinks.iceberg import IcebergSink
 from ..sinks.stored import StoredParquetSink
 from ..sources import (
     ARCHIVE_SUFFIXES,
@@ -70,6 +60,7 @@ from ..sources.table_formats import (
 )
 from ..util.capabilities import HasOutputs
 from ..util.storage import StoredPath, is_storage_url
+from .sink_kinds import SINKS, SinkRequest
 from .source_options import SourceOptions
 from .stored_output import check_stored_output, open_stored_sink, stored_sink_kind
 from .summary import Sink
@@ -489,101 +480,58 @@ def open_sink(
     "iceberg": a Delta table at ``path``, an Iceberg table ``NAMESPACE.TABLE`` of ``catalog``
     (NOTE [ parts committed to a Delta table ], NOTE [ parts appended as Iceberg snapshots ])."""
     kind = sink_kind(path, stream_format)
-    output_names = pipe.output_names
-    unknown = sorted(set(data_dependent) - set(output_names))
+    unknown = sorted(set(data_dependent) - set(pipe.output_names))
     if unknown:
-        raise SinkError(f"data-dependent output(s) {unknown} are not among the outputs written, {output_names}")
+        raise SinkError(f"data-dependent output(s) {unknown} are not among the outputs written, {pipe.output_names}")
     named = frozenset(data_dependent)
-
-    def known() -> frozenset[str]:
-        return named | pipe.data_dependent_outputs
+    request = SinkRequest(list(pipe.output_names), lambda: named | pipe.data_dependent_outputs, part_rows,
+                          part_seconds, compression, stream, record, catalog)  # fmt: skip
+    if kind != "npy":
+        _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
+    if kind.endswith(" stream"):
+        check_output(path, resume)
 
     def made(at: str | Path, resume: bool, overwrite: bool) -> Sink:
-        sink = table(at, resume, overwrite)
+        sink = SINKS[kind](at, resume, overwrite, request)
         # a table's columns a class, .npy keeps the [N, classes] array (NOTE [ class columns ])
         return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels and kind != "npy" else sink
 
-    def table(at: str | Path, resume: bool, overwrite: bool) -> Sink:
-        if kind == "iceberg table":
-            app_id, read = delta_job(record)
-            return IcebergSink(str(at), app_id, catalog, resume=resume, part_rows=part_rows, overwrite=overwrite,
-                               part_seconds=part_seconds, input_version=read)  # fmt: skip
-        if kind == "delta table":
-            app_id, read = delta_job(record)
-            return DeltaSink(at, app_id, resume=resume, part_rows=part_rows, compression=compression,
-                             overwrite=overwrite, part_seconds=part_seconds, input_version=read)  # fmt: skip
-        if kind == "npy":
-            return NpySink(at, output_names, known, resume)
-        if kind == "parquet":
-            seconds = JOURNAL_PART_SECONDS if part_seconds is None else part_seconds
-            return ParquetSink(
-                at,
-                data_dependent=known,
-                resume=resume,
-                compression=compression,
-                part_rows=part_rows,
-                part_seconds=seconds,
-            )
-        if kind == "csv":
-            return CsvSink(at, known, resume)
-        if kind == "jsonl":
-            return JsonLinesSink(at, known, resume)
-        if kind.endswith(" stream"):
-            check_output(at, resume)
-            return (CsvStreamSink if kind == "csv stream" else JsonLinesStreamSink)(stream, known)
-        return ParquetDatasetSink(
-            at,
-            data_dependent=known,
-            resume=resume,
-            part_rows=part_rows,
-            compression=compression,
-            overwrite=overwrite,
-            part_seconds=part_seconds,
-        )
+    if is_storage_url(path):
+        return open_stored_sink(str(path), record, resume, overwrite, _stored(pipe, request))
+    if kind not in REPLACED_WHEN_WHOLE:  # a stream, or a table whose commits name the job: no record beside it
+        return made(path, resume, overwrite)
+    return _replaced_when_whole(path, kind, resume, overwrite, _recorded(made, record, path))
+
+
+def _stored(pipe: Pipeline | MultiPipeline, r: SinkRequest) -> Callable[[str, bool, bool, bool], Sink]:
+    """What makes a stored output's sink (NOTE [ stored outputs ] in sinks.stored)."""
 
     def stored(url: str, data_set: bool, resume: bool, overwrite: bool) -> Sink:
         sink = StoredParquetSink(
-            url,
-            data_set,
-            data_dependent=known,
-            resume=resume,
-            part_rows=part_rows,
-            compression=compression,
-            part_seconds=part_seconds,
-        )
+            url, data_set, data_dependent=r.data_dependent, resume=resume, part_rows=r.part_rows,
+            compression=r.compression, part_seconds=r.part_seconds,
+        )  # fmt: skip
         return ClassColumnsSink(sink, pipe.class_labels) if pipe.class_labels else sink
+
+    return stored
+
+
+def _recorded(
+    made: Callable[[str | Path, bool, bool], Sink], record: JobRecord | None, path: str | Path
+) -> Callable[[str | Path, bool, bool], Sink]:
+    """``made``, its sink recording the job that writes it (NOTE [ who wrote it ] in sinks)."""
 
     def recorded(at: str | Path, resume: bool, overwrite: bool) -> Sink:
         if record is None:
             return made(at, resume, overwrite)
         # before the sink looks at the rows: another job's are never kept
-        recorded = refuse_other_job(at, record, shown=path) if resume else True
+        kept_ours = refuse_other_job(at, record, shown=path) if resume else True
         sink = made(at, resume, overwrite)
         if resume:
-            refuse_unrecorded(sink, recorded, path)
+            refuse_unrecorded(sink, kept_ours, path)
         return RecordingSink(sink, at, record)
 
-    if kind != "npy":
-        _require(kind.split()[0], f"writing {str(path)!r}", SinkError)
-    if is_storage_url(path):
-        return open_stored_sink(str(path), record, resume, overwrite, stored)
-    if kind.endswith(" table"):  # a Delta or Iceberg table: its commits name the job, no record beside it
-        return made(path, resume, overwrite)
-    if kind not in REPLACED_WHEN_WHOLE:
-        return made(path, resume, overwrite)
-    return _replaced_when_whole(path, kind, resume, overwrite, recorded)
-
-
-def delta_job(record: JobRecord | None) -> tuple[str, int | None]:
-    """The id a Delta output's commits carry for the job of ``record``
-    (NOTE [ parts committed to a Delta table ]), made from what makes its rows but the version
-    of a Delta input, which its commits carry beside it (a resume reads the version its parts
-    were made from); and that version."""
-    if record is None:
-        raise SinkError("a Delta output's commits carry the job's id: open_sink needs the job's record= for it")
-    options = {name: value for name, value in record.options.items() if name != "input_version"}
-    read = record.options.get("input_version")
-    return delta_app_id({"input": record.input, "model": record.model, "options": options}), read
+    return recorded
 
 
 #: the kinds of output that ``--overwrite`` writes beside the earlier one (NOTE [ replaced when whole ]): a
