@@ -684,7 +684,7 @@ def test_a_stopped_run_names_a_stored_output_by_its_url(tmp_path):
     """Issue 56: the stop's line said 's3:/bucket/scores' (the URL made a Path)."""
     import argparse
 
-    from pipeline.cli.run import _what_was_kept
+    from pipeline.cli._run_reports import what_was_kept as _what_was_kept
 
     args = argparse.Namespace(output="s3://bucket/scores", input=str(tmp_path / "x.npy"), skip_unreadable=False)
     said = _what_was_kept(args, object(), "npy", None, 12)

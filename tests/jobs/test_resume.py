@@ -1212,7 +1212,7 @@ def test_overwriting_a_data_set_removes_ortpipes_files_and_nothing_else(tmp_path
 def test_a_stopped_run_is_told_whether_resume_would_take_it(tmp_path):
     import argparse
 
-    from pipeline.cli.run import _resume_hint
+    from pipeline.cli._run_reports import resume_hint as _resume_hint
 
     batch = _detections()[0]
     hints = {}
