@@ -322,7 +322,7 @@ def _decoding_options(video: Any) -> None:
         "--decode-threads",
         type=positive(int),
         default=None,
-        help="images: files decoded at once (default: one per CPU, up to 8); video: FFmpeg's decode threads "
+        help="images: files decoded at once (default: two per CPU, up to 8); video: FFmpeg's decode threads "
         "(default: FFmpeg's choice)",
     )
     video.add_argument(

@@ -181,14 +181,16 @@ class SlotFiller:
             close()
 
 
-#: an image source's decode threads with decode_threads=None: one per CPU, at most this many
+#: an image source's decode threads with decode_threads=None: two per CPU, at most this many.
+#: Two, not one: a decode holds the GIL for its Python steps and waits on the file, so one
+#: thread a CPU left the CPUs idle part of the time (docs/results.md, 2026-12-08)
 AUTO_DECODE_THREADS = 8
 
 
 def decode_threads_of(value: int | None) -> int:
     """``decode_threads`` checked (images and videos take it), None as images take it."""
     if value is None:
-        return max(1, min(AUTO_DECODE_THREADS, usable_cpus()))
+        return max(1, min(AUTO_DECODE_THREADS, 2 * usable_cpus()))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"decode_threads must be an int >= 1 or None, got {value!r}")
     return value

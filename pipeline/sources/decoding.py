@@ -31,7 +31,7 @@ class ImageDecoding:
 
     #: (width, height) the images are made (None: as the model fixes it, else as they are)
     size: tuple[int, int] | None = None
-    #: images decoded at once (None: one per CPU, up to 8)
+    #: images decoded at once (None: two per CPU, up to 8)
     decode_threads: int | None = None
     #: leave out what cannot be read, and say which, instead of failing
     skip_unreadable: bool = False

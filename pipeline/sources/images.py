@@ -56,7 +56,7 @@ class ImageFiles(RowSource):
 
     Decoding a JPEG costs milliseconds, more than a small model takes for it,
     so files are decoded by ``decode_threads`` threads at once (Pillow releases
-    the GIL while it decodes and resizes; None: one per CPU, at most
+    the GIL while it decodes and resizes; None: two per CPU, at most
     ``AUTO_DECODE_THREADS``), the next batch while the current one is sent on,
     and delivered in order.  The threads end with the iteration, however it
     ends (exhausted, a failure, or the iterator closed).
