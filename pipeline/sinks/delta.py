@@ -18,8 +18,10 @@ A reader sees a part once its commit is there, and nothing before.
   time travel until a vacuum), the later ones appends.
 * Writing to a table whose columns are not the run's (names and types) is refused before
   the first row is written, naming them (an overwrite too: it replaces the rows, not the
-  columns).  Two writers: Delta's own conflict rules decide (appends of two jobs both
-  land; each job's parts carry its own id).
+  columns).  Two ortpipe runs into one local table: the second is refused at once by the
+  output's lock (NOTE [ one writer ]); another engine writing it meanwhile meets Delta's own
+  conflict rules (appends of two jobs both land; each job's parts carry its own id), and a
+  second run that makes the table at the same moment appends to it instead.
 
 Delta has no fixed-size lists, unsigned integers nor float16: such columns are written as
 lists, the next wider signed integer and float32 (``_base.portable_schema``).  Outputs with a
@@ -199,9 +201,18 @@ class DeltaParts(ParquetParts):
         schema, table = deltalake.Schema.from_arrow(self._schema), open_table(self.folder)
         try:
             if table is None:  # the first commit makes the table
-                create_table_with_add_actions(str(self.folder), schema, [action], commit_properties=properties)
-            else:
+                try:
+                    create_table_with_add_actions(str(self.folder), schema, [action], commit_properties=properties)
+                    table = False
+                except Exception:  # another writer made it first: append to it, its columns checked
+                    table = open_table(self.folder)
+                    if table is None:
+                        raise
+                    self._check_table_columns()
+            if table is not False:
                 table.create_write_transaction([action], mode, schema, commit_properties=properties)
+        except SinkError:
+            raise
         except Exception as exc:  # a conflict another writer won, a store that refuses the commit
             raise SinkError(f"{str(self.folder)!r}: the Delta commit of part {self._number} failed: {exc}") from exc
         self._files.append(path.name)

@@ -188,3 +188,23 @@ def _want_of(model, table: pa.Table) -> dict[int, float]:
     x = np.stack([table[f"f{i}"].to_numpy() for i in range(WIDTH)], axis=1).astype(np.float32)
     y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
     return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
+
+
+def test_two_writers_at_once_each_finish_or_say_so_in_a_line_and_lose_nothing(home, tmp_path, model, source):
+    """Two jobs (their rows' windows differ) append to one table at once, many small parts each:
+    the catalog's commit decides between them; a loser exits with one line, its parts so far kept,
+    and its --resume finishes; every row is in the table once."""
+    from pipeline.sinks.iceberg import iceberg_catalog
+
+    iceberg_catalog().create_namespace("ns")
+    base = [sys.executable, "-m", "pipeline.cli", "run", str(model), "--input", str(source), "--output", "ns.scores",
+            "--output-format", "iceberg", "--part-rows", "50", "--batch-size", "50", "--no-progress"]  # fmt: skip
+    jobs = [[*base, "--rows", "0:500"], [*base, "--rows", "500:1000"]]
+    runs = [subprocess.Popen(job, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for job in jobs]
+    said = [run.communicate(timeout=300)[1] for run in runs]
+    for job, run, err in zip(jobs, runs, said, strict=True):
+        if run.returncode != 0:
+            assert len(err.strip().splitlines()) == 1 and err.startswith("ortpipe: error: "), err
+            assert main([*job[3:], "--resume"]) == 0
+    ids = sorted(_table().scan().to_arrow()["id"].to_pylist())
+    assert ids == sorted(_want(model, source))
