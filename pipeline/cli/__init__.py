@@ -12,10 +12,6 @@ from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..util.errors import ModelError, PipelineError
-from ._bench_options import add_bench
-from ._parser import CommandParser
-from ._run_options import add_run
-from ._tune_options import add_tune
 
 __all__ = ["build_parser", "console", "main"]
 
@@ -25,7 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The command line's parser, and each command's own (where ``--config`` sets defaults)."""
+    """The command line's parser, and each command's own (where ``--config`` sets defaults).
+    Its modules are imported here, not with the package: what they import (numpy, the engine)
+    then loads inside ``console``'s Ctrl-C handling, not before it."""
+    from ._bench_options import add_bench
+    from ._parser import CommandParser
+    from ._run_options import add_run
+    from ._tune_options import add_tune
+
     parser = CommandParser(
         prog="ortpipe", description="Stream batches through ONNX Runtime with copies and compute overlapped."
     )

@@ -18,7 +18,9 @@ def lazy_names(package: str, modules: Mapping[str, str]) -> Callable[[str], Any]
         module = modules.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        imported = importlib.import_module(module, package)
+        # a submodule exported under its own name (``pipeline.models``) is the module itself
+        value = imported if module == f".{name}" else getattr(imported, name)
         setattr(sys.modules[package], name, value)  # looked up once
         return value
 

@@ -703,3 +703,21 @@ def test_ctrl_c_while_the_command_line_is_read_exits_130_with_a_line(monkeypatch
         cli.console()
     assert exited.value.code == 130
     assert capsys.readouterr().err == "ortpipe: interrupted\n"
+
+
+def test_the_command_starts_its_ctrl_c_handling_before_importing_anything_heavy():
+    """Issue 56: a Ctrl-C while the interpreter imported the package, before ``console`` ran, printed
+    a traceback.  ``import pipeline.cli`` - all that runs before ``console`` - imports none of
+    numpy, ONNX Runtime or the engine now: they load inside its handling (the test above)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, pipeline.cli\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'onnxruntime', 'pyarrow')\n"
+        "               or m.startswith(('pipeline._engine', 'pipeline.frontends', 'pipeline.session')))\n"
+        "print(heavy)\n"
+    )
+    said = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == "[]"
