@@ -91,6 +91,7 @@ __getattr__ = lazy_names(__name__, _LAZY)
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
+
 __all__ = [
     "BatchTrace",
     "ChaosOptions",

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..util.arrow import from_numpy, to_numpy
+from ..util.arrow import from_numpy, numpy_dtype_of, to_numpy
 
 #: a string holding one of these is escaped by json.dumps; any other is only quoted
 _NEEDS_ESCAPING = r'["\\\x00-\x1f]'
@@ -148,7 +148,7 @@ def _joined_lists(column: Any) -> Any:
 
     # flatten() leaves out what a slice or a null list covers; the offsets are made anew to match
     lengths = pc.list_value_length(column)
-    zero = from_numpy(np.zeros(1, np.dtype(lengths.type.to_pandas_dtype())))[0]  # a scalar of its type
+    zero = from_numpy(np.zeros(1, numpy_dtype_of(lengths.type)))[0]  # a scalar of its type
     lengths = to_numpy(pc.fill_null(lengths, zero))
     offsets = from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     lists = pa.ListArray.from_arrays(offsets, _json_values(column.flatten()), mask=column.is_null())

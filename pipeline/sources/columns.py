@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..session import TensorSpec, castable, exact_cast_refusal, refused_at
-from ..util.arrow import to_numpy
+from ..util.arrow import numpy_dtype_of, to_numpy
 from ._base import SourceError
 
 
@@ -160,7 +160,7 @@ def element_type(kind: Any) -> Any:
 
 
 def numpy_dtype(kind: Any) -> np.dtype:
-    return np.dtype(kind.to_pandas_dtype())
+    return numpy_dtype_of(kind)
 
 
 def is_text(arrow_type: Any) -> bool:

@@ -30,13 +30,22 @@ def to_numpy(column: Any) -> np.ndarray:
     return view if view is not None else column.to_numpy(zero_copy_only=False)
 
 
+def numpy_dtype_of(kind: Any) -> np.dtype:
+    """The numpy dtype an Arrow type's values become (a number's, a bool's, a date's; object for
+    text), by pyarrow's own conversion of an empty array: ``DataType.to_pandas_dtype`` imports
+    pandas in some pyarrow releases, and ortpipe does not need pandas."""
+    import pyarrow as pa
+
+    return pa.array([], type=kind).to_numpy(zero_copy_only=False).dtype
+
+
 def _view(array: Any) -> np.ndarray | None:
     import pyarrow as pa
 
     kind = array.type
     if array.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         return None
-    dtype = np.dtype(kind.to_pandas_dtype())  # a numpy type for numbers; pandas is not imported
+    dtype = numpy_dtype_of(kind)
     data = array.buffers()[1]
     if data is None:  # an empty array may have no buffer
         return np.empty(0, dtype)
