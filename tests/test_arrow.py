@@ -86,3 +86,17 @@ def test_the_memory_outlives_the_numpy_array():
 
     gc.collect()
     assert to_numpy(array)[999] == 1998.0
+
+
+def test_numpy_dtypes_of_arrow_types_are_pyarrows_own_without_pandas():
+    """Issue 56: ``DataType.to_pandas_dtype`` needs pandas in some pyarrow releases."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pipeline.util.arrow import numpy_dtype_of
+
+    kinds = [pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+             pa.uint64(), pa.float16(), pa.float32(), pa.float64(), pa.timestamp("s"), pa.timestamp("ns")]  # fmt: skip
+    for kind in kinds:
+        assert numpy_dtype_of(kind) == np.dtype(kind.to_pandas_dtype()), kind
+    assert numpy_dtype_of(pa.string()) == np.dtype(object)

@@ -31,12 +31,20 @@ def to_numpy(column: Any) -> np.ndarray:
 
 
 def numpy_dtype_of(kind: Any) -> np.dtype:
-    """The numpy dtype an Arrow type's values become (a number's, a bool's, a date's; object for
-    text), by pyarrow's own conversion of an empty array: ``DataType.to_pandas_dtype`` imports
-    pandas in some pyarrow releases, and ortpipe does not need pandas."""
+    """The numpy dtype of an Arrow number, bool or timestamp (object for anything else), read off
+    the type: pyarrow's conversions import pandas where it is installed (0.2 s), and its
+    ``DataType.to_pandas_dtype`` needs pandas in some releases, which ortpipe does not."""
     import pyarrow as pa
 
-    return pa.array([], type=kind).to_numpy(zero_copy_only=False).dtype
+    if pa.types.is_boolean(kind):
+        return np.dtype(bool)
+    if pa.types.is_integer(kind):
+        return np.dtype(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
+    if pa.types.is_floating(kind):
+        return np.dtype(f"float{kind.bit_width}")
+    if pa.types.is_timestamp(kind):
+        return np.dtype(f"datetime64[{kind.unit}]")
+    return np.dtype(object)
 
 
 def _view(array: Any) -> np.ndarray | None:
