@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..util.errors import ModelError, PipelineError
+from ..util.redact import secrets_redacted
 
 __all__ = ["build_parser", "console", "main"]
 
@@ -42,7 +43,13 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
 def main(argv: Sequence[str] | None = None, *, standalone: bool = False) -> int:
     """Run one command; ``standalone`` (the ``ortpipe`` command, ``python -m pipeline.cli``):
-    the process ends when it returns, so signal handlers may stay until then."""
+    the process ends when it returns, so signal handlers may stay until then.  Every line it
+    prints names URLs without their secrets (NOTE [ secrets said nowhere ])."""
+    with secrets_redacted():
+        return _main(argv, standalone)
+
+
+def _main(argv: Sequence[str] | None, standalone: bool) -> int:
     parser, commands = _parsers()
     args = parser.parse_args(argv)
     args.standalone = standalone

@@ -7,6 +7,7 @@ import argparse
 
 from .. import models
 from ..sinks import JobRecord
+from ..util.redact import redacted_options
 
 #: the options of ``ortpipe run`` that change what rows an output holds (NOTE [ who wrote it ] in sinks)
 ROW_OPTIONS = (
@@ -28,6 +29,9 @@ def job_record(args: argparse.Namespace, engine: str = "local") -> JobRecord:
     if folder is not None:
         model = folder.model
     options = {name: getattr(args, name, None) for name in ROW_OPTIONS}
+    given = options.get("video_option")
+    if given:  # a header or a password FFmpeg is given (NOTE [ secrets said nowhere ])
+        options["video_option"] = sorted(redacted_options(dict(given)).items())
     options["first_row"] = args.rows[0] if getattr(args, "rows", None) else 0
     options["engine"] = engine
     where = f"iceberg://{args.catalog}/{args.input}" if args.input_format == "iceberg" else args.input

@@ -24,6 +24,7 @@ from ..util.capabilities import (
     skipped,
     table_plan,
 )
+from ..util.redact import redacted
 from ..util.storage import is_storage_url
 from ._reports import write_report, write_timelines
 
@@ -188,7 +189,8 @@ def write_reports(args: argparse.Namespace, stats: Any, source: Any = None) -> N
             stream.flush()
         else:
             write_report(args.stats, lambda path: path.write_text(text))
-    write_timelines(args, stats, f"ortpipe run {Path(str(args.model)).name} on {Path(str(args.input)).name}")
+    read = Path(redacted(str(args.input))).name  # a URL's token is no part of a timeline's title
+    write_timelines(args, stats, f"ortpipe run {Path(str(args.model)).name} on {read}")
 
 
 def resume_hint(args: argparse.Namespace, sink: Any, input_kind: str, source: Any = None) -> str:

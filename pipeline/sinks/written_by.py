@@ -6,7 +6,8 @@ before its replacement held a row, a command rerun with another input - would
 keep that job's rows under this one's name and exit 0.  So every output
 records the job that writes it, in a hidden file beside it,
 ``.NAME.ortpipe-job.json``: the input (its path, and a file's size and
-a digest of its first and last bytes), the model (its SHA-256), and the options that change rows.
+a digest of its first and last bytes; a URL without its secrets, NOTE [ secrets said nowhere ]),
+the model (its SHA-256), and the options that change rows.
 It is written before the first row (:class:`RecordingSink`), atomically, and a
 replacement's lies in its staging folder, moved with it
 (NOTE [ replaced when whole ]).  A resume whose job does not match refuses, naming both
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..util.errors import SinkError
+from ..util.redact import redacted
 from ..util.storage import StoredPath
 from ._handing_on import HandingOn
 from ._parts import durable
@@ -85,8 +87,8 @@ def input_identity(input: str | Path) -> dict[str, Any]:
     a table's footer or header differs where its rows do); a folder by its path (its
     files are checked by the rows' metadata); a URL or a pipe as it is."""
     text = str(input)
-    if "://" in text or text == "-":
-        return {"path": text}
+    if "://" in text or text == "-":  # a URL without its secrets (NOTE [ secrets said nowhere ])
+        return {"path": redacted(text)}
     path = Path(text).absolute()
     if not path.is_file():
         return {"path": str(path)}
