@@ -222,3 +222,18 @@ def test_an_azure_connection_string_names_the_account_its_key_and_its_endpoint(m
             filesystem_of(url)
     fs, path = filesystem_of("abfs://box@acct.dfs.core.windows.net/x")  # the account in the URL: pyarrow's own
     assert path == "box/x" and fs.type_name == "abfs"
+
+
+def test_a_store_that_cannot_be_reached_names_the_endpoint_setting(monkeypatch):
+    """Issue 56: with no S3 endpoint set, a host that does not resolve was said with no word of
+    AWS_ENDPOINT_URL."""
+    from pipeline.util.storage import said
+
+    error = OSError("When resolving region for bucket 'b': AWS Error NETWORK_CONNECTION: Could not resolve host")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    line = said("s3://b/x.parquet", error)
+    assert "the store could not be reached (no S3 endpoint is set" in line and "AWS_ENDPOINT_URL" in line
+    assert said("s3://b/x.parquet", OSError(line)) == line  # said once, however far up it goes
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert "no S3 endpoint is set" not in said("s3://b/x.parquet", error)

@@ -204,6 +204,8 @@ def _s3_retry_strategy() -> Any:
 def said(url: str, error: BaseException) -> str:
     """A store's error in one line naming the URL, with what to check."""
     text = " ".join(str(error).split())
+    if text.startswith(f"{url!r}: "):  # said already, on its way up
+        return text
     checks = (
         (("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist", "ContainerNotFound"), "the bucket does not exist"),
         (
@@ -222,6 +224,18 @@ def said(url: str, error: BaseException) -> str:
             "access was denied to these credentials",
         ),
         (("Path does not exist", "NoSuchKey", "not found"), "nothing is stored there"),
+        (
+            ("Could not resolve host", "Name or service not known", "NETWORK_CONNECTION"),
+            "the store could not be reached"
+            + (
+                ""
+                if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                else " (no S3 endpoint is set, so AWS's own was asked: AWS_ENDPOINT_URL names an S3-compatible "
+                "server such as MinIO or SeaweedFS)"
+            )
+            if url.startswith("s3")
+            else "the store could not be reached",
+        ),
     )
     for words, meaning in checks:
         if any(word in text for word in words):
