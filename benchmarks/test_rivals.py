@@ -178,26 +178,20 @@ ROWS, FEATURES = 1_000_000, 8
 
 
 def test_a_table_through_a_cheap_model_against_a_pyarrow_loop(benchmark, tmp_path, capsys):
-    """1,000,000 rows of 8 float64 features and an id through y = x @ w + b (a linear model)."""
+    """1,000,000 rows of 8 float64 features and an id through a linear model (tests/helpers.py)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from onnx import TensorProto, helper, numpy_helper, save
+    from onnx import save
 
     rng = np.random.default_rng(0)
     source = tmp_path / "rows.parquet"
     columns = {f"f{i}": rng.standard_normal(ROWS) for i in range(FEATURES)}
     pq.write_table(pa.table({"id": np.arange(ROWS), **columns}), source)
-    w = numpy_helper.from_array(rng.standard_normal((FEATURES, 1)).astype(np.float32), "w")
-    b = numpy_helper.from_array(np.array([0.5], np.float32), "b")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
-        "linear",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
-        [w, b],
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.helpers import linear_model
+
     model = tmp_path / "linear.onnx"
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), str(model))
+    save(linear_model(FEATURES), str(model))
     (tmp_path / "loop.py").write_text(TABLE_LOOP)
     ours, theirs = tmp_path / "ortpipe.parquet", tmp_path / "loop.parquet"
     commands = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -139,6 +140,17 @@ def linear_model(width: int = 3):
         [w, one],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def linear_scores(model, table) -> dict:
+    """What ``session.run`` gives :func:`linear_model` (a file) on a pyarrow table's ``f0``, ``f1``,
+    ... columns: each row's ``id`` -> its score."""
+    import onnxruntime as ort
+
+    width = sum(1 for name in table.column_names if re.fullmatch(r"f\d+", name))
+    x = np.stack([table[f"f{i}"].to_numpy() for i in range(width)], axis=1).astype(np.float32)
+    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
+    return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
 
 
 def token_model(batch: int | str = "N", vocab: int = 100, width: int = 4, seed: int = 0):

@@ -12,7 +12,6 @@ import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.sinks.delta import uncommitted_files
 
-from ..helpers import linear_model
+from ..helpers import linear_model, linear_scores
 
 deltalake = pytest.importorskip("deltalake", reason="needs deltalake: pip install 'ortpipe[tables]'")
 
@@ -41,13 +40,6 @@ def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("delta") / "rows.parquet"
     pq.write_table(table, path)
     return path
-
-
-def _want(model, source) -> dict[int, float]:
-    table = pq.read_table(source)
-    x = np.stack([table[f"f{i}"].to_numpy() for i in range(WIDTH)], axis=1).astype(np.float32)
-    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
-    return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
 
 
 def _read(table_path, version=None) -> pa.Table:
@@ -77,7 +69,7 @@ def test_each_part_is_a_commit_of_the_job_and_the_rows_are_session_runs(tmp_path
     jobs = {commit.get("ortpipe.job") for commit in table.history()}
     (job,) = jobs
     assert table.transaction_version(job) == 4
-    got, want = _scored(out), _want(model, source)
+    got, want = _scored(out), linear_scores(model, pq.read_table(source))
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-6)
     # the same job again is refused, the table untouched; --resume finds nothing left to do
@@ -93,7 +85,7 @@ def test_a_resume_goes_on_after_the_jobs_committed_parts(tmp_path, model, source
     assert _run(model, source, out, "--limit", "400") == 0
     assert len(_scored(out)) == 400
     assert _run(model, source, out, "--resume") == 0
-    got, want = _scored(out), _want(model, source)
+    got, want = _scored(out), linear_scores(model, pq.read_table(source))
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-6)
 
@@ -144,10 +136,10 @@ def test_another_jobs_rows_stay_and_overwrite_keeps_them_for_time_travel(tmp_pat
     out = tmp_path / "scores"
     assert _run(model, source, out, "--limit", "200") == 0  # another job: a row option differs below
     assert _run(model, source, out, "--rows", "200:400") == 0
-    assert sorted(_scored(out)) == sorted(list(_want(model, source))[:400])
+    assert sorted(_scored(out)) == sorted(list(linear_scores(model, pq.read_table(source)))[:400])
     before = deltalake.DeltaTable(str(out)).version()
     assert _run(model, source, out, "--rows", "600:800", "--overwrite") == 0
-    assert sorted(_scored(out)) == sorted(list(_want(model, source))[600:800])
+    assert sorted(_scored(out)) == sorted(list(linear_scores(model, pq.read_table(source)))[600:800])
     assert _read(out, version=before).num_rows == 400  # the replaced rows, by time travel
 
 
@@ -185,4 +177,4 @@ def test_two_runs_at_once_the_second_waits_its_turn_and_every_row_lands_once(tmp
         if run.returncode != 0:
             assert "is being written by another ortpipe run" in err and len(err.strip().splitlines()) == 1, err
             assert main(job[3:]) == 0
-    assert sorted(_scored(out)) == sorted(_want(model, source))
+    assert sorted(_scored(out)) == sorted(linear_scores(model, pq.read_table(source)))

@@ -11,14 +11,13 @@ import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
 
-from ..helpers import linear_model
+from ..helpers import linear_model, linear_scores
 
 pytest.importorskip("pyiceberg", reason="needs pyiceberg: pip install 'ortpipe[tables]'")
 
@@ -50,13 +49,6 @@ def source(tmp_path_factory):
     return path
 
 
-def _want(model, source) -> dict[int, float]:
-    table = pq.read_table(source)
-    x = np.stack([table[f"f{i}"].to_numpy() for i in range(WIDTH)], axis=1).astype(np.float32)
-    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
-    return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
-
-
 def _table(name="ns.scores"):
     from pipeline.sinks.iceberg import iceberg_catalog
 
@@ -81,7 +73,7 @@ def test_each_part_is_a_snapshot_of_the_job_and_the_rows_are_session_runs(home, 
     snapshots = _table().snapshots()
     assert [s.summary.get("ortpipe.part") for s in snapshots] == ["0", "1", "2", "3", "4"]
     assert len({s.summary.get("ortpipe.job") for s in snapshots}) == 1
-    got, want = _scored(), _want(model, source)
+    got, want = _scored(), linear_scores(model, pq.read_table(source))
     assert got.keys() == want.keys()
     np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-6)
     assert _run(model, source) != 0
@@ -93,7 +85,7 @@ def test_a_resume_goes_on_after_the_jobs_snapshots(home, model, source):
     assert _run(model, source, "--limit", "400") == 0
     assert len(_scored()) == 400
     assert _run(model, source, "--resume") == 0
-    assert _scored().keys() == _want(model, source).keys()
+    assert _scored().keys() == linear_scores(model, pq.read_table(source)).keys()
 
 
 def test_a_killed_run_leaves_whole_parts_only_and_its_resume_appends_every_row_once(home, tmp_path, model):
@@ -136,7 +128,7 @@ def test_a_table_of_other_columns_is_refused_and_an_overwrite_keeps_time_travel(
     assert _run(model, source, "--limit", "200") == 0
     before = _table().current_snapshot().snapshot_id
     assert _run(model, source, "--overwrite", "--rows", "400:600") == 0
-    assert sorted(_scored()) == sorted(list(_want(model, source))[400:600])
+    assert sorted(_scored()) == sorted(list(linear_scores(model, pq.read_table(source)))[400:600])
     assert len(_scored(before)) == 200  # time travel to the replaced rows
 
 
@@ -169,7 +161,7 @@ def test_an_iceberg_table_is_read_at_a_snapshot_and_a_resume_keeps_it(home, tmp_
     assert main([*argv, "--output", str(out), "--resume"]) == 0
     assert f"at snapshot {old}" in capsys.readouterr().out
     got = pq.read_table(out)
-    want = _want_of(model, first)
+    want = linear_scores(model, first)
     assert sorted(got["id"].to_pylist()) == sorted(want)
     np.testing.assert_allclose(got.sort_by("id")["y"].to_numpy(), [want[k] for k in sorted(want)], rtol=1e-6)
     # the current snapshot, and an old one by --input-version
@@ -182,12 +174,6 @@ def test_an_iceberg_table_is_read_at_a_snapshot_and_a_resume_keeps_it(home, tmp_
     assert main(["run", str(model), "--input", "src.nothing", "--input-format", "iceberg", "--output",
                  str(tmp_path / "n.parquet")]) != 0  # fmt: skip
     assert "the Iceberg table 'src.nothing' cannot be read" in capsys.readouterr().err
-
-
-def _want_of(model, table: pa.Table) -> dict[int, float]:
-    x = np.stack([table[f"f{i}"].to_numpy() for i in range(WIDTH)], axis=1).astype(np.float32)
-    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0][:, 0]
-    return dict(zip(table["id"].to_pylist(), y.tolist(), strict=True))
 
 
 def test_two_writers_at_once_each_finish_or_say_so_in_a_line_and_lose_nothing(home, tmp_path, model, source):
@@ -207,4 +193,4 @@ def test_two_writers_at_once_each_finish_or_say_so_in_a_line_and_lose_nothing(ho
             assert len(err.strip().splitlines()) == 1 and err.startswith("ortpipe: error: "), err
             assert main([*job[3:], "--resume"]) == 0
     ids = sorted(_table().scan().to_arrow()["id"].to_pylist())
-    assert ids == sorted(_want(model, source))
+    assert ids == sorted(linear_scores(model, pq.read_table(source)))
