@@ -43,7 +43,7 @@ def check_stored_output(url: str, resume: bool, overwrite: bool) -> None:
         finish_stored_replacing(target)  # a whole replacement whose copies a kill cut short
         target.check_bucket()
         if kind == "parquet":
-            if resume:
+            if resume and target.is_file():  # nothing committed: the sink starts it again, and says so
                 refuse_file_resume(target)
             if not overwrite and target.is_file():
                 raise SinkError(f"{url!r} holds an earlier run's rows: --overwrite replaces them")

@@ -158,9 +158,18 @@ class StoredFile:
 
     #: one object: closed once, at the end (a data set's parts close as they fill)
     full = False
+    #: what a resume started again, and why
+    restarted: list[str] = []  # noqa: RUF012 - set per instance by resume, never changed in place
 
     def resume(self) -> int:
-        refuse_file_resume(self.target)
+        """Nothing kept: an object is written whole at the end, so a run stopped before it holds
+        no rows there and starts again (said); one that ended is not appended to."""
+        if self.target.is_file():
+            refuse_file_resume(self.target)
+        self.restarted = [
+            f"nothing of {self.target.url!r} was committed before the stop (an object is written whole, at the "
+            "end): it is written again from the first row"
+        ]
         return 0
 
     def write(self, batch: Any) -> None:
@@ -275,6 +284,11 @@ class StoredParquetSink(ParquetTables):
         self.part_rows, self.part_bytes, self.part_seconds = part_rows, part_bytes, part_seconds
         super().__init__(Path(root.path), storage, as_list_columns, data_dependent, resume)
         self.url = root.url
+
+    @property
+    def restarted(self) -> list[str]:
+        """What a resume started again (a single object whose run stopped before its end)."""
+        return list(getattr(self._main, "restarted", []))
 
 
 class StoredReplacingSink(HandingOn):

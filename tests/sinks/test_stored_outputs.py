@@ -87,7 +87,18 @@ def test_an_earlier_output_is_refused_resumed_or_replaced_whole(aws, table, tmp_
     ]
     assert _stored_table(aws, "out/again").num_rows == 900
     assert not objects(aws, "out/.ortpipe-overwrite.again")
+    assert scored(table, "s3://out/one-file.parquet") == 0
     assert "an object cannot be appended to" in _refused(capsys, table, "s3://out/one-file.parquet", "--resume")
+
+
+def test_a_single_object_stopped_before_its_end_is_written_again_on_resume(aws, table, capsys):
+    """Issue 56: an object is written whole at the end, so a run stopped before it committed
+    nothing; its --resume starts again from the first row, and says so, instead of refusing."""
+    capsys.readouterr()
+    assert scored(table, "s3://out/never-ended.parquet", "--resume") == 0
+    said = capsys.readouterr().out
+    assert "nothing of 's3://out/never-ended.parquet' was committed before the stop" in said
+    assert _stored_table(aws, "out/never-ended.parquet").num_rows == ROWS
 
 
 def test_missing_bucket_bad_credentials_and_other_formats_said_in_a_line(aws, table, monkeypatch, capsys):
