@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import shutil
 import threading
 import time
@@ -73,8 +74,11 @@ def _score(
     else:
         scored, total = _scored_table(args, ray, model, source, output), _input_rows(source)
     progress = Progress("ray", total=total, enabled=False if args.no_progress else None, unit="rows")
-    if progress.enabled:
+    if progress.enabled or args.no_progress:
         ray.data.DataContext.get_current().enable_progress_bars = False  # ours instead of Ray's, as a local run's
+    # Ray Data says its progress as INFO lines of its own loggers (the plan, each operator's state):
+    # a run's lines are ortpipe's; Ray's warnings and errors still show
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     staged = _staged(output)
     path, filesystem = _for_ray(staged)
     with _watched(staged, progress):
