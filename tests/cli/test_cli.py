@@ -97,7 +97,7 @@ def test_bench_caller_mode_rows(tmp_path, capsys):
     rows = [(r["mode"], r["depth"]) for r in json.loads(path.read_text())["results"]]
     assert rows == [("naive", None), ("caller", 1), ("caller", 3)]
     out = capsys.readouterr().out
-    assert "caller" in out and "fastest: " in out
+    assert "caller" in out and ("fastest: " in out or "no clear winner: " in out)  # the verdict is the clock's
 
 
 def test_bench_copy_threads_reach_the_report(tmp_path, capsys):
@@ -124,7 +124,8 @@ def test_bench_sweeps_batch_sizes(tmp_path, capsys):
     argv = ["bench", "mlp", "--batch-size", "2,8", "--batches", "3", "--warmup", "1", "--depth", "2"]
     assert main([*argv, "--modes", "naive,caller", "--json", str(path), "--trace", str(trace), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "batch size 2, 8," in out and "fastest: " in out
+    # the verdict is the clock's: "fastest: ..." or, where the rounds overlap, "no clear winner"
+    assert "batch size 2, 8," in out and ("fastest: " in out or "no clear winner: " in out)
     data = json.loads(path.read_text())
     assert data["batch_sizes"] == [2, 8]
     rows = [(r["batch_size"], r["mode"], r["depth"]) for r in data["results"]]
