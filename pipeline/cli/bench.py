@@ -359,8 +359,8 @@ def _emulated_device_threads(args: argparse.Namespace, device: Device) -> str | 
     --threads is not given: every CPU but one.  A GPU computes beside the host's
     CPUs, not on them; ORT on every CPU would take from the copy engines' and the
     stages' threads the time a GPU leaves them, and the overlap measured would
-    be the CPUs' contention (on 2 CPUs the default bench ran 0.71-0.88x naive
-    that way, 1.11-1.16x with one ORT thread).  The line to print, or None."""
+    be the CPUs' contention (measured on 2 CPUs: docs/results.md).  The line to
+    print, or None."""
     if args.threads is not None or not isinstance(device, HostDevice) or device.link is None:
         return None
     cpus = usable_cpus()

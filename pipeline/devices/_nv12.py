@@ -4,7 +4,7 @@ NOTE [ NV12 on the device ]: a GPU decoder (NVDEC) leaves each frame in GPU
 memory as NV12: a plane of luma (Y), one byte a pixel, and a plane of the two
 chroma samples (U, V) interleaved at half the resolution both ways, each plane
 ``pitch`` bytes a row.  Downloading it and converting on the CPU bounds a GPU
-run (the H200's 294 frames/s against 755 decoding on 16 cores).  One kernel
+run (docs/results.md, "On a GPU: NVIDIA H200").  One kernel
 instead writes each element of the model's input slot from the frame where it
 lies: the element's pixel placed as the fit says (NOTE [ fitting ]: the same
 ``Placement`` the CPU path uses, a border of ``fill`` where padded), sampled

@@ -3,9 +3,8 @@
 NOTE [ videos decoded at once ]: a folder of short clips is decoded one clip
 after another, and each clip's decoder winds up and down - FFmpeg's frame
 threads wait for the first frames, drain at the end - so the CPUs idle between
-clips; eight clips of 60 854x480 frames through a small model went from
-984-1,056 frames/s one at a time to 1,378-1,398 two at once and 1,509-1,549
-three at once on the project's two vCPUs (``benchmarks/test_video.py``).
+clips: decoding two or three at once ran 1.3-1.5x one at a time on the
+project's two vCPUs (docs/results.md, ``benchmarks/test_video.py``).
 :func:`in_order` has up to ``ahead`` streams (a clip's chunks each) made by
 threads of their own while the caller reads the first, each into a queue of
 at most ``room`` items, so memory stays bounded.  The caller sees each stream
