@@ -212,9 +212,14 @@ class _Search:
         for trial in fresh:
             self._keep(trial)
         winner = max((t for t in contenders if t.ok), key=lambda t: t.median, default=None)
-        if winner is not None and winner is not self.best:
+        if winner is not None and winner is not self.best and beyond_spread(winner, self.best):
             self.notes.append(f"{name}: {winner.settings.describe()} won, {_versus(winner, self.best)}")
             self.best = winner
+        elif winner is not None and winner is not self.best:
+            self.notes.append(
+                f"{name}: no clear winner: {winner.settings.describe()} ran {_versus(winner, self.best)}, within "
+                f"the rounds' spread of both; kept {self.best.settings.describe()}"
+            )
         elif winner is not None:
             self.notes.append(f"{name}: kept {self.best.settings.describe()} (none of {len(fresh)} was faster)")
 
@@ -233,6 +238,9 @@ class _Search:
                 f"the winner against the start, alternated: {self.best.median / self.start.median:.2f}x "
                 f"({_spread(self.best)} / {_spread(self.start)} over {self.rounds} rounds)"
             )
+            if not beyond_spread(self.best, self.start):
+                self.notes.append("no clear winner against the start: within the rounds' spread, the defaults stand")
+                self.best = self.start
 
     def _measure_once(self, trial: Trial) -> None:
         if trial.skipped is not None:
@@ -269,6 +277,13 @@ class _Search:
         if trial.settings not in self.seen:
             self.seen[trial.settings] = trial
             self.trials.append(trial)
+
+
+def beyond_spread(faster: Trial, than: Trial) -> bool:
+    """Whether ``faster`` beat ``than`` in every round, alternated side by side: its slowest round
+    ran faster than the other's fastest.  A setting wins only so; a median ahead within the
+    rounds' spread of both is the machine's noise, not the setting (issue 56)."""
+    return bool(faster.rates) and bool(than.rates) and min(faster.rates) > max(than.rates)
 
 
 def _spread(trial: Trial) -> str:

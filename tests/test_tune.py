@@ -134,3 +134,21 @@ def test_the_config_round_trips_and_other_files_are_refused(tmp_path):
     with pytest.raises(PipelineError, match="cannot be read as JSON"):
         load_settings(bad)
     assert dataclasses.replace(START, cuda_graph=True).describe() == "batch 32, depth 3, auto, CUDA graphs"
+
+
+class NoisyMachine(FakeMachine):
+    """The surface of :class:`FakeMachine` flattened to within 5 %, each round 20 % up or down:
+    every setting's rounds overlap the start's."""
+
+    def rate(self, s: Settings) -> float:
+        flat = 1000.0 * (1 + 0.05 * (super().rate(s) / 3000.0))
+        return flat * (1.2 if len(self.measured) % 2 else 0.8)
+
+
+def test_a_setting_ahead_only_within_the_spread_does_not_win_and_the_defaults_stand():
+    """Issue 56: tune named a winner 1.06x ahead where its rounds and the defaults' overlapped."""
+    machine = NoisyMachine()
+    result = search(machine.measure, SPACE, START, budget_s=1000, clock=machine.clock, rounds=3)
+    assert result.best is result.start
+    assert any("no clear winner" in note for note in result.notes)
+    assert not any(" won, " in note for note in result.notes)

@@ -110,7 +110,7 @@ def _summary(result: TuneResult) -> str:
     spread = "" if best.spread is None else f" ±{best.spread:.0%}"
     line = f"tuned: {best.settings.describe()}, {best.median:,.1f} items/s{spread}"
     if best is start:
-        return line + " - the defaults are already the best found"
+        return line + " - no setting beat the defaults in every round: the defaults stand"
     if start.rates and start.median > 0:  # both from the search's last step, alternated (NOTE [ tuning ])
         line += f", {best.median / start.median:.2f}x the defaults ({start.settings.describe()}, {start.median:,.1f})"
     return line
