@@ -211,8 +211,9 @@ def _ray_input(path: str | Path) -> Where:
     source = Path(path)
     if not source.exists():
         raise SourceError(f"input not found: {str(source)!r}")
-    if source.is_dir() and table_format(source) is not None:
-        raise refuse_table_folder(str(source), str(table_format(source)), "--ray")
+    fmt = table_format(source) if source.is_dir() else None
+    if fmt is not None:
+        raise refuse_table_folder(str(source), fmt, "--ray")
     if source.suffix.lower() in PARQUET_SUFFIXES or (source.is_dir() and source_kind(source) in ("parquet", "images")):
         return source
     raise SourceError(

@@ -271,8 +271,9 @@ def open_source(
         kind = source_kind(path, options.image_column, options.video_column, options.video_format)
     if listed is not None:
         _require("parquet", f"reading {str(path)!r}", SourceError)
-        if not is_storage_url(path) and table_format(path) is not None:
-            raise refuse_table_folder(str(path), str(table_format(path)), "a table of images or videos")
+        fmt = None if is_storage_url(path) else table_format(path)
+        if fmt is not None:
+            raise refuse_table_folder(str(path), fmt, "a table of images or videos")
         if options.columns:
             raise SourceError(
                 f"input columns ({sorted(options.columns)}) map a table's numbers to model inputs; with a column "

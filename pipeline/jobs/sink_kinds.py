@@ -8,6 +8,8 @@ which sink a kind is written by, so that a new kind of output is one function an
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from ..sinks import (
     ParquetSink,
     SinkError,
 )
-from ..sinks.delta import DeltaSink, delta_app_id
+from ..sinks.delta import DeltaSink
 from ..sinks.iceberg import IcebergSink
 from .summary import Sink
 
@@ -61,7 +63,10 @@ def table_job(record: JobRecord | None) -> tuple[str, int | None]:
         raise SinkError("a table output's commits carry the job's id: open_sink needs the job's record= for it")
     options = {name: value for name, value in record.options.items() if name != "input_version"}
     read = record.options.get("input_version")
-    return delta_app_id({"input": record.input, "model": record.model, "options": options}), read
+    identity = json.dumps(
+        {"input": record.input, "model": record.model, "options": options}, sort_keys=True, default=str
+    )
+    return "ortpipe-" + hashlib.sha256(identity.encode()).hexdigest()[:20], read
 
 
 def _npy(at: str | Path, resume: bool, overwrite: bool, r: SinkRequest) -> Sink:

@@ -212,6 +212,36 @@ def portable_schema(schema: Any) -> Any:
     return pa.schema([field.with_type(fitted(field.type)) for field in schema])
 
 
+def refuse_other_columns(where: str, theirs: Any, ours: Any) -> None:
+    """A SinkError where a table (``where``: "'path': the Delta table") has other columns than
+    the run writes: names and types, a list's element type compared without its field's name
+    (Iceberg names it "element", pyarrow "item"); the missing, new and changed ones named."""
+    if [(f.name, _said_type(f.type)) for f in theirs] == [(f.name, _said_type(f.type)) for f in ours]:
+        return
+    missing = [f.name for f in theirs if f.name not in ours.names]
+    extra = [f.name for f in ours if f.name not in theirs.names]
+    differ = [
+        f.name for f in ours if f.name in theirs.names and _said_type(theirs.field(f.name).type) != _said_type(f.type)
+    ]
+    raise SinkError(
+        f"{where}'s columns are not this run's (the table has {_said_columns(theirs)}; the run writes "
+        f"{_said_columns(ours)}): missing {missing or 'none'}, new {extra or 'none'}, of other types "
+        f"{differ or 'none'}; write to a new table (an overwrite replaces the rows, not the columns)"
+    )
+
+
+def _said_type(kind: Any) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return f"list<{_said_type(kind.value_type)}>"
+    return str(kind)
+
+
+def _said_columns(schema: Any) -> str:
+    return ", ".join(f"{field.name} ({_said_type(field.type)})" for field in schema)
+
+
 def as_list_columns(name: str, flat: np.ndarray) -> dict[str, Any]:
     """Several values a row as one fixed-size list column."""
 

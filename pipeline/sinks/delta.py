@@ -30,7 +30,6 @@ count of their own each batch (a table beside the main one) are not written to a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -39,18 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import SinkError
-from ._base import as_list_columns, portable_schema, writable_folder
+from ._base import as_list_columns, portable_schema, refuse_other_columns, writable_folder
 from ._parts import DEFAULT_PART_BYTES, ParquetParts, ParquetTableFile
 from .parquet import ParquetTables, PartsStorage
 
 #: the commit metadata key of the Delta input's version a job read (a resume reads the same)
 INPUT_VERSION_KEY = "ortpipe.input_version"
-
-
-def delta_app_id(identity: dict[str, Any]) -> str:
-    """The job's id in the table's transactions: a digest of what makes its rows (its record)."""
-    text = json.dumps(identity, sort_keys=True, default=str)
-    return "ortpipe-" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def _deltalake() -> Any:
@@ -77,10 +70,13 @@ def _job_files(table: Any, app_id: str) -> list[tuple[str, int]]:
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True))
-    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else None
     paths = actions.column("path").to_pylist()
-    ours = sorted((path, (rows[i] if rows else None)) for i, path in enumerate(paths) if path.startswith(app_id))
-    return [(path, int(count or 0)) for path, count in ours]
+    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+    ours = sorted((path, count) for path, count in zip(paths, rows, strict=True) if path.startswith(app_id))
+    uncounted = [path for path, count in ours if count is None]
+    if uncounted:  # every part this job commits says its rows: a count never guessed
+        raise SinkError(f"the Delta table's log holds no row count for this job's file {uncounted[0]!r}")
+    return [(path, int(count)) for path, count in ours]
 
 
 def committed_input_version(path: str | Path, app_id: str) -> int | None:
@@ -113,7 +109,6 @@ class DeltaParts(ParquetParts):
         super().__init__(folder, file, part_rows, part_bytes, part_seconds)
         self.app_id, self.overwrite, self.input_version = app_id, overwrite, input_version
         self._schema: Any = None
-        self._table_schema: Any = None
         self._files: list[str] = []
         #: this run's mark in its files' names: a rerun's part 0 never writes over a file an earlier version names
         self._run = uuid.uuid4().hex[:8]
@@ -155,7 +150,8 @@ class DeltaParts(ParquetParts):
         super().write(batch.cast(self._schema) if not batch.schema.equals(self._schema) else batch)
 
     def _start(self, schema: Any) -> ParquetTableFile:
-        self._check_table_columns()
+        if not self._closed_by_this_run:  # before the first row; later parts are of the same columns
+            self._check_table_columns()
         self.folder.mkdir(parents=True, exist_ok=True)
         # never committed if the run is killed: a vacuum removes it
         return self._file(self.folder / f"{self.app_id}-part-{self._number:05d}-{self._run}.parquet")
@@ -163,20 +159,8 @@ class DeltaParts(ParquetParts):
     def _check_table_columns(self) -> None:
         """The run's columns are the table's, where it has any."""
         table = open_table(self.folder)
-        if table is None:
-            return
-        theirs = _arrow_schema(table)
-        ours = self._schema
-        if [(f.name, f.type) for f in theirs] != [(f.name, f.type) for f in ours]:
-            missing = [f.name for f in theirs if f.name not in ours.names]
-            extra = [f.name for f in ours if f.name not in theirs.names]
-            differ = [f.name for f in ours if f.name in theirs.names and theirs.field(f.name).type != f.type]
-            raise SinkError(
-                f"{str(self.folder)!r}: the Delta table's columns are not this run's (the table has "
-                f"{_said(theirs)}; the run writes {_said(ours)}): missing {missing or 'none'}, new {extra or 'none'}, "
-                f"of other types {differ or 'none'}; write to a new table (an overwrite replaces the rows, not the "
-                "columns)"
-            )
+        if table is not None:
+            refuse_other_columns(f"{str(self.folder)!r}: the Delta table", _arrow_schema(table), self._schema)
 
     def _unmarked(self) -> None:
         """A table has no ``_SUCCESS``: its commits say what it holds."""
@@ -203,14 +187,14 @@ class DeltaParts(ParquetParts):
             if table is None:  # the first commit makes the table
                 try:
                     create_table_with_add_actions(str(self.folder), schema, [action], commit_properties=properties)
-                    table = False
+                    self._files.append(path.name)
+                    return
                 except Exception:  # another writer made it first: append to it, its columns checked
                     table = open_table(self.folder)
                     if table is None:
                         raise
                     self._check_table_columns()
-            if table is not False:
-                table.create_write_transaction([action], mode, schema, commit_properties=properties)
+            table.create_write_transaction([action], mode, schema, commit_properties=properties)
         except SinkError:
             raise
         except Exception as exc:  # a conflict another writer won, a store that refuses the commit
@@ -225,10 +209,6 @@ def _arrow_schema(table: Any) -> Any:
     import pyarrow as pa
 
     return pa.schema(table.schema().to_arrow())
-
-
-def _said(schema: Any) -> str:
-    return ", ".join(f"{field.name} ({field.type})" for field in schema)
 
 
 class DeltaStorage(PartsStorage):

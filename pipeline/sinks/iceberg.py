@@ -34,7 +34,7 @@ from typing import Any
 
 from ..util.errors import SinkError
 from ..util.iceberg import iceberg_catalog as _catalog
-from ._base import as_list_columns, portable_schema
+from ._base import as_list_columns, portable_schema, refuse_other_columns
 from .parquet import ParquetTables, PartsStorage
 
 
@@ -145,17 +145,8 @@ class IcebergParts:
 
     def _check_columns(self) -> None:
         table = self._table()
-        if table is None:
-            return
-        theirs = table.schema().as_arrow()
-        if [(f.name, _plain(f.type)) for f in theirs] != [(f.name, _plain(f.type)) for f in self._schema]:
-            missing = [f.name for f in theirs if f.name not in self._schema.names]
-            extra = [f.name for f in self._schema if f.name not in theirs.names]
-            raise SinkError(
-                f"the Iceberg table {self.identifier!r} has columns {_said(theirs)}; the run writes "
-                f"{_said(self._schema)}: missing {missing or 'none'}, new {extra or 'none'}; write to a new table (an "
-                "overwrite replaces the rows, not the columns)"
-            )
+        if table is not None:
+            refuse_other_columns(f"{self.identifier!r}: the Iceberg table", table.schema().as_arrow(), self._schema)
 
     def finish(self) -> None:
         """The open part appended as one snapshot."""
@@ -191,19 +182,6 @@ class IcebergParts:
 
     def mark_complete(self) -> None:
         """Every row is appended: nothing else to mark."""
-
-
-def _plain(kind: Any) -> str:
-    """A type said without its list's field name and nullability (Iceberg names list items "element")."""
-    import pyarrow as pa
-
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return f"list<{_plain(kind.value_type)}>"
-    return str(kind)
-
-
-def _said(schema: Any) -> str:
-    return ", ".join(f"{field.name} ({_plain(field.type)})" for field in schema)
 
 
 def committed_input_version(identifier: str, catalog: str, app_id: str) -> int | None:

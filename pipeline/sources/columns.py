@@ -137,7 +137,7 @@ def column_casts(schema: Any, columns: Mapping[str, Sequence[str]], specs: Mappi
     casts = {}
     for name, cols in columns.items():
         kinds = [element_type(schema.field(c).type) for c in cols]
-        got = sorted({numpy_dtype(kind).name for kind in kinds if kind is not None})
+        got = sorted({numpy_dtype_of(kind).name for kind in kinds if kind is not None})
         want = specs[name].dtype
         if got and got != [want.name] and all(castable(np.dtype(g), want) for g in got):
             casts[name] = f"{'/'.join(got)} -> {want.name}"
@@ -157,10 +157,6 @@ def element_type(kind: Any) -> Any:
     kind = kind.value_type if is_list(kind) else kind
     numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
     return kind if numeric else None
-
-
-def numpy_dtype(kind: Any) -> np.dtype:
-    return numpy_dtype_of(kind)
 
 
 def is_text(arrow_type: Any) -> bool:

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..session import TensorSpec, castable, exact_cast_refusal, refused_at
+from ..util.arrow import numpy_dtype_of
 from ._base import SourceError
-from .columns import element_type, is_list, numeric_column, numpy_dtype, record_column
+from .columns import element_type, is_list, numeric_column, record_column
 
 
 class RecordSource(Protocol):
@@ -52,7 +53,7 @@ def filled_rows(
         element = [element_type(kind) for kind in kinds]
         if any(kind is None for kind in element):
             return {}
-        if not all(castable(numpy_dtype(kind), specs[name].dtype) for kind in element):
+        if not all(castable(numpy_dtype_of(kind), specs[name].dtype) for kind in element):
             return {}
         if len(kinds) > 1 and any(is_list(kind) for kind in kinds):
             return {}  # lists beside other columns: the iteration says what is wrong
