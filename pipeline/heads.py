@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from typing import Any
 
 from .session import ort_model_arg
@@ -131,19 +132,19 @@ _FLOATS = {1, 10, 11, 16}
 
 def loaded_model(model: Any) -> Any:
     """A copy of ``model`` as a ModelProto, a file's external weights read in."""
-    from .session.onnx_proto import has_external_data, parsed_model, read_model
+    from .session.onnx_proto import has_external_data, is_model_proto, parsed_model, read_model
 
-    if type(model).__name__ == "ModelProto":
+    if is_model_proto(model):
         return copy.deepcopy(model)
     loadable = ort_model_arg(model)  # a path that is a file, or bytes; a ModelError for anything else
     try:
         if not isinstance(loadable, str):
             return parsed_model(loadable)
         proto = read_model(loadable)  # without onnx's import (session/onnx_proto.py) where it can
-        if has_external_data(proto):
-            import onnx
+        if has_external_data(proto):  # its weights read in from beside the file, as ORT reads them
+            from onnx.external_data_helper import load_external_data_for_model
 
-            return onnx.load_model(loadable)  # external weights from beside the file, as ORT reads them
+            load_external_data_for_model(proto, os.path.dirname(os.path.abspath(loadable)))
         return proto
     except Exception as exc:
         which = f"{loadable!r} is " if isinstance(loadable, str) else ""

@@ -12,9 +12,7 @@ from ..jobs import sink_kind
 from ..sinks import SinkError, read_labels, writable
 from ..util.errors import SourceError
 from ..util.storage import is_storage_url
-from ._args import (
-    kept_columns,
-)
+from ._args import kept_columns
 from ._job import job_record
 
 
@@ -24,7 +22,7 @@ def not_into_the_data_set(source: Path, output: Path, kind: str) -> None:
 
     if kind != "parquet" or not isinstance(source, Path) or not source.is_dir() or not isinstance(output, Path):
         return  # a file, or a URL: not a local folder of Parquet files (or an output in one)
-    if not isinstance(output, Path) or not sink_kind(output).startswith("parquet"):
+    if not sink_kind(output).startswith("parquet"):
         return
     target, folder = output.resolve(), source.resolve()
     if target.is_relative_to(folder) and not writers_own(target.relative_to(folder)):

@@ -49,6 +49,12 @@ def _pb2() -> ModuleType:
     return module
 
 
+def is_model_proto(model: object) -> bool:
+    """Whether ``model`` is an ``onnx.ModelProto`` (told without importing onnx: one class, whichever
+    module loaded it)."""
+    return type(model).__name__ == "ModelProto"
+
+
 def parsed_model(data: bytes) -> Any:
     """An ``onnx.ModelProto`` of a model's bytes (tensors stored outside it stay where they are)."""
     proto = _pb2().ModelProto()

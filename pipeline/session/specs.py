@@ -146,9 +146,9 @@ def declared_outputs(model: ModelSource, names: Sequence[str] | None = None) -> 
 
 def graph_of(model: ModelSource) -> Any:
     """The model's ONNX proto, its external weights left on disk."""
-    from .onnx_proto import parsed_model, read_model
+    from .onnx_proto import is_model_proto, parsed_model, read_model
 
-    if type(model).__name__ == "ModelProto":  # read where it lies: serializing a large one to parse it is seconds
+    if is_model_proto(model):  # read where it lies: serializing a large one to parse it is seconds
         return model
     loadable = ort_model_arg(model)  # a ModelError of its own when the model cannot be read
     try:
