@@ -258,8 +258,10 @@ def _tables(draw):
     derandomize="ORTPIPE_PROPERTY_EXAMPLES" not in os.environ,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(case=_tables(), suffix=st.sampled_from([".parquet", ".csv", ".jsonl"]))
+@given(case=_tables(), suffix=st.sampled_from([".parquet", ".csv", ".jsonl", ".delta"]))
 def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_factory, model, case, suffix):
+    """``.delta``: a Delta table written once with other rows, then overwritten with the drawn
+    ones - the stale version's file still in its folder (NOTE [ a table format's folder ])."""
     import contextlib
     import io
 
@@ -267,7 +269,10 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     _the_python_api_is_right_or_refuses(table, x, flaws)
     folder = tmp_path_factory.mktemp("case")
     source, output = folder / f"t{suffix}", folder / "o.parquet"
-    write_table(table, source)
+    if suffix == ".delta":
+        _write_delta_over_stale_rows(table, source)
+    else:
+        write_table(table, source)
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = _run(model, source, output, *(["--keep", "note"] if "note" in table.column_names else []))
@@ -283,10 +288,18 @@ def test_a_run_is_right_on_the_intended_columns_or_refused_naming_one(tmp_path_f
     features = x[:, [int(name[1]) for name in order]]
     np.testing.assert_allclose(written["y"].to_numpy(), _expected(features), rtol=1e-6)
     if "note" in table.column_names:  # as the input holds it: a CSV's empty cell is an empty text
-        assert written["note"].to_pylist() == read_table(source)["note"].to_pylist()
+        held = table if suffix == ".delta" else read_table(source)
+        assert written["note"].to_pylist() == held["note"].to_pylist()
     if "id" in table.column_names:
         assert written["id"].to_pylist() == table["id"].to_pylist()
     assert "extra" not in flaws and "f1" not in flaws and "f2" not in flaws
+
+
+def _write_delta_over_stale_rows(table: pa.Table, folder) -> None:
+    deltalake = pytest.importorskip("deltalake", reason="needs deltalake: pip install 'ortpipe[tables]'")
+    deltalake.write_deltalake(folder, pa.concat_tables([table, table]))  # stale: every row twice
+    deltalake.write_deltalake(folder, table, mode="overwrite")
+    event("a Delta table over stale rows")
 
 
 def _the_python_api_is_right_or_refuses(table: pa.Table, x: np.ndarray, flaws: set[str]) -> None:
